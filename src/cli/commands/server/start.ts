@@ -1,0 +1,47 @@
+import type { Config } from '../../../core/index.js';
+
+export interface ServerStartFlags {
+  dataDir?: string;
+  listen?: string;
+  databaseUrl?: string;
+  allowRepoRoot?: string[];
+}
+
+/** `atelier server start`: runs in the foreground until SIGTERM or SIGINT. */
+export async function serverStart(config: Config, flags: ServerStartFlags, version: string): Promise<number> {
+  const { startServer } = await import('../../../server/index.js');
+  const say = (line: string): void => {
+    process.stderr.write(`atelier: ${line}\n`);
+  };
+  const server = await startServer(
+    {
+      version,
+      say,
+      ...(flags.dataDir !== undefined ? { dataDir: flags.dataDir } : {}),
+      ...(flags.listen !== undefined ? { listen: flags.listen } : {}),
+      ...(flags.databaseUrl !== undefined ? { databaseUrl: flags.databaseUrl } : {}),
+      ...(flags.allowRepoRoot && flags.allowRepoRoot.length > 0 ? { allowRepoRoots: flags.allowRepoRoot } : {}),
+    },
+    config,
+  );
+  say(`server ready at ${server.url}`);
+  say(`admin credentials: ${server.credentialsPath}`);
+  say('create a workshop: atelier workshops create --repo PATH');
+  return new Promise((resolve) => {
+    let stopping = false;
+    const stop = (signal: string): void => {
+      if (stopping) return;
+      stopping = true;
+      say(`${signal}: stopping (workshops keep running and are picked up at the next start)`);
+      server.close().then(
+        () => resolve(0),
+        (err: Error) => {
+          say(`shutdown: ${err.message}`);
+          resolve(1);
+        },
+      );
+    };
+    process.once('SIGTERM', () => stop('SIGTERM'));
+    process.once('SIGINT', () => stop('SIGINT'));
+  });
+}

@@ -1,0 +1,40 @@
+import { existsSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { AtelierError, type Workshop } from '../../../core/index.js';
+import { call } from '../../client.js';
+import type { CommandContext } from '../../context.js';
+
+export interface CreateFlags {
+  repo: string;
+  name?: string;
+  devcontainer?: string;
+  budget?: string;
+  cpus?: string;
+  memory?: string;
+  pids?: string;
+}
+
+function number(flag: string, value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (!Number.isFinite(n)) throw new AtelierError('INVALID_ARGUMENT', `--${flag} must be a number, got "${value}"`, { field: flag });
+  return n;
+}
+
+/** `atelier workshops create`: local paths are made absolute here, URLs go as they are. */
+export async function createWorkshop(ctx: CommandContext, flags: CreateFlags): Promise<Workshop> {
+  const isUrl = /^[A-Za-z][A-Za-z0-9+.-]*:\/\//.test(flags.repo) || /^[^/\s]+@[^/\s]+:/.test(flags.repo);
+  const repo = isUrl ? flags.repo : resolve(flags.repo);
+  if (!isUrl && !existsSync(repo)) throw new AtelierError('REPO_NOT_FOUND', `repo ${flags.repo} does not exist on this machine`, { field: 'repo' });
+  const body: Record<string, unknown> = { repo };
+  if (flags.name !== undefined) body.name = flags.name;
+  if (flags.devcontainer !== undefined) body.devcontainer = flags.devcontainer;
+  const budget = number('budget', flags.budget);
+  if (budget !== undefined) body.budgetUsd = budget;
+  const cpus = number('cpus', flags.cpus);
+  if (cpus !== undefined) body.cpus = cpus;
+  if (flags.memory !== undefined) body.memory = flags.memory;
+  const pids = number('pids', flags.pids);
+  if (pids !== undefined) body.pids = pids;
+  return call<Workshop>(await ctx.target(), { method: 'POST', path: '/v1/workshops', body });
+}

@@ -1,0 +1,42 @@
+import type { Workshop } from '../../../core/index.js';
+import { keyValues, table } from '../../output.js';
+
+function age(iso: string): string {
+  const s = Math.max(0, Math.round((Date.now() - Date.parse(iso)) / 1000));
+  if (s < 120) return `${s}s`;
+  if (s < 7200) return `${Math.round(s / 60)}m`;
+  if (s < 172800) return `${Math.round(s / 3600)}h`;
+  return `${Math.round(s / 86400)}d`;
+}
+
+export function workshopTable(items: Workshop[]): string {
+  if (items.length === 0) return 'No workshops. Create one with `atelier workshops create --repo PATH`.';
+  return table(items, [
+    { header: 'ID', get: (w) => w.id },
+    { header: 'NAME', get: (w) => w.name },
+    { header: 'STATUS', get: (w) => w.status },
+    { header: 'AGE', get: (w) => age(w.createdAt) },
+    { header: 'REPO', get: (w) => w.repo },
+  ]);
+}
+
+export function workshopDetail(w: Workshop): string {
+  const pairs: [string, string][] = [
+    ['id', w.id],
+    ['name', w.name],
+    ['status', w.status],
+  ];
+  if (w.statusReason) pairs.push(['reason', w.statusReason]);
+  pairs.push(
+    ['repo', w.repo],
+    ['cpus', String(w.limits.cpus)],
+    ['memory', `${Math.round(w.limits.memoryBytes / 2 ** 20)}m`],
+    ['pids', String(w.limits.pids)],
+    ['budget', w.budgetUsd === null ? 'none' : `$${w.budgetUsd.toFixed(2)} (enforced by the LLM gateway)`],
+  );
+  if (w.forwardPorts.length > 0) pairs.push(['forward ports', w.forwardPorts.join(', ')]);
+  pairs.push(['created', w.createdAt]);
+  let out = keyValues(pairs);
+  for (const warning of w.warnings) out += `\nwarning: ${warning}`;
+  return out;
+}

@@ -1,0 +1,115 @@
+import { homedir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { z } from 'zod';
+
+/**
+ * Every environment variable Atelier reads, in one place. Flags given on the command line
+ * override these; these override the defaults written here.
+ *
+ * | variable                    | field            | default                                              |
+ * |-----------------------------|------------------|------------------------------------------------------|
+ * | ATELIER_DATA_DIR            | dataDir          | root: /var/lib/atelier; others: $XDG_DATA_HOME/atelier |
+ * | ATELIER_LISTEN              | listen           | 127.0.0.1:7878                                       |
+ * | ATELIER_DATABASE_URL        | databaseUrl      | (none: embedded PostgreSQL in DATA_DIR/pg)            |
+ * | ATELIER_ALLOW_REPO_ROOTS    | allowRepoRoots   | the user's home and the current directory (`:`-separated) |
+ * | ATELIER_LOG_LEVEL           | logLevel         | info                                                 |
+ * | ATELIER_PG_BIN_DIR          | pgBinDir         | newest /usr/lib/postgresql/<v>/bin                    |
+ * | ATELIER_DEFAULT_CPUS        | defaultCpus      | 2                                                    |
+ * | ATELIER_DEFAULT_MEMORY      | defaultMemory    | 2g                                                   |
+ * | ATELIER_DEFAULT_PIDS        | defaultPids      | 1024                                                 |
+ * | ATELIER_UID_BASE            | uidBase          | 600000 (first host uid given to a workshop, as root) |
+ * | ATELIER_CONFIG_DIR          | configDir        | $XDG_CONFIG_HOME/atelier or ~/.config/atelier        |
+ * | ATELIER_CONTEXT             | context          | the config file's current context                    |
+ * | ATELIER_TOKEN, ATELIER_URL  | token, url       | override the context (automation, in-workshop use)    |
+ *
+ * The root data dir is not under /root because the embedded PostgreSQL runs as the
+ * unprivileged `postgres` user, which must be able to reach its cluster directory.
+ */
+const Env = z.object({
+  ATELIER_DATA_DIR: z.string().min(1).optional(),
+  ATELIER_LISTEN: z.string().min(1).optional(),
+  ATELIER_DATABASE_URL: z.string().min(1).optional(),
+  ATELIER_ALLOW_REPO_ROOTS: z.string().min(1).optional(),
+  ATELIER_LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).optional(),
+  ATELIER_PG_BIN_DIR: z.string().min(1).optional(),
+  ATELIER_DEFAULT_CPUS: z.coerce.number().positive().optional(),
+  ATELIER_DEFAULT_MEMORY: z.string().min(1).optional(),
+  ATELIER_DEFAULT_PIDS: z.coerce.number().int().positive().optional(),
+  ATELIER_UID_BASE: z.coerce.number().int().min(10000).optional(),
+  ATELIER_CONFIG_DIR: z.string().min(1).optional(),
+  ATELIER_CONTEXT: z.string().min(1).optional(),
+  ATELIER_TOKEN: z.string().min(1).optional(),
+  ATELIER_URL: z.string().min(1).optional(),
+  XDG_DATA_HOME: z.string().min(1).optional(),
+  XDG_CONFIG_HOME: z.string().min(1).optional(),
+  HOME: z.string().min(1).optional(),
+});
+
+export interface Config {
+  dataDir: string;
+  listen: string;
+  databaseUrl: string | undefined;
+  allowRepoRoots: string[];
+  logLevel: string;
+  pgBinDir: string | undefined;
+  defaultCpus: number;
+  defaultMemory: string;
+  defaultPids: number;
+  uidBase: number;
+  configDir: string;
+  context: string | undefined;
+  token: string | undefined;
+  url: string | undefined;
+  isRoot: boolean;
+}
+
+/** Reads and validates the environment once; the only reader of `process.env`. */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  const parsed = Env.safeParse(env);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    const name = issue?.path.join('.') ?? 'environment';
+    throw new Error(`invalid environment variable ${name}: ${issue?.message ?? 'invalid'}`);
+  }
+  const e = parsed.data;
+  const home = e.HOME ?? homedir();
+  const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
+  const dataHome = e.XDG_DATA_HOME ?? join(home, '.local', 'share');
+  const configHome = e.XDG_CONFIG_HOME ?? join(home, '.config');
+  return {
+    dataDir: resolve(e.ATELIER_DATA_DIR ?? (isRoot ? '/var/lib/atelier' : join(dataHome, 'atelier'))),
+    listen: e.ATELIER_LISTEN ?? '127.0.0.1:7878',
+    databaseUrl: e.ATELIER_DATABASE_URL,
+    allowRepoRoots: (e.ATELIER_ALLOW_REPO_ROOTS?.split(':') ?? [home, process.cwd()]).filter(Boolean).map((p) => resolve(p)),
+    logLevel: e.ATELIER_LOG_LEVEL ?? 'info',
+    pgBinDir: e.ATELIER_PG_BIN_DIR,
+    defaultCpus: e.ATELIER_DEFAULT_CPUS ?? 2,
+    defaultMemory: e.ATELIER_DEFAULT_MEMORY ?? '2g',
+    defaultPids: e.ATELIER_DEFAULT_PIDS ?? 1024,
+    uidBase: e.ATELIER_UID_BASE ?? 600000,
+    configDir: resolve(e.ATELIER_CONFIG_DIR ?? join(configHome, 'atelier')),
+    context: e.ATELIER_CONTEXT,
+    token: e.ATELIER_TOKEN,
+    url: e.ATELIER_URL,
+    isRoot,
+  };
+}
+
+/** Parses `512m`, `2g`, `1.5G`, `1048576` into bytes; undefined when malformed. */
+export function parseSize(value: string): number | undefined {
+  const m = /^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?\s*$/i.exec(value);
+  if (!m) return undefined;
+  const n = Number(m[1]);
+  const unit = (m[2] ?? 'b').toLowerCase()[0];
+  const mult = unit === 'k' ? 1024 : unit === 'm' ? 1024 ** 2 : unit === 'g' ? 1024 ** 3 : unit === 't' ? 1024 ** 4 : 1;
+  const bytes = Math.round(n * mult);
+  return Number.isFinite(bytes) ? bytes : undefined;
+}
+
+/** Splits `HOST:PORT` (IPv6 in brackets) for `--listen`. */
+export function parseListen(value: string): { host: string; port: number } {
+  const m = /^(?:\[([^\]]+)\]|([^:]*)):(\d{1,5})$/.exec(value);
+  const port = m ? Number(m[3]) : NaN;
+  if (!m || port > 65535) throw new Error(`--listen must be HOST:PORT (for example 127.0.0.1:7878), got "${value}"`);
+  return { host: m[1] ?? (m[2] || '127.0.0.1'), port };
+}

@@ -1,0 +1,66 @@
+/**
+ * One error type for the whole product. Clients branch on `code`, never on `message`.
+ * The table below is the only place that maps a code to an HTTP status.
+ */
+export const ERROR_STATUS = {
+  INVALID_ARGUMENT: 400,
+  UNAUTHENTICATED: 401,
+  PERMISSION_DENIED: 403,
+  NOT_FOUND: 404,
+  WORKSHOP_NOT_FOUND: 404,
+  CONFLICT: 409,
+  ALREADY_EXISTS: 409,
+  WORKSHOP_SUSPENDED: 409,
+  WORKSHOP_NOT_RUNNING: 409,
+  PAYLOAD_TOO_LARGE: 413,
+  REPO_REFUSED: 422,
+  REPO_NOT_FOUND: 422,
+  UNSUPPORTED: 422,
+  INSUFFICIENT_STORAGE: 507,
+  DATABASE_UNAVAILABLE: 503,
+  UNAVAILABLE: 503,
+  SANDBOX_FAILED: 500,
+  INTERNAL: 500,
+} as const;
+
+export type ErrorCode = keyof typeof ERROR_STATUS;
+
+export interface ErrorBody {
+  code: ErrorCode;
+  message: string;
+  details?: Record<string, unknown>;
+  requestId?: string;
+}
+
+export class AtelierError extends Error {
+  readonly code: ErrorCode;
+  readonly details: Record<string, unknown> | undefined;
+
+  constructor(
+    code: ErrorCode,
+    message: string,
+    details?: Record<string, unknown>,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+    this.name = 'AtelierError';
+    this.code = code;
+    this.details = details;
+  }
+
+  get status(): number {
+    return ERROR_STATUS[this.code];
+  }
+
+  toBody(requestId?: string): ErrorBody {
+    const body: ErrorBody = { code: this.code, message: this.message };
+    if (this.details !== undefined) body.details = this.details;
+    if (requestId !== undefined) body.requestId = requestId;
+    return body;
+  }
+}
+
+/** True when `code` is one of ours (used when parsing error bodies from the wire). */
+export function isErrorCode(code: unknown): code is ErrorCode {
+  return typeof code === 'string' && Object.hasOwn(ERROR_STATUS, code);
+}

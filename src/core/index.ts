@@ -1,0 +1,9 @@
+export { AtelierError, ERROR_STATUS, isErrorCode } from './errors.js';
+export type { ErrorBody, ErrorCode } from './errors.js';
+export { hashToken, isWorkshopId, newApiToken, newRequestId, newWorkshopId } from './ids.js';
+export { loadConfig, parseListen, parseSize } from './config.js';
+export type { Config } from './config.js';
+export { CreateWorkshopRequest, ExecRequest, WORKSHOP_STATUSES, describeZodError } from './schemas.js';
+export type { ExecFrame, ExecResult, Workshop, WorkshopLimits, WorkshopStatus } from './schemas.js';
+export { readClientConfig, readToken, writeClientConfig, writeToken } from './clientConfig.js';
+export type { ClientConfig, ClientContext } from './clientConfig.js';

@@ -1,0 +1,81 @@
+import { z } from 'zod';
+
+/** Workshop lifecycle states, as shown by `atelier workshops status`. */
+export const WORKSHOP_STATUSES = ['Building', 'Running', 'Suspended', 'Failed', 'Deleting'] as const;
+export type WorkshopStatus = (typeof WORKSHOP_STATUSES)[number];
+
+const envName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'environment variable names are letters, digits and _');
+
+export const CreateWorkshopRequest = z
+  .object({
+    repo: z.string().min(1, 'repo is required: a local path, file://, https://, ssh:// or git@ URL').max(4096),
+    name: z
+      .string()
+      .regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'name: lowercase letters, digits and -, at most 63, starting with a letter or digit')
+      .optional(),
+    devcontainer: z.string().min(1).max(4096).optional(),
+    budgetUsd: z.number().nonnegative().max(1_000_000).optional(),
+    cpus: z.number().min(0.05, 'cpus must be at least 0.05').max(256).optional(),
+    memory: z.string().min(1).max(32).optional(),
+    pids: z.number().int().min(16, 'pids must be at least 16').max(1_000_000).optional(),
+  })
+  .strict();
+export type CreateWorkshopRequest = z.infer<typeof CreateWorkshopRequest>;
+
+export const ExecRequest = z
+  .object({
+    command: z.array(z.string().max(1 << 20)).min(1, 'command must have at least one element').max(4096),
+    cwd: z.string().max(4096).optional(),
+    env: z.record(envName, z.string().max(1 << 20)).optional(),
+    stdin: z.string().max(64 << 20).optional(),
+    timeoutSeconds: z.number().positive().max(86400).optional(),
+  })
+  .strict();
+export type ExecRequest = z.infer<typeof ExecRequest>;
+
+export interface WorkshopLimits {
+  cpus: number;
+  memoryBytes: number;
+  pids: number;
+}
+
+/** The stable JSON shape of a workshop (`--output json`, REST). */
+export interface Workshop {
+  id: string;
+  name: string;
+  status: WorkshopStatus;
+  statusReason: string | null;
+  repo: string;
+  limits: WorkshopLimits;
+  budgetUsd: number | null;
+  forwardPorts: number[];
+  warnings: string[];
+  createdAt: string;
+  updatedAt: string;
+}
+
+/**
+ * Exec streams newline-delimited JSON frames (`application/x-ndjson`):
+ * `{"stream":"stdout"|"stderr","data":"<base64>"}` then one `{"exitCode":N,"signal":S|null}`.
+ * An error after the stream started is `{"error":{code,message}}`.
+ */
+export type ExecFrame =
+  | { stream: 'stdout' | 'stderr'; data: string }
+  | { exitCode: number; signal: string | null }
+  | { error: { code: string; message: string } };
+
+/** Buffered exec result (`Accept: application/json`). */
+export interface ExecResult {
+  exitCode: number;
+  signal: string | null;
+  stdout: string;
+  stderr: string;
+  truncated: boolean;
+}
+
+/** First line of a zod error, naming the field that is wrong. */
+export function describeZodError(error: z.ZodError): { message: string; field: string } {
+  const issue = error.issues[0];
+  const field = issue && issue.path.length > 0 ? issue.path.join('.') : '(body)';
+  return { message: `${field}: ${issue?.message ?? 'invalid'}`, field };
+}

@@ -1,0 +1,171 @@
+import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+/** Controllers Atelier uses, each a separate hierarchy on cgroup v1. */
+export const CONTROLLERS = ['memory', 'cpu', 'pids', 'freezer'] as const;
+export type Controller = (typeof CONTROLLERS)[number];
+export type CgroupPaths = Record<Controller, string>;
+
+const ROOT = '/sys/fs/cgroup';
+
+export interface CgroupSupport {
+  ok: boolean;
+  reason: string | undefined;
+}
+
+/** Whether per-workshop cgroups (v1: memory, cpu, pids, freezer) can be made here. */
+export function cgroupSupport(isRoot: boolean): CgroupSupport {
+  if (!isRoot) return { ok: false, reason: 'not running as root: no per-workshop memory, CPU or pids limits, and no freezer for suspend' };
+  const missing = CONTROLLERS.filter((c) => !existsSync(join(ROOT, c, 'cgroup.procs')));
+  if (missing.length > 0) {
+    const v2 = existsSync(join(ROOT, 'cgroup.controllers'));
+    return {
+      ok: false,
+      reason: v2
+        ? 'this host uses cgroup v2 only; Atelier drives cgroup v1 controllers so far: no per-workshop limits or freezer'
+        : `cgroup v1 controllers missing: ${missing.join(', ')}`,
+    };
+  }
+  return { ok: true, reason: undefined };
+}
+
+function ownPath(controller: Controller): string {
+  // Nest under the server's own cgroup so that whoever supervises the server also holds its workshops.
+  for (const line of readFileSync('/proc/self/cgroup', 'utf8').split('\n')) {
+    const [, ctrls, path] = line.split(':');
+    if (ctrls !== undefined && path !== undefined && ctrls.split(',').includes(controller)) return path;
+  }
+  return '/';
+}
+
+/** The parent directories for this server's workshops, one per controller. */
+export function cgroupBase(nodeId: string): CgroupPaths {
+  const out = {} as CgroupPaths;
+  for (const c of CONTROLLERS) out[c] = join(ROOT, c, ownPath(c), 'atelier', nodeId);
+  return out;
+}
+
+/** Creates the workshop's cgroups with its limits; returns their paths. */
+export function createCgroups(base: CgroupPaths, id: string, limits: { cpus: number; memoryBytes: number; pids: number }): CgroupPaths {
+  const paths = {} as CgroupPaths;
+  for (const c of CONTROLLERS) {
+    paths[c] = join(base[c], id);
+    mkdirSync(paths[c], { recursive: true });
+  }
+  writeFileSync(join(paths.memory, 'memory.limit_in_bytes'), String(limits.memoryBytes));
+  if (existsSync(join(paths.memory, 'memory.memsw.limit_in_bytes'))) {
+    writeFileSync(join(paths.memory, 'memory.memsw.limit_in_bytes'), String(limits.memoryBytes));
+  }
+  writeFileSync(join(paths.cpu, 'cpu.cfs_period_us'), '100000');
+  writeFileSync(join(paths.cpu, 'cpu.cfs_quota_us'), String(Math.max(1000, Math.round(limits.cpus * 100000))));
+  writeFileSync(join(paths.pids, 'pids.max'), String(limits.pids));
+  return paths;
+}
+
+/** The `cgroup.procs` files a new process must write its pid into. */
+export function procsFiles(paths: CgroupPaths): string[] {
+  return CONTROLLERS.map((c) => join(paths[c], 'cgroup.procs'));
+}
+
+export function tasks(paths: CgroupPaths): number[] {
+  try {
+    return readFileSync(join(paths.pids, 'cgroup.procs'), 'utf8')
+      .split('\n')
+      .filter(Boolean)
+      .map(Number);
+  } catch {
+    return [];
+  }
+}
+
+function freezerState(paths: CgroupPaths): string {
+  return readFileSync(join(paths.freezer, 'freezer.state'), 'utf8').trim();
+}
+
+async function waitState(paths: CgroupPaths, want: string, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (freezerState(paths) === want) return true;
+    if (Date.now() > deadline) return false;
+    await new Promise((r) => setTimeout(r, 1));
+  }
+}
+
+/** Freezes every process of the workshop; true once the kernel reports FROZEN. */
+export async function freeze(paths: CgroupPaths): Promise<boolean> {
+  writeFileSync(join(paths.freezer, 'freezer.state'), 'FROZEN');
+  return waitState(paths, 'FROZEN', 5000);
+}
+
+/** Thaws every process of the workshop. */
+export async function thaw(paths: CgroupPaths): Promise<boolean> {
+  writeFileSync(join(paths.freezer, 'freezer.state'), 'THAWED');
+  return waitState(paths, 'THAWED', 5000);
+}
+
+export function isFrozen(paths: CgroupPaths): boolean {
+  try {
+    return freezerState(paths) !== 'THAWED';
+  } catch {
+    return false;
+  }
+}
+
+/** Kills every process in the cgroups (frozen first, so that nothing forks away) and removes them. */
+export async function destroyCgroups(paths: CgroupPaths): Promise<void> {
+  if (!existsSync(paths.freezer)) {
+    removeDirs(paths);
+    return;
+  }
+  try {
+    await freeze(paths);
+  } catch {
+    // A cgroup that cannot be frozen is still killed below.
+  }
+  for (let attempt = 0; attempt < 200; attempt++) {
+    const pids = tasks(paths);
+    const frozen = readFileSafe(join(paths.freezer, 'cgroup.procs'));
+    for (const pid of [...pids, ...frozen]) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+    try {
+      writeFileSync(join(paths.freezer, 'freezer.state'), 'THAWED');
+    } catch {
+      // gone
+    }
+    if (tasks(paths).length === 0 && readFileSafe(join(paths.freezer, 'cgroup.procs')).length === 0) break;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  removeDirs(paths);
+}
+
+function readFileSafe(path: string): number[] {
+  try {
+    return readFileSync(path, 'utf8').split('\n').filter(Boolean).map(Number);
+  } catch {
+    return [];
+  }
+}
+
+function removeDirs(paths: CgroupPaths): void {
+  for (const c of CONTROLLERS) {
+    try {
+      rmdirSync(paths[c]);
+    } catch {
+      // absent, or still busy: reported by the caller's reconcile
+    }
+  }
+}
+
+/** Memory in use by the workshop, bytes, or undefined without cgroups. */
+export function memoryUsage(paths: CgroupPaths): number | undefined {
+  try {
+    return Number(readFileSync(join(paths.memory, 'memory.usage_in_bytes'), 'utf8'));
+  } catch {
+    return undefined;
+  }
+}

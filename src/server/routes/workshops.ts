@@ -1,0 +1,110 @@
+import { PassThrough } from 'node:stream';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { z } from 'zod';
+import { AtelierError, CreateWorkshopRequest, ExecRequest, describeZodError, type ExecFrame } from '../../core/index.js';
+import type { WorkshopService } from '../../workshops/index.js';
+
+function parse<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
+  const r = schema.safeParse(body ?? {});
+  if (!r.success) {
+    const { message, field } = describeZodError(r.error);
+    throw new AtelierError('INVALID_ARGUMENT', message, { field });
+  }
+  return r.data;
+}
+
+type IdParams = { Params: { id: string } };
+
+const MAX_BUFFERED = 16 << 20;
+
+/** REST routes for workshops under /v1 (bearer token required; see app.ts). */
+export function workshopRoutes(app: FastifyInstance, service: WorkshopService): void {
+  app.post('/v1/workshops', async (request, reply) => {
+    const body = parse(CreateWorkshopRequest, request.body);
+    const ws = await service.create(body, request.principal?.userId ?? null);
+    return reply.status(201).send(ws);
+  });
+
+  app.get('/v1/workshops', async () => ({ items: await service.list() }));
+
+  app.get<IdParams>('/v1/workshops/:id', async (request) => service.get(request.params.id));
+
+  app.delete<IdParams>('/v1/workshops/:id', async (request) => {
+    await service.delete(request.params.id);
+    return { id: request.params.id, deleted: true };
+  });
+
+  app.post<IdParams>('/v1/workshops/:id/stop', async (request) => service.stop(request.params.id));
+  app.post<IdParams>('/v1/workshops/:id/resume', async (request) => service.resume(request.params.id));
+
+  app.post<IdParams>('/v1/workshops/:id/exec', { bodyLimit: 100 << 20 }, async (request, reply) => {
+    const body = parse(ExecRequest, request.body);
+    const run = await service.exec(request.params.id, body);
+    const wantsJson = (request.headers.accept ?? '').includes('application/json') && !(request.headers.accept ?? '').includes('ndjson');
+    request.raw.on('close', () => {
+      // The client went away before the end: do not leave its command running.
+      if (!reply.raw.writableFinished) run.kill();
+    });
+    if (wantsJson) {
+      const out: Buffer[] = [];
+      const err: Buffer[] = [];
+      let size = 0;
+      let truncated = false;
+      const collect = (into: Buffer[]) => (c: Buffer) => {
+        if (size + c.length > MAX_BUFFERED) {
+          truncated = true;
+          return;
+        }
+        size += c.length;
+        into.push(c);
+      };
+      run.stdout.on('data', collect(out));
+      run.stderr.on('data', collect(err));
+      const { exitCode, signal } = await run.done;
+      return { exitCode, signal, stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8'), truncated };
+    }
+    const stream = new PassThrough();
+    const write = (frame: ExecFrame): boolean => stream.write(`${JSON.stringify(frame)}\n`);
+    const pipeOut = (source: NodeJS.ReadableStream & { pause(): void; resume(): void }, name: 'stdout' | 'stderr'): void => {
+      source.on('data', (c: Buffer) => {
+        // Backpressure: a slow client pauses the command's output instead of growing server memory.
+        if (!write({ stream: name, data: c.toString('base64') })) {
+          source.pause();
+          stream.once('drain', () => source.resume());
+        }
+      });
+    };
+    pipeOut(run.stdout, 'stdout');
+    pipeOut(run.stderr, 'stderr');
+    run.done.then(
+      ({ exitCode, signal }) => {
+        write({ exitCode, signal });
+        stream.end();
+      },
+      (err: unknown) => {
+        const e = err instanceof AtelierError ? err : new AtelierError('INTERNAL', 'exec failed');
+        write({ error: { code: e.code, message: e.message } });
+        stream.end();
+      },
+    );
+    return reply.header('content-type', 'application/x-ndjson').header('cache-control', 'no-store').send(stream);
+  });
+
+  app.get<IdParams & { Querystring: { path?: string } }>('/v1/workshops/:id/files', async (request, reply) => {
+    const path = request.query.path;
+    if (!path) throw new AtelierError('INVALID_ARGUMENT', 'query parameter path is required', { field: 'path' });
+    const data = await service.readFile(request.params.id, path);
+    return reply.header('content-type', 'application/octet-stream').send(data);
+  });
+
+  app.put<IdParams & { Querystring: { path?: string } }>('/v1/workshops/:id/files', { bodyLimit: 16 << 20 }, async (request: FastifyRequest<IdParams & { Querystring: { path?: string } }>) => {
+    const path = request.query.path;
+    if (!path) throw new AtelierError('INVALID_ARGUMENT', 'query parameter path is required', { field: 'path' });
+    const body = request.body;
+    const data = Buffer.isBuffer(body) ? body : typeof body === 'string' ? Buffer.from(body) : body === undefined ? Buffer.alloc(0) : null;
+    if (!data) throw new AtelierError('INVALID_ARGUMENT', 'send the file content as application/octet-stream', { field: 'body' });
+    return service.writeFile(request.params.id, path, data);
+  });
+
+  app.get<IdParams>('/v1/workshops/:id/git/diff', async (request) => service.gitDiff(request.params.id));
+}

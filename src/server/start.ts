@@ -1,0 +1,173 @@
+import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { pino } from 'pino';
+import {
+  hashToken,
+  loadConfig,
+  newApiToken,
+  parseListen,
+  readClientConfig,
+  writeClientConfig,
+  writeToken,
+  type Config,
+} from '../core/index.js';
+import { createPool, migrate, startEmbeddedPostgres, type EmbeddedPostgres, type Pool } from '../db/index.js';
+import { inspectIsolation } from '../sandbox/index.js';
+import { LocalDriver, WorkshopService } from '../workshops/index.js';
+import { buildApp } from './app.js';
+
+export interface StartOptions {
+  dataDir?: string;
+  listen?: string;
+  databaseUrl?: string;
+  allowRepoRoots?: string[];
+  version: string;
+  /** Lines for the human who started the server (the CLI prints them on stderr). */
+  say: (line: string) => void;
+}
+
+export interface RunningServer {
+  url: string;
+  credentialsPath: string;
+  /** Stops HTTP, the database pool and the embedded PostgreSQL; workshops keep running. */
+  close(): Promise<void>;
+}
+
+function lockDataDir(dataDir: string): () => void {
+  const path = join(dataDir, 'server.pid');
+  if (existsSync(path)) {
+    const pid = Number(readFileSync(path, 'utf8').trim());
+    let alive = false;
+    try {
+      if (pid > 0 && pid !== process.pid) {
+        process.kill(pid, 0);
+        alive = /atelier|node/.test(readFileSync(`/proc/${pid}/cmdline`, 'utf8'));
+      }
+    } catch {
+      alive = false;
+    }
+    if (alive) throw new Error(`another Atelier server (pid ${pid}) already uses ${dataDir}: stop it first, or pass another --data-dir`);
+  }
+  writeFileSync(path, `${process.pid}\n`);
+  return () => rmSync(path, { force: true });
+}
+
+function nodeIdOf(dataDir: string): string {
+  const path = join(dataDir, 'node-id');
+  if (existsSync(path)) return readFileSync(path, 'utf8').trim();
+  const id = `node-${randomBytes(5).toString('hex')}`;
+  writeFileSync(path, `${id}\n`, { mode: 0o600 });
+  return id;
+}
+
+/** DATA_DIR/credentials.txt (0600): the URL and the admin token, which is known only at first start. */
+function writeCredentials(dataDir: string, url: string, token: string | undefined): string {
+  const path = join(dataDir, 'credentials.txt');
+  let known = token;
+  if (!known && existsSync(path)) known = /^token:\s*(atl_\S+)/m.exec(readFileSync(path, 'utf8'))?.[1];
+  const tmp = `${path}.tmp`;
+  writeFileSync(tmp, `# Atelier server admin credentials. Keep this file private.\nurl: ${url}\nuser: admin\ntoken: ${known ?? '(shown only at first start; this file was replaced since)'}\n`, { mode: 0o600 });
+  renameSync(tmp, path);
+  chmodSync(path, 0o600);
+  return path;
+}
+
+async function firstAdmin(pool: Pool): Promise<string | undefined> {
+  const users = await pool.query('SELECT 1 FROM users LIMIT 1');
+  if (users.rowCount !== 0) return undefined;
+  const token = newApiToken();
+  await pool.query("INSERT INTO users (id, name, role) VALUES ('u-admin', 'admin', 'admin') ON CONFLICT DO NOTHING");
+  await pool.query("INSERT INTO api_tokens (id, user_id, name, token_hash) VALUES ($1, 'u-admin', 'first-start', $2)", [`tok-${randomBytes(6).toString('hex')}`, hashToken(token)]);
+  return token;
+}
+
+/** When the CLI on this machine has no context yet, adds and selects `local` for this server. */
+async function ensureLocalContext(config: Config, url: string, token: string | undefined, say: (l: string) => void): Promise<void> {
+  const cc = await readClientConfig(config.configDir);
+  if (cc.contexts.length > 0 || !token) return;
+  cc.contexts.push({ name: 'local', url });
+  cc.currentContext = 'local';
+  writeToken(config.configDir, 'local', token);
+  await writeClientConfig(config.configDir, cc);
+  say(`the CLI on this machine now uses this server (context "local" in ${join(config.configDir, 'config.yaml')})`);
+}
+
+/**
+ * Runs the single-node server: embedded (or external) PostgreSQL, migrations, the first admin,
+ * reconciliation of workshops left by a previous run, then HTTP. Resolves once listening.
+ */
+export async function startServer(opts: StartOptions, config: Config = loadConfig()): Promise<RunningServer> {
+  const dataDir = opts.dataDir ?? config.dataDir;
+  const listen = parseListen(opts.listen ?? config.listen);
+  const databaseUrl = opts.databaseUrl ?? config.databaseUrl;
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  // 0711 as root: the embedded PostgreSQL (user `postgres`) must traverse to DATA_DIR/pg;
+  // nothing in here is listable by others, and every file with a secret is 0600.
+  chmodSync(dataDir, config.isRoot ? 0o711 : 0o700);
+  const unlock = lockDataDir(dataDir);
+  const cleanups: (() => Promise<void>)[] = [async () => unlock()];
+  const closeAll = async (): Promise<void> => {
+    for (const fn of cleanups.reverse()) await fn().catch(() => undefined);
+    cleanups.length = 0;
+  };
+
+  try {
+    const isolation = inspectIsolation(config.isRoot);
+    if (isolation.missingTools.length > 0) {
+      throw new Error(`missing system tools: ${isolation.missingTools.join(', ')}: run \`sudo apt-get install -y bubblewrap util-linux git\``);
+    }
+    for (const m of isolation.missing) opts.say(`isolation: ${m}`);
+
+    let embedded: EmbeddedPostgres | undefined;
+    if (!databaseUrl) {
+      embedded = await startEmbeddedPostgres({ dataDir, binDir: config.pgBinDir, isRoot: config.isRoot, log: (m) => opts.say(m) });
+      const e = embedded;
+      cleanups.push(() => e.stop());
+    }
+    const logger = pino({ level: config.logLevel });
+    const pool = createPool(databaseUrl ?? embedded!.connectionString, (err) => logger.warn({ err: err.message }, 'database connection lost'));
+    cleanups.push(() => pool.end());
+    await migrate(pool);
+    const token = await firstAdmin(pool);
+
+    const nodeId = nodeIdOf(dataDir);
+    const driver = new LocalDriver(dataDir, nodeId, isolation.privileged, isolation.cgroups);
+    const workshops = new WorkshopService(pool, driver, {
+      nodeId,
+      allowRepoRoots: opts.allowRepoRoots ?? config.allowRepoRoots,
+      defaults: { cpus: config.defaultCpus, memory: config.defaultMemory, pids: config.defaultPids },
+      uidBase: config.uidBase,
+      log: logger,
+    });
+    await workshops.reconcile();
+
+    const app = buildApp({ pool, workshops, logger, version: opts.version });
+    cleanups.push(() => app.close());
+    await app.listen({ host: listen.host, port: listen.port });
+    const addr = app.server.address();
+    const port = typeof addr === 'object' && addr ? addr.port : listen.port;
+    const host = listen.host.includes(':') ? `[${listen.host}]` : listen.host === '0.0.0.0' ? '127.0.0.1' : listen.host;
+    const url = `http://${host}:${port}`;
+
+    // The embedded database is supervised: if it dies, it is started again; requests meanwhile get 503.
+    if (embedded) {
+      const e = embedded;
+      const timer = setInterval(() => {
+        e.ensureRunning().then(
+          (restarted) => restarted && logger.warn('the embedded PostgreSQL had stopped and was started again'),
+          (err: Error) => logger.error({ err: err.message }, 'the embedded PostgreSQL could not be restarted'),
+        );
+      }, 2000);
+      timer.unref();
+      cleanups.push(async () => clearInterval(timer));
+    }
+
+    const credentialsPath = writeCredentials(dataDir, url, token);
+    await ensureLocalContext(config, url, token, opts.say);
+    return { url, credentialsPath, close: closeAll };
+  } catch (err) {
+    await closeAll();
+    throw err;
+  }
+}

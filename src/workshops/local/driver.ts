@@ -1,0 +1,162 @@
+import { execFile } from 'node:child_process';
+import { readdirSync, readFileSync, rmSync, mkdirSync, existsSync } from 'node:fs';
+import { join } from 'node:path';
+import type { ChildProcess } from 'node:child_process';
+import {
+  cgroupBase,
+  createCgroups,
+  execInSandbox,
+  freeze,
+  isFrozen,
+  isSandboxAlive,
+  killSandbox,
+  prepareLayout,
+  sandboxLayout,
+  startSandbox,
+  thaw,
+  type CgroupPaths,
+  type ExecSpec,
+  type SandboxHandle,
+  type SandboxLayout,
+} from '../../sandbox/index.js';
+import type { WorkshopLimits } from '../../core/index.js';
+
+export interface StartRequest {
+  id: string;
+  uid: number;
+  hostname: string;
+  limits: WorkshopLimits;
+}
+
+/**
+ * Runs workshops as bubblewrap sandboxes on this host. One sandbox = one detached `bwrap`
+ * whose PID 1 idles; work enters it with nsenter (see README, "Architecture").
+ */
+export class LocalDriver {
+  readonly name = 'local';
+  private readonly base: CgroupPaths | null;
+
+  constructor(
+    private readonly dataDir: string,
+    nodeId: string,
+    readonly privileged: boolean,
+    cgroups: boolean,
+  ) {
+    this.base = cgroups ? cgroupBase(nodeId) : null;
+  }
+
+  get workshopsDir(): string {
+    return join(this.dataDir, 'workshops');
+  }
+
+  layout(id: string): SandboxLayout {
+    return sandboxLayout(join(this.workshopsDir, id));
+  }
+
+  /** Creates the workshop's directory; the workspace is created by the clone. */
+  prepareRoot(id: string): SandboxLayout {
+    mkdirSync(this.workshopsDir, { recursive: true, mode: 0o700 });
+    const layout = this.layout(id);
+    mkdirSync(layout.root, { mode: 0o700 });
+    return layout;
+  }
+
+  /** Hands the cloned workspace to the workshop's uid (root mode). */
+  async adoptWorkspace(id: string, uid: number): Promise<void> {
+    if (!this.privileged) return;
+    await chownTree(this.layout(id).workspace, uid);
+  }
+
+  async start(req: StartRequest): Promise<SandboxHandle> {
+    const root = this.layout(req.id).root;
+    prepareLayout({ root, hostname: req.hostname, uid: req.uid, privileged: this.privileged, cgroups: null });
+    const cgroups = this.base ? createCgroups(this.base, req.id, req.limits) : null;
+    return startSandbox({ root, hostname: req.hostname, uid: req.uid, privileged: this.privileged, cgroups });
+  }
+
+  alive(handle: SandboxHandle): boolean {
+    return isSandboxAlive(handle);
+  }
+
+  frozen(handle: SandboxHandle): boolean {
+    return handle.cgroups !== null && isFrozen(handle.cgroups);
+  }
+
+  canSuspend(): boolean {
+    return this.base !== null;
+  }
+
+  async suspend(handle: SandboxHandle): Promise<void> {
+    if (!handle.cgroups) throw new Error('no freezer');
+    if (!(await freeze(handle.cgroups))) throw new Error('the kernel did not finish freezing the workshop');
+  }
+
+  async resume(handle: SandboxHandle): Promise<void> {
+    if (!handle.cgroups) return;
+    await thaw(handle.cgroups);
+  }
+
+  exec(handle: SandboxHandle, spec: ExecSpec): ChildProcess {
+    return execInSandbox(handle, spec);
+  }
+
+  /** Kills the sandbox and any stray process that names its directories, removes its cgroups. */
+  async stop(id: string, handle: SandboxHandle | null): Promise<void> {
+    if (handle) await killSandbox(handle);
+    if (this.base) {
+      const paths = {} as CgroupPaths;
+      for (const [c, p] of Object.entries(this.base)) paths[c as keyof CgroupPaths] = join(p, id);
+      if (existsSync(paths.freezer)) await killSandbox({ pid: 0, startTime: '', uid: 0, privileged: true, cgroups: paths });
+    }
+    for (const pid of this.strayPids(id)) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // gone
+      }
+    }
+  }
+
+  /** Removes everything the workshop owned on this host. */
+  async destroy(id: string, handle: SandboxHandle | null): Promise<void> {
+    await this.stop(id, handle);
+    rmSync(this.layout(id).root, { recursive: true, force: true, maxRetries: 3 });
+  }
+
+  /** Workshop ids that have a directory or a cgroup on this host (for orphan clean-up). */
+  localIds(): string[] {
+    const ids = new Set<string>();
+    const add = (dir: string): void => {
+      try {
+        for (const e of readdirSync(dir)) if (e.startsWith('ws-')) ids.add(e);
+      } catch {
+        // absent
+      }
+    };
+    add(this.workshopsDir);
+    if (this.base) for (const p of Object.values(this.base)) add(p);
+    return [...ids];
+  }
+
+  private strayPids(id: string): number[] {
+    const marker = this.layout(id).workspace;
+    const out: number[] = [];
+    for (const entry of readdirSync('/proc')) {
+      if (!/^\d+$/.test(entry)) continue;
+      try {
+        const argv = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
+        if (argv[0]?.endsWith('bwrap') && argv.includes(marker)) out.push(Number(entry));
+      } catch {
+        // exited meanwhile
+      }
+    }
+    return out;
+  }
+}
+
+function chownTree(path: string, uid: number): Promise<void> {
+  // chown -R never follows symlinks planted by the repository; -h changes the links themselves.
+  return new Promise((resolve, reject) => {
+    execFile('chown', ['-R', '-h', '--', `${uid}:${uid}`, path], (err, _o, stderr) => (err ? reject(new Error(`chown failed: ${String(stderr).trim()}`)) : resolve()));
+  });
+}

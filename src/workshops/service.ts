@@ -1,0 +1,436 @@
+import { cpus as hostCpus, totalmem } from 'node:os';
+import { posix } from 'node:path';
+import type { ChildProcess } from 'node:child_process';
+import { Readable } from 'node:stream';
+import {
+  AtelierError,
+  isWorkshopId,
+  newWorkshopId,
+  parseSize,
+  type CreateWorkshopRequest,
+  type ExecRequest,
+  type Workshop,
+  type WorkshopLimits,
+  type WorkshopStatus,
+} from '../core/index.js';
+import { asDatabaseError, withTransaction, type Pool } from '../db/index.js';
+import type { SandboxHandle } from '../sandbox/index.js';
+import { readDevcontainer } from './devcontainer.js';
+import type { LocalDriver } from './local/driver.js';
+import { cloneRepo, resolveRepoSource } from './repo.js';
+
+interface WorkshopRow {
+  id: string;
+  name: string;
+  owner_id: string | null;
+  node_id: string;
+  status: WorkshopStatus;
+  status_reason: string | null;
+  repo: string;
+  uid: number;
+  cpus: number;
+  memory_bytes: string;
+  pids: number;
+  budget_usd: string | null;
+  env: Record<string, string>;
+  forward_ports: number[];
+  warnings: string[];
+  sandbox: SandboxHandle | null;
+  created_at: Date;
+  updated_at: Date;
+}
+
+export interface ServiceOptions {
+  nodeId: string;
+  allowRepoRoots: string[];
+  defaults: { cpus: number; memory: string; pids: number };
+  uidBase: number;
+  log: { info(obj: object, msg?: string): void; warn(obj: object, msg?: string): void; error(obj: object, msg?: string): void };
+}
+
+/** A command running in a workshop. `done` settles when it exits. */
+export interface RunningExec {
+  stdout: Readable;
+  stderr: Readable;
+  done: Promise<{ exitCode: number; signal: string | null }>;
+  kill(): void;
+}
+
+const MAX_FILE_BYTES = 16 << 20;
+
+function toWorkshop(r: WorkshopRow): Workshop {
+  return {
+    id: r.id,
+    name: r.name,
+    status: r.status,
+    statusReason: r.status_reason,
+    repo: r.repo,
+    limits: { cpus: r.cpus, memoryBytes: Number(r.memory_bytes), pids: r.pids },
+    budgetUsd: r.budget_usd === null ? null : Number(r.budget_usd),
+    forwardPorts: r.forward_ports,
+    warnings: r.warnings,
+    createdAt: r.created_at.toISOString(),
+    updatedAt: r.updated_at.toISOString(),
+  };
+}
+
+/** Workshops: the product's core noun. Every entry point (CLI, REST, MCP) goes through here. */
+export class WorkshopService {
+  private readonly locks = new Map<string, Promise<unknown>>();
+
+  constructor(
+    private readonly pool: Pool,
+    private readonly driver: LocalDriver,
+    private readonly opts: ServiceOptions,
+  ) {}
+
+  private async query<T extends object>(sql: string, params: unknown[] = []): Promise<T[]> {
+    try {
+      return (await this.pool.query<T>(sql, params)).rows;
+    } catch (err) {
+      throw asDatabaseError(err);
+    }
+  }
+
+  /** Serialises lifecycle operations on one workshop within this server. */
+  private async locked<T>(id: string, fn: () => Promise<T>): Promise<T> {
+    const prev = this.locks.get(id) ?? Promise.resolve();
+    const next = prev.then(fn, fn);
+    const tail = next.catch(() => undefined);
+    this.locks.set(id, tail);
+    try {
+      return await next;
+    } finally {
+      if (this.locks.get(id) === tail) this.locks.delete(id);
+    }
+  }
+
+  private async row(id: string): Promise<WorkshopRow> {
+    if (!isWorkshopId(id)) throw new AtelierError('WORKSHOP_NOT_FOUND', `workshop ${id} does not exist: run \`atelier workshops list\` to see yours`, { id });
+    const [row] = await this.query<WorkshopRow>('SELECT * FROM workshops WHERE id = $1', [id]);
+    if (!row) throw new AtelierError('WORKSHOP_NOT_FOUND', `workshop ${id} does not exist (or was deleted): run \`atelier workshops list\` to see yours`, { id });
+    if (row.node_id !== this.opts.nodeId) {
+      throw new AtelierError('UNAVAILABLE', `workshop ${id} runs on another Atelier server (${row.node_id}); use that server's context`, { id, node: row.node_id });
+    }
+    return row;
+  }
+
+  private async setStatus(id: string, status: WorkshopStatus, reason: string | null, sandbox?: SandboxHandle | null): Promise<WorkshopRow> {
+    const rows =
+      sandbox === undefined
+        ? await this.query<WorkshopRow>('UPDATE workshops SET status = $2, status_reason = $3, updated_at = now() WHERE id = $1 RETURNING *', [id, status, reason])
+        : await this.query<WorkshopRow>('UPDATE workshops SET status = $2, status_reason = $3, sandbox = $4, updated_at = now() WHERE id = $1 RETURNING *', [id, status, reason, sandbox === null ? null : JSON.stringify(sandbox)]);
+    if (!rows[0]) throw new AtelierError('WORKSHOP_NOT_FOUND', `workshop ${id} was deleted meanwhile`, { id });
+    return rows[0];
+  }
+
+  private limits(req: CreateWorkshopRequest): WorkshopLimits {
+    const cores = hostCpus().length;
+    const cpus = req.cpus ?? Math.min(this.opts.defaults.cpus, cores);
+    if (cpus > cores) throw new AtelierError('INVALID_ARGUMENT', `cpus ${cpus} is more than this host has (${cores})`, { field: 'cpus' });
+    const memText = req.memory ?? this.opts.defaults.memory;
+    const memoryBytes = parseSize(memText);
+    if (memoryBytes === undefined) throw new AtelierError('INVALID_ARGUMENT', `memory "${memText}" is not a size: use for example 512m or 4g`, { field: 'memory' });
+    if (memoryBytes < 32 << 20) throw new AtelierError('INVALID_ARGUMENT', `memory ${memText} is below the 32m minimum`, { field: 'memory' });
+    const host = totalmem();
+    if (memoryBytes > host) throw new AtelierError('INVALID_ARGUMENT', `memory ${memText} is more than this host has (${Math.floor(host / 2 ** 20)}m)`, { field: 'memory' });
+    return { cpus, memoryBytes, pids: req.pids ?? this.opts.defaults.pids };
+  }
+
+  /** Clones the repository and starts the sandbox; returns when the workshop is Running or Failed. */
+  async create(req: CreateWorkshopRequest, ownerId: string | null): Promise<Workshop> {
+    const source = resolveRepoSource(req.repo, this.opts.allowRepoRoots);
+    const limits = this.limits(req);
+    const id = newWorkshopId();
+    const baseName = (posix.basename(source.display.replace(/\.git$/, '').replace(/[/:]+$/, '')) || 'workshop').toLowerCase().replace(/[^a-z0-9-]+/g, '-').replace(/^-+|-+$/g, '').slice(0, 40) || 'workshop';
+    const name = req.name ?? `${baseName}-${id.slice(3, 7)}`;
+    let row: WorkshopRow;
+    try {
+      row = await withTransaction(this.pool, async (c) => {
+        const uid = this.opts.uidBase + Number((await c.query<{ n: string }>("SELECT nextval('workshop_uid_seq') AS n")).rows[0]!.n);
+        const r = await c.query<WorkshopRow>(
+          `INSERT INTO workshops (id, name, owner_id, node_id, status, repo, uid, cpus, memory_bytes, pids, budget_usd)
+           VALUES ($1, $2, $3, $4, 'Building', $5, $6, $7, $8, $9, $10) RETURNING *`,
+          [id, name, ownerId, this.opts.nodeId, source.display, uid, limits.cpus, limits.memoryBytes, limits.pids, req.budgetUsd ?? null],
+        );
+        return r.rows[0]!;
+      });
+    } catch (err) {
+      if ((err as { code?: string }).code === '23505') throw new AtelierError('ALREADY_EXISTS', `a workshop named "${name}" already exists: pick another --name`, { field: 'name' });
+      throw err;
+    }
+    return this.locked(id, () => this.build(row, source, req));
+  }
+
+  private async build(row: WorkshopRow, source: ReturnType<typeof resolveRepoSource>, req: CreateWorkshopRequest): Promise<Workshop> {
+    const id = row.id;
+    let handle: SandboxHandle | null = null;
+    try {
+      const layout = this.driver.prepareRoot(id);
+      await cloneRepo(source, layout.workspace);
+      const dev = readDevcontainer(layout.workspace, req.devcontainer);
+      await this.driver.adoptWorkspace(id, row.uid);
+      const env: Record<string, string> = { ...dev.env };
+      if (req.budgetUsd !== undefined) env.ATELIER_MAX_BUDGET_USD = String(req.budgetUsd);
+      await this.query('UPDATE workshops SET env = $2, forward_ports = $3, warnings = $4 WHERE id = $1', [id, JSON.stringify(env), dev.forwardPorts, JSON.stringify(dev.warnings)]);
+      handle = await this.driver.start({ id, uid: row.uid, hostname: row.name, limits: { cpus: row.cpus, memoryBytes: Number(row.memory_bytes), pids: row.pids } });
+      await this.query('UPDATE workshops SET sandbox = $2 WHERE id = $1', [id, JSON.stringify(handle)]);
+      const current = { ...row, env, sandbox: handle };
+      for (const step of dev.createCommands) {
+        const result = await this.runCaptured(current, step.command, { maxBytes: 64 << 10 });
+        if (result.exitCode !== 0) {
+          const tail = (result.stderr.toString('utf8') || result.stdout.toString('utf8')).trim().split('\n').slice(-5).join('\n');
+          throw new AtelierError('SANDBOX_FAILED', `devcontainer ${step.key} exited with code ${result.exitCode}${tail ? `: ${tail}` : ''}`);
+        }
+      }
+      return toWorkshop(await this.setStatus(id, 'Running', null));
+    } catch (err) {
+      const reason = err instanceof Error ? err.message : String(err);
+      this.opts.log.warn({ workshop: id, err: reason }, 'workshop build failed');
+      await this.driver.stop(id, handle).catch(() => undefined);
+      // The workshop stays, Failed with the reason, until the user deletes it.
+      const failed = await this.setStatus(id, 'Failed', reason, null).catch(() => null);
+      if (failed) return toWorkshop(failed);
+      throw err;
+    }
+  }
+
+  async list(): Promise<Workshop[]> {
+    return (await this.query<WorkshopRow>('SELECT * FROM workshops WHERE node_id = $1 ORDER BY created_at', [this.opts.nodeId])).map(toWorkshop);
+  }
+
+  async get(id: string): Promise<Workshop> {
+    return toWorkshop(await this.row(id));
+  }
+
+  /** Freezes every process of the workshop (cgroup freezer); memory and files stay as they are. */
+  async stop(id: string): Promise<Workshop> {
+    return this.locked(id, async () => {
+      const row = await this.row(id);
+      if (row.status === 'Suspended') return toWorkshop(row);
+      if (row.status !== 'Running' || !row.sandbox) throw new AtelierError('WORKSHOP_NOT_RUNNING', `workshop ${id} is ${row.status} and cannot be suspended`, { id, status: row.status });
+      if (!this.driver.canSuspend()) throw new AtelierError('UNSUPPORTED', 'suspend needs the cgroup freezer, which this server does not have (run it as root; see `atelier server doctor`)');
+      await this.driver.suspend(row.sandbox);
+      return toWorkshop(await this.setStatus(id, 'Suspended', null));
+    });
+  }
+
+  /** Thaws a suspended workshop, or starts its sandbox again if its processes were lost. */
+  async resume(id: string): Promise<Workshop> {
+    return this.locked(id, async () => {
+      const row = await this.row(id);
+      if (row.status === 'Running') return toWorkshop(row);
+      if (row.status !== 'Suspended') throw new AtelierError('WORKSHOP_NOT_RUNNING', `workshop ${id} is ${row.status} and cannot be resumed${row.status === 'Failed' ? ': delete it and create it again' : ''}`, { id, status: row.status });
+      if (row.sandbox && this.driver.alive(row.sandbox)) {
+        await this.driver.resume(row.sandbox);
+        return toWorkshop(await this.setStatus(id, 'Running', null));
+      }
+      await this.driver.stop(id, row.sandbox);
+      const handle = await this.driver.start({ id, uid: row.uid, hostname: row.name, limits: { cpus: row.cpus, memoryBytes: Number(row.memory_bytes), pids: row.pids } });
+      return toWorkshop(await this.setStatus(id, 'Running', 'its processes had stopped while suspended (host restart?): started afresh, files kept', handle));
+    });
+  }
+
+  /** Kills the sandbox and removes every file, cgroup and row the workshop owned. */
+  async delete(id: string): Promise<void> {
+    await this.locked(id, async () => {
+      const row = await this.row(id);
+      await this.setStatus(id, 'Deleting', null);
+      await this.driver.destroy(id, row.sandbox);
+      await this.query('DELETE FROM workshops WHERE id = $1', [id]);
+    });
+  }
+
+  private sandboxEnv(row: WorkshopRow, extra: Record<string, string> = {}): Record<string, string> {
+    return {
+      PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+      HOME: '/home/atelier',
+      USER: 'atelier',
+      LOGNAME: 'atelier',
+      SHELL: '/bin/bash',
+      LANG: 'C.UTF-8',
+      ATELIER_WORKSHOP_ID: row.id,
+      ATELIER_WORKSHOP_NAME: row.name,
+      ...row.env,
+      ...extra,
+    };
+  }
+
+  private async runnable(id: string): Promise<WorkshopRow & { sandbox: SandboxHandle }> {
+    const row = await this.row(id);
+    if (row.status === 'Suspended') throw new AtelierError('WORKSHOP_SUSPENDED', `workshop ${id} is suspended: run \`atelier workshops resume ${id}\``, { id });
+    if (row.status !== 'Running' || !row.sandbox) {
+      throw new AtelierError('WORKSHOP_NOT_RUNNING', `workshop ${id} is ${row.status}${row.status_reason ? ` (${row.status_reason})` : ''}`, { id, status: row.status });
+    }
+    if (!this.driver.alive(row.sandbox)) {
+      throw new AtelierError('WORKSHOP_NOT_RUNNING', `workshop ${id} lost its processes; restart the server to recover it, or delete it`, { id });
+    }
+    return row as WorkshopRow & { sandbox: SandboxHandle };
+  }
+
+  private spawn(row: WorkshopRow & { sandbox: SandboxHandle }, command: string[], cwd: string, env: Record<string, string>, stdin: Buffer | undefined, timeoutSeconds?: number): RunningExec {
+    const child: ChildProcess = this.driver.exec(row.sandbox, { command, cwd, env: this.sandboxEnv(row, env) });
+    const kill = (): void => {
+      try {
+        if (child.pid) process.kill(-child.pid, 'SIGKILL');
+      } catch {
+        // group already gone
+      }
+    };
+    child.stdin!.on('error', () => undefined);
+    child.stdin!.end(stdin);
+    let timedOut = false;
+    const timer = timeoutSeconds ? setTimeout(() => { timedOut = true; kill(); }, timeoutSeconds * 1000) : undefined;
+    const done = new Promise<{ exitCode: number; signal: string | null }>((resolve, reject) => {
+      child.on('error', (err) => reject(new AtelierError('SANDBOX_FAILED', `could not enter the workshop: ${err.message}`)));
+      child.on('close', (code, signal) => {
+        if (timer) clearTimeout(timer);
+        // A command killed by a signal exits 128+n, as in a shell; a timeout is 124, as with timeout(1).
+        resolve({ exitCode: timedOut ? 124 : (code ?? 128 + (signal ? 9 : 0)), signal: timedOut ? 'SIGKILL' : signal });
+      });
+    });
+    return { stdout: child.stdout!, stderr: child.stderr!, done, kill };
+  }
+
+  private resolveCwd(cwd: string | undefined): string {
+    const p = posix.normalize(posix.join('/workspace', cwd ?? '.'));
+    return cwd !== undefined && posix.isAbsolute(cwd) ? posix.normalize(cwd) : p;
+  }
+
+  /** Starts a command in a running workshop; output streams as it is produced. */
+  async exec(id: string, req: ExecRequest): Promise<RunningExec> {
+    const row = await this.runnable(id);
+    const stdin = req.stdin === undefined ? undefined : Buffer.from(req.stdin, 'base64');
+    return this.spawn(row, req.command, this.resolveCwd(req.cwd), req.env ?? {}, stdin, req.timeoutSeconds);
+  }
+
+  private async runCaptured(row: WorkshopRow, command: string[], opts: { stdin?: Buffer; maxBytes: number }): Promise<{ exitCode: number; stdout: Buffer; stderr: Buffer; truncated: boolean }> {
+    const run = this.spawn(row as WorkshopRow & { sandbox: SandboxHandle }, command, '/workspace', {}, opts.stdin);
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    let size = 0;
+    let truncated = false;
+    const collect = (into: Buffer[]) => (c: Buffer) => {
+      if (size + c.length > opts.maxBytes) {
+        truncated = true;
+        run.kill();
+        return;
+      }
+      size += c.length;
+      into.push(c);
+    };
+    run.stdout.on('data', collect(out));
+    run.stderr.on('data', collect(err));
+    const { exitCode } = await run.done;
+    return { exitCode, stdout: Buffer.concat(out), stderr: Buffer.concat(err), truncated };
+  }
+
+  private workspacePath(path: string): string {
+    if (!path || path.includes('\0')) throw new AtelierError('INVALID_ARGUMENT', 'path is required and may not contain NUL', { field: 'path' });
+    const full = posix.normalize(posix.isAbsolute(path) ? path : posix.join('/workspace', path));
+    if (full !== '/workspace' && !full.startsWith('/workspace/')) throw new AtelierError('PERMISSION_DENIED', `path ${path} is outside /workspace`, { field: 'path' });
+    return full;
+  }
+
+  // Runs inside the sandbox as the workshop user: a symlink can never reach a host file.
+  private static readonly READ_SCRIPT = `p=$(realpath -e -- "$1" 2>/dev/null) || exit 66
+case "$p" in /workspace|/workspace/*) ;; *) exit 77;; esac
+[ -f "$p" ] || exit 65
+[ "$(stat -c %s -- "$p")" -le "$2" ] || exit 75
+exec cat -- "$p"`;
+
+  private static readonly WRITE_SCRIPT = `p=$(realpath -m -- "$1") || exit 66
+case "$p" in /workspace/*) ;; *) exit 77;; esac
+mkdir -p -- "$(dirname -- "$p")" || exit 73
+[ -d "$p" ] && exit 65
+t="$p.atelier-$$"
+if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -f -- "$t"; exit 74; fi`;
+
+  private fileError(code: number, path: string, stderr: Buffer): AtelierError {
+    switch (code) {
+      case 66:
+        return new AtelierError('NOT_FOUND', `${path} does not exist in the workspace`, { field: 'path' });
+      case 77:
+        return new AtelierError('PERMISSION_DENIED', `${path} resolves outside /workspace`, { field: 'path' });
+      case 65:
+        return new AtelierError('INVALID_ARGUMENT', `${path} is not a regular file`, { field: 'path' });
+      case 75:
+        return new AtelierError('PAYLOAD_TOO_LARGE', `${path} is larger than ${MAX_FILE_BYTES} bytes: read it with \`atelier exec\``, { field: 'path' });
+      default:
+        return new AtelierError('INVALID_ARGUMENT', `could not access ${path}: ${stderr.toString('utf8').trim() || `exit ${code}`}`, { field: 'path' });
+    }
+  }
+
+  /** Reads a file of the workspace (at most 16 MiB). */
+  async readFile(id: string, path: string): Promise<Buffer> {
+    const full = this.workspacePath(path);
+    const row = await this.runnable(id);
+    const r = await this.runCaptured(row, ['/bin/sh', '-c', WorkshopService.READ_SCRIPT, 'sh', full, String(MAX_FILE_BYTES)], { maxBytes: MAX_FILE_BYTES + 1 });
+    if (r.exitCode !== 0) throw this.fileError(r.exitCode, path, r.stderr);
+    return r.stdout;
+  }
+
+  /** Writes a file of the workspace atomically (temporary file, then rename). */
+  async writeFile(id: string, path: string, content: Buffer): Promise<{ path: string; bytes: number }> {
+    const full = this.workspacePath(path);
+    if (content.length > MAX_FILE_BYTES) throw new AtelierError('PAYLOAD_TOO_LARGE', `file content is larger than ${MAX_FILE_BYTES} bytes`, { field: 'body' });
+    const row = await this.runnable(id);
+    const r = await this.runCaptured(row, ['/bin/sh', '-c', WorkshopService.WRITE_SCRIPT, 'sh', full], { stdin: content, maxBytes: 64 << 10 });
+    if (r.exitCode !== 0) throw this.fileError(r.exitCode, path, r.stderr);
+    return { path: full, bytes: content.length };
+  }
+
+  /** The workspace's changes against HEAD, and the untracked files. */
+  async gitDiff(id: string): Promise<{ diff: string; untracked: string[]; truncated: boolean }> {
+    const row = await this.runnable(id);
+    const script = 'b=HEAD; git rev-parse -q --verify HEAD >/dev/null 2>&1 || b=4b825dc642cb6eb9a060e54bf8d69288fbee4904; exec git -c core.quotepath=off diff --no-ext-diff --no-color "$b"';
+    const d = await this.runCaptured(row, ['/bin/sh', '-c', script], { maxBytes: 32 << 20 });
+    if (d.exitCode !== 0 && !d.truncated) throw new AtelierError('INVALID_ARGUMENT', `git diff failed in the workspace: ${d.stderr.toString('utf8').trim()}`);
+    const u = await this.runCaptured(row, ['git', 'ls-files', '--others', '--exclude-standard', '-z'], { maxBytes: 4 << 20 });
+    return { diff: d.stdout.toString('utf8'), untracked: u.stdout.toString('utf8').split('\0').filter(Boolean), truncated: d.truncated };
+  }
+
+  /**
+   * Brings the database and this host into agreement after a start (also after `kill -9`):
+   * half-built workshops fail cleanly, half-deleted ones finish, lost sandboxes restart, and
+   * directories or cgroups that no row claims are removed.
+   */
+  async reconcile(): Promise<void> {
+    const rows = await this.query<WorkshopRow>('SELECT * FROM workshops WHERE node_id = $1', [this.opts.nodeId]);
+    for (const row of rows) {
+      const id = row.id;
+      try {
+        if (row.status === 'Building') {
+          await this.driver.stop(id, row.sandbox);
+          await this.setStatus(id, 'Failed', 'the server stopped while this workshop was being created: delete it and create it again', null);
+        } else if (row.status === 'Deleting') {
+          await this.driver.destroy(id, row.sandbox);
+          await this.query('DELETE FROM workshops WHERE id = $1', [id]);
+        } else if (row.status === 'Running' || row.status === 'Suspended') {
+          const alive = row.sandbox !== null && this.driver.alive(row.sandbox);
+          if (alive) {
+            const frozen = this.driver.frozen(row.sandbox!);
+            if (frozen && row.status === 'Running') await this.setStatus(id, 'Suspended', null);
+            if (!frozen && row.status === 'Suspended') await this.setStatus(id, 'Running', null);
+          } else if (row.status === 'Running') {
+            await this.driver.stop(id, row.sandbox);
+            const handle = await this.driver.start({ id, uid: row.uid, hostname: row.name, limits: { cpus: row.cpus, memoryBytes: Number(row.memory_bytes), pids: row.pids } });
+            await this.setStatus(id, 'Running', 'its processes had stopped (host restart?): started afresh, files kept', handle);
+          }
+        } else if (row.status === 'Failed' && row.sandbox) {
+          await this.driver.stop(id, row.sandbox);
+          await this.setStatus(id, 'Failed', row.status_reason, null);
+        }
+      } catch (err) {
+        this.opts.log.error({ workshop: id, err: String(err) }, 'reconcile failed for a workshop');
+        await this.setStatus(id, 'Failed', `could not be recovered after a restart: ${err instanceof Error ? err.message : String(err)}`, null).catch(() => undefined);
+      }
+    }
+    const known = new Set((await this.query<{ id: string }>('SELECT id FROM workshops')).map((r) => r.id));
+    for (const id of this.driver.localIds()) {
+      if (known.has(id)) continue;
+      this.opts.log.warn({ workshop: id }, 'removing an orphan workshop directory or cgroup');
+      await this.driver.destroy(id, null);
+    }
+  }
+}
