@@ -1,6 +1,6 @@
 import { execFile } from 'node:child_process';
-import { realpathSync, statSync } from 'node:fs';
-import { isAbsolute, sep } from 'node:path';
+import { existsSync, realpathSync, statSync } from 'node:fs';
+import { isAbsolute, join, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { AtelierError } from '../core/index.js';
 
@@ -53,6 +53,10 @@ export function resolveRepoSource(repo: string, allowRoots: string[]): RepoSourc
     throw new AtelierError('REPO_REFUSED', `repo ${path} is outside the directories this server allows (${roots.join(', ')}); the admin can add one with --allow-repo-root`, { field: 'repo', allowed: roots });
   }
   if (!statSync(real).isDirectory()) throw new AtelierError('REPO_NOT_FOUND', `repo ${path} is not a directory`, { field: 'repo' });
+  const isBare = existsSync(join(real, 'HEAD')) && existsSync(join(real, 'objects'));
+  if (!existsSync(join(real, '.git')) && !isBare) {
+    throw new AtelierError('REPO_NOT_FOUND', `${path} is not a git repository (run \`git init && git add -A && git commit -m init\` there first)`, { field: 'repo' });
+  }
   return { kind: 'local', path: real, display: path };
 }
 

@@ -1,0 +1,176 @@
+import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, mkdirSync, writeFileSync } from 'node:fs';
+import { join, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const REPO_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+export const BIN = join(REPO_ROOT, 'bin', 'atelier');
+
+export interface CliResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+export interface ApiResult<T = unknown> {
+  status: number;
+  body: T;
+}
+
+/** A real `atelier server start` process in a temporary data dir, with helpers to drive it. */
+export class TestServer {
+  url = '';
+  token = '';
+  proc: ChildProcess | undefined;
+  log = '';
+
+  constructor(
+    readonly dataDir: string,
+    readonly extraArgs: string[] = [],
+  ) {}
+
+  static async start(opts: { databaseUrl?: string; args?: string[] } = {}): Promise<TestServer> {
+    const dir = mkdtempSync('/tmp/atelier-test-');
+    const args = [...(opts.databaseUrl ? ['--database-url', opts.databaseUrl] : []), ...(opts.args ?? [])];
+    const s = new TestServer(dir, args);
+    await s.boot();
+    return s;
+  }
+
+  get configDir(): string {
+    return join(this.dataDir, 'config');
+  }
+
+  env(): NodeJS.ProcessEnv {
+    return { PATH: process.env.PATH, HOME: process.env.HOME, ATELIER_CONFIG_DIR: this.configDir, ATELIER_LOG_LEVEL: 'warn', ATELIER_URL: this.url, ATELIER_TOKEN: this.token };
+  }
+
+  /** Starts (or restarts) the server process and waits for /healthz. */
+  async boot(): Promise<void> {
+    const credentials = join(this.dataDir, 'credentials.txt');
+    const before = existsSync(credentials) ? readFileSync(credentials, 'utf8') : '';
+    rmSync(credentials, { force: true });
+    const proc = spawn(process.execPath, [BIN, 'server', 'start', '--data-dir', this.dataDir, '--listen', '127.0.0.1:0', '--allow-repo-root', '/tmp', ...this.extraArgs], {
+      env: { PATH: process.env.PATH, HOME: process.env.HOME, ATELIER_CONFIG_DIR: this.configDir, ATELIER_LOG_LEVEL: 'warn' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    this.proc = proc;
+    proc.stdout!.on('data', (c: Buffer) => (this.log += c.toString()));
+    proc.stderr!.on('data', (c: Buffer) => (this.log += c.toString()));
+    const deadline = Date.now() + 60_000;
+    while (!existsSync(credentials)) {
+      if (proc.exitCode !== null) throw new Error(`server exited (${proc.exitCode}):\n${this.log}`);
+      if (Date.now() > deadline) throw new Error(`server did not start:\n${this.log}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const text = readFileSync(credentials, 'utf8');
+    this.url = /^url: (\S+)/m.exec(text)![1]!;
+    const token = /^token: (atl_\S+)/m.exec(text)?.[1] ?? /^token: (atl_\S+)/m.exec(before)?.[1];
+    if (token) this.token = token;
+    const res = await fetch(`${this.url}/healthz`);
+    if (res.status !== 200) throw new Error(`healthz ${res.status}`);
+  }
+
+  /** SIGTERM (clean shutdown) or SIGKILL, then waits for the process to exit. */
+  async stop(signal: NodeJS.Signals = 'SIGTERM'): Promise<number | null> {
+    const proc = this.proc;
+    if (!proc || proc.exitCode !== null || proc.signalCode !== null) return proc?.exitCode ?? null;
+    const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
+    proc.kill(signal);
+    return exited;
+  }
+
+  async api<T = unknown>(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<ApiResult<T>> {
+    const init: RequestInit = { method, headers: { authorization: `Bearer ${this.token}`, accept: 'application/json', ...headers } };
+    if (body !== undefined) {
+      if (Buffer.isBuffer(body)) {
+        init.body = body;
+        (init.headers as Record<string, string>)['content-type'] = 'application/octet-stream';
+      } else {
+        init.body = typeof body === 'string' ? body : JSON.stringify(body);
+        (init.headers as Record<string, string>)['content-type'] ??= 'application/json';
+      }
+    }
+    const res = await fetch(`${this.url}${path}`, init);
+    const text = await res.text();
+    let parsed: unknown = text;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      // raw
+    }
+    return { status: res.status, body: parsed as T };
+  }
+
+  /** Runs the real CLI against this server. */
+  cli(args: string[], opts: { input?: string; env?: NodeJS.ProcessEnv } = {}): Promise<CliResult> {
+    return new Promise((resolve) => {
+      const p = spawn(process.execPath, [BIN, ...args], { env: { ...this.env(), ...opts.env }, stdio: ['pipe', 'pipe', 'pipe'] });
+      let stdout = '';
+      let stderr = '';
+      p.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+      p.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+      p.stdin.end(opts.input ?? '');
+      p.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
+    });
+  }
+
+  async createWorkshop(body: Record<string, unknown>): Promise<{ id: string; status: string; statusReason: string | null; [k: string]: unknown }> {
+    const r = await this.api<{ id: string; status: string; statusReason: string | null }>('POST', '/v1/workshops', body);
+    if (r.status !== 201) throw new Error(`create failed: ${r.status} ${JSON.stringify(r.body)}`);
+    return r.body;
+  }
+
+  async exec(id: string, command: string[], extra: Record<string, unknown> = {}): Promise<{ exitCode: number; stdout: string; stderr: string }> {
+    const r = await this.api<{ exitCode: number; stdout: string; stderr: string }>('POST', `/v1/workshops/${id}/exec`, { command, ...extra });
+    if (r.status !== 200) throw new Error(`exec failed: ${r.status} ${JSON.stringify(r.body)}`);
+    return r.body;
+  }
+
+  /** Deletes every workshop, stops the server, removes the data dir. */
+  async dispose(): Promise<void> {
+    try {
+      if (this.proc && this.proc.exitCode === null && this.proc.signalCode === null) {
+        const list = await this.api<{ items: { id: string }[] }>('GET', '/v1/workshops');
+        for (const w of list.body.items ?? []) await this.api('DELETE', `/v1/workshops/${w.id}`);
+      }
+    } finally {
+      await this.stop();
+      killStrays(this.dataDir);
+      rmSync(this.dataDir, { recursive: true, force: true });
+    }
+  }
+}
+
+/** Last resort: kills any sandbox whose command line names this data dir (a failed test's leftovers). */
+export function killStrays(dataDir: string): void {
+  try {
+    execFileSync('pkill', ['-9', '-f', '--', `--bind ${dataDir}/workshops/`], { stdio: 'ignore' });
+  } catch {
+    // none
+  }
+  const nodeFile = join(dataDir, 'node-id');
+  if (!existsSync(nodeFile)) return;
+  const node = readFileSync(nodeFile, 'utf8').trim();
+  try {
+    execFileSync('sh', ['-c', `find /sys/fs/cgroup -depth -type d -path "*/atelier/${node}*" 2>/dev/null | while read d; do [ -f "$d/freezer.state" ] && echo THAWED > "$d/freezer.state"; for p in $(cat "$d/cgroup.procs" 2>/dev/null); do kill -9 $p 2>/dev/null; done; rmdir "$d" 2>/dev/null; done; true`]);
+  } catch {
+    // nothing left
+  }
+}
+
+/** A git repository in a temporary directory under /tmp, with the given files committed. */
+export function makeRepo(files: Record<string, string> = { 'README.md': '# test\n' }): string {
+  const dir = mkdtempSync('/tmp/atelier-repo-');
+  for (const [name, content] of Object.entries(files)) {
+    mkdirSync(dirname(join(dir, name)), { recursive: true });
+    writeFileSync(join(dir, name), content);
+  }
+  const git = (...args: string[]): void => {
+    execFileSync('git', ['-c', 'user.email=test@example.com', '-c', 'user.name=test', ...args], { cwd: dir, stdio: 'ignore' });
+  };
+  git('init', '-q', '-b', 'main');
+  git('add', '-A');
+  git('commit', '-qm', 'initial');
+  return dir;
+}
