@@ -18,5 +18,7 @@ let files = [...find('src'), ...find('test')].sort();
 if (filter.length > 0) files = files.filter((f) => filter.some((x) => f.includes(x)));
 const build = spawnSync('npm', ['run', '-s', 'build'], { stdio: 'inherit' });
 if (build.status !== 0) process.exit(build.status ?? 1);
-const run = spawnSync(process.execPath, ['--import', 'tsx', '--test', '--test-concurrency=2', '--test-timeout=300000', ...files], { stdio: 'inherit' });
+const run = spawnSync(process.execPath, ['--import', 'tsx', '--test', '--test-concurrency=2', '--test-timeout=300000', ...files], {
+  stdio: 'inherit',
+});
 process.exit(run.status ?? 1);

@@ -41,12 +41,26 @@ describe('isolation from inside a workshop', () => {
   });
 
   it("cannot see the host's secrets, the server's data or other workshops", async () => {
-    const paths = ['/etc/shadow', '/etc/gshadow', '/root', '/etc/ssl/private', '/etc/npmrc', '/etc/pip.conf', server.dataDir, `${server.dataDir}/credentials.txt`, '/var/lib/postgresql', '/home/atelier/../../root'];
+    const paths = [
+      '/etc/shadow',
+      '/etc/gshadow',
+      '/root',
+      '/etc/ssl/private',
+      '/etc/npmrc',
+      '/etc/pip.conf',
+      server.dataDir,
+      `${server.dataDir}/credentials.txt`,
+      '/var/lib/postgresql',
+      '/home/atelier/../../root',
+    ];
     const r = await sh(a.id, paths.map((p) => `if [ -e '${p}' ]; then echo "VISIBLE ${p}"; fi`).join('; '));
     assert.equal(r.stdout, '', `visible inside: ${r.stdout}`);
     // Only its own processes exist in its PID namespace.
     await sh(b.id, 'sleep 300 >/dev/null 2>&1 & echo started');
-    const ps = await sh(a.id, 'ls /proc | grep -E "^[0-9]+$" | while read p; do cat /proc/$p/cmdline 2>/dev/null | tr "\\0" " "; echo; done');
+    const ps = await sh(
+      a.id,
+      'ls /proc | grep -E "^[0-9]+$" | while read p; do cat /proc/$p/cmdline 2>/dev/null | tr "\\0" " "; echo; done',
+    );
     assert.doesNotMatch(ps.stdout, /sleep 300/);
     assert.doesNotMatch(ps.stdout, /atelier server|postgres/);
     const env = await sh(a.id, 'env');
@@ -54,14 +68,21 @@ describe('isolation from inside a workshop', () => {
   });
 
   it('can write only to /workspace, /tmp and its home', async () => {
-    const r = await sh(a.id, 'for p in / /etc /usr /usr/local /var /run /dev /proc/sys/kernel; do touch "$p/x-atelier" 2>/dev/null && echo "WROTE $p"; done; touch /workspace/ok /tmp/ok /home/atelier/ok && echo fine');
+    const r = await sh(
+      a.id,
+      'for p in / /etc /usr /usr/local /var /run /dev /proc/sys/kernel; do touch "$p/x-atelier" 2>/dev/null && echo "WROTE $p"; done; touch /workspace/ok /tmp/ok /home/atelier/ok && echo fine',
+    );
     assert.equal(r.stdout, 'fine\n');
   });
 
   it('has no network: only loopback, no route, host services unreachable', async () => {
     const r = await sh(a.id, 'cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d " "; echo routes=$(tail -n +2 /proc/net/route | wc -l)');
     assert.equal(r.stdout, 'lo\nroutes=0\n');
-    const tcp = await server.exec(a.id, ['python3', '-c', `import socket\nfor host in ['127.0.0.1', '::1']:\n    try:\n        socket.create_connection((host, ${hostPort}), timeout=2); print('CONNECTED', host)\n    except OSError as e: print('refused', host)\n# connect() on UDP only looks up a route (no packet is sent): there is none.\ntry:\n    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.connect(('192.0.2.1', 53)); print('UDP ROUTE')\nexcept OSError: print('udp blocked')\n`]);
+    const tcp = await server.exec(a.id, [
+      'python3',
+      '-c',
+      `import socket\nfor host in ['127.0.0.1', '::1']:\n    try:\n        socket.create_connection((host, ${hostPort}), timeout=2); print('CONNECTED', host)\n    except OSError as e: print('refused', host)\n# connect() on UDP only looks up a route (no packet is sent): there is none.\ntry:\n    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.connect(('192.0.2.1', 53)); print('UDP ROUTE')\nexcept OSError: print('udp blocked')\n`,
+    ]);
     assert.equal(tcp.stdout, 'refused 127.0.0.1\nrefused ::1\nudp blocked\n', tcp.stderr);
     const srv = await sh(a.id, `python3 -c "import urllib.request as u; u.urlopen('${server.url}/healthz', timeout=2)" 2>&1 | tail -1`);
     assert.match(srv.stdout, /Connection refused|URLError/);

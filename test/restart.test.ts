@@ -90,7 +90,9 @@ describe('server restarts', () => {
     await server.stop('SIGKILL');
     // Simulate a row lost with its sandbox still around (e.g. a restored database backup).
     const pgsock = join(server.dataDir, 'pgsock');
-    execFileSync('psql', ['-h', pgsock, '-U', 'atelier', '-d', 'atelier', '-c', `DELETE FROM workshops WHERE id = '${w.id}'`], { stdio: 'ignore' });
+    execFileSync('psql', ['-h', pgsock, '-U', 'atelier', '-d', 'atelier', '-c', `DELETE FROM workshops WHERE id = '${w.id}'`], {
+      stdio: 'ignore',
+    });
     await server.boot();
     assert.equal(sandboxProcesses(server.dataDir, w.id), 0);
     assert.ok(!existsSync(join(server.dataDir, 'workshops', w.id)));
@@ -100,7 +102,13 @@ describe('server restarts', () => {
     const server = await TestServer.start();
     servers.push(server);
     const pgDir = join(server.dataDir, 'pg');
-    const pgCtl = join(readdirSync('/usr/lib/postgresql').sort().reverse().map((v) => `/usr/lib/postgresql/${v}/bin`)[0]!, 'pg_ctl');
+    const pgCtl = join(
+      readdirSync('/usr/lib/postgresql')
+        .sort()
+        .reverse()
+        .map((v) => `/usr/lib/postgresql/${v}/bin`)[0]!,
+      'pg_ctl',
+    );
     const uid = Number(execFileSync('id', ['-u', 'postgres']).toString());
     const gid = Number(execFileSync('id', ['-g', 'postgres']).toString());
     execFileSync(pgCtl, ['-D', pgDir, '-m', 'immediate', 'stop'], { uid, gid, cwd: '/', stdio: 'ignore' });
@@ -120,7 +128,10 @@ describe('server restarts', () => {
   it('refuses a second server on the same data dir', async () => {
     const server = await TestServer.start();
     servers.push(server);
-    const out = execFileSync('sh', ['-c', `node bin/atelier server start --data-dir ${server.dataDir} --listen 127.0.0.1:0 2>&1; echo rc=$?`]).toString();
+    const out = execFileSync('sh', [
+      '-c',
+      `node bin/atelier server start --data-dir ${server.dataDir} --listen 127.0.0.1:0 2>&1; echo rc=$?`,
+    ]).toString();
     assert.match(out, /already uses/);
     assert.match(out, /rc=1/);
   });

@@ -5,7 +5,16 @@ import { join } from 'node:path';
 import { TestServer, makeRepo } from './helpers/server.js';
 import { ExternalPostgres } from './helpers/postgres.js';
 
-type W = { id: string; name: string; status: string; statusReason: string | null; warnings: string[]; forwardPorts: number[]; budgetUsd: number | null; limits: { cpus: number; memoryBytes: number; pids: number } };
+type W = {
+  id: string;
+  name: string;
+  status: string;
+  statusReason: string | null;
+  warnings: string[];
+  forwardPorts: number[];
+  budgetUsd: number | null;
+  limits: { cpus: number; memoryBytes: number; pids: number };
+};
 
 // One contract, two databases: the embedded cluster and an external PostgreSQL.
 for (const mode of ['embedded', 'external'] as const) {
@@ -25,7 +34,22 @@ for (const mode of ['embedded', 'external'] as const) {
     });
 
     it('creates a running workshop, lists it and shows its status', async () => {
-      const r = await server.cli(['workshops', 'create', '--repo', repo, '--name', `demo-${mode}`, '--budget', '12.5', '--cpus', '1', '--memory', '512m', '-o', 'json']);
+      const r = await server.cli([
+        'workshops',
+        'create',
+        '--repo',
+        repo,
+        '--name',
+        `demo-${mode}`,
+        '--budget',
+        '12.5',
+        '--cpus',
+        '1',
+        '--memory',
+        '512m',
+        '-o',
+        'json',
+      ]);
       assert.equal(r.code, 0, r.stderr);
       const w = JSON.parse(r.stdout) as W & { createdAt: string };
       assert.match(w.id, /^ws-[0-9a-z]{8}$/);
@@ -48,7 +72,18 @@ for (const mode of ['embedded', 'external'] as const) {
 
     it('exec streams output, separates stderr and returns the exit code (CLI and API)', async () => {
       const w = await server.createWorkshop({ repo });
-      const r = await server.cli(['exec', w.id, '--cwd', 'src', '--env', 'GREETING=hello world', '--', 'sh', '-c', 'echo "$GREETING from $(pwd)"; echo oops >&2; exit 7']);
+      const r = await server.cli([
+        'exec',
+        w.id,
+        '--cwd',
+        'src',
+        '--env',
+        'GREETING=hello world',
+        '--',
+        'sh',
+        '-c',
+        'echo "$GREETING from $(pwd)"; echo oops >&2; exit 7',
+      ]);
       assert.equal(r.code, 7);
       assert.equal(r.stdout, 'hello world from /workspace/src\n');
       assert.equal(r.stderr, 'oops\n');
@@ -80,7 +115,9 @@ for (const mode of ['embedded', 'external'] as const) {
       const w = await server.createWorkshop({ repo });
       const put = await server.api('PUT', `/v1/workshops/${w.id}/files?path=notes/todo.txt`, Buffer.from('first line\n'));
       assert.equal(put.status, 200, JSON.stringify(put.body));
-      const get = await fetch(`${server.url}/v1/workshops/${w.id}/files?path=notes/todo.txt`, { headers: { authorization: `Bearer ${server.token}` } });
+      const get = await fetch(`${server.url}/v1/workshops/${w.id}/files?path=notes/todo.txt`, {
+        headers: { authorization: `Bearer ${server.token}` },
+      });
       assert.equal(await get.text(), 'first line\n');
       await server.api('PUT', `/v1/workshops/${w.id}/files?path=README.md`, Buffer.from('# changed\n'));
 
@@ -109,7 +146,11 @@ for (const mode of ['embedded', 'external'] as const) {
 
     it('suspends and resumes a workshop with its processes, memory and files intact', async () => {
       const w = await server.createWorkshop({ repo });
-      await server.exec(w.id, ['sh', '-c', 'echo kept > state.txt; (i=0; while true; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.05; done) >/dev/null 2>&1 & echo $! > /tmp/loop.pid']);
+      await server.exec(w.id, [
+        'sh',
+        '-c',
+        'echo kept > state.txt; (i=0; while true; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.05; done) >/dev/null 2>&1 & echo $! > /tmp/loop.pid',
+      ]);
       const pidBefore = (await server.exec(w.id, ['cat', '/tmp/loop.pid'])).stdout;
 
       const stop = await server.cli(['workshops', 'stop', w.id, '-o', 'json']);
@@ -217,7 +258,9 @@ for (const mode of ['embedded', 'external'] as const) {
         const r = await server.api<{ code: string }>('POST', `/v1/workshops/${encodeURIComponent(id)}/exec`, { command: ['true'] });
         assert.equal(r.status, 404, id);
       }
-      const emptyCmd = await server.api<{ code: string; details: { field: string } }>('POST', `/v1/workshops/ws-00000000/exec`, { command: [] });
+      const emptyCmd = await server.api<{ code: string; details: { field: string } }>('POST', `/v1/workshops/ws-00000000/exec`, {
+        command: [],
+      });
       assert.equal(emptyCmd.status, 400);
       assert.equal(emptyCmd.body.details.field, 'command');
       const anon = await fetch(`${server.url}/v1/workshops`);

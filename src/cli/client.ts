@@ -14,10 +14,17 @@ export async function resolveTarget(config: Config, contextFlag: string | undefi
   const cc = await readClientConfig(config.configDir);
   const name = contextFlag ?? config.context ?? cc.currentContext;
   if (!name) {
-    throw new AtelierError('UNAUTHENTICATED', `no Atelier context is configured in ${config.configDir}: start a server on this machine with \`atelier server start\`, or set ATELIER_URL and ATELIER_TOKEN`);
+    throw new AtelierError(
+      'UNAUTHENTICATED',
+      `no Atelier context is configured in ${config.configDir}: start a server on this machine with \`atelier server start\`, or set ATELIER_URL and ATELIER_TOKEN`,
+    );
   }
   const ctx = cc.contexts.find((c) => c.name === name);
-  if (!ctx) throw new AtelierError('NOT_FOUND', `context "${name}" does not exist: known contexts are ${cc.contexts.map((c) => c.name).join(', ') || '(none)'}`);
+  if (!ctx)
+    throw new AtelierError(
+      'NOT_FOUND',
+      `context "${name}" does not exist: known contexts are ${cc.contexts.map((c) => c.name).join(', ') || '(none)'}`,
+    );
   return { context: name, url: ctx.url, token: config.token ?? readToken(config.configDir, name) };
 }
 
@@ -44,7 +51,12 @@ export function request(target: Target, opts: RequestOptions): Promise<http.Inco
     const req = lib.request(url, { method: opts.method, headers }, resolve);
     req.on('error', (err: NodeJS.ErrnoException) => {
       if (err.code === 'ECONNREFUSED' || err.code === 'ENOTFOUND' || err.code === 'EHOSTUNREACH') {
-        reject(new AtelierError('UNAVAILABLE', `cannot reach the Atelier server at ${target.url} (context ${target.context}): is it running? Start it with \`atelier server start\``));
+        reject(
+          new AtelierError(
+            'UNAVAILABLE',
+            `cannot reach the Atelier server at ${target.url} (context ${target.context}): is it running? Start it with \`atelier server start\``,
+          ),
+        );
       } else reject(new AtelierError('UNAVAILABLE', `request to ${target.url} failed: ${err.message}`));
     });
     req.end(payload);

@@ -10,7 +10,7 @@ async function main(argv: string[]): Promise<number> {
   }
   // Everything heavier than package.json loads only past this point: `--version` stays instant.
   const { Command, Option, CommanderError } = await import('commander');
-  const { loadConfig } = await import('../core/config.js');
+  const { loadConfig } = await import('../core/index.js');
   const config = loadConfig();
   const { createCommandContext } = await import('./context.js');
   const { render } = await import('./output.js');
@@ -36,7 +36,10 @@ async function main(argv: string[]): Promise<number> {
     .option('--data-dir <dir>', 'data directory (default: ATELIER_DATA_DIR, then /var/lib/atelier as root or $XDG_DATA_HOME/atelier)')
     .option('--listen <host:port>', 'address to listen on (default 127.0.0.1:7878)')
     .option('--database-url <url>', 'external PostgreSQL (default: embedded)')
-    .option('--allow-repo-root <dir...>', 'directories local repositories may be cloned from (default: your home and the current directory)')
+    .option(
+      '--allow-repo-root <dir...>',
+      'directories local repositories may be cloned from (default: your home and the current directory)',
+    )
     .action(async (flags) => {
       const { serverStart } = await import('./commands/server/start.js');
       exitCode = await serverStart(config, flags as object, VERSION);
@@ -59,7 +62,9 @@ async function main(argv: string[]): Promise<number> {
       const w = await createWorkshop(c, flags as { repo: string });
       await render(c.output, w, () => workshopDetail(w));
       if (w.status === 'Failed') {
-        process.stderr.write(`error: workshop ${w.id} failed: ${w.statusReason ?? 'unknown reason'}; remove it with \`atelier workshops delete ${w.id}\`\n`);
+        process.stderr.write(
+          `error: workshop ${w.id} failed: ${w.statusReason ?? 'unknown reason'}; remove it with \`atelier workshops delete ${w.id}\`\n`,
+        );
         exitCode = 1;
       }
     });
@@ -103,7 +108,7 @@ async function main(argv: string[]): Promise<number> {
     .description('run a command in a workshop: atelier exec ID -- CMD [ARGS...]; exits with its exit code')
     .option('--cwd <dir>', 'working directory (relative to /workspace)')
     .option('-e, --env <KEY=VALUE...>', 'environment variables', [])
-    .option('-i, --interactive', 'send this terminal\'s standard input (read to the end) to the command')
+    .option('-i, --interactive', "send this terminal's standard input (read to the end) to the command")
     .option('--timeout <seconds>', 'kill the command after this many seconds (exit code 124)')
     .action(async (id: string, command: string[], flags) => {
       const { execCommand } = await import('./commands/exec/run.js');

@@ -44,7 +44,8 @@ export async function readClientConfig(dir: string): Promise<ClientConfig> {
     throw new Error(`${path} is not valid YAML (${(err as Error).message.split('\n')[0]}): fix it or move it away`);
   }
   const d = (doc ?? {}) as { version?: unknown; 'current-context'?: unknown; contexts?: unknown };
-  if (d.version !== undefined && d.version !== 1) throw new Error(`${path} has version ${String(d.version)}, which this atelier does not know: upgrade atelier`);
+  if (d.version !== undefined && d.version !== 1)
+    throw new Error(`${path} has version ${String(d.version)}, which this atelier does not know: upgrade atelier`);
   const contexts: ClientContext[] = [];
   if (Array.isArray(d.contexts)) {
     for (const c of d.contexts as { name?: unknown; url?: unknown }[]) {

@@ -24,10 +24,16 @@ export type CreateWorkshopRequest = z.infer<typeof CreateWorkshopRequest>;
 
 export const ExecRequest = z
   .object({
-    command: z.array(z.string().max(1 << 20)).min(1, 'command must have at least one element').max(4096),
+    command: z
+      .array(z.string().max(1 << 20))
+      .min(1, 'command must have at least one element')
+      .max(4096),
     cwd: z.string().max(4096).optional(),
     env: z.record(envName, z.string().max(1 << 20)).optional(),
-    stdin: z.string().max(64 << 20).optional(),
+    stdin: z
+      .string()
+      .max(64 << 20)
+      .optional(),
     timeoutSeconds: z.number().positive().max(86400).optional(),
   })
   .strict();

@@ -28,7 +28,11 @@ export function findPgBinDir(explicit: string | undefined): string {
     return explicit;
   }
   const base = '/usr/lib/postgresql';
-  const versions = existsSync(base) ? readdirSync(base).filter((v) => /^\d+$/.test(v)).sort((a, b) => Number(b) - Number(a)) : [];
+  const versions = existsSync(base)
+    ? readdirSync(base)
+        .filter((v) => /^\d+$/.test(v))
+        .sort((a, b) => Number(b) - Number(a))
+    : [];
   for (const v of versions) if (existsSync(join(base, v, 'bin', 'initdb'))) return join(base, v, 'bin');
   throw new Error('PostgreSQL server binaries not found: install them with `sudo apt-get install -y postgresql`, or give --database-url');
 }
@@ -41,7 +45,9 @@ async function postgresUser(isRoot: boolean): Promise<RunAs | undefined> {
     const gid = Number((await run('id', ['-g', 'postgres'])).stdout.trim());
     return { uid, gid, name: 'postgres' };
   } catch {
-    throw new Error('the embedded database must run as an unprivileged user and there is no `postgres` user: run `sudo apt-get install -y postgresql`, or give --database-url');
+    throw new Error(
+      'the embedded database must run as an unprivileged user and there is no `postgres` user: run `sudo apt-get install -y postgresql`, or give --database-url',
+    );
   }
 }
 
@@ -86,12 +92,17 @@ export async function startEmbeddedPostgres(opts: {
 
   if (!existsSync(join(pgDir, 'PG_VERSION'))) {
     // initdb into a scratch directory, then rename: a crash half-way never leaves a broken `pg`.
-    for (const entry of readdirSync(opts.dataDir)) if (entry.startsWith('pg.init-')) rmSync(join(opts.dataDir, entry), { recursive: true, force: true });
+    for (const entry of readdirSync(opts.dataDir))
+      if (entry.startsWith('pg.init-')) rmSync(join(opts.dataDir, entry), { recursive: true, force: true });
     const scratch = join(opts.dataDir, `pg.init-${randomBytes(4).toString('hex')}`);
     mkdirSync(scratch, { mode: 0o700 });
     own(scratch);
     opts.log('creating the embedded PostgreSQL cluster');
-    await run(join(bin, 'initdb'), ['-D', scratch, '-U', 'atelier', '--auth=trust', '--encoding=UTF8', '--no-locale', '--no-sync', '--no-instructions'], spawnOpts);
+    await run(
+      join(bin, 'initdb'),
+      ['-D', scratch, '-U', 'atelier', '--auth=trust', '--encoding=UTF8', '--no-locale', '--no-sync', '--no-instructions'],
+      spawnOpts,
+    );
     appendFileSync(
       join(scratch, 'postgresql.conf'),
       [
@@ -111,15 +122,17 @@ export async function startEmbeddedPostgres(opts: {
 
   const logFile = join(pgDir, 'server.log');
   const start = async (): Promise<void> => {
-    await run(join(bin, 'pg_ctl'), ['-D', pgDir, '-l', logFile, '-w', '-t', '60', 'start'], spawnOpts).catch((err: Error & { stderr?: string }) => {
-      let tail = '';
-      try {
-        tail = readFileSync(logFile, 'utf8').split('\n').slice(-8).join('\n');
-      } catch {
-        // no log yet
-      }
-      throw new Error(`the embedded PostgreSQL did not start: ${err.stderr?.trim() || err.message}\n${tail}`);
-    });
+    await run(join(bin, 'pg_ctl'), ['-D', pgDir, '-l', logFile, '-w', '-t', '60', 'start'], spawnOpts).catch(
+      (err: Error & { stderr?: string }) => {
+        let tail = '';
+        try {
+          tail = readFileSync(logFile, 'utf8').split('\n').slice(-8).join('\n');
+        } catch {
+          // no log yet
+        }
+        throw new Error(`the embedded PostgreSQL did not start: ${err.stderr?.trim() || err.message}\n${tail}`);
+      },
+    );
   };
 
   const pidFile = join(pgDir, 'postmaster.pid');

@@ -13,14 +13,21 @@ export function isUnavailable(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
   const code = (err as { code?: string }).code;
   if (code && (UNAVAILABLE_SQLSTATES.has(code) || UNAVAILABLE_ERRNO.has(code))) return true;
-  return /Connection terminated|connection timeout|Client has encountered a connection error|the database system is (starting|shutting) down/i.test(err.message);
+  return /Connection terminated|connection timeout|Client has encountered a connection error|the database system is (starting|shutting) down/i.test(
+    err.message,
+  );
 }
 
 /** Wraps connection-level failures as DATABASE_UNAVAILABLE; other errors pass through. */
 export function asDatabaseError(err: unknown): unknown {
   if (err instanceof AtelierError) return err;
   if (isUnavailable(err)) {
-    return new AtelierError('DATABASE_UNAVAILABLE', 'the database is unavailable; Atelier retries by itself, try again in a few seconds', undefined, { cause: err });
+    return new AtelierError(
+      'DATABASE_UNAVAILABLE',
+      'the database is unavailable; Atelier retries by itself, try again in a few seconds',
+      undefined,
+      { cause: err },
+    );
   }
   return err;
 }

@@ -69,10 +69,7 @@ export function procsFiles(paths: CgroupPaths): string[] {
 
 export function tasks(paths: CgroupPaths): number[] {
   try {
-    return readFileSync(join(paths.pids, 'cgroup.procs'), 'utf8')
-      .split('\n')
-      .filter(Boolean)
-      .map(Number);
+    return readFileSync(join(paths.pids, 'cgroup.procs'), 'utf8').split('\n').filter(Boolean).map(Number);
   } catch {
     return [];
   }

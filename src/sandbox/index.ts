@@ -1,14 +1,6 @@
 export { cgroupBase, cgroupSupport, createCgroups, freeze, isFrozen, memoryUsage, thaw } from './cgroups.js';
 export type { CgroupPaths } from './cgroups.js';
-export {
-  execInSandbox,
-  isSandboxAlive,
-  killSandbox,
-  prepareLayout,
-  processStartTime,
-  sandboxLayout,
-  startSandbox,
-} from './launcher.js';
+export { execInSandbox, isSandboxAlive, killSandbox, prepareLayout, processStartTime, sandboxLayout, startSandbox } from './launcher.js';
 export type { ExecSpec, SandboxHandle, SandboxLayout, SandboxSpec } from './launcher.js';
 export { inspectIsolation } from './privileges.js';
 export type { IsolationReport } from './privileges.js';

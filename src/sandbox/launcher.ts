@@ -49,8 +49,7 @@ export interface SandboxHandle {
 /** The uid processes have inside a sandbox that runs in a user namespace (not root mode). */
 const USERNS_UID = 1000;
 
-const CGROUP_ENTER =
-  'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 111; shift; n=$((n-1)); done; exec "$@"';
+const CGROUP_ENTER = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 111; shift; n=$((n-1)); done; exec "$@"';
 
 function inCgroups(cgroups: CgroupPaths | null, argv: string[]): string[] {
   if (!cgroups) return argv;
@@ -60,8 +59,14 @@ function inCgroups(cgroups: CgroupPaths | null, argv: string[]): string[] {
 
 function dropPrivileges(uid: number): string[] {
   return [
-    'setpriv', `--reuid=${uid}`, `--regid=${uid}`, '--clear-groups',
-    '--inh-caps=-all', '--bounding-set=-all', '--no-new-privs', '--',
+    'setpriv',
+    `--reuid=${uid}`,
+    `--regid=${uid}`,
+    '--clear-groups',
+    '--inh-caps=-all',
+    '--bounding-set=-all',
+    '--no-new-privs',
+    '--',
   ];
 }
 
@@ -81,26 +86,56 @@ export function prepareLayout(spec: SandboxSpec): SandboxLayout {
 
 function bwrapArgs(spec: SandboxSpec, layout: SandboxLayout): string[] {
   const args = [
-    '--unshare-pid', '--unshare-net', '--unshare-ipc', '--unshare-uts', '--unshare-cgroup-try',
-    '--hostname', spec.hostname,
+    '--unshare-pid',
+    '--unshare-net',
+    '--unshare-ipc',
+    '--unshare-uts',
+    '--unshare-cgroup-try',
+    '--hostname',
+    spec.hostname,
     // Parents that bwrap would otherwise create 0700 (unreadable by the workshop uid).
-    '--perms', '0755', '--dir', '/etc',
-    '--perms', '0755', '--dir', '/home',
+    '--perms',
+    '0755',
+    '--dir',
+    '/etc',
+    '--perms',
+    '0755',
+    '--dir',
+    '/home',
     ...rootfsArgs(),
   ];
   for (const name of ['passwd', 'group', 'hosts', 'hostname', 'resolv.conf']) {
     args.push('--ro-bind', join(layout.etc, name), `/etc/${name}`);
   }
   args.push(
-    '--proc', '/proc',
-    '--dev', '/dev',
-    '--bind', layout.workspace, '/workspace',
-    '--bind', layout.tmp, '/tmp',
-    '--bind', layout.home, '/home/atelier',
-    '--perms', '0755', '--size', String(16 << 20), '--tmpfs', '/run',
-    '--dir', '/var', '--symlink', '../tmp', '/var/tmp',
-    '--chdir', '/workspace',
-    '--info-fd', '3',
+    '--proc',
+    '/proc',
+    '--dev',
+    '/dev',
+    '--bind',
+    layout.workspace,
+    '/workspace',
+    '--bind',
+    layout.tmp,
+    '/tmp',
+    '--bind',
+    layout.home,
+    '/home/atelier',
+    '--perms',
+    '0755',
+    '--size',
+    String(16 << 20),
+    '--tmpfs',
+    '/run',
+    '--dir',
+    '/var',
+    '--symlink',
+    '../tmp',
+    '/var/tmp',
+    '--chdir',
+    '/workspace',
+    '--info-fd',
+    '3',
   );
   if (!spec.privileged) {
     args.push('--unshare-user', '--uid', String(USERNS_UID), '--gid', String(USERNS_UID), '--disable-userns', '--cap-drop', 'ALL');

@@ -28,8 +28,19 @@ export function buildApp(deps: AppDeps): FastifyInstance {
 
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'atelier_' });
-  const requests = new Counter({ name: 'atelier_http_requests_total', help: 'HTTP requests by route and status', labelNames: ['method', 'route', 'status'], registers: [registry] });
-  const duration = new Histogram({ name: 'atelier_http_request_duration_seconds', help: 'HTTP request duration', labelNames: ['method', 'route'], buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5], registers: [registry] });
+  const requests = new Counter({
+    name: 'atelier_http_requests_total',
+    help: 'HTTP requests by route and status',
+    labelNames: ['method', 'route', 'status'],
+    registers: [registry],
+  });
+  const duration = new Histogram({
+    name: 'atelier_http_request_duration_seconds',
+    help: 'HTTP request duration',
+    labelNames: ['method', 'route'],
+    buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5],
+    registers: [registry],
+  });
   new Gauge({
     name: 'atelier_workshops',
     help: 'Workshops on this server by status',

@@ -20,7 +20,11 @@ declare module 'fastify' {
 export async function authenticate(pool: Pool, request: FastifyRequest): Promise<Principal> {
   const header = request.headers.authorization;
   const m = header ? /^Bearer\s+(\S+)$/i.exec(header) : null;
-  if (!m) throw new AtelierError('UNAUTHENTICATED', 'missing bearer token: run `atelier server start` once on this machine, or set ATELIER_TOKEN');
+  if (!m)
+    throw new AtelierError(
+      'UNAUTHENTICATED',
+      'missing bearer token: run `atelier server start` once on this machine, or set ATELIER_TOKEN',
+    );
   let rows;
   try {
     rows = (
@@ -34,6 +38,7 @@ export async function authenticate(pool: Pool, request: FastifyRequest): Promise
     throw asDatabaseError(err);
   }
   const row = rows[0];
-  if (!row) throw new AtelierError('UNAUTHENTICATED', 'this token is not valid (revoked, or for another server): check `atelier context current`');
+  if (!row)
+    throw new AtelierError('UNAUTHENTICATED', 'this token is not valid (revoked, or for another server): check `atelier context current`');
   return { userId: row.user_id, userName: row.name, role: row.role, tokenId: row.token_id };
 }

@@ -8,6 +8,7 @@ import {
   newApiToken,
   parseListen,
   readClientConfig,
+  readToken,
   writeClientConfig,
   writeToken,
   type Config,
@@ -67,7 +68,11 @@ function writeCredentials(dataDir: string, url: string, token: string | undefine
   let known = token;
   if (!known && existsSync(path)) known = /^token:\s*(atl_\S+)/m.exec(readFileSync(path, 'utf8'))?.[1];
   const tmp = `${path}.tmp`;
-  writeFileSync(tmp, `# Atelier server admin credentials. Keep this file private.\nurl: ${url}\nuser: admin\ntoken: ${known ?? '(shown only at first start; this file was replaced since)'}\n`, { mode: 0o600 });
+  writeFileSync(
+    tmp,
+    `# Atelier server admin credentials. Keep this file private.\nurl: ${url}\nuser: admin\ntoken: ${known ?? '(shown only at first start; this file was replaced since)'}\n`,
+    { mode: 0o600 },
+  );
   renameSync(tmp, path);
   chmodSync(path, 0o600);
   return path;
@@ -78,13 +83,36 @@ async function firstAdmin(pool: Pool): Promise<string | undefined> {
   if (users.rowCount !== 0) return undefined;
   const token = newApiToken();
   await pool.query("INSERT INTO users (id, name, role) VALUES ('u-admin', 'admin', 'admin') ON CONFLICT DO NOTHING");
-  await pool.query("INSERT INTO api_tokens (id, user_id, name, token_hash) VALUES ($1, 'u-admin', 'first-start', $2)", [`tok-${randomBytes(6).toString('hex')}`, hashToken(token)]);
+  await pool.query("INSERT INTO api_tokens (id, user_id, name, token_hash) VALUES ($1, 'u-admin', 'first-start', $2)", [
+    `tok-${randomBytes(6).toString('hex')}`,
+    hashToken(token),
+  ]);
   return token;
 }
 
-/** When the CLI on this machine has no context yet, adds and selects `local` for this server. */
-async function ensureLocalContext(config: Config, url: string, token: string | undefined, say: (l: string) => void): Promise<void> {
+/**
+ * When the CLI on this machine has no context yet, adds and selects `local` for this server.
+ * When `local` already holds a token of this server, its URL follows the server (a new port).
+ */
+async function ensureLocalContext(
+  config: Config,
+  pool: Pool,
+  url: string,
+  token: string | undefined,
+  say: (l: string) => void,
+): Promise<void> {
   const cc = await readClientConfig(config.configDir);
+  const local = cc.contexts.find((c) => c.name === 'local');
+  if (local) {
+    if (local.url === url) return;
+    const stored = readToken(config.configDir, 'local');
+    if (!stored) return;
+    const mine = await pool.query('SELECT 1 FROM api_tokens WHERE token_hash = $1 AND revoked_at IS NULL', [hashToken(stored)]);
+    if (mine.rowCount === 0) return;
+    local.url = url;
+    await writeClientConfig(config.configDir, cc);
+    return;
+  }
   if (cc.contexts.length > 0 || !token) return;
   cc.contexts.push({ name: 'local', url });
   cc.currentContext = 'local';
@@ -115,7 +143,9 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
   try {
     const isolation = inspectIsolation(config.isRoot);
     if (isolation.missingTools.length > 0) {
-      throw new Error(`missing system tools: ${isolation.missingTools.join(', ')}: run \`sudo apt-get install -y bubblewrap util-linux git\``);
+      throw new Error(
+        `missing system tools: ${isolation.missingTools.join(', ')}: run \`sudo apt-get install -y bubblewrap util-linux git\``,
+      );
     }
     for (const m of isolation.missing) opts.say(`isolation: ${m}`);
 
@@ -126,7 +156,9 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       cleanups.push(() => e.stop());
     }
     const logger = pino({ level: config.logLevel });
-    const pool = createPool(databaseUrl ?? embedded!.connectionString, (err) => logger.warn({ err: err.message }, 'database connection lost'));
+    const pool = createPool(databaseUrl ?? embedded!.connectionString, (err) =>
+      logger.warn({ err: err.message }, 'database connection lost'),
+    );
     cleanups.push(() => pool.end());
     await migrate(pool);
     const token = await firstAdmin(pool);
@@ -164,7 +196,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     }
 
     const credentialsPath = writeCredentials(dataDir, url, token);
-    await ensureLocalContext(config, url, token, opts.say);
+    await ensureLocalContext(config, pool, url, token, opts.say);
     return { url, credentialsPath, close: closeAll };
   } catch (err) {
     await closeAll();

@@ -13,7 +13,19 @@ export interface DevcontainerSettings {
   warnings: string[];
 }
 
-const HONOURED = new Set(['name', 'containerEnv', 'remoteEnv', 'onCreateCommand', 'updateContentCommand', 'postCreateCommand', 'forwardPorts', 'remoteUser', 'containerUser', 'workspaceFolder', '$schema']);
+const HONOURED = new Set([
+  'name',
+  'containerEnv',
+  'remoteEnv',
+  'onCreateCommand',
+  'updateContentCommand',
+  'postCreateCommand',
+  'forwardPorts',
+  'remoteUser',
+  'containerUser',
+  'workspaceFolder',
+  '$schema',
+]);
 
 function commandList(key: string, value: unknown): { key: string; command: string[] }[] {
   if (typeof value === 'string') return value.trim() ? [{ key, command: ['/bin/sh', '-c', value] }] : [];
@@ -21,22 +33,33 @@ function commandList(key: string, value: unknown): { key: string; command: strin
   if (value && typeof value === 'object' && !Array.isArray(value)) {
     return Object.entries(value).flatMap(([name, v]) => commandList(`${key}.${name}`, v));
   }
-  throw new AtelierError('INVALID_ARGUMENT', `devcontainer.json: ${key} must be a string, an array of strings or an object of those`, { field: key });
+  throw new AtelierError('INVALID_ARGUMENT', `devcontainer.json: ${key} must be a string, an array of strings or an object of those`, {
+    field: key,
+  });
 }
 
 function stringMap(key: string, value: unknown, known: Record<string, string>, warnings: string[]): Record<string, string> {
   if (value === undefined) return {};
-  if (!value || typeof value !== 'object' || Array.isArray(value)) throw new AtelierError('INVALID_ARGUMENT', `devcontainer.json: ${key} must be an object of strings`, { field: key });
+  if (!value || typeof value !== 'object' || Array.isArray(value))
+    throw new AtelierError('INVALID_ARGUMENT', `devcontainer.json: ${key} must be an object of strings`, { field: key });
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(value)) {
-    if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k) || typeof v !== 'string') throw new AtelierError('INVALID_ARGUMENT', `devcontainer.json: ${key}.${k} must be a string with a valid variable name`, { field: `${key}.${k}` });
+    if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k) || typeof v !== 'string')
+      throw new AtelierError('INVALID_ARGUMENT', `devcontainer.json: ${key}.${k} must be a string with a valid variable name`, {
+        field: `${key}.${k}`,
+      });
     // ${containerEnv:X} is resolved; ${localEnv:X} would copy the server's environment in, so it is dropped.
-    out[k] = v.replace(/\$\{(containerEnv|localEnv|containerWorkspaceFolder)(?::([A-Za-z_][A-Za-z0-9_]*))?\}/g, (_m, kind: string, name?: string) => {
-      if (kind === 'containerWorkspaceFolder') return '/workspace';
-      if (kind === 'containerEnv' && name) return known[name] ?? '';
-      warnings.push(`devcontainer.json: \${localEnv:${name ?? ''}} in ${key}.${k} is not expanded (the server's environment never enters a workshop)`);
-      return '';
-    });
+    out[k] = v.replace(
+      /\$\{(containerEnv|localEnv|containerWorkspaceFolder)(?::([A-Za-z_][A-Za-z0-9_]*))?\}/g,
+      (_m, kind: string, name?: string) => {
+        if (kind === 'containerWorkspaceFolder') return '/workspace';
+        if (kind === 'containerEnv' && name) return known[name] ?? '';
+        warnings.push(
+          `devcontainer.json: \${localEnv:${name ?? ''}} in ${key}.${k} is not expanded (the server's environment never enters a workshop)`,
+        );
+        return '';
+      },
+    );
   }
   return out;
 }
@@ -51,24 +74,32 @@ export function readDevcontainer(workspace: string, explicit: string | undefined
   const candidates = explicit ? [explicit] : ['.devcontainer/devcontainer.json', '.devcontainer.json'];
   for (const rel of candidates) {
     const clean = normalize(rel.replace(/^\/+/, ''));
-    if (clean.startsWith('..')) throw new AtelierError('INVALID_ARGUMENT', `--devcontainer ${rel} must be a path inside the repository`, { field: 'devcontainer' });
+    if (clean.startsWith('..'))
+      throw new AtelierError('INVALID_ARGUMENT', `--devcontainer ${rel} must be a path inside the repository`, { field: 'devcontainer' });
     const full = join(workspace, clean);
     let real: string;
     try {
       lstatSync(full);
       real = realpathSync(full);
     } catch {
-      if (explicit) throw new AtelierError('INVALID_ARGUMENT', `--devcontainer ${rel} does not exist in the repository`, { field: 'devcontainer' });
+      if (explicit)
+        throw new AtelierError('INVALID_ARGUMENT', `--devcontainer ${rel} does not exist in the repository`, { field: 'devcontainer' });
       continue;
     }
     const ws = realpathSync(workspace);
-    if (!real.startsWith(ws + sep)) throw new AtelierError('INVALID_ARGUMENT', `devcontainer file ${rel} points outside the repository`, { field: 'devcontainer' });
-    if (lstatSync(real).size > 1 << 20) throw new AtelierError('INVALID_ARGUMENT', `devcontainer file ${rel} is larger than 1 MiB`, { field: 'devcontainer' });
+    if (!real.startsWith(ws + sep))
+      throw new AtelierError('INVALID_ARGUMENT', `devcontainer file ${rel} points outside the repository`, { field: 'devcontainer' });
+    if (lstatSync(real).size > 1 << 20)
+      throw new AtelierError('INVALID_ARGUMENT', `devcontainer file ${rel} is larger than 1 MiB`, { field: 'devcontainer' });
     const errors: ParseError[] = [];
     const doc: unknown = parse(readFileSync(real, 'utf8'), errors, { allowTrailingComma: true });
     if (errors.length > 0 || !doc || typeof doc !== 'object' || Array.isArray(doc)) {
       const first = errors[0];
-      throw new AtelierError('INVALID_ARGUMENT', `devcontainer file ${rel} is not valid JSON with comments${first ? ` (${printParseErrorCode(first.error)} at offset ${first.offset})` : ''}`, { field: 'devcontainer' });
+      throw new AtelierError(
+        'INVALID_ARGUMENT',
+        `devcontainer file ${rel} is not valid JSON with comments${first ? ` (${printParseErrorCode(first.error)} at offset ${first.offset})` : ''}`,
+        { field: 'devcontainer' },
+      );
     }
     const d = doc as Record<string, unknown>;
     const warnings: string[] = [];
@@ -77,13 +108,19 @@ export function readDevcontainer(workspace: string, explicit: string | undefined
     }
     const containerEnv = stringMap('containerEnv', d.containerEnv, {}, warnings);
     const remoteEnv = stringMap('remoteEnv', d.remoteEnv, containerEnv, warnings);
-    const createCommands = ['onCreateCommand', 'updateContentCommand', 'postCreateCommand'].flatMap((k) => (d[k] === undefined ? [] : commandList(k, d[k])));
+    const createCommands = ['onCreateCommand', 'updateContentCommand', 'postCreateCommand'].flatMap((k) =>
+      d[k] === undefined ? [] : commandList(k, d[k]),
+    );
     const forwardPorts: number[] = [];
     if (d.forwardPorts !== undefined) {
-      if (!Array.isArray(d.forwardPorts)) throw new AtelierError('INVALID_ARGUMENT', 'devcontainer.json: forwardPorts must be an array', { field: 'forwardPorts' });
+      if (!Array.isArray(d.forwardPorts))
+        throw new AtelierError('INVALID_ARGUMENT', 'devcontainer.json: forwardPorts must be an array', { field: 'forwardPorts' });
       for (const p of d.forwardPorts) {
         const port = typeof p === 'number' ? p : typeof p === 'string' ? Number(p.split(':').pop()) : NaN;
-        if (!Number.isInteger(port) || port < 1 || port > 65535) throw new AtelierError('INVALID_ARGUMENT', `devcontainer.json: forwardPorts entry ${JSON.stringify(p)} is not a port`, { field: 'forwardPorts' });
+        if (!Number.isInteger(port) || port < 1 || port > 65535)
+          throw new AtelierError('INVALID_ARGUMENT', `devcontainer.json: forwardPorts entry ${JSON.stringify(p)} is not a port`, {
+            field: 'forwardPorts',
+          });
         forwardPorts.push(port);
       }
     }

@@ -19,7 +19,11 @@ export function resolveRepoSource(repo: string, allowRoots: string[]): RepoSourc
   if (/[\0\n\r]/.test(repo) || repo.startsWith('-')) {
     throw new AtelierError('REPO_REFUSED', 'repo contains a control character or starts with "-"', { field: 'repo' });
   }
-  if (/^https:\/\/[^\s/]+\/\S+$/.test(repo) || /^ssh:\/\/[^\s/]+\/\S+$/.test(repo) || /^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^\s]+$/.test(repo)) {
+  if (
+    /^https:\/\/[^\s/]+\/\S+$/.test(repo) ||
+    /^ssh:\/\/[^\s/]+\/\S+$/.test(repo) ||
+    /^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^\s]+$/.test(repo)
+  ) {
     return { kind: 'remote', url: repo, display: repo.replace(/\/\/[^@/]*@/, '//') };
   }
   let path: string;
@@ -32,9 +36,15 @@ export function resolveRepoSource(repo: string, allowRoots: string[]): RepoSourc
   } else if (isAbsolute(repo)) {
     path = repo;
   } else if (/^[A-Za-z][A-Za-z0-9+.-]*:/.test(repo)) {
-    throw new AtelierError('REPO_REFUSED', `repo scheme of "${repo}" is not accepted: use a local path, file://, https://, ssh:// or git@host:path`, { field: 'repo' });
+    throw new AtelierError(
+      'REPO_REFUSED',
+      `repo scheme of "${repo}" is not accepted: use a local path, file://, https://, ssh:// or git@host:path`,
+      { field: 'repo' },
+    );
   } else {
-    throw new AtelierError('REPO_REFUSED', `repo "${repo}" is a relative path: give an absolute path (the CLI does this for you)`, { field: 'repo' });
+    throw new AtelierError('REPO_REFUSED', `repo "${repo}" is a relative path: give an absolute path (the CLI does this for you)`, {
+      field: 'repo',
+    });
   }
   let real: string;
   try {
@@ -50,12 +60,20 @@ export function resolveRepoSource(repo: string, allowRoots: string[]): RepoSourc
     }
   });
   if (!roots.some((root) => within(real, root))) {
-    throw new AtelierError('REPO_REFUSED', `repo ${path} is outside the directories this server allows (${roots.join(', ')}); the admin can add one with --allow-repo-root`, { field: 'repo', allowed: roots });
+    throw new AtelierError(
+      'REPO_REFUSED',
+      `repo ${path} is outside the directories this server allows (${roots.join(', ')}); the admin can add one with --allow-repo-root`,
+      { field: 'repo', allowed: roots },
+    );
   }
   if (!statSync(real).isDirectory()) throw new AtelierError('REPO_NOT_FOUND', `repo ${path} is not a directory`, { field: 'repo' });
   const isBare = existsSync(join(real, 'HEAD')) && existsSync(join(real, 'objects'));
   if (!existsSync(join(real, '.git')) && !isBare) {
-    throw new AtelierError('REPO_NOT_FOUND', `${path} is not a git repository (run \`git init && git add -A && git commit -m init\` there first)`, { field: 'repo' });
+    throw new AtelierError(
+      'REPO_NOT_FOUND',
+      `${path} is not a git repository (run \`git init && git add -A && git commit -m init\` there first)`,
+      { field: 'repo' },
+    );
   }
   return { kind: 'local', path: real, display: path };
 }
@@ -68,12 +86,28 @@ export function cloneRepo(source: RepoSource, dest: string, timeoutMs = 10 * 60_
     execFile(
       'git',
       args,
-      { timeout: timeoutMs, env: { PATH: '/usr/bin:/bin', GIT_TERMINAL_PROMPT: '0', GIT_ASKPASS: '/bin/false', SSH_ASKPASS: '/bin/false', GIT_SSH_COMMAND: 'ssh -o BatchMode=yes', HOME: '/nonexistent', LANG: 'C' }, maxBuffer: 1 << 20 },
+      {
+        timeout: timeoutMs,
+        env: {
+          PATH: '/usr/bin:/bin',
+          GIT_TERMINAL_PROMPT: '0',
+          GIT_ASKPASS: '/bin/false',
+          SSH_ASKPASS: '/bin/false',
+          GIT_SSH_COMMAND: 'ssh -o BatchMode=yes',
+          HOME: '/nonexistent',
+          LANG: 'C',
+        },
+        maxBuffer: 1 << 20,
+      },
       (err, _stdout, stderr) => {
         if (!err) return resolve();
         const text = String(stderr).trim().split('\n').slice(-3).join(' ').slice(0, 500);
         if (/not a git repository|does not appear to be a git repository/i.test(text)) {
-          reject(new AtelierError('REPO_NOT_FOUND', `${source.display} is not a git repository (run \`git init && git commit\` there first)`, { field: 'repo' }));
+          reject(
+            new AtelierError('REPO_NOT_FOUND', `${source.display} is not a git repository (run \`git init && git commit\` there first)`, {
+              field: 'repo',
+            }),
+          );
         } else if (/No space left on device/i.test(text)) {
           reject(new AtelierError('INSUFFICIENT_STORAGE', `the server's disk is full while cloning ${source.display}`));
         } else {

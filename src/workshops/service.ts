@@ -1,7 +1,7 @@
 import { cpus as hostCpus, totalmem } from 'node:os';
 import { posix } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
-import { Readable } from 'node:stream';
+import { type Readable } from 'node:stream';
 import {
   AtelierError,
   isWorkshopId,
@@ -106,11 +106,20 @@ export class WorkshopService {
   }
 
   private async row(id: string): Promise<WorkshopRow> {
-    if (!isWorkshopId(id)) throw new AtelierError('WORKSHOP_NOT_FOUND', `workshop ${id} does not exist: run \`atelier workshops list\` to see yours`, { id });
+    if (!isWorkshopId(id))
+      throw new AtelierError('WORKSHOP_NOT_FOUND', `workshop ${id} does not exist: run \`atelier workshops list\` to see yours`, { id });
     const [row] = await this.query<WorkshopRow>('SELECT * FROM workshops WHERE id = $1', [id]);
-    if (!row) throw new AtelierError('WORKSHOP_NOT_FOUND', `workshop ${id} does not exist (or was deleted): run \`atelier workshops list\` to see yours`, { id });
+    if (!row)
+      throw new AtelierError(
+        'WORKSHOP_NOT_FOUND',
+        `workshop ${id} does not exist (or was deleted): run \`atelier workshops list\` to see yours`,
+        { id },
+      );
     if (row.node_id !== this.opts.nodeId) {
-      throw new AtelierError('UNAVAILABLE', `workshop ${id} runs on another Atelier server (${row.node_id}); use that server's context`, { id, node: row.node_id });
+      throw new AtelierError('UNAVAILABLE', `workshop ${id} runs on another Atelier server (${row.node_id}); use that server's context`, {
+        id,
+        node: row.node_id,
+      });
     }
     return row;
   }
@@ -118,8 +127,14 @@ export class WorkshopService {
   private async setStatus(id: string, status: WorkshopStatus, reason: string | null, sandbox?: SandboxHandle | null): Promise<WorkshopRow> {
     const rows =
       sandbox === undefined
-        ? await this.query<WorkshopRow>('UPDATE workshops SET status = $2, status_reason = $3, updated_at = now() WHERE id = $1 RETURNING *', [id, status, reason])
-        : await this.query<WorkshopRow>('UPDATE workshops SET status = $2, status_reason = $3, sandbox = $4, updated_at = now() WHERE id = $1 RETURNING *', [id, status, reason, sandbox === null ? null : JSON.stringify(sandbox)]);
+        ? await this.query<WorkshopRow>(
+            'UPDATE workshops SET status = $2, status_reason = $3, updated_at = now() WHERE id = $1 RETURNING *',
+            [id, status, reason],
+          )
+        : await this.query<WorkshopRow>(
+            'UPDATE workshops SET status = $2, status_reason = $3, sandbox = $4, updated_at = now() WHERE id = $1 RETURNING *',
+            [id, status, reason, sandbox === null ? null : JSON.stringify(sandbox)],
+          );
     if (!rows[0]) throw new AtelierError('WORKSHOP_NOT_FOUND', `workshop ${id} was deleted meanwhile`, { id });
     return rows[0];
   }
@@ -130,10 +145,15 @@ export class WorkshopService {
     if (cpus > cores) throw new AtelierError('INVALID_ARGUMENT', `cpus ${cpus} is more than this host has (${cores})`, { field: 'cpus' });
     const memText = req.memory ?? this.opts.defaults.memory;
     const memoryBytes = parseSize(memText);
-    if (memoryBytes === undefined) throw new AtelierError('INVALID_ARGUMENT', `memory "${memText}" is not a size: use for example 512m or 4g`, { field: 'memory' });
-    if (memoryBytes < 32 << 20) throw new AtelierError('INVALID_ARGUMENT', `memory ${memText} is below the 32m minimum`, { field: 'memory' });
+    if (memoryBytes === undefined)
+      throw new AtelierError('INVALID_ARGUMENT', `memory "${memText}" is not a size: use for example 512m or 4g`, { field: 'memory' });
+    if (memoryBytes < 32 << 20)
+      throw new AtelierError('INVALID_ARGUMENT', `memory ${memText} is below the 32m minimum`, { field: 'memory' });
     const host = totalmem();
-    if (memoryBytes > host) throw new AtelierError('INVALID_ARGUMENT', `memory ${memText} is more than this host has (${Math.floor(host / 2 ** 20)}m)`, { field: 'memory' });
+    if (memoryBytes > host)
+      throw new AtelierError('INVALID_ARGUMENT', `memory ${memText} is more than this host has (${Math.floor(host / 2 ** 20)}m)`, {
+        field: 'memory',
+      });
     return { cpus, memoryBytes, pids: req.pids ?? this.opts.defaults.pids };
   }
 
@@ -142,7 +162,12 @@ export class WorkshopService {
     const source = resolveRepoSource(req.repo, this.opts.allowRepoRoots);
     const limits = this.limits(req);
     const id = newWorkshopId();
-    const baseName = (posix.basename(source.display.replace(/\.git$/, '').replace(/[/:]+$/, '')) || 'workshop').toLowerCase().replace(/[^a-z0-9-]+/g, '-').replace(/^-+|-+$/g, '').slice(0, 40) || 'workshop';
+    const baseName =
+      (posix.basename(source.display.replace(/\.git$/, '').replace(/[/:]+$/, '')) || 'workshop')
+        .toLowerCase()
+        .replace(/[^a-z0-9-]+/g, '-')
+        .replace(/^-+|-+$/g, '')
+        .slice(0, 40) || 'workshop';
     const name = req.name ?? `${baseName}-${id.slice(3, 7)}`;
     let row: WorkshopRow;
     try {
@@ -156,7 +181,8 @@ export class WorkshopService {
         return r.rows[0]!;
       });
     } catch (err) {
-      if ((err as { code?: string }).code === '23505') throw new AtelierError('ALREADY_EXISTS', `a workshop named "${name}" already exists: pick another --name`, { field: 'name' });
+      if ((err as { code?: string }).code === '23505')
+        throw new AtelierError('ALREADY_EXISTS', `a workshop named "${name}" already exists: pick another --name`, { field: 'name' });
       throw err;
     }
     return this.locked(id, () => this.build(row, source, req));
@@ -172,15 +198,28 @@ export class WorkshopService {
       await this.driver.adoptWorkspace(id, row.uid);
       const env: Record<string, string> = { ...dev.env };
       if (req.budgetUsd !== undefined) env.ATELIER_MAX_BUDGET_USD = String(req.budgetUsd);
-      await this.query('UPDATE workshops SET env = $2, forward_ports = $3, warnings = $4 WHERE id = $1', [id, JSON.stringify(env), dev.forwardPorts, JSON.stringify(dev.warnings)]);
-      handle = await this.driver.start({ id, uid: row.uid, hostname: row.name, limits: { cpus: row.cpus, memoryBytes: Number(row.memory_bytes), pids: row.pids } });
+      await this.query('UPDATE workshops SET env = $2, forward_ports = $3, warnings = $4 WHERE id = $1', [
+        id,
+        JSON.stringify(env),
+        dev.forwardPorts,
+        JSON.stringify(dev.warnings),
+      ]);
+      handle = await this.driver.start({
+        id,
+        uid: row.uid,
+        hostname: row.name,
+        limits: { cpus: row.cpus, memoryBytes: Number(row.memory_bytes), pids: row.pids },
+      });
       await this.query('UPDATE workshops SET sandbox = $2 WHERE id = $1', [id, JSON.stringify(handle)]);
       const current = { ...row, env, sandbox: handle };
       for (const step of dev.createCommands) {
         const result = await this.runCaptured(current, step.command, { maxBytes: 64 << 10 });
         if (result.exitCode !== 0) {
           const tail = (result.stderr.toString('utf8') || result.stdout.toString('utf8')).trim().split('\n').slice(-5).join('\n');
-          throw new AtelierError('SANDBOX_FAILED', `devcontainer ${step.key} exited with code ${result.exitCode}${tail ? `: ${tail}` : ''}`);
+          throw new AtelierError(
+            'SANDBOX_FAILED',
+            `devcontainer ${step.key} exited with code ${result.exitCode}${tail ? `: ${tail}` : ''}`,
+          );
         }
       }
       return toWorkshop(await this.setStatus(id, 'Running', null));
@@ -196,7 +235,9 @@ export class WorkshopService {
   }
 
   async list(): Promise<Workshop[]> {
-    return (await this.query<WorkshopRow>('SELECT * FROM workshops WHERE node_id = $1 ORDER BY created_at', [this.opts.nodeId])).map(toWorkshop);
+    return (await this.query<WorkshopRow>('SELECT * FROM workshops WHERE node_id = $1 ORDER BY created_at', [this.opts.nodeId])).map(
+      toWorkshop,
+    );
   }
 
   async get(id: string): Promise<Workshop> {
@@ -208,8 +249,16 @@ export class WorkshopService {
     return this.locked(id, async () => {
       const row = await this.row(id);
       if (row.status === 'Suspended') return toWorkshop(row);
-      if (row.status !== 'Running' || !row.sandbox) throw new AtelierError('WORKSHOP_NOT_RUNNING', `workshop ${id} is ${row.status} and cannot be suspended`, { id, status: row.status });
-      if (!this.driver.canSuspend()) throw new AtelierError('UNSUPPORTED', 'suspend needs the cgroup freezer, which this server does not have (run it as root; see `atelier server doctor`)');
+      if (row.status !== 'Running' || !row.sandbox)
+        throw new AtelierError('WORKSHOP_NOT_RUNNING', `workshop ${id} is ${row.status} and cannot be suspended`, {
+          id,
+          status: row.status,
+        });
+      if (!this.driver.canSuspend())
+        throw new AtelierError(
+          'UNSUPPORTED',
+          'suspend needs the cgroup freezer, which this server does not have (run it as root; see `atelier server doctor`)',
+        );
       await this.driver.suspend(row.sandbox);
       return toWorkshop(await this.setStatus(id, 'Suspended', null));
     });
@@ -220,14 +269,31 @@ export class WorkshopService {
     return this.locked(id, async () => {
       const row = await this.row(id);
       if (row.status === 'Running') return toWorkshop(row);
-      if (row.status !== 'Suspended') throw new AtelierError('WORKSHOP_NOT_RUNNING', `workshop ${id} is ${row.status} and cannot be resumed${row.status === 'Failed' ? ': delete it and create it again' : ''}`, { id, status: row.status });
+      if (row.status !== 'Suspended')
+        throw new AtelierError(
+          'WORKSHOP_NOT_RUNNING',
+          `workshop ${id} is ${row.status} and cannot be resumed${row.status === 'Failed' ? ': delete it and create it again' : ''}`,
+          { id, status: row.status },
+        );
       if (row.sandbox && this.driver.alive(row.sandbox)) {
         await this.driver.resume(row.sandbox);
         return toWorkshop(await this.setStatus(id, 'Running', null));
       }
       await this.driver.stop(id, row.sandbox);
-      const handle = await this.driver.start({ id, uid: row.uid, hostname: row.name, limits: { cpus: row.cpus, memoryBytes: Number(row.memory_bytes), pids: row.pids } });
-      return toWorkshop(await this.setStatus(id, 'Running', 'its processes had stopped while suspended (host restart?): started afresh, files kept', handle));
+      const handle = await this.driver.start({
+        id,
+        uid: row.uid,
+        hostname: row.name,
+        limits: { cpus: row.cpus, memoryBytes: Number(row.memory_bytes), pids: row.pids },
+      });
+      return toWorkshop(
+        await this.setStatus(
+          id,
+          'Running',
+          'its processes had stopped while suspended (host restart?): started afresh, files kept',
+          handle,
+        ),
+      );
     });
   }
 
@@ -258,17 +324,31 @@ export class WorkshopService {
 
   private async runnable(id: string): Promise<WorkshopRow & { sandbox: SandboxHandle }> {
     const row = await this.row(id);
-    if (row.status === 'Suspended') throw new AtelierError('WORKSHOP_SUSPENDED', `workshop ${id} is suspended: run \`atelier workshops resume ${id}\``, { id });
+    if (row.status === 'Suspended')
+      throw new AtelierError('WORKSHOP_SUSPENDED', `workshop ${id} is suspended: run \`atelier workshops resume ${id}\``, { id });
     if (row.status !== 'Running' || !row.sandbox) {
-      throw new AtelierError('WORKSHOP_NOT_RUNNING', `workshop ${id} is ${row.status}${row.status_reason ? ` (${row.status_reason})` : ''}`, { id, status: row.status });
+      throw new AtelierError(
+        'WORKSHOP_NOT_RUNNING',
+        `workshop ${id} is ${row.status}${row.status_reason ? ` (${row.status_reason})` : ''}`,
+        { id, status: row.status },
+      );
     }
     if (!this.driver.alive(row.sandbox)) {
-      throw new AtelierError('WORKSHOP_NOT_RUNNING', `workshop ${id} lost its processes; restart the server to recover it, or delete it`, { id });
+      throw new AtelierError('WORKSHOP_NOT_RUNNING', `workshop ${id} lost its processes; restart the server to recover it, or delete it`, {
+        id,
+      });
     }
     return row as WorkshopRow & { sandbox: SandboxHandle };
   }
 
-  private spawn(row: WorkshopRow & { sandbox: SandboxHandle }, command: string[], cwd: string, env: Record<string, string>, stdin: Buffer | undefined, timeoutSeconds?: number): RunningExec {
+  private spawn(
+    row: WorkshopRow & { sandbox: SandboxHandle },
+    command: string[],
+    cwd: string,
+    env: Record<string, string>,
+    stdin: Buffer | undefined,
+    timeoutSeconds?: number,
+  ): RunningExec {
     const child: ChildProcess = this.driver.exec(row.sandbox, { command, cwd, env: this.sandboxEnv(row, env) });
     const kill = (): void => {
       try {
@@ -280,7 +360,12 @@ export class WorkshopService {
     child.stdin!.on('error', () => undefined);
     child.stdin!.end(stdin);
     let timedOut = false;
-    const timer = timeoutSeconds ? setTimeout(() => { timedOut = true; kill(); }, timeoutSeconds * 1000) : undefined;
+    const timer = timeoutSeconds
+      ? setTimeout(() => {
+          timedOut = true;
+          kill();
+        }, timeoutSeconds * 1000)
+      : undefined;
     const done = new Promise<{ exitCode: number; signal: string | null }>((resolve, reject) => {
       child.on('error', (err) => reject(new AtelierError('SANDBOX_FAILED', `could not enter the workshop: ${err.message}`)));
       child.on('close', (code, signal) => {
@@ -304,7 +389,11 @@ export class WorkshopService {
     return this.spawn(row, req.command, this.resolveCwd(req.cwd), req.env ?? {}, stdin, req.timeoutSeconds);
   }
 
-  private async runCaptured(row: WorkshopRow, command: string[], opts: { stdin?: Buffer; maxBytes: number }): Promise<{ exitCode: number; stdout: Buffer; stderr: Buffer; truncated: boolean }> {
+  private async runCaptured(
+    row: WorkshopRow,
+    command: string[],
+    opts: { stdin?: Buffer; maxBytes: number },
+  ): Promise<{ exitCode: number; stdout: Buffer; stderr: Buffer; truncated: boolean }> {
     const run = this.spawn(row as WorkshopRow & { sandbox: SandboxHandle }, command, '/workspace', {}, opts.stdin);
     const out: Buffer[] = [];
     const err: Buffer[] = [];
@@ -326,9 +415,11 @@ export class WorkshopService {
   }
 
   private workspacePath(path: string): string {
-    if (!path || path.includes('\0')) throw new AtelierError('INVALID_ARGUMENT', 'path is required and may not contain NUL', { field: 'path' });
+    if (!path || path.includes('\0'))
+      throw new AtelierError('INVALID_ARGUMENT', 'path is required and may not contain NUL', { field: 'path' });
     const full = posix.normalize(posix.isAbsolute(path) ? path : posix.join('/workspace', path));
-    if (full !== '/workspace' && !full.startsWith('/workspace/')) throw new AtelierError('PERMISSION_DENIED', `path ${path} is outside /workspace`, { field: 'path' });
+    if (full !== '/workspace' && !full.startsWith('/workspace/'))
+      throw new AtelierError('PERMISSION_DENIED', `path ${path} is outside /workspace`, { field: 'path' });
     return full;
   }
 
@@ -355,9 +446,13 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
       case 65:
         return new AtelierError('INVALID_ARGUMENT', `${path} is not a regular file`, { field: 'path' });
       case 75:
-        return new AtelierError('PAYLOAD_TOO_LARGE', `${path} is larger than ${MAX_FILE_BYTES} bytes: read it with \`atelier exec\``, { field: 'path' });
+        return new AtelierError('PAYLOAD_TOO_LARGE', `${path} is larger than ${MAX_FILE_BYTES} bytes: read it with \`atelier exec\``, {
+          field: 'path',
+        });
       default:
-        return new AtelierError('INVALID_ARGUMENT', `could not access ${path}: ${stderr.toString('utf8').trim() || `exit ${code}`}`, { field: 'path' });
+        return new AtelierError('INVALID_ARGUMENT', `could not access ${path}: ${stderr.toString('utf8').trim() || `exit ${code}`}`, {
+          field: 'path',
+        });
     }
   }
 
@@ -365,7 +460,9 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
   async readFile(id: string, path: string): Promise<Buffer> {
     const full = this.workspacePath(path);
     const row = await this.runnable(id);
-    const r = await this.runCaptured(row, ['/bin/sh', '-c', WorkshopService.READ_SCRIPT, 'sh', full, String(MAX_FILE_BYTES)], { maxBytes: MAX_FILE_BYTES + 1 });
+    const r = await this.runCaptured(row, ['/bin/sh', '-c', WorkshopService.READ_SCRIPT, 'sh', full, String(MAX_FILE_BYTES)], {
+      maxBytes: MAX_FILE_BYTES + 1,
+    });
     if (r.exitCode !== 0) throw this.fileError(r.exitCode, path, r.stderr);
     return r.stdout;
   }
@@ -373,9 +470,13 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
   /** Writes a file of the workspace atomically (temporary file, then rename). */
   async writeFile(id: string, path: string, content: Buffer): Promise<{ path: string; bytes: number }> {
     const full = this.workspacePath(path);
-    if (content.length > MAX_FILE_BYTES) throw new AtelierError('PAYLOAD_TOO_LARGE', `file content is larger than ${MAX_FILE_BYTES} bytes`, { field: 'body' });
+    if (content.length > MAX_FILE_BYTES)
+      throw new AtelierError('PAYLOAD_TOO_LARGE', `file content is larger than ${MAX_FILE_BYTES} bytes`, { field: 'body' });
     const row = await this.runnable(id);
-    const r = await this.runCaptured(row, ['/bin/sh', '-c', WorkshopService.WRITE_SCRIPT, 'sh', full], { stdin: content, maxBytes: 64 << 10 });
+    const r = await this.runCaptured(row, ['/bin/sh', '-c', WorkshopService.WRITE_SCRIPT, 'sh', full], {
+      stdin: content,
+      maxBytes: 64 << 10,
+    });
     if (r.exitCode !== 0) throw this.fileError(r.exitCode, path, r.stderr);
     return { path: full, bytes: content.length };
   }
@@ -383,9 +484,11 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
   /** The workspace's changes against HEAD, and the untracked files. */
   async gitDiff(id: string): Promise<{ diff: string; untracked: string[]; truncated: boolean }> {
     const row = await this.runnable(id);
-    const script = 'b=HEAD; git rev-parse -q --verify HEAD >/dev/null 2>&1 || b=4b825dc642cb6eb9a060e54bf8d69288fbee4904; exec git -c core.quotepath=off diff --no-ext-diff --no-color "$b"';
+    const script =
+      'b=HEAD; git rev-parse -q --verify HEAD >/dev/null 2>&1 || b=4b825dc642cb6eb9a060e54bf8d69288fbee4904; exec git -c core.quotepath=off diff --no-ext-diff --no-color "$b"';
     const d = await this.runCaptured(row, ['/bin/sh', '-c', script], { maxBytes: 32 << 20 });
-    if (d.exitCode !== 0 && !d.truncated) throw new AtelierError('INVALID_ARGUMENT', `git diff failed in the workspace: ${d.stderr.toString('utf8').trim()}`);
+    if (d.exitCode !== 0 && !d.truncated)
+      throw new AtelierError('INVALID_ARGUMENT', `git diff failed in the workspace: ${d.stderr.toString('utf8').trim()}`);
     const u = await this.runCaptured(row, ['git', 'ls-files', '--others', '--exclude-standard', '-z'], { maxBytes: 4 << 20 });
     return { diff: d.stdout.toString('utf8'), untracked: u.stdout.toString('utf8').split('\0').filter(Boolean), truncated: d.truncated };
   }
@@ -402,7 +505,12 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
       try {
         if (row.status === 'Building') {
           await this.driver.stop(id, row.sandbox);
-          await this.setStatus(id, 'Failed', 'the server stopped while this workshop was being created: delete it and create it again', null);
+          await this.setStatus(
+            id,
+            'Failed',
+            'the server stopped while this workshop was being created: delete it and create it again',
+            null,
+          );
         } else if (row.status === 'Deleting') {
           await this.driver.destroy(id, row.sandbox);
           await this.query('DELETE FROM workshops WHERE id = $1', [id]);
@@ -414,7 +522,12 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
             if (!frozen && row.status === 'Suspended') await this.setStatus(id, 'Running', null);
           } else if (row.status === 'Running') {
             await this.driver.stop(id, row.sandbox);
-            const handle = await this.driver.start({ id, uid: row.uid, hostname: row.name, limits: { cpus: row.cpus, memoryBytes: Number(row.memory_bytes), pids: row.pids } });
+            const handle = await this.driver.start({
+              id,
+              uid: row.uid,
+              hostname: row.name,
+              limits: { cpus: row.cpus, memoryBytes: Number(row.memory_bytes), pids: row.pids },
+            });
             await this.setStatus(id, 'Running', 'its processes had stopped (host restart?): started afresh, files kept', handle);
           }
         } else if (row.status === 'Failed' && row.sandbox) {
@@ -423,7 +536,12 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
         }
       } catch (err) {
         this.opts.log.error({ workshop: id, err: String(err) }, 'reconcile failed for a workshop');
-        await this.setStatus(id, 'Failed', `could not be recovered after a restart: ${err instanceof Error ? err.message : String(err)}`, null).catch(() => undefined);
+        await this.setStatus(
+          id,
+          'Failed',
+          `could not be recovered after a restart: ${err instanceof Error ? err.message : String(err)}`,
+          null,
+        ).catch(() => undefined);
       }
     }
     const known = new Set((await this.query<{ id: string }>('SELECT id FROM workshops')).map((r) => r.id));

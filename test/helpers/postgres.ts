@@ -19,10 +19,22 @@ export class ExternalPostgres {
     const dir = mkdtempSync('/tmp/atelier-extpg-');
     chownSync(dir, uid(), gid());
     const pg = new ExternalPostgres(dir, bin);
-    pg.asPostgres(join(bin, 'initdb'), ['-D', join(dir, 'data'), '-U', 'tester', '--auth=trust', '--no-sync', '--no-locale', '--encoding=UTF8']);
+    pg.asPostgres(join(bin, 'initdb'), [
+      '-D',
+      join(dir, 'data'),
+      '-U',
+      'tester',
+      '--auth=trust',
+      '--no-sync',
+      '--no-locale',
+      '--encoding=UTF8',
+    ]);
     mkdirSync(join(dir, 'sock'));
     chownSync(join(dir, 'sock'), uid(), gid());
-    appendFileSync(join(dir, 'data', 'postgresql.conf'), `\nlisten_addresses = ''\nunix_socket_directories = '${join(dir, 'sock')}'\nfsync = off\n`);
+    appendFileSync(
+      join(dir, 'data', 'postgresql.conf'),
+      `\nlisten_addresses = ''\nunix_socket_directories = '${join(dir, 'sock')}'\nfsync = off\n`,
+    );
     pg.asPostgres(join(bin, 'pg_ctl'), ['-D', join(dir, 'data'), '-l', join(dir, 'log'), '-w', 'start']);
     pg.asPostgres(join(bin, 'createdb'), ['-h', join(dir, 'sock'), '-U', 'tester', 'atelier_ext']);
     return pg;

@@ -42,7 +42,14 @@ export class TestServer {
   }
 
   env(): NodeJS.ProcessEnv {
-    return { PATH: process.env.PATH, HOME: process.env.HOME, ATELIER_CONFIG_DIR: this.configDir, ATELIER_LOG_LEVEL: 'warn', ATELIER_URL: this.url, ATELIER_TOKEN: this.token };
+    return {
+      PATH: process.env.PATH,
+      HOME: process.env.HOME,
+      ATELIER_CONFIG_DIR: this.configDir,
+      ATELIER_LOG_LEVEL: 'warn',
+      ATELIER_URL: this.url,
+      ATELIER_TOKEN: this.token,
+    };
   }
 
   /** Starts (or restarts) the server process and waits for /healthz. */
@@ -50,10 +57,14 @@ export class TestServer {
     const credentials = join(this.dataDir, 'credentials.txt');
     const before = existsSync(credentials) ? readFileSync(credentials, 'utf8') : '';
     rmSync(credentials, { force: true });
-    const proc = spawn(process.execPath, [BIN, 'server', 'start', '--data-dir', this.dataDir, '--listen', '127.0.0.1:0', '--allow-repo-root', '/tmp', ...this.extraArgs], {
-      env: { PATH: process.env.PATH, HOME: process.env.HOME, ATELIER_CONFIG_DIR: this.configDir, ATELIER_LOG_LEVEL: 'warn' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const proc = spawn(
+      process.execPath,
+      [BIN, 'server', 'start', '--data-dir', this.dataDir, '--listen', '127.0.0.1:0', '--allow-repo-root', '/tmp', ...this.extraArgs],
+      {
+        env: { PATH: process.env.PATH, HOME: process.env.HOME, ATELIER_CONFIG_DIR: this.configDir, ATELIER_LOG_LEVEL: 'warn' },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
     this.proc = proc;
     proc.stdout!.on('data', (c: Buffer) => (this.log += c.toString()));
     proc.stderr!.on('data', (c: Buffer) => (this.log += c.toString()));
@@ -115,14 +126,23 @@ export class TestServer {
     });
   }
 
-  async createWorkshop(body: Record<string, unknown>): Promise<{ id: string; status: string; statusReason: string | null; [k: string]: unknown }> {
+  async createWorkshop(
+    body: Record<string, unknown>,
+  ): Promise<{ id: string; status: string; statusReason: string | null; [k: string]: unknown }> {
     const r = await this.api<{ id: string; status: string; statusReason: string | null }>('POST', '/v1/workshops', body);
     if (r.status !== 201) throw new Error(`create failed: ${r.status} ${JSON.stringify(r.body)}`);
     return r.body;
   }
 
-  async exec(id: string, command: string[], extra: Record<string, unknown> = {}): Promise<{ exitCode: number; stdout: string; stderr: string }> {
-    const r = await this.api<{ exitCode: number; stdout: string; stderr: string }>('POST', `/v1/workshops/${id}/exec`, { command, ...extra });
+  async exec(
+    id: string,
+    command: string[],
+    extra: Record<string, unknown> = {},
+  ): Promise<{ exitCode: number; stdout: string; stderr: string }> {
+    const r = await this.api<{ exitCode: number; stdout: string; stderr: string }>('POST', `/v1/workshops/${id}/exec`, {
+      command,
+      ...extra,
+    });
     if (r.status !== 200) throw new Error(`exec failed: ${r.status} ${JSON.stringify(r.body)}`);
     return r.body;
   }
@@ -153,7 +173,10 @@ export function killStrays(dataDir: string): void {
   if (!existsSync(nodeFile)) return;
   const node = readFileSync(nodeFile, 'utf8').trim();
   try {
-    execFileSync('sh', ['-c', `find /sys/fs/cgroup -depth -type d -path "*/atelier/${node}*" 2>/dev/null | while read d; do [ -f "$d/freezer.state" ] && echo THAWED > "$d/freezer.state"; for p in $(cat "$d/cgroup.procs" 2>/dev/null); do kill -9 $p 2>/dev/null; done; rmdir "$d" 2>/dev/null; done; true`]);
+    execFileSync('sh', [
+      '-c',
+      `find /sys/fs/cgroup -depth -type d -path "*/atelier/${node}*" 2>/dev/null | while read d; do [ -f "$d/freezer.state" ] && echo THAWED > "$d/freezer.state"; for p in $(cat "$d/cgroup.procs" 2>/dev/null); do kill -9 $p 2>/dev/null; done; rmdir "$d" 2>/dev/null; done; true`,
+    ]);
   } catch {
     // nothing left
   }

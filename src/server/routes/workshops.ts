@@ -97,14 +97,24 @@ export function workshopRoutes(app: FastifyInstance, service: WorkshopService): 
     return reply.header('content-type', 'application/octet-stream').send(data);
   });
 
-  app.put<IdParams & { Querystring: { path?: string } }>('/v1/workshops/:id/files', { bodyLimit: 16 << 20 }, async (request: FastifyRequest<IdParams & { Querystring: { path?: string } }>) => {
-    const path = request.query.path;
-    if (!path) throw new AtelierError('INVALID_ARGUMENT', 'query parameter path is required', { field: 'path' });
-    const body = request.body;
-    const data = Buffer.isBuffer(body) ? body : typeof body === 'string' ? Buffer.from(body) : body === undefined ? Buffer.alloc(0) : null;
-    if (!data) throw new AtelierError('INVALID_ARGUMENT', 'send the file content as application/octet-stream', { field: 'body' });
-    return service.writeFile(request.params.id, path, data);
-  });
+  app.put<IdParams & { Querystring: { path?: string } }>(
+    '/v1/workshops/:id/files',
+    { bodyLimit: 16 << 20 },
+    async (request: FastifyRequest<IdParams & { Querystring: { path?: string } }>) => {
+      const path = request.query.path;
+      if (!path) throw new AtelierError('INVALID_ARGUMENT', 'query parameter path is required', { field: 'path' });
+      const body = request.body;
+      const data = Buffer.isBuffer(body)
+        ? body
+        : typeof body === 'string'
+          ? Buffer.from(body)
+          : body === undefined
+            ? Buffer.alloc(0)
+            : null;
+      if (!data) throw new AtelierError('INVALID_ARGUMENT', 'send the file content as application/octet-stream', { field: 'body' });
+      return service.writeFile(request.params.id, path, data);
+    },
+  );
 
   app.get<IdParams>('/v1/workshops/:id/git/diff', async (request) => service.gitDiff(request.params.id));
 }

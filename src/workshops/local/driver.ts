@@ -157,6 +157,8 @@ export class LocalDriver {
 function chownTree(path: string, uid: number): Promise<void> {
   // chown -R never follows symlinks planted by the repository; -h changes the links themselves.
   return new Promise((resolve, reject) => {
-    execFile('chown', ['-R', '-h', '--', `${uid}:${uid}`, path], (err, _o, stderr) => (err ? reject(new Error(`chown failed: ${String(stderr).trim()}`)) : resolve()));
+    execFile('chown', ['-R', '-h', '--', `${uid}:${uid}`, path], (err, _o, stderr) =>
+      err ? reject(new Error(`chown failed: ${String(stderr).trim()}`)) : resolve(),
+    );
   });
 }

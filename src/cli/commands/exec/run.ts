@@ -20,7 +20,8 @@ async function readStdin(): Promise<Buffer> {
  * command's exit code. With `--output json`, prints one buffered result instead.
  */
 export async function execCommand(ctx: CommandContext, id: string, command: string[], flags: ExecFlags): Promise<number> {
-  if (command.length === 0) throw new AtelierError('INVALID_ARGUMENT', 'give the command after --, for example: atelier exec ws-1234abcd -- npm test');
+  if (command.length === 0)
+    throw new AtelierError('INVALID_ARGUMENT', 'give the command after --, for example: atelier exec ws-1234abcd -- npm test');
   const env: Record<string, string> = {};
   for (const pair of flags.env) {
     const i = pair.indexOf('=');

@@ -25,7 +25,8 @@ function number(flag: string, value: string | undefined): number | undefined {
 export async function createWorkshop(ctx: CommandContext, flags: CreateFlags): Promise<Workshop> {
   const isUrl = /^[A-Za-z][A-Za-z0-9+.-]*:\/\//.test(flags.repo) || /^[^/\s]+@[^/\s]+:/.test(flags.repo);
   const repo = isUrl ? flags.repo : resolve(flags.repo);
-  if (!isUrl && !existsSync(repo)) throw new AtelierError('REPO_NOT_FOUND', `repo ${flags.repo} does not exist on this machine`, { field: 'repo' });
+  if (!isUrl && !existsSync(repo))
+    throw new AtelierError('REPO_NOT_FOUND', `repo ${flags.repo} does not exist on this machine`, { field: 'repo' });
   const body: Record<string, unknown> = { repo };
   if (flags.name !== undefined) body.name = flags.name;
   if (flags.devcontainer !== undefined) body.devcontainer = flags.devcontainer;

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what Atelier needs on Debian 12 (apt and npm), builds it, and puts `atelier` on the PATH.
+# Safe to run again. Uses sudo for apt when not run as root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+PACKAGES=(bubblewrap socat util-linux git postgresql postgresql-client python3 ca-certificates)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "atelier: installing ${missing[*]}"
+  # Atelier runs its own PostgreSQL cluster: do not let the package create and start a system one.
+  $SUDO mkdir -p /etc/postgresql-common/createcluster.d
+  echo "create_main_cluster = false" | $SUDO tee /etc/postgresql-common/createcluster.d/atelier.conf >/dev/null
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+node -e 'const [maj, min] = process.versions.node.split(".").map(Number); if (maj < 20 || (maj === 20 && min < 10)) { console.error("atelier needs Node.js 20.10 or newer, found " + process.version); process.exit(1); }'
+
+npm ci --no-audit --no-fund --loglevel=error
+npm run -s build
+
+if [ -w /usr/local/bin ] || [ -n "$SUDO" ]; then
+  $SUDO ln -sf "$PWD/bin/atelier" /usr/local/bin/atelier
+  echo "atelier: installed; \`atelier\` is on your PATH (/usr/local/bin/atelier -> $PWD/bin/atelier)"
+else
+  echo "atelier: installed; run it as $PWD/bin/atelier"
+fi

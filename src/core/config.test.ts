@@ -1,0 +1,32 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { loadConfig, parseListen, parseSize } from './config.js';
+
+describe('config', () => {
+  it('parses sizes', () => {
+    assert.equal(parseSize('512m'), 512 * 2 ** 20);
+    assert.equal(parseSize('2G'), 2 * 2 ** 30);
+    assert.equal(parseSize('1.5g'), 1.5 * 2 ** 30);
+    assert.equal(parseSize('1048576'), 1048576);
+    assert.equal(parseSize('64MiB'), 64 * 2 ** 20);
+    assert.equal(parseSize('lots'), undefined);
+    assert.equal(parseSize('-1g'), undefined);
+  });
+
+  it('parses listen addresses and refuses malformed ones', () => {
+    assert.deepEqual(parseListen('127.0.0.1:7878'), { host: '127.0.0.1', port: 7878 });
+    assert.deepEqual(parseListen('[::1]:0'), { host: '::1', port: 0 });
+    assert.throws(() => parseListen('localhost'), /HOST:PORT/);
+    assert.throws(() => parseListen('h:99999'), /HOST:PORT/);
+  });
+
+  it('reads ATELIER_* variables and refuses invalid ones with the variable name', () => {
+    const c = loadConfig({ HOME: '/home/u', ATELIER_LISTEN: '0.0.0.0:1', ATELIER_ALLOW_REPO_ROOTS: '/a:/b', ATELIER_DATA_DIR: '/d' });
+    assert.equal(c.listen, '0.0.0.0:1');
+    assert.deepEqual(c.allowRepoRoots, ['/a', '/b']);
+    assert.equal(c.dataDir, '/d');
+    assert.equal(loadConfig({ HOME: '/home/u', XDG_CONFIG_HOME: '/x' }).configDir, '/x/atelier');
+    assert.throws(() => loadConfig({ ATELIER_LOG_LEVEL: 'loud' }), /ATELIER_LOG_LEVEL/);
+    assert.throws(() => loadConfig({ ATELIER_DEFAULT_CPUS: '-1' }), /ATELIER_DEFAULT_CPUS/);
+  });
+});
