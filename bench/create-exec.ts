@@ -4,7 +4,8 @@
  * sandbox that ran one command"). Atelier's figure includes the git clone of a two-file
  * repository, its database rows, its cgroups and the HTTP round trips.
  */
-import { goalLine, heading, line, ms, ratioLine, statLine, summarize, type BenchServer } from './lib.js';
+import { join } from 'node:path';
+import { goalLine, heading, line, ms, ratioLine, statLine, summarize, timedSpawn, type BenchServer } from './lib.js';
 import { bwrapAvailable, probeSrt, runBareBwrap, runSrt } from './peers.js';
 
 const ROUNDS = 20;
@@ -48,6 +49,33 @@ export async function createExec(server: BenchServer): Promise<Record<string, un
   statLine('', '  of which first POST …/exec', summarize(execOnly), ['p50', 'p95']);
   line(`         cold first round (excluded above): ${ms(cold)}`);
   const result: Record<string, unknown> = { atelier: s, createOnly: summarize(createOnly), execOnly: summarize(execOnly), cold };
+  // The clone alone, as src/workshops/repo.ts runs it: how much of the create it is.
+  const clones: number[] = [];
+  for (let i = 0; i < ROUNDS + 2; i++) {
+    const r = await timedSpawn(
+      'git',
+      [
+        '-c',
+        'safe.directory=*',
+        '-c',
+        'protocol.file.allow=always',
+        'clone',
+        '--quiet',
+        '--no-hardlinks',
+        '--',
+        server.scratch.repo,
+        join(server.scratch.dir, 'clones', String(i)),
+      ],
+      {
+        env: { PATH: '/usr/bin:/bin', GIT_TERMINAL_PROMPT: '0', HOME: '/nonexistent', LANG: 'C' },
+      },
+    );
+    if (r.code !== 0) throw new Error(`git clone failed: ${r.stderr.trim()}`);
+    if (i >= 2) clones.push(r.ms);
+  }
+  const cs = summarize(clones);
+  statLine('(ref)', '`git clone --no-hardlinks` of the same repo', cs, ['p50', 'p95']);
+  result.gitClone = cs;
 
   const noBwrap = bwrapAvailable();
   if (noBwrap) {

@@ -75,7 +75,7 @@ export function mb(bytes: number): string {
 }
 
 export function heading(text: string): void {
-  process.stdout.write(`\n== ${text} ==\n`);
+  process.stdout.write(`== ${text} ==\n`);
 }
 
 export function line(text: string): void {
@@ -432,8 +432,14 @@ export class BenchServer {
     }
   }
 
+  /** One API call; refused once the run is aborted (Ctrl-C), so that a benchmark stops making workshops. */
   async request<T>(method: string, path: string, body?: unknown, accept = 'application/json'): Promise<T> {
     if (this.aborted) throw new Error('aborted');
+    return this.send<T>(method, path, body, accept);
+  }
+
+  /** One API call, also after an abort (clean-up). */
+  private send<T>(method: string, path: string, body?: unknown, accept = 'application/json'): Promise<T> {
     const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
     const headers: Record<string, string> = { authorization: `Bearer ${this.token}`, accept };
     if (payload) {
@@ -496,10 +502,10 @@ export class BenchServer {
     return r;
   }
 
-  async deleteWorkshop(id: string): Promise<number> {
+  async deleteWorkshop(id: string, cleanUp = false): Promise<number> {
     const t0 = performance.now();
     try {
-      await this.request('DELETE', `/v1/workshops/${id}`);
+      await (cleanUp ? this.send('DELETE', `/v1/workshops/${id}`) : this.request('DELETE', `/v1/workshops/${id}`));
     } catch (err) {
       if (!(err instanceof HttpError && err.status === 404)) throw err;
     }
@@ -508,14 +514,14 @@ export class BenchServer {
   }
 
   /** Deletes the given workshops, `concurrency` at a time; returns each delete's latency. */
-  async deleteMany(ids: string[], concurrency = 10): Promise<number[]> {
+  async deleteMany(ids: string[], concurrency = 10, cleanUp = false): Promise<number[]> {
     const queue = [...ids];
     const times: number[] = [];
     const errors: string[] = [];
     const worker = async (): Promise<void> => {
       for (let id = queue.shift(); id !== undefined; id = queue.shift()) {
         try {
-          times.push(await this.deleteWorkshop(id));
+          times.push(await this.deleteWorkshop(id, cleanUp));
         } catch (err) {
           errors.push(`${id}: ${(err as Error).message}`);
         }
@@ -534,22 +540,24 @@ export class BenchServer {
     const problems: string[] = [];
     if (this.stopped) return problems;
     this.stopped = true;
-    const wasAborted = this.aborted;
-    this.aborted = false;
-    try {
-      const { items } = await this.request<{ items: WorkshopJson[] }>('GET', '/v1/workshops');
-      for (const w of items) this.created.add(w.id);
-    } catch (err) {
-      problems.push(`listing workshops for clean-up: ${(err as Error).message}`);
-    }
-    if (this.created.size > 0) {
+    // List again after each pass: a create that was in flight at an abort lands meanwhile.
+    for (let pass = 0; pass < 5; pass++) {
       try {
-        await this.deleteMany([...this.created]);
+        const { items } = await this.send<{ items: WorkshopJson[] }>('GET', '/v1/workshops');
+        for (const w of items) this.created.add(w.id);
       } catch (err) {
-        problems.push((err as Error).message);
+        problems.push(`listing workshops for clean-up: ${(err as Error).message}`);
+        break;
       }
+      if (this.created.size === 0) break;
+      try {
+        await this.deleteMany([...this.created], 10, true);
+      } catch (err) {
+        if (pass === 4) problems.push((err as Error).message);
+      }
+      await sleep(200);
     }
-    this.aborted = wasAborted;
+    if (this.created.size > 0) problems.push(`workshops not deleted through the API: ${[...this.created].join(', ')}`);
     this.agent.destroy();
     if (this.child.exitCode === null && this.child.signalCode === null) {
       const exited = new Promise<void>((r) => this.child.once('exit', () => r()));
@@ -572,7 +580,8 @@ export class BenchServer {
     } catch {
       return [];
     }
-    const usual = /^atelier: (isolation: no seccomp|creating the embedded|the CLI on this machine|server ready|admin credentials|create a workshop|SIGTERM: stopping)/;
+    const usual =
+      /^atelier: (isolation: no seccomp|creating the embedded|the CLI on this machine|server ready|admin credentials|create a workshop|SIGTERM: stopping)/;
     return text
       .split('\n')
       .filter((l) => l.trim() && !usual.test(l))

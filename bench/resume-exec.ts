@@ -35,7 +35,7 @@ export async function resumeExec(server: BenchServer): Promise<Record<string, un
     const s = summarize(total);
     statLine('atelier', 'POST …/resume + POST …/exec `true`', s, ['p50', 'p95']);
     statLine('', '  of which POST …/resume', summarize(resumeOnly), ['p50', 'p95']);
-    statLine('(info)', 'POST …/stop (freeze), not in the figure above', summarize(stopOnly), ['p50', 'p95']);
+    statLine('(info)', 'POST …/stop (freeze), not counted above', summarize(stopOnly), ['p50', 'p95']);
     line('peer     none measured in this run (DESIGN.md: published anchor E2B resume ~1 s)');
     goalLine(`resume -> first exec p50 < ${GOAL_P50_MS} ms`, s.p50, GOAL_P50_MS);
     return { atelier: s, resumeOnly: summarize(resumeOnly), stop: summarize(stopOnly) };

@@ -9,6 +9,7 @@
  * Results are printed and also written to bench/results/<time>.json (git-ignored).
  */
 import { existsSync, mkdirSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { createExec } from './create-exec.js';
 import { cliStart } from './cli-start.js';
@@ -39,7 +40,9 @@ function newestMtime(dir: string): number {
 async function main(argv: string[]): Promise<number> {
   const wanted = argv.filter((a) => a !== '--');
   if (wanted.some((a) => a === '-h' || a === '--help')) {
-    process.stdout.write(`usage: npm run bench [-- NAME]\n  NAME: ${BENCHES.map((b) => `${b.name} (${b.aliases.join(', ')})`).join('; ')}\n`);
+    process.stdout.write(
+      `usage: npm run bench [-- NAME]\n  NAME: ${BENCHES.map((b) => `${b.name} (${b.aliases.join(', ')})`).join('; ')}\n`,
+    );
     return 0;
   }
   const selected = wanted.length === 0 ? BENCHES : wanted.map((w) => BENCHES.find((b) => b.name === w || b.aliases.includes(w)));
@@ -55,7 +58,9 @@ async function main(argv: string[]): Promise<number> {
     process.stdout.write('warning: src/ changed after the last build: these figures are for dist/ as built (run `npm run build`)\n');
   }
   if (process.getuid?.() !== 0) {
-    process.stdout.write('warning: not root: the server has no per-workshop cgroups or freezer, so resume and memory cannot run as designed\n');
+    process.stdout.write(
+      'warning: not root: the server has no per-workshop cgroups or freezer, so resume and memory cannot run as designed\n',
+    );
   }
   process.stdout.write(`Atelier benchmarks, Node ${process.versions.node}, ${new Date().toISOString()}\n`);
 
@@ -72,12 +77,24 @@ async function main(argv: string[]): Promise<number> {
         problems.push(...(await server.shutdown()));
         problems.push(...(await server.sweep()));
         const notes = server.logNotes();
-        if (notes.length > 0) process.stdout.write(`\nserver log, warnings and errors (${notes.length}):\n${notes.slice(0, 20).map((l) => `  ${l}`).join('\n')}\n`);
+        if (notes.length > 0)
+          process.stdout.write(
+            `\nserver log, warnings and errors (${notes.length}):\n${notes
+              .slice(0, 20)
+              .map((l) => `  ${l}`)
+              .join('\n')}\n`,
+          );
       }
       if (scratch) problems.push(...(await removeScratch(scratch)));
       return problems;
     })());
+  let signalled = false;
   const onSignal = (sig: NodeJS.Signals): void => {
+    if (signalled) {
+      process.stderr.write(`${sig}: still cleaning up (workshops outlive the server: wait for it)\n`);
+      return;
+    }
+    signalled = true;
     process.stderr.write(`\n${sig}: deleting this run's workshops and stopping its server…\n`);
     if (server) server.aborted = true;
     void cleanUp().then((problems) => {
@@ -85,15 +102,23 @@ async function main(argv: string[]): Promise<number> {
       process.exit(130);
     });
   };
-  process.once('SIGINT', onSignal);
-  process.once('SIGTERM', onSignal);
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
 
   try {
     scratch = makeScratch();
     server = await BenchServer.start(scratch);
-    process.stdout.write(`server ready in ${(server.startMs / 1000).toFixed(2)} s (embedded PostgreSQL created from scratch), ${server.url}, data dir ${server.dataDir}\n`);
+    process.stdout.write(
+      `server ready in ${(server.startMs / 1000).toFixed(2)} s (embedded PostgreSQL created from scratch), ${server.url}, data dir ${server.dataDir}\n`,
+    );
     for (const b of selected as (typeof BENCHES)[number][]) {
       if (server.aborted) break;
+      // Everything else on the machine competes for its cores: say how busy it was.
+      process.stdout.write(
+        `\n[load average ${loadavg()
+          .map((x) => x.toFixed(2))
+          .join(' ')} on ${cpus().length} cores]\n`,
+      );
       try {
         results[b.name] = await b.fn(server);
       } catch (err) {

@@ -32,9 +32,17 @@ describe('server restarts', () => {
     const running = await server.createWorkshop({ repo });
     const suspended = await server.createWorkshop({ repo });
     await server.exec(running.id, ['sh', '-c', 'sleep 1000 >/dev/null 2>&1 & echo $! > /tmp/bg.pid']);
+
     await server.api('POST', `/v1/workshops/${suspended.id}/stop`);
 
     for (const signal of ['SIGTERM', 'SIGKILL'] as const) {
+      // An exec in flight when the server dies must not linger as an orphan.
+      const inFlight = server
+        .api('POST', `/v1/workshops/${running.id}/exec`, { command: ['sh', '-c', 'echo $$ > /tmp/inflight.pid; exec sleep 999'] })
+        .catch(() => undefined);
+      while ((await server.exec(running.id, ['sh', '-c', 'cat /tmp/inflight.pid 2>/dev/null || true'])).stdout === '') {
+        await new Promise((r) => setTimeout(r, 20));
+      }
       await server.stop(signal);
       // Workshops do not depend on the server process.
       assert.ok(sandboxProcesses(server.dataDir, running.id) > 0);
@@ -45,6 +53,17 @@ describe('server restarts', () => {
       assert.equal(s.body.status, 'Suspended', signal);
       const alive = await server.exec(running.id, ['sh', '-c', 'kill -0 $(cat /tmp/bg.pid) && echo same-process']);
       assert.equal(alive.stdout, 'same-process\n', signal);
+      await inFlight;
+      {
+        const orphan = await server.exec(running.id, [
+          'sh',
+          '-c',
+          // A killed process may stay a zombie for a moment: only a live one counts.
+          'p=$(cat /tmp/inflight.pid); for i in 1 2 3 4 5 6 7 8 9 10; do grep -qs "^State:.*[RSD]" /proc/$p/status || { echo gone; exit; }; sleep 0.1; done; echo still-running',
+        ]);
+        assert.equal(orphan.stdout, 'gone\n', signal);
+        await server.exec(running.id, ['rm', '/tmp/inflight.pid']);
+      }
     }
     const resumed = await server.api<{ status: string }>('POST', `/v1/workshops/${suspended.id}/resume`);
     assert.equal(resumed.body.status, 'Running');

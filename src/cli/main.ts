@@ -42,7 +42,8 @@ async function main(argv: string[]): Promise<number> {
     )
     .action(async (flags) => {
       const { serverStart } = await import('./commands/server/start.js');
-      exitCode = await serverStart(config, flags as object, VERSION);
+      // Exit as soon as the shutdown is done, whatever handle a library may still hold.
+      process.exit(await serverStart(config, flags as object, VERSION));
     });
 
   const ws = program.command('workshops').alias('ws').description('create, list, suspend, resume and delete workshops');

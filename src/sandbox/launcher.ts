@@ -148,11 +148,14 @@ function bwrapArgs(spec: SandboxSpec, layout: SandboxLayout): string[] {
   return args;
 }
 
-/** Reads the start time (field 22 of /proc/PID/stat), or undefined when the pid is gone. */
+/** Reads the start time (field 22 of /proc/PID/stat), or undefined when the pid is gone or a zombie. */
 export function processStartTime(pid: number): string | undefined {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // A killed sandbox may wait as a zombie until the host's init reaps it: it is gone for us.
+    if (fields[0] === 'Z' || fields[0] === 'X') return undefined;
+    return fields[19];
   } catch {
     return undefined;
   }

@@ -176,6 +176,8 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
 
     const app = buildApp({ pool, workshops, logger, version: opts.version });
     cleanups.push(() => app.close());
+    // Runs before app.close (cleanups run in reverse): in-flight execs end, so their requests do.
+    cleanups.push(() => workshops.close());
     await app.listen({ host: listen.host, port: listen.port });
     const addr = app.server.address();
     const port = typeof addr === 'object' && addr ? addr.port : listen.port;

@@ -77,6 +77,7 @@ function toWorkshop(r: WorkshopRow): Workshop {
 /** Workshops: the product's core noun. Every entry point (CLI, REST, MCP) goes through here. */
 export class WorkshopService {
   private readonly locks = new Map<string, Promise<unknown>>();
+  private readonly running = new Set<RunningExec>();
 
   constructor(
     private readonly pool: Pool,
@@ -374,7 +375,17 @@ export class WorkshopService {
         resolve({ exitCode: timedOut ? 124 : (code ?? 128 + (signal ? 9 : 0)), signal: timedOut ? 'SIGKILL' : signal });
       });
     });
-    return { stdout: child.stdout!, stderr: child.stderr!, done, kill };
+    const exec: RunningExec = { stdout: child.stdout!, stderr: child.stderr!, done, kill };
+    this.running.add(exec);
+    void done.finally(() => this.running.delete(exec)).catch(() => undefined);
+    return exec;
+  }
+
+  /** Kills the commands this server process started and still waits for (at shutdown). */
+  async close(): Promise<void> {
+    const pending = [...this.running];
+    for (const exec of pending) exec.kill();
+    await Promise.allSettled(pending.map((e) => e.done));
   }
 
   private resolveCwd(cwd: string | undefined): string {
@@ -517,6 +528,8 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
         } else if (row.status === 'Running' || row.status === 'Suspended') {
           const alive = row.sandbox !== null && this.driver.alive(row.sandbox);
           if (alive) {
+            const orphans = this.driver.killOrphanExecs(row.sandbox!);
+            if (orphans > 0) this.opts.log.warn({ workshop: id, orphans }, 'killed commands left running by a previous server process');
             const frozen = this.driver.frozen(row.sandbox!);
             if (frozen && row.status === 'Running') await this.setStatus(id, 'Suspended', null);
             if (!frozen && row.status === 'Suspended') await this.setStatus(id, 'Running', null);

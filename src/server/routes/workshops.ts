@@ -41,8 +41,8 @@ export function workshopRoutes(app: FastifyInstance, service: WorkshopService): 
     const body = parse(ExecRequest, request.body);
     const run = await service.exec(request.params.id, body);
     const wantsJson = (request.headers.accept ?? '').includes('application/json') && !(request.headers.accept ?? '').includes('ndjson');
-    request.raw.on('close', () => {
-      // The client went away before the end: do not leave its command running.
+    reply.raw.on('close', () => {
+      // The connection closed before the answer was complete: do not leave its command running.
       if (!reply.raw.writableFinished) run.kill();
     });
     if (wantsJson) {

@@ -123,6 +123,27 @@ export class LocalDriver {
     rmSync(this.layout(id).root, { recursive: true, force: true, maxRetries: 3 });
   }
 
+  /**
+   * Kills commands that a previous server process started in this sandbox and can no longer
+   * report (it was killed mid-exec): each exec leads its own process group, host side included.
+   */
+  killOrphanExecs(handle: SandboxHandle): number {
+    let killed = 0;
+    for (const entry of readdirSync('/proc')) {
+      if (!/^\d+$/.test(entry)) continue;
+      try {
+        const argv = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
+        if (argv[0] === 'nsenter' && argv[1] === '-t' && argv[2] === String(handle.pid)) {
+          process.kill(-Number(entry), 'SIGKILL');
+          killed += 1;
+        }
+      } catch {
+        // exited meanwhile
+      }
+    }
+    return killed;
+  }
+
   /** Workshop ids that have a directory or a cgroup on this host (for orphan clean-up). */
   localIds(): string[] {
     const ids = new Set<string>();
