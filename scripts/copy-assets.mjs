@@ -1,3 +1,31 @@
-// Copies non-TypeScript assets (SQL migrations) next to the compiled code.
-import { cpSync } from 'node:fs';
+// After tsc: copies the SQL migrations beside the compiled code, then bundles the CLI client.
+// The bundle makes every client command start about 2x faster than loading hundreds of ES
+// modules one by one. The server (`atelier server start`) is not bundled: the bundle imports
+// dist/server/index.js as it is, so its dependencies load exactly as npm installed them.
+import { cpSync, rmSync } from 'node:fs';
+import { build } from 'esbuild';
+
 cpSync('src/db/migrations', 'dist/db/migrations', { recursive: true });
+rmSync('dist/bundle', { recursive: true, force: true });
+await build({
+  entryPoints: ['dist/cli/main.js'],
+  bundle: true,
+  splitting: true,
+  format: 'esm',
+  platform: 'node',
+  target: 'node20',
+  outdir: 'dist/bundle',
+  minify: true,
+  sourcemap: true,
+  plugins: [
+    {
+      name: 'server-stays-unbundled',
+      setup(b) {
+        b.onResolve({ filter: /\/server\/index\.js$/ }, () => ({ path: '../server/index.js', external: true }));
+      },
+    },
+  ],
+  // Bundled CommonJS dependencies (commander) call require(): give the ESM output a real one.
+  banner: { js: "import { createRequire as __atelierRequire } from 'node:module'; const require = __atelierRequire(import.meta.url);" },
+  logLevel: 'warning',
+});

@@ -1,7 +1,7 @@
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { TestServer, makeRepo } from './helpers/server.js';
 
@@ -142,6 +142,24 @@ describe('server restarts', () => {
       await new Promise((r) => setTimeout(r, 200));
     }
     assert.equal(status, 200, 'recovered without a restart');
+  });
+
+  it('says which directory keeps the embedded PostgreSQL from its data dir', () => {
+    const parent = mkdtempSync('/tmp/atelier-closed-');
+    try {
+      const out = execFileSync(
+        'sh',
+        ['-c', `node bin/atelier server start --data-dir ${parent}/data --listen 127.0.0.1:0 2>&1; echo rc=$?`],
+        {
+          env: { ...process.env, ATELIER_CONFIG_DIR: `${parent}/config` },
+        },
+      ).toString();
+      assert.match(out, new RegExp(`cannot enter ${parent}`));
+      assert.match(out, /chmod o\+x/);
+      assert.match(out, /rc=1/);
+    } finally {
+      rmSync(parent, { recursive: true, force: true });
+    }
   });
 
   it('refuses a second server on the same data dir', async () => {

@@ -217,6 +217,17 @@ for (const mode of ['embedded', 'external'] as const) {
       assert.ok(!existsSync(join(server.dataDir, 'workshops', f.id)));
     });
 
+    it('marks a workshop whose clone fails as Failed with the reason; delete leaves nothing', async () => {
+      // Nothing listens on port 1 of the loopback: the clone fails after the workshop exists.
+      const w = await server.createWorkshop({ repo: 'https://127.0.0.1:1/org/repo.git' });
+      assert.equal(w.status, 'Failed');
+      assert.match(w.statusReason ?? '', /cloning https:\/\/127\.0\.0\.1:1\/org\/repo\.git failed/);
+      const del = await server.api('DELETE', `/v1/workshops/${w.id}`);
+      assert.equal(del.status, 200);
+      assert.ok(!existsSync(join(server.dataDir, 'workshops', w.id)));
+      assert.deepEqual(cgroupDirs(w.id), []);
+    });
+
     it('refuses bad input with a clear error and creates nothing', async () => {
       const before = (await server.api<{ items: W[] }>('GET', '/v1/workshops')).body.items.length;
       const cases: [Record<string, unknown> | string, number, string, RegExp][] = [

@@ -1,3 +1,4 @@
+import { loadYaml } from '../core/index.js';
 /** Output formats every command supports: `--output table|json|yaml`. */
 export type OutputFormat = 'table' | 'json' | 'yaml';
 
@@ -21,7 +22,7 @@ export function keyValues(pairs: [string, string][]): string {
 export async function render(format: OutputFormat, data: unknown, human: () => string): Promise<void> {
   if (format === 'json') process.stdout.write(`${JSON.stringify(data, null, 2)}\n`);
   else if (format === 'yaml') {
-    const { stringify } = await import('yaml');
+    const { stringify } = await loadYaml();
     process.stdout.write(stringify(data));
   } else {
     const text = human();

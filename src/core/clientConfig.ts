@@ -1,4 +1,5 @@
 import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import { loadYaml } from './yaml.js';
 import { join } from 'node:path';
 
 /**
@@ -36,7 +37,7 @@ export async function readClientConfig(dir: string): Promise<ClientConfig> {
   const path = join(dir, 'config.yaml');
   if (!existsSync(path)) return structuredClone(EMPTY);
   checkMode(path);
-  const { parse } = await import('yaml');
+  const { parse } = await loadYaml();
   let doc: unknown;
   try {
     doc = parse(readFileSync(path, 'utf8'));
@@ -59,7 +60,7 @@ export async function readClientConfig(dir: string): Promise<ClientConfig> {
 /** Writes config.yaml (mode 0600). */
 export async function writeClientConfig(dir: string, config: ClientConfig): Promise<void> {
   mkdirSync(dir, { recursive: true, mode: 0o700 });
-  const { stringify } = await import('yaml');
+  const { stringify } = await loadYaml();
   const text = `# Atelier CLI configuration. Tokens are not here: they are in tokens.json (mode 0600).\n${stringify({ version: 1, 'current-context': config.currentContext, contexts: config.contexts })}`;
   writeAtomic(join(dir, 'config.yaml'), text);
 }

@@ -7,3 +7,4 @@ export { CreateWorkshopRequest, ExecRequest, WORKSHOP_STATUSES, describeZodError
 export type { ExecFrame, ExecResult, Workshop, WorkshopLimits, WorkshopStatus } from './schemas.js';
 export { readClientConfig, readToken, writeClientConfig, writeToken } from './clientConfig.js';
 export type { ClientConfig, ClientContext } from './clientConfig.js';
+export { loadYaml } from './yaml.js';

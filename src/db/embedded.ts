@@ -1,6 +1,6 @@
 import { execFile } from 'node:child_process';
-import { chownSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, appendFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { appendFileSync, chownSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
@@ -51,6 +51,27 @@ async function postgresUser(isRoot: boolean): Promise<RunAs | undefined> {
   }
 }
 
+/** The cluster user must be able to walk down to DATA_DIR/pg: say which directory stops it. */
+function assertReachable(dataDir: string, runAs: RunAs): void {
+  let dir = dataDir;
+  const blocked: string[] = [];
+  for (;;) {
+    const st = statSync(dir);
+    const canEnter =
+      st.uid === runAs.uid ? (st.mode & 0o100) !== 0 : st.gid === runAs.gid ? (st.mode & 0o010) !== 0 : (st.mode & 0o001) !== 0;
+    if (!canEnter && dir !== dataDir) blocked.push(dir);
+    const parent = dirname(dir);
+    if (parent === dir) break;
+    dir = parent;
+  }
+  if (blocked.length > 0) {
+    throw new Error(
+      `the embedded PostgreSQL runs as the user ${runAs.name}, which cannot enter ${blocked.join(', ')} to reach ${dataDir}: ` +
+        `run \`chmod o+x ${blocked.join(' ')}\`, or use a data dir elsewhere (the default for root is /var/lib/atelier), or give --database-url`,
+    );
+  }
+}
+
 function quoteConf(value: string): string {
   return `'${value.replace(/\\/g, '\\\\').replace(/'/g, "''")}'`;
 }
@@ -87,6 +108,7 @@ export async function startEmbeddedPostgres(opts: {
     if (runAs) chownSync(path, runAs.uid, runAs.gid);
   };
 
+  if (runAs) assertReachable(opts.dataDir, runAs);
   mkdirSync(sockDir, { recursive: true, mode: 0o700 });
   own(sockDir);
 

@@ -386,6 +386,7 @@ export class WorkshopService {
     const pending = [...this.running];
     for (const exec of pending) exec.kill();
     await Promise.allSettled(pending.map((e) => e.done));
+    this.driver.releaseCgroupBase();
   }
 
   private resolveCwd(cwd: string | undefined): string {

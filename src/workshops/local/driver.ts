@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { readdirSync, readFileSync, rmSync, mkdirSync, existsSync } from 'node:fs';
+import { readdirSync, readFileSync, rmSync, rmdirSync, mkdirSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
 import {
@@ -142,6 +142,18 @@ export class LocalDriver {
       }
     }
     return killed;
+  }
+
+  /** Removes this server's cgroup parents when no workshop is left in them (at shutdown). */
+  releaseCgroupBase(): void {
+    if (!this.base) return;
+    for (const dir of Object.values(this.base)) {
+      try {
+        rmdirSync(dir);
+      } catch {
+        // workshops still there (they outlive the server), or already gone
+      }
+    }
   }
 
   /** Workshop ids that have a directory or a cgroup on this host (for orphan clean-up). */

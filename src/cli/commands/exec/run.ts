@@ -1,4 +1,4 @@
-import { AtelierError, type ExecFrame, type ExecResult } from '../../../core/index.js';
+import { AtelierError, loadYaml, type ExecFrame, type ExecResult } from '../../../core/index.js';
 import { raiseFor, request } from '../../client.js';
 import type { CommandContext } from '../../context.js';
 
@@ -42,7 +42,7 @@ export async function execCommand(ctx: CommandContext, id: string, command: stri
     for await (const c of res) chunks.push(c as Buffer);
     const result = JSON.parse(Buffer.concat(chunks).toString('utf8')) as ExecResult;
     if (ctx.output === 'json') process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
-    else process.stdout.write((await import('yaml')).stringify(result));
+    else process.stdout.write((await loadYaml()).stringify(result));
     return result.exitCode;
   }
   const res = await request(target, { method: 'POST', path, body, accept: 'application/x-ndjson' });
