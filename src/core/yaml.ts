@@ -1,4 +1,6 @@
-type Yaml = typeof import('yaml');
+import type * as YamlModule from 'yaml';
+
+type Yaml = typeof YamlModule;
 
 /** Loads the `yaml` library lazily (it costs ~50 ms at start-up), bundled or not. */
 export async function loadYaml(): Promise<Yaml> {
