@@ -21,6 +21,7 @@ import { z } from 'zod';
  * | ATELIER_CONFIG_DIR          | configDir        | $XDG_CONFIG_HOME/atelier or ~/.config/atelier        |
  * | ATELIER_CONTEXT             | context          | the config file's current context                    |
  * | ATELIER_TOKEN, ATELIER_URL  | token, url       | override the context (automation, in-workshop use)    |
+ * | SUDO_UID, SUDO_GID          | sudoUser         | set by sudo: that user's CLI is also given the context |
  *
  * The root data dir is not under /root because the embedded PostgreSQL runs as the
  * unprivileged `postgres` user, which must be able to reach its cluster directory.
@@ -40,6 +41,8 @@ const Env = z.object({
   ATELIER_CONTEXT: z.string().min(1).optional(),
   ATELIER_TOKEN: z.string().min(1).optional(),
   ATELIER_URL: z.string().min(1).optional(),
+  SUDO_UID: z.coerce.number().int().nonnegative().optional(),
+  SUDO_GID: z.coerce.number().int().nonnegative().optional(),
   XDG_DATA_HOME: z.string().min(1).optional(),
   XDG_CONFIG_HOME: z.string().min(1).optional(),
   HOME: z.string().min(1).optional(),
@@ -61,6 +64,8 @@ export interface Config {
   token: string | undefined;
   url: string | undefined;
   isRoot: boolean;
+  /** The user who ran `sudo atelier server start`, whose CLI gets the `local` context too. */
+  sudoUser: { uid: number; gid: number } | undefined;
 }
 
 /** Reads and validates the environment once; the only reader of `process.env`. */
@@ -93,6 +98,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     token: e.ATELIER_TOKEN,
     url: e.ATELIER_URL,
     isRoot,
+    sudoUser: isRoot && e.SUDO_UID !== undefined && e.SUDO_UID !== 0 ? { uid: e.SUDO_UID, gid: e.SUDO_GID ?? e.SUDO_UID } : undefined,
   };
 }
 

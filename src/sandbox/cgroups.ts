@@ -14,8 +14,7 @@ export interface CgroupSupport {
 }
 
 /** Whether per-workshop cgroups (v1: memory, cpu, pids, freezer) can be made here. */
-export function cgroupSupport(isRoot: boolean): CgroupSupport {
-  if (!isRoot) return { ok: false, reason: 'not running as root: no per-workshop memory, CPU or pids limits, and no freezer for suspend' };
+export function cgroupSupport(): CgroupSupport {
   const missing = CONTROLLERS.filter((c) => !existsSync(join(ROOT, c, 'cgroup.procs')));
   if (missing.length > 0) {
     const v2 = existsSync(join(ROOT, 'cgroup.controllers'));

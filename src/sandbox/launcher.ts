@@ -28,10 +28,8 @@ export function sandboxLayout(root: string): SandboxLayout {
 export interface SandboxSpec {
   root: string;
   hostname: string;
-  /** Host uid the workshop runs as (root mode) — its own, shared with no other workshop. */
+  /** Host uid the workshop runs as: its own, shared with no other workshop. */
   uid: number;
-  /** Root mode: per-workshop host uid and cgroups. Otherwise: user namespace as uid 1000. */
-  privileged: boolean;
   cgroups: CgroupPaths | null;
 }
 
@@ -42,12 +40,8 @@ export interface SandboxHandle {
   /** Its start time in clock ticks since boot, so that a reused pid is never mistaken for it. */
   startTime: string;
   uid: number;
-  privileged: boolean;
   cgroups: CgroupPaths | null;
 }
-
-/** The uid processes have inside a sandbox that runs in a user namespace (not root mode). */
-const USERNS_UID = 1000;
 
 const CGROUP_ENTER = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 111; shift; n=$((n-1)); done; exec "$@"';
 
@@ -74,13 +68,10 @@ function dropPrivileges(uid: number): string[] {
 export function prepareLayout(spec: SandboxSpec): SandboxLayout {
   const layout = sandboxLayout(spec.root);
   for (const dir of [layout.tmp, layout.home, layout.etc]) mkdirSync(dir, { recursive: true, mode: 0o700 });
-  const insideUid = spec.privileged ? spec.uid : USERNS_UID;
-  for (const [name, content] of Object.entries(identityFiles({ uid: insideUid, gid: insideUid, hostname: spec.hostname }))) {
+  for (const [name, content] of Object.entries(identityFiles({ uid: spec.uid, gid: spec.uid, hostname: spec.hostname }))) {
     writeFileSync(join(layout.etc, name), content, { mode: 0o644 });
   }
-  if (spec.privileged) {
-    for (const dir of [layout.tmp, layout.home]) chownSync(dir, spec.uid, spec.uid);
-  }
+  for (const dir of [layout.tmp, layout.home]) chownSync(dir, spec.uid, spec.uid);
   return layout;
 }
 
@@ -137,14 +128,9 @@ function bwrapArgs(spec: SandboxSpec, layout: SandboxLayout): string[] {
     '--info-fd',
     '3',
   );
-  if (!spec.privileged) {
-    args.push('--unshare-user', '--uid', String(USERNS_UID), '--gid', String(USERNS_UID), '--disable-userns', '--cap-drop', 'ALL');
-  }
-  args.push('--');
-  // Root mode: bwrap keeps its capabilities to build the namespaces, then setpriv drops to the
+  // bwrap runs as root to build the namespaces (no user namespace), then setpriv drops to the
   // workshop's own host uid with no capabilities, an empty bounding set and no_new_privs.
-  if (spec.privileged) args.push(...dropPrivileges(spec.uid));
-  args.push('sleep', 'infinity');
+  args.push('--', ...dropPrivileges(spec.uid), 'sleep', 'infinity');
   return args;
 }
 
@@ -207,7 +193,7 @@ export async function startSandbox(spec: SandboxSpec): Promise<SandboxHandle> {
   const startTime = processStartTime(pid);
   if (startTime === undefined) throw new Error('sandbox exited right after start');
   await waitReady(pid, layout.log);
-  return { pid, startTime, uid: spec.uid, privileged: spec.privileged, cgroups: spec.cgroups };
+  return { pid, startTime, uid: spec.uid, cgroups: spec.cgroups };
 }
 
 /**
@@ -261,10 +247,13 @@ const CHDIR_THEN_EXEC = 'cd -- "$1" || exit 126; shift; exec "$@"';
  */
 export function execInSandbox(handle: SandboxHandle, spec: ExecSpec): ChildProcess {
   const ns = ['nsenter', '-t', String(handle.pid), '-m', '-p', '-n', '-i', '-u', '-C'];
-  if (!handle.privileged) ns.push('-U', '-S', String(USERNS_UID), '-G', String(USERNS_UID));
+  // The sandbox's PID 1 sits in /workspace: `-w` starts there with no extra shell to cd.
+  const inWorkspace = spec.cwd === '/workspace';
+  if (inWorkspace) ns.push('-w');
   ns.push('--');
-  if (handle.privileged) ns.push(...dropPrivileges(handle.uid));
-  ns.push('/bin/sh', '-c', CHDIR_THEN_EXEC, 'sh', spec.cwd, ...spec.command);
+  ns.push(...dropPrivileges(handle.uid));
+  if (inWorkspace) ns.push(...spec.command);
+  else ns.push('/bin/sh', '-c', CHDIR_THEN_EXEC, 'sh', spec.cwd, ...spec.command);
   const argv = inCgroups(handle.cgroups, ns);
   return spawn(argv[0]!, argv.slice(1), { detached: true, stdio: ['pipe', 'pipe', 'pipe'], env: spec.env });
 }

@@ -1,4 +1,4 @@
-import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { pino } from 'pino';
@@ -14,7 +14,7 @@ import {
   type Config,
 } from '../core/index.js';
 import { createPool, migrate, startEmbeddedPostgres, type EmbeddedPostgres, type Pool } from '../db/index.js';
-import { inspectIsolation } from '../sandbox/index.js';
+import { inspectIsolation, requireRoot } from '../sandbox/index.js';
 import { LocalDriver, WorkshopService } from '../workshops/index.js';
 import { buildApp } from './app.js';
 
@@ -91,8 +91,9 @@ async function firstAdmin(pool: Pool): Promise<string | undefined> {
 }
 
 /**
- * When the CLI on this machine has no context yet, adds and selects `local` for this server.
- * When `local` already holds a token of this server, its URL follows the server (a new port).
+ * When the CLI has no context yet, adds and selects `local` for this server. When `local`
+ * already holds a token of this server, its URL follows the server (a new port). Done for the
+ * CLI config of the user running the server and, under sudo, of the user who ran sudo.
  */
 async function ensureLocalContext(
   config: Config,
@@ -101,24 +102,46 @@ async function ensureLocalContext(
   token: string | undefined,
   say: (l: string) => void,
 ): Promise<void> {
-  const cc = await readClientConfig(config.configDir);
-  const local = cc.contexts.find((c) => c.name === 'local');
-  if (local) {
-    if (local.url === url) return;
-    const stored = readToken(config.configDir, 'local');
-    if (!stored) return;
-    const mine = await pool.query('SELECT 1 FROM api_tokens WHERE token_hash = $1 AND revoked_at IS NULL', [hashToken(stored)]);
-    if (mine.rowCount === 0) return;
-    local.url = url;
-    await writeClientConfig(config.configDir, cc);
-    return;
+  const targets: { dir: string; owner?: { uid: number; gid: number } }[] = [{ dir: config.configDir }];
+  const sudoHome = config.sudoUser ? homeOf(config.sudoUser.uid) : undefined;
+  if (config.sudoUser && sudoHome) targets.push({ dir: join(sudoHome, '.config', 'atelier'), owner: config.sudoUser });
+  for (const { dir, owner } of targets) {
+    const cc = await readClientConfig(dir);
+    const local = cc.contexts.find((c) => c.name === 'local');
+    if (local) {
+      if (local.url === url) continue;
+      const stored = readToken(dir, 'local');
+      if (!stored) continue;
+      const mine = await pool.query('SELECT 1 FROM api_tokens WHERE token_hash = $1 AND revoked_at IS NULL', [hashToken(stored)]);
+      if (mine.rowCount === 0) continue;
+      local.url = url;
+    } else {
+      if (cc.contexts.length > 0 || !token) continue;
+      cc.contexts.push({ name: 'local', url });
+      cc.currentContext = 'local';
+      writeToken(dir, 'local', token);
+      say(`the CLI now uses this server (context "local" in ${join(dir, 'config.yaml')})`);
+    }
+    await writeClientConfig(dir, cc);
+    if (owner) for (const p of [join(dir, '..'), dir, join(dir, 'config.yaml'), join(dir, 'tokens.json')]) chownIfOurs(p, owner);
   }
-  if (cc.contexts.length > 0 || !token) return;
-  cc.contexts.push({ name: 'local', url });
-  cc.currentContext = 'local';
-  writeToken(config.configDir, 'local', token);
-  await writeClientConfig(config.configDir, cc);
-  say(`the CLI on this machine now uses this server (context "local" in ${join(config.configDir, 'config.yaml')})`);
+}
+
+function homeOf(uid: number): string | undefined {
+  for (const line of readFileSync('/etc/passwd', 'utf8').split('\n')) {
+    const f = line.split(':');
+    if (Number(f[2]) === uid && f[5]) return f[5];
+  }
+  return undefined;
+}
+
+function chownIfOurs(path: string, owner: { uid: number; gid: number }): void {
+  try {
+    // Only what this server just created as root is handed over, never a directory of someone else.
+    if (statSync(path).uid === 0) chownSync(path, owner.uid, owner.gid);
+  } catch {
+    // absent
+  }
 }
 
 /**
@@ -126,13 +149,14 @@ async function ensureLocalContext(
  * reconciliation of workshops left by a previous run, then HTTP. Resolves once listening.
  */
 export async function startServer(opts: StartOptions, config: Config = loadConfig()): Promise<RunningServer> {
+  requireRoot(config.isRoot);
   const dataDir = opts.dataDir ?? config.dataDir;
   const listen = parseListen(opts.listen ?? config.listen);
   const databaseUrl = opts.databaseUrl ?? config.databaseUrl;
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-  // 0711 as root: the embedded PostgreSQL (user `postgres`) must traverse to DATA_DIR/pg;
-  // nothing in here is listable by others, and every file with a secret is 0600.
-  chmodSync(dataDir, config.isRoot ? 0o711 : 0o700);
+  // 0711: the embedded PostgreSQL (user `postgres`) must traverse to DATA_DIR/pg; nothing in
+  // here is listable by others, and every file with a secret is 0600.
+  chmodSync(dataDir, 0o711);
   const unlock = lockDataDir(dataDir);
   const cleanups: (() => Promise<void>)[] = [async () => unlock()];
   const closeAll = async (): Promise<void> => {
@@ -141,7 +165,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
   };
 
   try {
-    const isolation = inspectIsolation(config.isRoot);
+    const isolation = inspectIsolation();
     if (isolation.missingTools.length > 0) {
       throw new Error(
         `missing system tools: ${isolation.missingTools.join(', ')}: run \`sudo apt-get install -y bubblewrap util-linux git\``,
@@ -164,10 +188,11 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const token = await firstAdmin(pool);
 
     const nodeId = nodeIdOf(dataDir);
-    const driver = new LocalDriver(dataDir, nodeId, isolation.privileged, isolation.cgroups);
+    const driver = new LocalDriver(dataDir, nodeId, isolation.cgroups);
     const workshops = new WorkshopService(pool, driver, {
       nodeId,
-      allowRepoRoots: opts.allowRepoRoots ?? config.allowRepoRoots,
+      // Under sudo, the home of the user who ran it is allowed too (repositories live there).
+      allowRepoRoots: opts.allowRepoRoots ?? [...config.allowRepoRoots, ...(config.sudoUser ? [homeOf(config.sudoUser.uid) ?? []].flat() : [])],
       defaults: { cpus: config.defaultCpus, memory: config.defaultMemory, pids: config.defaultPids },
       uidBase: config.uidBase,
       log: logger,

@@ -258,7 +258,7 @@ export class WorkshopService {
       if (!this.driver.canSuspend())
         throw new AtelierError(
           'UNSUPPORTED',
-          'suspend needs the cgroup freezer, which this server does not have (run it as root; see `atelier server doctor`)',
+          'suspend needs the cgroup freezer, which this server does not have: run the server as root (its start-up lines list what is missing)',
         );
       await this.driver.suspend(row.sandbox);
       return toWorkshop(await this.setStatus(id, 'Suspended', null));

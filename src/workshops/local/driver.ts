@@ -39,7 +39,6 @@ export class LocalDriver {
   constructor(
     private readonly dataDir: string,
     nodeId: string,
-    readonly privileged: boolean,
     cgroups: boolean,
   ) {
     this.base = cgroups ? cgroupBase(nodeId) : null;
@@ -61,17 +60,16 @@ export class LocalDriver {
     return layout;
   }
 
-  /** Hands the cloned workspace to the workshop's uid (root mode). */
+  /** Hands the cloned workspace to the workshop's uid. */
   async adoptWorkspace(id: string, uid: number): Promise<void> {
-    if (!this.privileged) return;
     await chownTree(this.layout(id).workspace, uid);
   }
 
   async start(req: StartRequest): Promise<SandboxHandle> {
     const root = this.layout(req.id).root;
-    prepareLayout({ root, hostname: req.hostname, uid: req.uid, privileged: this.privileged, cgroups: null });
+    prepareLayout({ root, hostname: req.hostname, uid: req.uid, cgroups: null });
     const cgroups = this.base ? createCgroups(this.base, req.id, req.limits) : null;
-    return startSandbox({ root, hostname: req.hostname, uid: req.uid, privileged: this.privileged, cgroups });
+    return startSandbox({ root, hostname: req.hostname, uid: req.uid, cgroups });
   }
 
   alive(handle: SandboxHandle): boolean {
@@ -106,7 +104,7 @@ export class LocalDriver {
     if (this.base) {
       const paths = {} as CgroupPaths;
       for (const [c, p] of Object.entries(this.base)) paths[c as keyof CgroupPaths] = join(p, id);
-      if (existsSync(paths.freezer)) await killSandbox({ pid: 0, startTime: '', uid: 0, privileged: true, cgroups: paths });
+      if (existsSync(paths.freezer)) await killSandbox({ pid: 0, startTime: '', uid: 0, cgroups: paths });
     }
     for (const pid of this.strayPids(id)) {
       try {
