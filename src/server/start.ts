@@ -192,7 +192,10 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const workshops = new WorkshopService(pool, driver, {
       nodeId,
       // Under sudo, the home of the user who ran it is allowed too (repositories live there).
-      allowRepoRoots: opts.allowRepoRoots ?? [...config.allowRepoRoots, ...(config.sudoUser ? [homeOf(config.sudoUser.uid) ?? []].flat() : [])],
+      allowRepoRoots: opts.allowRepoRoots ?? [
+        ...config.allowRepoRoots,
+        ...(config.sudoUser ? [homeOf(config.sudoUser.uid) ?? []].flat() : []),
+      ],
       defaults: { cpus: config.defaultCpus, memory: config.defaultMemory, pids: config.defaultPids },
       uidBase: config.uidBase,
       log: logger,

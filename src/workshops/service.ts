@@ -158,6 +158,21 @@ export class WorkshopService {
     return { cpus, memoryBytes, pids: req.pids ?? this.opts.defaults.pids };
   }
 
+  private startSandbox(row: WorkshopRow): Promise<SandboxHandle> {
+    return this.driver.start({
+      id: row.id,
+      uid: row.uid,
+      hostname: row.name,
+      limits: { cpus: row.cpus, memoryBytes: Number(row.memory_bytes), pids: row.pids },
+    });
+  }
+
+  /** Starts a workshop's sandbox afresh (its files are kept) after its processes were lost. */
+  private async restartSandbox(row: WorkshopRow, reason: string): Promise<WorkshopRow> {
+    await this.driver.stop(row.id, row.sandbox);
+    return this.setStatus(row.id, 'Running', reason, await this.startSandbox(row));
+  }
+
   /** Clones the repository and starts the sandbox; returns when the workshop is Running or Failed. */
   async create(req: CreateWorkshopRequest, ownerId: string | null): Promise<Workshop> {
     const source = resolveRepoSource(req.repo, this.opts.allowRepoRoots);
@@ -205,12 +220,7 @@ export class WorkshopService {
         dev.forwardPorts,
         JSON.stringify(dev.warnings),
       ]);
-      handle = await this.driver.start({
-        id,
-        uid: row.uid,
-        hostname: row.name,
-        limits: { cpus: row.cpus, memoryBytes: Number(row.memory_bytes), pids: row.pids },
-      });
+      handle = await this.startSandbox(row);
       await this.query('UPDATE workshops SET sandbox = $2 WHERE id = $1', [id, JSON.stringify(handle)]);
       const current = { ...row, env, sandbox: handle };
       for (const step of dev.createCommands) {
@@ -280,20 +290,8 @@ export class WorkshopService {
         await this.driver.resume(row.sandbox);
         return toWorkshop(await this.setStatus(id, 'Running', null));
       }
-      await this.driver.stop(id, row.sandbox);
-      const handle = await this.driver.start({
-        id,
-        uid: row.uid,
-        hostname: row.name,
-        limits: { cpus: row.cpus, memoryBytes: Number(row.memory_bytes), pids: row.pids },
-      });
       return toWorkshop(
-        await this.setStatus(
-          id,
-          'Running',
-          'its processes had stopped while suspended (host restart?): started afresh, files kept',
-          handle,
-        ),
+        await this.restartSandbox(row, 'its processes had stopped while suspended (host restart?): started afresh, files kept'),
       );
     });
   }
@@ -535,14 +533,7 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
             if (frozen && row.status === 'Running') await this.setStatus(id, 'Suspended', null);
             if (!frozen && row.status === 'Suspended') await this.setStatus(id, 'Running', null);
           } else if (row.status === 'Running') {
-            await this.driver.stop(id, row.sandbox);
-            const handle = await this.driver.start({
-              id,
-              uid: row.uid,
-              hostname: row.name,
-              limits: { cpus: row.cpus, memoryBytes: Number(row.memory_bytes), pids: row.pids },
-            });
-            await this.setStatus(id, 'Running', 'its processes had stopped (host restart?): started afresh, files kept', handle);
+            await this.restartSandbox(row, 'its processes had stopped (host restart?): started afresh, files kept');
           }
         } else if (row.status === 'Failed' && row.sandbox) {
           await this.driver.stop(id, row.sandbox);
