@@ -26,6 +26,7 @@ describe('config', () => {
     assert.deepEqual(c.allowRepoRoots, ['/a', '/b']);
     assert.equal(c.dataDir, '/d');
     assert.equal(loadConfig({ HOME: '/home/u', XDG_CONFIG_HOME: '/x' }).configDir, '/x/atelier');
+    assert.equal(loadConfig({ HOME: '/home/u', XDG_DATA_HOME: '/data' }).dataDir, '/data/atelier');
     assert.throws(() => loadConfig({ ATELIER_LOG_LEVEL: 'loud' }), /ATELIER_LOG_LEVEL/);
     assert.throws(() => loadConfig({ ATELIER_DEFAULT_CPUS: '-1' }), /ATELIER_DEFAULT_CPUS/);
   });

@@ -8,7 +8,7 @@ import { z } from 'zod';
  *
  * | variable                    | field            | default                                              |
  * |-----------------------------|------------------|------------------------------------------------------|
- * | ATELIER_DATA_DIR            | dataDir          | root: /var/lib/atelier; others: $XDG_DATA_HOME/atelier |
+ * | ATELIER_DATA_DIR            | dataDir          | $XDG_DATA_HOME/atelier; root without XDG_DATA_HOME: /var/lib/atelier |
  * | ATELIER_LISTEN              | listen           | 127.0.0.1:7878                                       |
  * | ATELIER_DATABASE_URL        | databaseUrl      | (none: embedded PostgreSQL in DATA_DIR/pg)            |
  * | ATELIER_ALLOW_REPO_ROOTS    | allowRepoRoots   | the user's home and the current directory (`:`-separated) |
@@ -83,7 +83,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const dataHome = e.XDG_DATA_HOME ?? join(home, '.local', 'share');
   const configHome = e.XDG_CONFIG_HOME ?? join(home, '.config');
   return {
-    dataDir: resolve(e.ATELIER_DATA_DIR ?? (isRoot ? '/var/lib/atelier' : join(dataHome, 'atelier'))),
+    // $XDG_DATA_HOME/atelier when XDG_DATA_HOME is set; root's default home (/root) is closed to
+    // the postgres user, so without it root uses /var/lib/atelier.
+    dataDir: resolve(e.ATELIER_DATA_DIR ?? (isRoot && !e.XDG_DATA_HOME ? '/var/lib/atelier' : join(dataHome, 'atelier'))),
     listen: e.ATELIER_LISTEN ?? '127.0.0.1:7878',
     databaseUrl: e.ATELIER_DATABASE_URL,
     allowRepoRoots: (e.ATELIER_ALLOW_REPO_ROOTS?.split(':') ?? [home, process.cwd()]).filter(Boolean).map((p) => resolve(p)),
