@@ -33,7 +33,10 @@ async function main(argv: string[]): Promise<number> {
   server
     .command('start')
     .description('run the server in the foreground (embedded PostgreSQL unless --database-url)')
-    .option('--data-dir <dir>', 'data directory (default: ATELIER_DATA_DIR, then $XDG_DATA_HOME/atelier, or /var/lib/atelier as root without XDG_DATA_HOME)')
+    .option(
+      '--data-dir <dir>',
+      'data directory (default: ATELIER_DATA_DIR, then $XDG_DATA_HOME/atelier, or /var/lib/atelier as root without XDG_DATA_HOME)',
+    )
     .option('--listen <host:port>', 'address to listen on (default 127.0.0.1:7878)')
     .option('--database-url <url>', 'external PostgreSQL (default: embedded)')
     .option(

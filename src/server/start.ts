@@ -79,10 +79,12 @@ function writeCredentials(dataDir: string, url: string, token: string | undefine
 }
 
 async function firstAdmin(pool: Pool): Promise<string | undefined> {
-  const users = await pool.query('SELECT 1 FROM users LIMIT 1');
-  if (users.rowCount !== 0) return undefined;
+  // Two servers starting at once on one database: only the one whose INSERT wins makes a token.
+  const created = await pool.query(
+    "INSERT INTO users (id, name, role) VALUES ('u-admin', 'admin', 'admin') ON CONFLICT DO NOTHING RETURNING id",
+  );
+  if (created.rowCount === 0) return undefined;
   const token = newApiToken();
-  await pool.query("INSERT INTO users (id, name, role) VALUES ('u-admin', 'admin', 'admin') ON CONFLICT DO NOTHING");
   await pool.query("INSERT INTO api_tokens (id, user_id, name, token_hash) VALUES ($1, 'u-admin', 'first-start', $2)", [
     `tok-${randomBytes(6).toString('hex')}`,
     hashToken(token),

@@ -1,0 +1,83 @@
+import { after, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import pg from 'pg';
+import { TestServer, makeRepo } from './helpers/server.js';
+import { ExternalPostgres } from './helpers/postgres.js';
+
+describe('faults', () => {
+  const cleanups: (() => Promise<void> | void)[] = [];
+  after(async () => {
+    for (const fn of cleanups.reverse()) await fn();
+  });
+
+  it('runs migrations once when two servers start at the same time on one database', async () => {
+    const db = ExternalPostgres.start();
+    cleanups.push(() => db.stop());
+    const [a, b] = await Promise.all([TestServer.start({ databaseUrl: db.url }), TestServer.start({ databaseUrl: db.url })]);
+    cleanups.push(
+      () => a.dispose(),
+      () => b.dispose(),
+    );
+    // Only the server that won the race created the admin token; it is valid on both.
+    const token = a.token || b.token;
+    assert.match(token, /^atl_/, 'one of the two servers created the admin token');
+    assert.ok(!(a.token && b.token), 'only one admin token is created');
+    a.token = token;
+    b.token = token;
+    assert.equal((await fetch(`${a.url}/healthz`)).status, 200);
+    assert.equal((await fetch(`${b.url}/healthz`)).status, 200);
+    const client = new pg.Client({ connectionString: db.url });
+    await client.connect();
+    const rows = (await client.query<{ version: string }>('SELECT version FROM schema_migrations ORDER BY version')).rows;
+    await client.end();
+    assert.deepEqual(
+      rows.map((r) => r.version),
+      ['001_init.sql'],
+    );
+    // Each server sees and drives only the workshops that run on its own host.
+    const w = await a.createWorkshop({ repo: makeRepo() });
+    const fromB = await b.api<{ code: string; message: string }>('POST', `/v1/workshops/${w.id}/exec`, { command: ['true'] });
+    assert.equal(fromB.status, 503, JSON.stringify(fromB.body));
+    assert.match(fromB.body.message, /runs on another Atelier server/);
+  });
+
+  it('fails a workshop cleanly when the disk fills up during the clone, and recovers once space is back', async () => {
+    const db = ExternalPostgres.start();
+    cleanups.push(() => db.stop());
+    // A 24 MiB disk for the server's data; the database lives elsewhere.
+    const disk = mkdtempSync('/tmp/atelier-full-');
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=24m', 'tmpfs', disk]);
+    cleanups.push(() => {
+      execFileSync('umount', ['-l', disk]);
+      rmSync(disk, { recursive: true, force: true });
+    });
+    const dataDir = join(disk, 'data');
+    mkdirSync(dataDir);
+    const server = new TestServer(dataDir, ['--database-url', db.url]);
+    await server.boot();
+    cleanups.push(() => server.dispose());
+
+    const big = makeRepo({ 'README.md': 'big\n' });
+    writeFileSync(join(big, 'blob.bin'), execFileSync('head', ['-c', String(40 << 20), '/dev/urandom'], { maxBuffer: 64 << 20 }));
+    execFileSync(
+      'git',
+      ['-c', 'user.email=t@example.com', '-c', 'user.name=t', '-c', 'core.compression=0', 'commit', '-qam', 'big', '--allow-empty'],
+      { cwd: big },
+    );
+    execFileSync('git', ['add', 'blob.bin'], { cwd: big });
+    execFileSync('git', ['-c', 'user.email=t@example.com', '-c', 'user.name=t', 'commit', '-qm', 'blob'], { cwd: big });
+
+    const w = await server.createWorkshop({ repo: big });
+    assert.equal(w.status, 'Failed');
+    assert.match(w.statusReason ?? '', /disk is full/);
+    assert.equal((await fetch(`${server.url}/healthz`)).status, 200);
+    const del = await server.api('DELETE', `/v1/workshops/${w.id}`);
+    assert.equal(del.status, 200);
+    assert.ok(!existsSync(join(dataDir, 'workshops', w.id)));
+    const small = await server.createWorkshop({ repo: makeRepo() });
+    assert.equal(small.status, 'Running', small.statusReason ?? '');
+  });
+});
