@@ -1,9 +1,8 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { existsSync, statSync, readFileSync } from 'node:fs';
+import { statSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { BIN, TestServer } from './helpers/server.js';
+import { TestServer } from './helpers/server.js';
 
 describe('CLI set-up by the first server start', () => {
   let server: TestServer;
@@ -56,16 +55,6 @@ describe('CLI set-up by the first server start', () => {
     assert.match(down.stderr, /cannot reach the Atelier server at http:\/\/127\.0\.0\.1:9/);
     const version = await server.cli(['--version']);
     assert.match(version.stdout, /^\d+\.\d+\.\d+\n$/);
-    const nonRoot = spawnSync(
-      'setpriv',
-      ['--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, BIN, 'server', 'start', '--data-dir', '/tmp/never-created'],
-      {
-        env: { PATH: process.env.PATH, HOME: '/nonexistent' },
-      },
-    );
-    assert.equal(nonRoot.status, 1);
-    assert.match(nonRoot.stderr.toString(), /runs as root for now.*sudo atelier server start/);
-    assert.ok(!existsSync('/tmp/never-created'));
     const missing = await server.cli(['workshops', 'create'], { env: plain });
     assert.equal(missing.code, 2);
     assert.match(missing.stderr, /--repo/);

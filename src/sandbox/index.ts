@@ -2,5 +2,5 @@ export { cgroupBase, cgroupSupport, createCgroups, freeze, isFrozen, memoryUsage
 export type { CgroupPaths } from './cgroups.js';
 export { execInSandbox, isSandboxAlive, killSandbox, prepareLayout, processStartTime, sandboxLayout, startSandbox } from './launcher.js';
 export type { ExecSpec, SandboxHandle, SandboxLayout, SandboxSpec } from './launcher.js';
-export { inspectIsolation, requireRoot } from './privileges.js';
+export { inspectIsolation } from './privileges.js';
 export type { IsolationReport } from './privileges.js';

@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, openSync, closeSync, readFileSync, writeFileSync, chownSync } from 'node:fs';
 import { join } from 'node:path';
 import { procsFiles, destroyCgroups, type CgroupPaths } from './cgroups.js';
-import { identityFiles, rootfsArgs } from './rootfs.js';
+import { identityFiles, mountPlan, type MountStep } from './rootfs.js';
 
 /** Where a workshop's files live on the host; all of it goes away with the workshop. */
 export interface SandboxLayout {
@@ -11,6 +11,8 @@ export interface SandboxLayout {
   tmp: string;
   home: string;
   etc: string;
+  /** Empty mount point for the rootless sandbox's root. */
+  rootfs: string;
   log: string;
 }
 
@@ -21,6 +23,7 @@ export function sandboxLayout(root: string): SandboxLayout {
     tmp: join(root, 'tmp'),
     home: join(root, 'home'),
     etc: join(root, 'etc'),
+    rootfs: join(root, 'rootfs'),
     log: join(root, 'sandbox.log'),
   };
 }
@@ -28,8 +31,13 @@ export function sandboxLayout(root: string): SandboxLayout {
 export interface SandboxSpec {
   root: string;
   hostname: string;
-  /** Host uid the workshop runs as: its own, shared with no other workshop. */
+  /** Host uid the workshop runs as (root mode): its own, shared with no other workshop. */
   uid: number;
+  /**
+   * Rootless: the server is an ordinary user. The sandbox is then a user namespace in which the
+   * workshop is uid 0 without capabilities; all workshops map to the server's own uid.
+   */
+  rootless: boolean;
   cgroups: CgroupPaths | null;
 }
 
@@ -40,6 +48,7 @@ export interface SandboxHandle {
   /** Its start time in clock ticks since boot, so that a reused pid is never mistaken for it. */
   startTime: string;
   uid: number;
+  rootless?: boolean;
   cgroups: CgroupPaths | null;
 }
 
@@ -51,87 +60,122 @@ function inCgroups(cgroups: CgroupPaths | null, argv: string[]): string[] {
   return ['/bin/sh', '-c', CGROUP_ENTER, 'sh', String(files.length), ...files, ...argv];
 }
 
-function dropPrivileges(uid: number): string[] {
-  return [
-    'setpriv',
-    `--reuid=${uid}`,
-    `--regid=${uid}`,
-    '--clear-groups',
-    '--inh-caps=-all',
-    '--bounding-set=-all',
-    '--no-new-privs',
-    '--',
-  ];
+/** No capabilities, an empty bounding set, no_new_privs; as root, also the workshop's own uid. */
+function dropPrivileges(uid: number | null): string[] {
+  const ids = uid === null ? [] : [`--reuid=${uid}`, `--regid=${uid}`, '--clear-groups'];
+  return ['setpriv', ...ids, '--inh-caps=-all', '--bounding-set=-all', '--no-new-privs', '--'];
 }
 
 /** Prepares the workshop's directories (workspace excepted: the clone makes it). */
 export function prepareLayout(spec: SandboxSpec): SandboxLayout {
   const layout = sandboxLayout(spec.root);
-  for (const dir of [layout.tmp, layout.home, layout.etc]) mkdirSync(dir, { recursive: true, mode: 0o700 });
-  for (const [name, content] of Object.entries(identityFiles({ uid: spec.uid, gid: spec.uid, hostname: spec.hostname }))) {
+  for (const dir of [layout.tmp, layout.home, layout.etc, layout.rootfs]) mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const uid = spec.rootless ? 0 : spec.uid;
+  for (const [name, content] of Object.entries(identityFiles({ uid, gid: uid, hostname: spec.hostname }))) {
     writeFileSync(join(layout.etc, name), content, { mode: 0o644 });
   }
-  for (const dir of [layout.tmp, layout.home]) chownSync(dir, spec.uid, spec.uid);
+  if (!spec.rootless) for (const dir of [layout.tmp, layout.home]) chownSync(dir, spec.uid, spec.uid);
   return layout;
 }
 
-function bwrapArgs(spec: SandboxSpec, layout: SandboxLayout): string[] {
-  const args = [
-    '--unshare-pid',
-    '--unshare-net',
-    '--unshare-ipc',
-    '--unshare-uts',
-    '--unshare-cgroup-try',
-    '--hostname',
-    spec.hostname,
-    // Parents that bwrap would otherwise create 0700 (unreadable by the workshop uid).
-    '--perms',
-    '0755',
-    '--dir',
-    '/etc',
-    '--perms',
-    '0755',
-    '--dir',
-    '/home',
-    ...rootfsArgs(),
-  ];
-  for (const name of ['passwd', 'group', 'hosts', 'hostname', 'resolv.conf']) {
-    args.push('--ro-bind', join(layout.etc, name), `/etc/${name}`);
+function bwrapArgs(spec: SandboxSpec, plan: MountStep[]): string[] {
+  const args = ['--unshare-pid', '--unshare-net', '--unshare-ipc', '--unshare-uts', '--unshare-cgroup-try', '--hostname', spec.hostname];
+  for (const step of plan) {
+    switch (step.kind) {
+      case 'ro':
+        args.push('--ro-bind', step.src, step.dest);
+        break;
+      case 'rw':
+        args.push('--bind', step.src, step.dest);
+        break;
+      case 'link':
+        args.push('--symlink', step.target, step.dest);
+        break;
+      case 'dir':
+        // Parents that bwrap would otherwise create 0700 (unreadable by the workshop uid).
+        args.push('--perms', '0755', '--dir', step.dest);
+        break;
+      case 'tmpfs':
+        args.push('--perms', '0755', '--size', String(16 << 20), '--tmpfs', step.dest);
+        break;
+      case 'proc':
+        args.push('--proc', step.dest);
+        break;
+      case 'dev':
+        args.push('--dev', step.dest);
+        break;
+    }
   }
-  args.push(
-    '--proc',
-    '/proc',
-    '--dev',
-    '/dev',
-    '--bind',
-    layout.workspace,
-    '/workspace',
-    '--bind',
-    layout.tmp,
-    '/tmp',
-    '--bind',
-    layout.home,
-    '/home/atelier',
-    '--perms',
-    '0755',
-    '--size',
-    String(16 << 20),
-    '--tmpfs',
-    '/run',
-    '--dir',
-    '/var',
-    '--symlink',
-    '../tmp',
-    '/var/tmp',
-    '--chdir',
-    '/workspace',
-    '--info-fd',
-    '3',
-  );
+  args.push('--chdir', '/workspace', '--info-fd', '3');
   // bwrap runs as root to build the namespaces (no user namespace), then setpriv drops to the
   // workshop's own host uid with no capabilities, an empty bounding set and no_new_privs.
   args.push('--', ...dropPrivileges(spec.uid), 'sleep', 'infinity');
   return args;
+}
+
+/**
+ * Rootless set-up, run as uid 0 of a fresh user namespace (unshare --map-root-user): builds
+ * the same root as bwrap does, pivots into it, then idles as a reaper. Arguments: the mount
+ * point, the hostname, then the plan as triples (kind, source, destination).
+ */
+const ROOTLESS_SETUP = `set -eu
+R=$1; HN=$2; shift 2
+mount -t tmpfs -o mode=0755 tmpfs "$R"
+while [ $# -gt 0 ]; do
+  k=$1; s=$2; d=$3; shift 3
+  case $k in
+    ro|rw)
+      if [ -d "$s" ]; then mkdir -p "$R$d"; else mkdir -p "$(dirname "$R$d")"; : > "$R$d"; fi
+      mount --rbind "$s" "$R$d"
+      if [ "$k" = ro ]; then mount -o remount,bind,ro "$R$d"; fi ;;
+    link) mkdir -p "$(dirname "$R$d")"; ln -s "$s" "$R$d" ;;
+    dir) mkdir -p "$R$d" ;;
+    tmpfs) mkdir -p "$R$d"; mount -t tmpfs -o mode=0755,size=16m tmpfs "$R$d" ;;
+    proc) mkdir -p "$R$d"; mount -t proc proc "$R$d" ;;
+    dev)
+      mkdir -p "$R$d"; mount -t tmpfs -o mode=0755,size=64k tmpfs "$R$d"
+      for n in null zero full random urandom tty; do : > "$R$d/$n"; mount --bind "/dev/$n" "$R$d/$n"; done
+      ln -s /proc/self/fd "$R$d/fd"; ln -s /proc/self/fd/0 "$R$d/stdin"; ln -s /proc/self/fd/1 "$R$d/stdout"; ln -s /proc/self/fd/2 "$R$d/stderr"
+      mkdir -p "$R$d/shm" ;;
+  esac
+done
+hostname "$HN"
+ip link set lo up 2>/dev/null || true
+mkdir "$R/.oldroot"; cd "$R"; pivot_root . .oldroot; umount -l /.oldroot; rmdir /.oldroot
+# The root and /dev are ours (uid 0 of this namespace): make them read-only, as bwrap's are to the workshop uid.
+mount -o remount,bind,ro /dev; mount -o remount,bind,ro /
+cd /workspace
+exec perl -e '$SIG{CHLD} = sub { 1 while waitpid(-1, 1) > 0 }; sleep while 1'`;
+
+function rootlessArgs(spec: SandboxSpec, layout: SandboxLayout, plan: MountStep[]): string[] {
+  const triples: string[] = [];
+  for (const step of plan) {
+    if (step.kind === 'ro' || step.kind === 'rw') triples.push(step.kind, step.src, step.dest);
+    else if (step.kind === 'link') triples.push('link', step.target, step.dest);
+    else triples.push(step.kind, '-', step.dest);
+  }
+  return [
+    'unshare',
+    '--user',
+    '--map-root-user',
+    '--pid',
+    '--fork',
+    '--kill-child',
+    '--mount',
+    '--net',
+    '--ipc',
+    '--uts',
+    '--propagation',
+    'private',
+    '--',
+    '/bin/sh',
+    '-c',
+    ROOTLESS_SETUP,
+    'sh',
+    layout.rootfs,
+    spec.hostname,
+    ...triples,
+  ];
 }
 
 /** Reads the start time (field 22 of /proc/PID/stat), or undefined when the pid is gone or a zombie. */
@@ -147,81 +191,102 @@ export function processStartTime(pid: number): string | undefined {
   }
 }
 
+function logTail(log: string): string {
+  try {
+    return readFileSync(log, 'utf8').slice(-1500).trim();
+  } catch {
+    return '';
+  }
+}
+
 /** Starts the sandbox detached from the server: it outlives a server restart or `kill -9`. */
 export async function startSandbox(spec: SandboxSpec): Promise<SandboxHandle> {
   const layout = sandboxLayout(spec.root);
-  const argv = inCgroups(spec.cgroups, ['bwrap', ...bwrapArgs(spec, layout)]);
+  const plan = mountPlan(layout);
+  const argv = spec.rootless ? rootlessArgs(spec, layout, plan) : inCgroups(spec.cgroups, ['bwrap', ...bwrapArgs(spec, plan)]);
   const logFd = openSync(layout.log, 'a', 0o600);
   let child: ChildProcess;
   try {
     child = spawn(argv[0]!, argv.slice(1), {
       detached: true,
-      stdio: ['ignore', logFd, logFd, 'pipe'],
+      stdio: spec.rootless ? ['ignore', logFd, logFd] : ['ignore', logFd, logFd, 'pipe'],
       env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C.UTF-8' },
     });
   } finally {
     closeSync(logFd);
   }
-  const info = child.stdio[3];
-  if (!info) throw new Error('bwrap info pipe missing');
-  const chunks: Buffer[] = [];
-  const text = await new Promise<string>((resolve, reject) => {
-    info.on('data', (c: Buffer) => chunks.push(c));
-    info.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
-    info.on('error', reject);
+  const exited = new Promise<never>((_, reject) => {
     child.on('error', reject);
-    child.on('exit', (code) => {
-      if (chunks.length === 0) {
-        let tail = '';
-        try {
-          tail = readFileSync(layout.log, 'utf8').slice(-2000).trim();
-        } catch {
-          // no log
-        }
-        reject(new Error(`sandbox exited at start (code ${code}): ${tail || 'no output'}`));
-      }
-    });
+    child.on('exit', (code) => reject(new Error(`sandbox exited at start (code ${code}): ${logTail(layout.log) || 'no output'}`)));
   });
-  child.unref();
-  (info as unknown as { destroy(): void }).destroy();
+  exited.catch(() => undefined);
   let pid: number;
-  try {
-    pid = (JSON.parse(text) as { 'child-pid': number })['child-pid'];
-  } catch {
-    throw new Error(`bwrap gave no child pid: ${text.slice(0, 200)}`);
+  if (spec.rootless) {
+    // unshare --fork: its child is PID 1 of the new namespace.
+    pid = await Promise.race([firstChild(child.pid!, layout.log), exited]);
+  } else {
+    const info = child.stdio[3]!;
+    const chunks: Buffer[] = [];
+    const text = await Promise.race([
+      new Promise<string>((resolve, reject) => {
+        info.on('data', (c: Buffer) => chunks.push(c));
+        info.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+        info.on('error', reject);
+      }),
+      exited,
+    ]);
+    (info as unknown as { destroy(): void }).destroy();
+    try {
+      pid = (JSON.parse(text) as { 'child-pid': number })['child-pid'];
+    } catch {
+      throw new Error(`bwrap gave no child pid: ${text.slice(0, 200)}`);
+    }
   }
+  child.removeAllListeners('exit');
+  child.unref();
   const startTime = processStartTime(pid);
-  if (startTime === undefined) throw new Error('sandbox exited right after start');
-  await waitReady(pid, layout.log);
-  return { pid, startTime, uid: spec.uid, cgroups: spec.cgroups };
+  if (startTime === undefined) throw new Error(`sandbox exited right after start: ${logTail(layout.log)}`);
+  await waitReady(pid, spec.rootless, layout.log);
+  return { pid, startTime, uid: spec.uid, rootless: spec.rootless, cgroups: spec.cgroups };
+}
+
+function children(pid: number): string[] {
+  return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean);
+}
+
+async function firstChild(pid: number, log: string): Promise<number> {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    let kids: string[] = [];
+    try {
+      kids = children(pid);
+    } catch {
+      throw new Error(`sandbox exited during start: ${logTail(log) || 'no output'}`);
+    }
+    if (kids[0]) return Number(kids[0]);
+    if (Date.now() > deadline) throw new Error('sandbox did not start within 10 s');
+    await new Promise((r) => setTimeout(r, 1));
+  }
+}
+
+function comm(pid: string | number): string {
+  try {
+    return readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
+  } catch {
+    return '';
+  }
 }
 
 /**
- * bwrap reports its PID 1 before the mounts are done; PID 1 forks the idle command only once
- * the root is complete. Entering earlier would see a half-built root, so wait for that child.
+ * The namespaces are reported before the root is built. Entering earlier would see a half-built
+ * root, so wait for the idle process: bwrap's PID 1 forks `sleep` once its root is complete;
+ * the rootless set-up execs `perl` (the reaper) after its pivot_root.
  */
-async function waitReady(pid: number, log: string): Promise<void> {
+async function waitReady(pid: number, rootless: boolean, log: string): Promise<void> {
   const deadline = Date.now() + 10_000;
   for (;;) {
-    let children: string[] = [];
-    try {
-      children = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean);
-    } catch {
-      let tail = '';
-      try {
-        tail = readFileSync(log, 'utf8').slice(-1000).trim();
-      } catch {
-        // no log
-      }
-      throw new Error(`sandbox exited during start: ${tail || 'no output'}`);
-    }
-    for (const child of children) {
-      try {
-        if (readFileSync(`/proc/${child}/comm`, 'utf8').trim() === 'sleep') return;
-      } catch {
-        // exited or exec'ing
-      }
-    }
+    if (processStartTime(pid) === undefined) throw new Error(`sandbox exited during start: ${logTail(log) || 'no output'}`);
+    if (rootless ? comm(pid) === 'perl' : children(pid).some((c) => comm(c) === 'sleep')) return;
     if (Date.now() > deadline) throw new Error('sandbox did not become ready within 10 s');
     await new Promise((r) => setTimeout(r, 1));
   }
@@ -242,16 +307,18 @@ const CHDIR_THEN_EXEC = 'cd -- "$1" || exit 126; shift; exec "$@"';
 
 /**
  * Runs a command inside a running sandbox: joins its cgroups, then its namespaces with
- * nsenter, then drops to the workshop uid. The process leads its own process group so that
- * the whole tree (inside the sandbox too) can be signalled at once.
+ * nsenter, then drops privileges. The process leads its own process group so that the whole
+ * tree (inside the sandbox too) can be signalled at once.
  */
 export function execInSandbox(handle: SandboxHandle, spec: ExecSpec): ChildProcess {
-  const ns = ['nsenter', '-t', String(handle.pid), '-m', '-p', '-n', '-i', '-u', '-C'];
+  const ns = ['nsenter', '-t', String(handle.pid)];
+  // Rootless: the user namespace first (nsenter orders it), keeping our uid (0 inside).
+  if (handle.rootless) ns.push('-U', '--preserve-credentials', '-m', '-p', '-n', '-i', '-u');
+  else ns.push('-m', '-p', '-n', '-i', '-u', '-C');
   // The sandbox's PID 1 sits in /workspace: `-w` starts there with no extra shell to cd.
   const inWorkspace = spec.cwd === '/workspace';
   if (inWorkspace) ns.push('-w');
-  ns.push('--');
-  ns.push(...dropPrivileges(handle.uid));
+  ns.push('--', ...dropPrivileges(handle.rootless ? null : handle.uid));
   if (inWorkspace) ns.push(...spec.command);
   else ns.push('/bin/sh', '-c', CHDIR_THEN_EXEC, 'sh', spec.cwd, ...spec.command);
   const argv = inCgroups(handle.cgroups, ns);
@@ -265,6 +332,7 @@ export async function killSandbox(handle: SandboxHandle): Promise<void> {
   }
   if (isSandboxAlive(handle)) {
     try {
+      // PID 1 of a PID namespace: its death takes every process of the namespace with it.
       process.kill(handle.pid, 'SIGKILL');
     } catch {
       // gone already

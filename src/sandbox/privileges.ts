@@ -3,6 +3,7 @@ import { cgroupSupport } from './cgroups.js';
 
 /** How strongly this host can isolate workshops, and what is missing, in plain words. */
 export interface IsolationReport {
+  rootless: boolean;
   cgroups: boolean;
   /** Protections this host cannot give, each a sentence for the start-up log. */
   missing: string[];
@@ -20,26 +21,22 @@ function hasCommand(name: string): boolean {
 }
 
 /**
- * The local driver needs root: it gives each workshop a host uid of its own and enters the
- * sandbox's namespaces with nsenter. As an ordinary user, bubblewrap puts the sandbox's
- * namespaces under a user namespace that util-linux 2.38's nsenter cannot enter (EPERM), so
- * exec would not work: the server refuses to start rather than run weaker or half-working.
+ * Inspects the host once at server start; what is missing is printed at start. As root each
+ * workshop gets a host uid and cgroups of its own; as an ordinary user (rootless) workshops are
+ * user namespaces mapped to the server's uid, without limits or suspend.
  */
-export function requireRoot(isRoot: boolean): void {
-  if (!isRoot) {
-    throw new Error(
-      'the local workshop driver runs as root for now (a host uid per workshop, cgroup limits, nsenter into each sandbox): ' +
-        'start it with `sudo atelier server start`; running as an ordinary user with user namespaces only is not supported yet',
-    );
-  }
-}
-
-/** Inspects the host once at server start; what is missing is printed at start. */
-export function inspectIsolation(): IsolationReport {
+export function inspectIsolation(isRoot: boolean): IsolationReport {
   const missing: string[] = [];
-  const cg = cgroupSupport();
+  if (!isRoot) {
+    missing.push(
+      'not root: workshops run in user namespaces as your own uid (uid 0 inside, no capabilities), not as a host uid of their own each',
+    );
+    missing.push('not root: no per-workshop memory, CPU or process limits, and no suspend (cgroups need root)');
+  }
+  const cg = isRoot ? cgroupSupport() : { ok: false, reason: undefined };
   if (!cg.ok && cg.reason) missing.push(cg.reason);
   missing.push('no seccomp filter yet: the kernel system-call surface is the default one');
-  const missingTools = ['bwrap', 'nsenter', 'setpriv', 'git'].filter((t) => !hasCommand(t));
-  return { cgroups: cg.ok, missing, missingTools };
+  const tools = isRoot ? ['bwrap', 'nsenter', 'setpriv', 'git'] : ['unshare', 'nsenter', 'setpriv', 'git', 'perl', 'mount', 'pivot_root'];
+  const missingTools = tools.filter((t) => !hasCommand(t));
+  return { rootless: !isRoot, cgroups: cg.ok, missing, missingTools };
 }

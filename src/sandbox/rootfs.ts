@@ -1,4 +1,5 @@
 import { existsSync, lstatSync, readlinkSync } from 'node:fs';
+import { join } from 'node:path';
 
 /**
  * The sandbox root is built from this list, never from `/`: whatever is not named here
@@ -48,10 +49,19 @@ const ETC_ENTRIES = [
 // Top-level names that merged-/usr systems make symlinks (bin -> usr/bin) and others keep as dirs.
 const TOP_LEVEL_LINKS = ['bin', 'sbin', 'lib', 'lib32', 'lib64', 'libx32'];
 
-/** bwrap arguments for the curated read-only part of the root. */
-export function rootfsArgs(): string[] {
-  const args: string[] = [];
-  for (const dir of READ_ONLY_DIRS) if (existsSync(dir)) args.push('--ro-bind', dir, dir);
+/** One step of building a sandbox root, in order; both launchers (bwrap, unshare) follow the same plan. */
+export type MountStep =
+  | { kind: 'ro' | 'rw'; src: string; dest: string }
+  | { kind: 'link'; target: string; dest: string }
+  | { kind: 'dir' | 'tmpfs' | 'proc' | 'dev'; dest: string };
+
+/** The whole root of a workshop: curated read-only system, identity files, and its own writable dirs. */
+export function mountPlan(own: { workspace: string; tmp: string; home: string; etc: string }): MountStep[] {
+  const plan: MountStep[] = [
+    { kind: 'dir', dest: '/etc' },
+    { kind: 'dir', dest: '/home' },
+  ];
+  for (const dir of READ_ONLY_DIRS) if (existsSync(dir)) plan.push({ kind: 'ro', src: dir, dest: dir });
   for (const name of TOP_LEVEL_LINKS) {
     const path = `/${name}`;
     let st;
@@ -60,21 +70,40 @@ export function rootfsArgs(): string[] {
     } catch {
       continue;
     }
-    if (st.isSymbolicLink()) args.push('--symlink', readlinkSync(path), path);
-    else if (st.isDirectory()) args.push('--ro-bind', path, path);
+    if (st.isSymbolicLink()) plan.push({ kind: 'link', target: readlinkSync(path), dest: path });
+    else if (st.isDirectory()) plan.push({ kind: 'ro', src: path, dest: path });
   }
   for (const entry of ETC_ENTRIES) {
     const path = `/etc/${entry}`;
-    if (existsSync(path)) args.push('--ro-bind', path, path);
+    if (existsSync(path)) plan.push({ kind: 'ro', src: path, dest: path });
   }
-  return args;
+  for (const name of IDENTITY_FILES) plan.push({ kind: 'ro', src: join(own.etc, name), dest: `/etc/${name}` });
+  plan.push(
+    { kind: 'proc', dest: '/proc' },
+    { kind: 'dev', dest: '/dev' },
+    { kind: 'rw', src: own.workspace, dest: '/workspace' },
+    { kind: 'rw', src: own.tmp, dest: '/tmp' },
+    { kind: 'rw', src: own.home, dest: '/home/atelier' },
+    { kind: 'tmpfs', dest: '/run' },
+    { kind: 'dir', dest: '/var' },
+    { kind: 'link', target: '../tmp', dest: '/var/tmp' },
+  );
+  return plan;
 }
 
+export const IDENTITY_FILES = ['passwd', 'group', 'hosts', 'hostname', 'resolv.conf'] as const;
+
 /** Identity files written per workshop and bound read-only over /etc. */
-export function identityFiles(opts: { uid: number; gid: number; hostname: string }): Record<string, string> {
+export function identityFiles(opts: { uid: number; gid: number; hostname: string }): Record<(typeof IDENTITY_FILES)[number], string> {
+  // Rootless workshops run as uid 0 of their own user namespace (no capabilities): that is the workshop user.
+  const passwd =
+    opts.uid === 0
+      ? 'root:x:0:0:Atelier workshop:/home/atelier:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n'
+      : `root:x:0:0:root:/root:/usr/sbin/nologin\natelier:x:${opts.uid}:${opts.gid}:Atelier workshop:/home/atelier:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n`;
+  const group = opts.gid === 0 ? 'root:x:0:\nnogroup:x:65534:\n' : `root:x:0:\natelier:x:${opts.gid}:\nnogroup:x:65534:\n`;
   return {
-    passwd: `root:x:0:0:root:/root:/usr/sbin/nologin\natelier:x:${opts.uid}:${opts.gid}:Atelier workshop:/home/atelier:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n`,
-    group: `root:x:0:\natelier:x:${opts.gid}:\nnogroup:x:65534:\n`,
+    passwd,
+    group,
     hosts: `127.0.0.1\tlocalhost ${opts.hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n`,
     hostname: `${opts.hostname}\n`,
     'resolv.conf': '# no network in this workshop: egress goes through the Atelier proxy\n',

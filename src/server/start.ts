@@ -14,7 +14,7 @@ import {
   type Config,
 } from '../core/index.js';
 import { createPool, migrate, startEmbeddedPostgres, type EmbeddedPostgres, type Pool } from '../db/index.js';
-import { inspectIsolation, requireRoot } from '../sandbox/index.js';
+import { inspectIsolation } from '../sandbox/index.js';
 import { LocalDriver, WorkshopService } from '../workshops/index.js';
 import { buildApp } from './app.js';
 
@@ -151,14 +151,13 @@ function chownIfOurs(path: string, owner: { uid: number; gid: number }): void {
  * reconciliation of workshops left by a previous run, then HTTP. Resolves once listening.
  */
 export async function startServer(opts: StartOptions, config: Config = loadConfig()): Promise<RunningServer> {
-  requireRoot(config.isRoot);
   const dataDir = opts.dataDir ?? config.dataDir;
   const listen = parseListen(opts.listen ?? config.listen);
   const databaseUrl = opts.databaseUrl ?? config.databaseUrl;
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-  // 0711: the embedded PostgreSQL (user `postgres`) must traverse to DATA_DIR/pg; nothing in
-  // here is listable by others, and every file with a secret is 0600.
-  chmodSync(dataDir, 0o711);
+  // 0711 as root: the embedded PostgreSQL (user `postgres`) must traverse to DATA_DIR/pg;
+  // nothing in here is listable by others, and every file with a secret is 0600.
+  chmodSync(dataDir, config.isRoot ? 0o711 : 0o700);
   const unlock = lockDataDir(dataDir);
   const cleanups: (() => Promise<void>)[] = [async () => unlock()];
   const closeAll = async (): Promise<void> => {
@@ -167,10 +166,10 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
   };
 
   try {
-    const isolation = inspectIsolation();
+    const isolation = inspectIsolation(config.isRoot);
     if (isolation.missingTools.length > 0) {
       throw new Error(
-        `missing system tools: ${isolation.missingTools.join(', ')}: run \`sudo apt-get install -y bubblewrap util-linux git\``,
+        `missing system tools: ${isolation.missingTools.join(', ')}: run \`sudo apt-get install -y bubblewrap util-linux mount git perl iproute2\``,
       );
     }
     for (const m of isolation.missing) opts.say(`isolation: ${m}`);
@@ -190,7 +189,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const token = await firstAdmin(pool);
 
     const nodeId = nodeIdOf(dataDir);
-    const driver = new LocalDriver(dataDir, nodeId, isolation.cgroups);
+    const driver = new LocalDriver(dataDir, nodeId, isolation.rootless, isolation.cgroups);
     const workshops = new WorkshopService(pool, driver, {
       nodeId,
       // Under sudo, the home of the user who ran it is allowed too (repositories live there).

@@ -24,6 +24,9 @@ export class TestServer {
   proc: ChildProcess | undefined;
   log = '';
 
+  /** Runs the server as this user instead of root (rootless mode), from `bin`. */
+  runAs: { uid: number; gid: number; home: string; bin: string } | undefined;
+
   constructor(
     readonly dataDir: string,
     readonly extraArgs: string[] = [],
@@ -57,12 +60,19 @@ export class TestServer {
     const credentials = join(this.dataDir, 'credentials.txt');
     const before = existsSync(credentials) ? readFileSync(credentials, 'utf8') : '';
     rmSync(credentials, { force: true });
+    const bin = this.runAs?.bin ?? BIN;
     const proc = spawn(
       process.execPath,
-      [BIN, 'server', 'start', '--data-dir', this.dataDir, '--listen', '127.0.0.1:0', '--allow-repo-root', '/tmp', ...this.extraArgs],
+      [bin, 'server', 'start', '--data-dir', this.dataDir, '--listen', '127.0.0.1:0', '--allow-repo-root', '/tmp', ...this.extraArgs],
       {
-        env: { PATH: process.env.PATH, HOME: process.env.HOME, ATELIER_CONFIG_DIR: this.configDir, ATELIER_LOG_LEVEL: 'warn' },
+        env: {
+          PATH: process.env.PATH,
+          HOME: this.runAs?.home ?? process.env.HOME,
+          ATELIER_CONFIG_DIR: this.configDir,
+          ATELIER_LOG_LEVEL: 'warn',
+        },
         stdio: ['ignore', 'pipe', 'pipe'],
+        ...(this.runAs ? { uid: this.runAs.uid, gid: this.runAs.gid, cwd: this.runAs.home } : {}),
       },
     );
     this.proc = proc;

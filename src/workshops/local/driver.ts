@@ -39,6 +39,8 @@ export class LocalDriver {
   constructor(
     private readonly dataDir: string,
     nodeId: string,
+    /** The server is an ordinary user: sandboxes are user namespaces (see SandboxSpec.rootless). */
+    readonly rootless: boolean,
     cgroups: boolean,
   ) {
     this.base = cgroups ? cgroupBase(nodeId) : null;
@@ -62,14 +64,15 @@ export class LocalDriver {
 
   /** Hands the cloned workspace to the workshop's uid. */
   async adoptWorkspace(id: string, uid: number): Promise<void> {
+    if (this.rootless) return;
     await chownTree(this.layout(id).workspace, uid);
   }
 
   async start(req: StartRequest): Promise<SandboxHandle> {
     const root = this.layout(req.id).root;
-    prepareLayout({ root, hostname: req.hostname, uid: req.uid, cgroups: null });
+    prepareLayout({ root, hostname: req.hostname, uid: req.uid, rootless: this.rootless, cgroups: null });
     const cgroups = this.base ? createCgroups(this.base, req.id, req.limits) : null;
-    return startSandbox({ root, hostname: req.hostname, uid: req.uid, cgroups });
+    return startSandbox({ root, hostname: req.hostname, uid: req.uid, rootless: this.rootless, cgroups });
   }
 
   alive(handle: SandboxHandle): boolean {
@@ -176,7 +179,7 @@ export class LocalDriver {
       if (!/^\d+$/.test(entry)) continue;
       try {
         const argv = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
-        if (argv[0]?.endsWith('bwrap') && argv.includes(marker)) out.push(Number(entry));
+        if ((argv[0]?.endsWith('bwrap') || argv[0] === 'unshare') && argv.includes(marker)) out.push(Number(entry));
       } catch {
         // exited meanwhile
       }

@@ -1,0 +1,101 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { chownSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { REPO_ROOT, TestServer, makeRepo } from './helpers/server.js';
+
+// The server started by an ordinary user (here `nobody`): workshops are user namespaces.
+const NOBODY = 65534;
+
+function asNobody(args: string[]): boolean {
+  return spawnSync('setpriv', [`--reuid=${NOBODY}`, `--regid=${NOBODY}`, '--clear-groups', ...args]).status === 0;
+}
+
+describe('rootless server (started by an ordinary user)', () => {
+  let server: TestServer;
+  let base: string;
+  let repo: string;
+
+  before(async () => {
+    base = mkdtempSync('/tmp/atelier-rootless-');
+    chownSync(base, NOBODY, NOBODY);
+    // The user must be able to read the checkout; a checkout under /root is copied where it can.
+    let bin = join(REPO_ROOT, 'bin', 'atelier');
+    if (!asNobody(['test', '-r', join(REPO_ROOT, 'package.json')])) {
+      const copy = join(base, 'app');
+      for (const part of ['bin', 'dist', 'node_modules', 'package.json'])
+        cpSync(join(REPO_ROOT, part), join(copy, part), { recursive: true });
+      execFileSync('chmod', ['-R', 'a+rX', copy]);
+      bin = join(copy, 'bin', 'atelier');
+    }
+    const home = join(base, 'home');
+    mkdirSync(home);
+    chownSync(home, NOBODY, NOBODY);
+    server = new TestServer(join(base, 'data'));
+    server.runAs = { uid: NOBODY, gid: NOBODY, home, bin };
+    await server.boot();
+    repo = makeRepo({ 'README.md': '# rootless\n' });
+    execFileSync('chown', ['-R', `${NOBODY}:${NOBODY}`, repo]);
+  });
+  after(async () => {
+    await server?.dispose();
+    rmSync(base, { recursive: true, force: true });
+  });
+
+  it('says at start which protections are missing', () => {
+    assert.match(server.log, /not root: workshops run in user namespaces as your own uid/);
+    assert.match(server.log, /no per-workshop memory, CPU or process limits, and no suspend/);
+  });
+
+  it('creates a workshop and runs commands in it without capabilities', async () => {
+    const w = await server.createWorkshop({ repo });
+    assert.equal(w.status, 'Running', w.statusReason ?? '');
+    const r = await server.exec(w.id, ['sh', '-c', 'id -u; pwd; cat README.md; grep -E "^(CapEff|CapBnd|NoNewPrivs)" /proc/self/status']);
+    assert.match(r.stdout, /^0\n\/workspace\n# rootless\nCapEff:\s+0{16}\nCapBnd:\s+0{16}\nNoNewPrivs:\s+1\n$/);
+    const cwd = await server.exec(w.id, ['pwd'], { cwd: '/tmp' });
+    assert.equal(cwd.stdout, '/tmp\n');
+    assert.equal((await server.exec(w.id, ['false'])).exitCode, 1);
+  });
+
+  it('is contained: no host secrets, read-only system, loopback only', async () => {
+    const w = await server.createWorkshop({ repo });
+    const paths = ['/root', '/etc/shadow', server.dataDir, '/home/atelier/../../root', '/var/lib/postgresql'];
+    const r = await server.exec(w.id, [
+      'sh',
+      '-c',
+      `${paths.map((p) => `[ -e '${p}' ] && echo "VISIBLE ${p}"`).join('; ')}; for p in / /etc /usr; do touch "$p/x" 2>/dev/null && echo "WROTE $p"; done; touch /workspace/ok /tmp/ok /home/atelier/ok && echo fine; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d " "`,
+    ]);
+    assert.equal(r.stdout, 'fine\nlo\n');
+    // Other workshops' processes are invisible.
+    const other = await server.createWorkshop({ repo });
+    await server.exec(other.id, ['sh', '-c', 'sleep 300 >/dev/null 2>&1 &']);
+    const ps = await server.exec(w.id, ['sh', '-c', 'cat /proc/[0-9]*/cmdline | tr "\\0" " "']);
+    assert.doesNotMatch(ps.stdout, /sleep 300/);
+  });
+
+  it('refuses suspend clearly, survives a server kill -9, and deletes cleanly', async () => {
+    const w = await server.createWorkshop({ repo });
+    const stop = await server.api<{ code: string; message: string }>('POST', `/v1/workshops/${w.id}/stop`);
+    assert.equal(stop.status, 422);
+    assert.equal(stop.body.code, 'UNSUPPORTED');
+    assert.match(stop.body.message, /run the server as root/);
+    await server.exec(w.id, ['sh', '-c', 'sleep 1000 >/dev/null 2>&1 & echo $! > /tmp/bg.pid']);
+    await server.stop('SIGKILL');
+    await server.boot();
+    const alive = await server.exec(w.id, ['sh', '-c', 'kill -0 $(cat /tmp/bg.pid) && echo same']);
+    assert.equal(alive.stdout, 'same\n');
+    const root = join(server.dataDir, 'workshops', w.id);
+    assert.equal((await server.api('DELETE', `/v1/workshops/${w.id}`)).status, 200);
+    assert.ok(!existsSync(root));
+    let left = 0;
+    for (const p of readdirSync('/proc')) {
+      try {
+        if (/^\d+$/.test(p) && readFileSync(`/proc/${p}/cmdline`, 'utf8').includes(root)) left++;
+      } catch {
+        // gone
+      }
+    }
+    assert.equal(left, 0);
+  });
+});
