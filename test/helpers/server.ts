@@ -175,7 +175,7 @@ export class TestServer {
 /** Last resort: kills any sandbox whose command line names this data dir (a failed test's leftovers). */
 export function killStrays(dataDir: string): void {
   try {
-    execFileSync('pkill', ['-9', '-f', '--', `--bind ${dataDir}/workshops/`], { stdio: 'ignore' });
+    execFileSync('pkill', ['-9', '-f', '--', `${dataDir}/workshops/`], { stdio: 'ignore' });
   } catch {
     // none
   }
