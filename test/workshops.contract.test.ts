@@ -1,5 +1,6 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { TestServer, makeRepo } from './helpers/server.js';
@@ -109,6 +110,17 @@ for (const mode of ['embedded', 'external'] as const) {
 
       const killed = await server.exec(w.id, ['sh', '-c', 'kill -9 $$']);
       assert.equal(killed.exitCode, 137);
+      const terminated = await server.exec(w.id, ['sh', '-c', 'kill -TERM $$']);
+      assert.equal(terminated.exitCode, 143);
+      // A background process that keeps the output pipe open does not hold the exec.
+      const started = Date.now();
+      const bg = await server.exec(w.id, ['sh', '-c', 'sleep 60 & echo started']);
+      assert.equal(bg.stdout, 'started\n');
+      assert.ok(Date.now() - started < 10_000);
+      // A program name containing '=' is still a program, not an environment assignment.
+      const eq = await server.exec(w.id, ['sh', '-c', 'printf "#!/bin/sh\\necho ran\\n" > /tmp/a=b; chmod +x /tmp/a=b']);
+      assert.equal(eq.exitCode, 0);
+      assert.equal((await server.exec(w.id, ['/tmp/a=b'])).stdout, 'ran\n');
     });
 
     it('reads and writes files inside the workspace only, and shows the git diff', async () => {
@@ -187,6 +199,30 @@ for (const mode of ['embedded', 'external'] as const) {
       const again = await server.cli(['workshops', 'delete', w.id]);
       assert.equal(again.code, 1);
       assert.match(again.stderr, /does not exist/);
+    });
+
+    it("never lets the repository's environment reach the privileged side of exec", async () => {
+      // A hostile repository: its PATH puts a fake setpriv (and nsenter) first, LD_PRELOAD too.
+      const fake = '#!/bin/sh\necho "$(id -u)" > /workspace/.pwned\nexec /usr/bin/$(basename "$0") "$@"\n';
+      const hostile = makeRepo({
+        '.bin/setpriv': fake,
+        '.bin/nsenter': fake,
+        '.bin/env': fake,
+        '.devcontainer.json': JSON.stringify({
+          containerEnv: { PATH: '/workspace/.bin:${containerEnv:PATH}', LD_PRELOAD: '/workspace/nothing.so' },
+          postCreateCommand: 'true',
+        }),
+      });
+      execFileSync('chmod', ['+x', join(hostile, '.bin/setpriv'), join(hostile, '.bin/nsenter'), join(hostile, '.bin/env')]);
+      execFileSync('git', ['-c', 'user.email=t@example.com', '-c', 'user.name=t', 'commit', '-qam', 'modes'], { cwd: hostile });
+      const w = await server.createWorkshop({ repo: hostile });
+      assert.equal(w.status, 'Running', w.statusReason ?? '');
+      const r = await server.exec(w.id, ['sh', '-c', 'echo "$PATH"; [ -e /workspace/.pwned ] && echo PWNED; id -u']);
+      const [path, ...rest] = r.stdout.trim().split('\n');
+      // ${containerEnv:PATH} expands to the workshop's default PATH.
+      assert.equal(path, '/workspace/.bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin');
+      assert.deepEqual(rest.length, 1, r.stdout);
+      assert.notEqual(rest[0], '0');
     });
 
     it('honours devcontainer.json and reports what it ignores', async () => {
@@ -276,11 +312,24 @@ for (const mode of ['embedded', 'external'] as const) {
       assert.equal(emptyCmd.body.details.field, 'command');
       const anon = await fetch(`${server.url}/v1/workshops`);
       assert.equal(anon.status, 401);
+      // Authentication follows the route the router matched, not the raw URL.
+      for (const path of ['/%761/workshops', '/v1/%77orkshops', '/V1/workshops']) {
+        const r = await fetch(`${server.url}${path}`);
+        assert.ok(r.status === 401 || r.status === 404, `${path} → ${r.status}`);
+      }
+      const w = await server.createWorkshop({ repo });
+      const twoPaths = await server.api<{ code: string }>('GET', `/v1/workshops/${w.id}/files?path=a&path=b`);
+      assert.equal(twoPaths.status, 400);
+      const nul = await server.api<{ details: { field: string } }>('POST', `/v1/workshops/${w.id}/exec`, { command: ['echo', 'a\u0000b'] });
+      assert.equal(nul.status, 400);
+      assert.equal(nul.body.details.field, 'command.1');
+      const huge = await server.api<{ code: string }>('POST', `/v1/workshops/${w.id}/exec`, { command: ['echo', 'x'.repeat(200_000)] });
+      assert.equal(huge.status, 400);
       const wrong = await fetch(`${server.url}/v1/workshops`, { headers: { authorization: 'Bearer atl_wrong' } });
       assert.equal(wrong.status, 401);
       const after = (await server.api<{ items: W[] }>('GET', '/v1/workshops')).body.items;
-      // Only the deliberate success (the first of the duplicates) was added.
-      assert.equal(after.length, before + 1);
+      // Only the deliberate successes (the first of the duplicates, the one for exec input) were added.
+      assert.equal(after.length, before + 2);
     });
 
     it('serves health and Prometheus metrics', async () => {

@@ -22,14 +22,17 @@ export const CreateWorkshopRequest = z
   .strict();
 export type CreateWorkshopRequest = z.infer<typeof CreateWorkshopRequest>;
 
+// The kernel refuses any single argument or variable over 128 KiB (MAX_ARG_STRLEN) and NUL bytes.
+const argString = z
+  .string()
+  .max(128 * 1024 - 1, 'each argument and variable is limited to 128 KiB by the kernel')
+  .refine((v) => !v.includes('\0'), 'may not contain NUL bytes');
+
 export const ExecRequest = z
   .object({
-    command: z
-      .array(z.string().max(1 << 20))
-      .min(1, 'command must have at least one element')
-      .max(4096),
-    cwd: z.string().max(4096).optional(),
-    env: z.record(envName, z.string().max(1 << 20)).optional(),
+    command: z.array(argString).min(1, 'command must have at least one element').max(4096),
+    cwd: argString.optional(),
+    env: z.record(envName, argString).optional(),
     stdin: z
       .string()
       .max(64 << 20)

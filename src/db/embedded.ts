@@ -85,8 +85,8 @@ function pidAlive(pidFile: string): boolean {
   }
   if (!Number.isInteger(pid) || pid <= 0) return false;
   try {
-    process.kill(pid, 0);
-    return true;
+    // A stale pid file (power loss) may name an unrelated process now: it must be a postgres.
+    return readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'postgres';
   } catch {
     return false;
   }

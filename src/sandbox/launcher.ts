@@ -52,6 +52,9 @@ export interface SandboxHandle {
   cgroups: CgroupPaths | null;
 }
 
+/** The environment of every process Atelier runs privileged on a workshop's behalf. */
+const PRIVILEGED_ENV = { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C.UTF-8' };
+
 const CGROUP_ENTER = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 111; shift; n=$((n-1)); done; exec "$@"';
 
 function inCgroups(cgroups: CgroupPaths | null, argv: string[]): string[] {
@@ -63,7 +66,7 @@ function inCgroups(cgroups: CgroupPaths | null, argv: string[]): string[] {
 /** No capabilities, an empty bounding set, no_new_privs; as root, also the workshop's own uid. */
 function dropPrivileges(uid: number | null): string[] {
   const ids = uid === null ? [] : [`--reuid=${uid}`, `--regid=${uid}`, '--clear-groups'];
-  return ['setpriv', ...ids, '--inh-caps=-all', '--bounding-set=-all', '--no-new-privs', '--'];
+  return ['/usr/bin/setpriv', ...ids, '--inh-caps=-all', '--bounding-set=-all', '--no-new-privs', '--'];
 }
 
 /** Prepares the workshop's directories (workspace excepted: the clone makes it). */
@@ -210,7 +213,7 @@ export async function startSandbox(spec: SandboxSpec): Promise<SandboxHandle> {
     child = spawn(argv[0]!, argv.slice(1), {
       detached: true,
       stdio: spec.rootless ? ['ignore', logFd, logFd] : ['ignore', logFd, logFd, 'pipe'],
-      env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C.UTF-8' },
+      env: PRIVILEGED_ENV,
     });
   } finally {
     closeSync(logFd);
@@ -235,7 +238,7 @@ export async function startSandbox(spec: SandboxSpec): Promise<SandboxHandle> {
       }),
       exited,
     ]);
-    (info as unknown as { destroy(): void }).destroy();
+    info.destroy();
     try {
       pid = (JSON.parse(text) as { 'child-pid': number })['child-pid'];
     } catch {
@@ -311,7 +314,7 @@ const CHDIR_THEN_EXEC = 'cd -- "$1" || exit 126; shift; exec "$@"';
  * tree (inside the sandbox too) can be signalled at once.
  */
 export function execInSandbox(handle: SandboxHandle, spec: ExecSpec): ChildProcess {
-  const ns = ['nsenter', '-t', String(handle.pid)];
+  const ns = ['/usr/bin/nsenter', '-t', String(handle.pid)];
   // Rootless: the user namespace first (nsenter orders it), keeping our uid (0 inside).
   if (handle.rootless) ns.push('-U', '--preserve-credentials', '-m', '-p', '-n', '-i', '-u');
   else ns.push('-m', '-p', '-n', '-i', '-u', '-C');
@@ -319,10 +322,15 @@ export function execInSandbox(handle: SandboxHandle, spec: ExecSpec): ChildProce
   const inWorkspace = spec.cwd === '/workspace';
   if (inWorkspace) ns.push('-w');
   ns.push('--', ...dropPrivileges(handle.rootless ? null : handle.uid));
-  if (inWorkspace) ns.push(...spec.command);
+  // The workshop's environment is applied only after the privilege drop: everything before
+  // runs privileged with a fixed environment (no PATH or LD_PRELOAD of the workshop's choosing).
+  ns.push('/usr/bin/env', '-i', '--', ...Object.entries(spec.env).map(([k, v]) => `${k}=${v}`));
+  // env would take a program name containing '=' for one more assignment.
+  const program = spec.command[0]!.includes('=') ? ['/bin/sh', '-c', 'exec "$@"', 'sh', ...spec.command] : spec.command;
+  if (inWorkspace) ns.push(...program);
   else ns.push('/bin/sh', '-c', CHDIR_THEN_EXEC, 'sh', spec.cwd, ...spec.command);
   const argv = inCgroups(handle.cgroups, ns);
-  return spawn(argv[0]!, argv.slice(1), { detached: true, stdio: ['pipe', 'pipe', 'pipe'], env: spec.env });
+  return spawn(argv[0]!, argv.slice(1), { detached: true, stdio: ['pipe', 'pipe', 'pipe'], env: PRIVILEGED_ENV });
 }
 
 /** Kills every process of the sandbox and waits until they are gone. */

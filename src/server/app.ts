@@ -7,6 +7,8 @@ import { authenticate } from './auth.js';
 import { errorHandler } from './errors.js';
 import { workshopRoutes } from './routes/workshops.js';
 
+const PUBLIC_ROUTES = new Set(['/healthz', '/metrics']);
+
 export interface AppDeps {
   pool: Pool;
   workshops: WorkshopService;
@@ -59,7 +61,10 @@ export function buildApp(deps: AppDeps): FastifyInstance {
 
   app.addHook('onRequest', async (request, reply) => {
     void reply.header('x-request-id', String(request.id));
-    if (request.url.startsWith('/v1/')) request.principal = await authenticate(deps.pool, request);
+    // Decided on the route the router matched, never on the raw URL (percent-encoding, absolute
+    // form): every route is authenticated except the public ones; unknown URLs get a 404.
+    const route = request.routeOptions.url;
+    if (route !== undefined && !PUBLIC_ROUTES.has(route)) request.principal = await authenticate(deps.pool, request);
   });
   app.addHook('onResponse', async (request, reply) => {
     const route = request.routeOptions.url ?? 'unknown';

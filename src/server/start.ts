@@ -13,7 +13,7 @@ import {
   writeToken,
   type Config,
 } from '../core/index.js';
-import { createPool, migrate, startEmbeddedPostgres, type EmbeddedPostgres, type Pool } from '../db/index.js';
+import { createPool, migrate, startEmbeddedPostgres, withTransaction, type EmbeddedPostgres, type Pool } from '../db/index.js';
 import { inspectIsolation } from '../sandbox/index.js';
 import { LocalDriver, WorkshopService } from '../workshops/index.js';
 import { buildApp } from './app.js';
@@ -37,21 +37,25 @@ export interface RunningServer {
 
 function lockDataDir(dataDir: string): () => void {
   const path = join(dataDir, 'server.pid');
-  if (existsSync(path)) {
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      // 'wx': created only if absent, so two servers starting at once cannot both take it.
+      writeFileSync(path, `${process.pid}\n`, { flag: 'wx' });
+      return () => rmSync(path, { force: true });
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    }
     const pid = Number(readFileSync(path, 'utf8').trim());
     let alive = false;
     try {
-      if (pid > 0 && pid !== process.pid) {
-        process.kill(pid, 0);
-        alive = /atelier|node/.test(readFileSync(`/proc/${pid}/cmdline`, 'utf8'));
-      }
+      alive = pid > 0 && /atelier|node/.test(readFileSync(`/proc/${pid}/cmdline`, 'utf8'));
     } catch {
       alive = false;
     }
     if (alive) throw new Error(`another Atelier server (pid ${pid}) already uses ${dataDir}: stop it first, or pass another --data-dir`);
+    rmSync(path, { force: true }); // left by a server that is gone
   }
-  writeFileSync(path, `${process.pid}\n`);
-  return () => rmSync(path, { force: true });
+  throw new Error(`could not take the lock ${path}: another server is starting on ${dataDir}`);
 }
 
 function nodeIdOf(dataDir: string): string {
@@ -79,17 +83,20 @@ function writeCredentials(dataDir: string, url: string, token: string | undefine
 }
 
 async function firstAdmin(pool: Pool): Promise<string | undefined> {
-  // Two servers starting at once on one database: only the one whose INSERT wins makes a token.
-  const created = await pool.query(
-    "INSERT INTO users (id, name, role) VALUES ('u-admin', 'admin', 'admin') ON CONFLICT DO NOTHING RETURNING id",
-  );
-  if (created.rowCount === 0) return undefined;
-  const token = newApiToken();
-  await pool.query("INSERT INTO api_tokens (id, user_id, name, token_hash) VALUES ($1, 'u-admin', 'first-start', $2)", [
-    `tok-${randomBytes(6).toString('hex')}`,
-    hashToken(token),
-  ]);
-  return token;
+  // One transaction: the admin and its token exist together or not at all. Two servers starting
+  // at once on one database: only the one whose INSERT wins makes a token.
+  return withTransaction(pool, async (c) => {
+    const created = await c.query(
+      "INSERT INTO users (id, name, role) VALUES ('u-admin', 'admin', 'admin') ON CONFLICT DO NOTHING RETURNING id",
+    );
+    if (created.rowCount === 0) return undefined;
+    const token = newApiToken();
+    await c.query("INSERT INTO api_tokens (id, user_id, name, token_hash) VALUES ($1, 'u-admin', 'first-start', $2)", [
+      `tok-${randomBytes(6).toString('hex')}`,
+      hashToken(token),
+    ]);
+    return token;
+  });
 }
 
 /**
@@ -187,6 +194,8 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     cleanups.push(() => pool.end());
     await migrate(pool);
     const token = await firstAdmin(pool);
+    // Written at once: a start that fails later (port in use) must not lose the only copy.
+    if (token) writeCredentials(dataDir, `http://${opts.listen ?? config.listen} (not listening yet)`, token);
 
     const nodeId = nodeIdOf(dataDir);
     const driver = new LocalDriver(dataDir, nodeId, isolation.rootless, isolation.cgroups);

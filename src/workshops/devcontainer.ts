@@ -69,7 +69,11 @@ function stringMap(key: string, value: unknown, known: Record<string, string>, w
  * inside the repository; without it the usual locations are tried. The file must resolve inside
  * the workspace: a symlink pointing elsewhere is refused (the server reads it, not the agent).
  */
-export function readDevcontainer(workspace: string, explicit: string | undefined): DevcontainerSettings {
+export function readDevcontainer(
+  workspace: string,
+  explicit: string | undefined,
+  baseEnv: Record<string, string> = {},
+): DevcontainerSettings {
   const empty: DevcontainerSettings = { path: null, env: {}, createCommands: [], forwardPorts: [], warnings: [] };
   const candidates = explicit ? [explicit] : ['.devcontainer/devcontainer.json', '.devcontainer.json'];
   for (const rel of candidates) {
@@ -106,8 +110,9 @@ export function readDevcontainer(workspace: string, explicit: string | undefined
     for (const key of Object.keys(d)) {
       if (!HONOURED.has(key)) warnings.push(`devcontainer.json: "${key}" is not supported by the local driver and was ignored`);
     }
-    const containerEnv = stringMap('containerEnv', d.containerEnv, {}, warnings);
-    const remoteEnv = stringMap('remoteEnv', d.remoteEnv, containerEnv, warnings);
+    // ${containerEnv:PATH} and friends refer to the workshop's own defaults.
+    const containerEnv = stringMap('containerEnv', d.containerEnv, baseEnv, warnings);
+    const remoteEnv = stringMap('remoteEnv', d.remoteEnv, { ...baseEnv, ...containerEnv }, warnings);
     const createCommands = ['onCreateCommand', 'updateContentCommand', 'postCreateCommand'].flatMap((k) =>
       d[k] === undefined ? [] : commandList(k, d[k]),
     );

@@ -11,6 +11,19 @@ function within(path: string, root: string): boolean {
   return path === root || path.startsWith(root.endsWith(sep) ? root : root + sep);
 }
 
+/** The URL without its secrets: an https user and password, an ssh password; what users see. */
+export function redactUrl(url: string): string {
+  if (!/^(https|ssh):\/\//.test(url)) return url;
+  try {
+    const u = new URL(url);
+    if (u.protocol === 'https:') u.username = '';
+    u.password = '';
+    return u.toString();
+  } catch {
+    return url.replace(/\/\/.*@/, '//');
+  }
+}
+
 /**
  * Accepts an absolute local path, file://, https://, ssh:// or git@host:path; refuses every
  * other scheme and any local path outside the admin's allowed roots.
@@ -24,7 +37,7 @@ export function resolveRepoSource(repo: string, allowRoots: string[]): RepoSourc
     /^ssh:\/\/[^\s/]+\/\S+$/.test(repo) ||
     /^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^\s]+$/.test(repo)
   ) {
-    return { kind: 'remote', url: repo, display: repo.replace(/\/\/[^@/]*@/, '//') };
+    return { kind: 'remote', url: repo, display: redactUrl(repo) };
   }
   let path: string;
   if (repo.startsWith('file://')) {
@@ -78,42 +91,61 @@ export function resolveRepoSource(repo: string, allowRoots: string[]): RepoSourc
   return { kind: 'local', path: real, display: path };
 }
 
-/** Clones as the server (the agent never holds the credentials), with no prompt and a deadline. */
+/**
+ * Clones as the server (the agent never holds the credentials: a URL's secrets are removed from
+ * the clone's remote afterwards), with no prompt and a deadline. Errors never repeat the secret.
+ */
 export function cloneRepo(source: RepoSource, dest: string, timeoutMs = 10 * 60_000): Promise<void> {
   const from = source.kind === 'local' ? source.path : source.url;
   const args = ['-c', 'safe.directory=*', '-c', 'protocol.file.allow=always', 'clone', '--quiet', '--no-hardlinks', '--', from, dest];
+  const env = {
+    PATH: '/usr/bin:/bin',
+    GIT_TERMINAL_PROMPT: '0',
+    GIT_ASKPASS: '/bin/false',
+    SSH_ASKPASS: '/bin/false',
+    GIT_SSH_COMMAND: 'ssh -o BatchMode=yes',
+    HOME: '/nonexistent',
+    LANG: 'C',
+  };
+  const scrub = (text: string): string =>
+    source.kind === 'remote' && source.url !== source.display ? text.split(source.url).join(source.display) : text;
   return new Promise((resolve, reject) => {
-    execFile(
-      'git',
-      args,
-      {
-        timeout: timeoutMs,
-        env: {
-          PATH: '/usr/bin:/bin',
-          GIT_TERMINAL_PROMPT: '0',
-          GIT_ASKPASS: '/bin/false',
-          SSH_ASKPASS: '/bin/false',
-          GIT_SSH_COMMAND: 'ssh -o BatchMode=yes',
-          HOME: '/nonexistent',
-          LANG: 'C',
-        },
-        maxBuffer: 1 << 20,
-      },
-      (err, _stdout, stderr) => {
-        if (!err) return resolve();
-        const text = String(stderr).trim().split('\n').slice(-3).join(' ').slice(0, 500);
-        if (/not a git repository|does not appear to be a git repository/i.test(text)) {
-          reject(
-            new AtelierError('REPO_NOT_FOUND', `${source.display} is not a git repository (run \`git init && git commit\` there first)`, {
-              field: 'repo',
-            }),
+    execFile('git', args, { timeout: timeoutMs, env, maxBuffer: 1 << 20 }, (err, _stdout, stderr) => {
+      if (!err) {
+        if (source.kind === 'remote' && source.url !== source.display) {
+          execFile('git', ['-C', dest, 'remote', 'set-url', 'origin', source.display], { env }, (e) =>
+            e
+              ? reject(new AtelierError('REPO_NOT_FOUND', `could not remove the credentials from the clone of ${source.display}`))
+              : resolve(),
           );
-        } else if (/No space left on device/i.test(text)) {
-          reject(new AtelierError('INSUFFICIENT_STORAGE', `the server's disk is full while cloning ${source.display}`));
-        } else {
-          reject(new AtelierError('REPO_NOT_FOUND', `cloning ${source.display} failed: ${text || err.message}`, { field: 'repo' }));
-        }
-      },
-    );
+        } else resolve();
+        return;
+      }
+      const text = scrub(String(stderr).trim().split('\n').slice(-3).join(' ').slice(0, 500));
+      const e = err as Error & { killed?: boolean; code?: number | string };
+      if (/not a git repository|does not appear to be a git repository/i.test(text)) {
+        reject(
+          new AtelierError('REPO_NOT_FOUND', `${source.display} is not a git repository (run \`git init && git commit\` there first)`, {
+            field: 'repo',
+          }),
+        );
+      } else if (/No space left on device/i.test(text)) {
+        reject(new AtelierError('INSUFFICIENT_STORAGE', `the server's disk is full while cloning ${source.display}`));
+      } else if (e.killed) {
+        reject(
+          new AtelierError(
+            'REPO_NOT_FOUND',
+            `cloning ${source.display} took longer than ${Math.round(timeoutMs / 1000)} s and was stopped`,
+            { field: 'repo' },
+          ),
+        );
+      } else {
+        reject(
+          new AtelierError('REPO_NOT_FOUND', `cloning ${source.display} failed: ${text || `git exited with ${String(e.code)}`}`, {
+            field: 'repo',
+          }),
+        );
+      }
+    });
   });
 }

@@ -1,4 +1,4 @@
-import { cpus as hostCpus, totalmem } from 'node:os';
+import { constants as osConstants, cpus as hostCpus, totalmem } from 'node:os';
 import { posix } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
 import { type Readable } from 'node:stream';
@@ -57,6 +57,18 @@ export interface RunningExec {
 }
 
 const MAX_FILE_BYTES = 16 << 20;
+/** devcontainer lifecycle commands (npm ci, …) are stopped after this long. */
+const CREATE_COMMAND_TIMEOUT_SECONDS = 30 * 60;
+
+/** Every workshop process starts from this environment (then devcontainer.json, then the request). */
+const BASE_ENV: Record<string, string> = {
+  PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+  HOME: '/home/atelier',
+  USER: 'atelier',
+  LOGNAME: 'atelier',
+  SHELL: '/bin/bash',
+  LANG: 'C.UTF-8',
+};
 
 function toWorkshop(r: WorkshopRow): Workshop {
   return {
@@ -74,10 +86,40 @@ function toWorkshop(r: WorkshopRow): Workshop {
   };
 }
 
+/**
+ * Resolves when `stream` ends, or once it has been idle (no data, not paused by a slow reader)
+ * for 100 ms, which means a background process holds the pipe: it is then closed on our side.
+ */
+function drainAfterExit(stream: Readable): Promise<void> {
+  return new Promise((resolve) => {
+    if (stream.readableEnded || stream.destroyed) return resolve();
+    let active = true;
+    const onData = (): void => {
+      active = true;
+    };
+    const timer = setInterval(() => {
+      if (active || stream.isPaused()) {
+        active = false;
+        return;
+      }
+      stream.destroy();
+      done();
+    }, 100);
+    const done = (): void => {
+      clearInterval(timer);
+      stream.off('data', onData);
+      resolve();
+    };
+    stream.on('data', onData);
+    stream.once('end', done);
+    stream.once('close', done);
+  });
+}
+
 /** Workshops: the product's core noun. Every entry point (CLI, REST, MCP) goes through here. */
 export class WorkshopService {
   private readonly locks = new Map<string, Promise<unknown>>();
-  private readonly running = new Set<RunningExec>();
+  private readonly running = new Map<string, Set<RunningExec>>();
 
   constructor(
     private readonly pool: Pool,
@@ -210,7 +252,7 @@ export class WorkshopService {
     try {
       const layout = this.driver.prepareRoot(id);
       await cloneRepo(source, layout.workspace);
-      const dev = readDevcontainer(layout.workspace, req.devcontainer);
+      const dev = readDevcontainer(layout.workspace, req.devcontainer, BASE_ENV);
       await this.driver.adoptWorkspace(id, row.uid);
       const env: Record<string, string> = { ...dev.env };
       if (req.budgetUsd !== undefined) env.ATELIER_MAX_BUDGET_USD = String(req.budgetUsd);
@@ -224,7 +266,11 @@ export class WorkshopService {
       await this.query('UPDATE workshops SET sandbox = $2 WHERE id = $1', [id, JSON.stringify(handle)]);
       const current = { ...row, env, sandbox: handle };
       for (const step of dev.createCommands) {
-        const result = await this.runCaptured(current, step.command, { maxBytes: 64 << 10 });
+        const result = await this.runCaptured(current, step.command, {
+          maxBytes: 64 << 10,
+          overflow: 'keep-tail',
+          timeoutSeconds: CREATE_COMMAND_TIMEOUT_SECONDS,
+        });
         if (result.exitCode !== 0) {
           const tail = (result.stderr.toString('utf8') || result.stdout.toString('utf8')).trim().split('\n').slice(-5).join('\n');
           throw new AtelierError(
@@ -298,6 +344,8 @@ export class WorkshopService {
 
   /** Kills the sandbox and removes every file, cgroup and row the workshop owned. */
   async delete(id: string): Promise<void> {
+    // Commands still running there would hold the lock and die with the sandbox anyway.
+    await this.killExecs(id);
     await this.locked(id, async () => {
       const row = await this.row(id);
       await this.setStatus(id, 'Deleting', null);
@@ -307,18 +355,7 @@ export class WorkshopService {
   }
 
   private sandboxEnv(row: WorkshopRow, extra: Record<string, string> = {}): Record<string, string> {
-    return {
-      PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
-      HOME: '/home/atelier',
-      USER: 'atelier',
-      LOGNAME: 'atelier',
-      SHELL: '/bin/bash',
-      LANG: 'C.UTF-8',
-      ATELIER_WORKSHOP_ID: row.id,
-      ATELIER_WORKSHOP_NAME: row.name,
-      ...row.env,
-      ...extra,
-    };
+    return { ...BASE_ENV, ATELIER_WORKSHOP_ID: row.id, ATELIER_WORKSHOP_NAME: row.name, ...row.env, ...extra };
   }
 
   private async runnable(id: string): Promise<WorkshopRow & { sandbox: SandboxHandle }> {
@@ -348,7 +385,13 @@ export class WorkshopService {
     stdin: Buffer | undefined,
     timeoutSeconds?: number,
   ): RunningExec {
-    const child: ChildProcess = this.driver.exec(row.sandbox, { command, cwd, env: this.sandboxEnv(row, env) });
+    let child: ChildProcess;
+    try {
+      child = this.driver.exec(row.sandbox, { command, cwd, env: this.sandboxEnv(row, env) });
+    } catch (err) {
+      // spawn refuses some arguments synchronously (E2BIG, NUL bytes): that is bad input.
+      throw new AtelierError('INVALID_ARGUMENT', `the command could not be started: ${(err as Error).message}`, { field: 'command' });
+    }
     const kill = (): void => {
       try {
         if (child.pid) process.kill(-child.pid, 'SIGKILL');
@@ -367,23 +410,42 @@ export class WorkshopService {
       : undefined;
     const done = new Promise<{ exitCode: number; signal: string | null }>((resolve, reject) => {
       child.on('error', (err) => reject(new AtelierError('SANDBOX_FAILED', `could not enter the workshop: ${err.message}`)));
-      child.on('close', (code, signal) => {
+      child.on('exit', (code, signal) => {
         if (timer) clearTimeout(timer);
         // A command killed by a signal exits 128+n, as in a shell; a timeout is 124, as with timeout(1).
-        resolve({ exitCode: timedOut ? 124 : (code ?? 128 + (signal ? 9 : 0)), signal: timedOut ? 'SIGKILL' : signal });
+        const result = {
+          exitCode: timedOut ? 124 : (code ?? 128 + (signal ? (osConstants.signals[signal] ?? 9) : 0)),
+          signal: timedOut ? 'SIGKILL' : signal,
+        };
+        // The command has exited; a process it left in the background may still hold its output
+        // pipes open. Read what is there, then stop waiting for them.
+        void Promise.all([drainAfterExit(child.stdout!), drainAfterExit(child.stderr!)]).then(() => resolve(result));
       });
     });
     const exec: RunningExec = { stdout: child.stdout!, stderr: child.stderr!, done, kill };
-    this.running.add(exec);
-    void done.finally(() => this.running.delete(exec)).catch(() => undefined);
+    const set = this.running.get(row.id) ?? new Set<RunningExec>();
+    set.add(exec);
+    this.running.set(row.id, set);
+    void done
+      .finally(() => {
+        set.delete(exec);
+        if (set.size === 0) this.running.delete(row.id);
+      })
+      .catch(() => undefined);
     return exec;
+  }
+
+  /** Kills the commands running in one workshop (or all), waiting at most a few seconds. */
+  private async killExecs(id?: string): Promise<void> {
+    const pending = id === undefined ? [...this.running.values()].flatMap((s) => [...s]) : [...(this.running.get(id) ?? [])];
+    for (const exec of pending) exec.kill();
+    // A command in a frozen (suspended) workshop dies only once thawed: do not wait for it forever.
+    await Promise.race([Promise.allSettled(pending.map((e) => e.done)), new Promise((r) => setTimeout(r, 3000).unref())]);
   }
 
   /** Kills the commands this server process started and still waits for (at shutdown). */
   async close(): Promise<void> {
-    const pending = [...this.running];
-    for (const exec of pending) exec.kill();
-    await Promise.allSettled(pending.map((e) => e.done));
+    await this.killExecs();
     this.driver.releaseCgroupBase();
   }
 
@@ -402,21 +464,25 @@ export class WorkshopService {
   private async runCaptured(
     row: WorkshopRow,
     command: string[],
-    opts: { stdin?: Buffer; maxBytes: number },
+    opts: { stdin?: Buffer; maxBytes: number; overflow?: 'kill' | 'keep-tail'; timeoutSeconds?: number },
   ): Promise<{ exitCode: number; stdout: Buffer; stderr: Buffer; truncated: boolean }> {
-    const run = this.spawn(row as WorkshopRow & { sandbox: SandboxHandle }, command, '/workspace', {}, opts.stdin);
+    const run = this.spawn(row as WorkshopRow & { sandbox: SandboxHandle }, command, '/workspace', {}, opts.stdin, opts.timeoutSeconds);
     const out: Buffer[] = [];
     const err: Buffer[] = [];
     let size = 0;
     let truncated = false;
     const collect = (into: Buffer[]) => (c: Buffer) => {
-      if (size + c.length > opts.maxBytes) {
-        truncated = true;
-        run.kill();
-        return;
-      }
-      size += c.length;
       into.push(c);
+      size += c.length;
+      if (size <= opts.maxBytes) return;
+      truncated = true;
+      if (opts.overflow === 'keep-tail') {
+        // Long build output (npm ci) is normal: keep only its end, for the failure reason.
+        while (size > opts.maxBytes && (out.length > 1 || err.length > 1)) {
+          const from = out.length >= err.length ? out : err;
+          size -= from.shift()!.length;
+        }
+      } else run.kill();
     };
     run.stdout.on('data', collect(out));
     run.stderr.on('data', collect(err));

@@ -79,7 +79,8 @@ export class TestServer {
     proc.stdout!.on('data', (c: Buffer) => (this.log += c.toString()));
     proc.stderr!.on('data', (c: Buffer) => (this.log += c.toString()));
     const deadline = Date.now() + 60_000;
-    while (!existsSync(credentials)) {
+    // The file is written once before listening (so the first token is never lost), then again with the URL.
+    while (!existsSync(credentials) || readFileSync(credentials, 'utf8').includes('not listening yet')) {
       if (proc.exitCode !== null) throw new Error(`server exited (${proc.exitCode}):\n${this.log}`);
       if (Date.now() > deadline) throw new Error(`server did not start:\n${this.log}`);
       await new Promise((r) => setTimeout(r, 50));

@@ -4,6 +4,13 @@ import type { z } from 'zod';
 import { AtelierError, CreateWorkshopRequest, ExecRequest, describeZodError, type ExecFrame } from '../../core/index.js';
 import type { WorkshopService } from '../../workshops/index.js';
 
+/** `?path=` given once, as a string (a repeated parameter arrives as an array). */
+function pathParam(value: unknown): string {
+  if (typeof value !== 'string' || value === '')
+    throw new AtelierError('INVALID_ARGUMENT', 'query parameter path is required, once', { field: 'path' });
+  return value;
+}
+
 function parse<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
   const r = schema.safeParse(body ?? {});
   if (!r.success) {
@@ -45,6 +52,8 @@ export function workshopRoutes(app: FastifyInstance, service: WorkshopService): 
       // The connection closed before the answer was complete: do not leave its command running.
       if (!reply.raw.writableFinished) run.kill();
     });
+    // It may have closed already, while the body was parsed or the workshop looked up.
+    if (reply.raw.destroyed || request.raw.socket.destroyed) run.kill();
     if (wantsJson) {
       const out: Buffer[] = [];
       const err: Buffer[] = [];
@@ -90,19 +99,17 @@ export function workshopRoutes(app: FastifyInstance, service: WorkshopService): 
     return reply.header('content-type', 'application/x-ndjson').header('cache-control', 'no-store').send(stream);
   });
 
-  app.get<IdParams & { Querystring: { path?: string } }>('/v1/workshops/:id/files', async (request, reply) => {
-    const path = request.query.path;
-    if (!path) throw new AtelierError('INVALID_ARGUMENT', 'query parameter path is required', { field: 'path' });
+  app.get<IdParams & { Querystring: { path?: unknown } }>('/v1/workshops/:id/files', async (request, reply) => {
+    const path = pathParam(request.query.path);
     const data = await service.readFile(request.params.id, path);
     return reply.header('content-type', 'application/octet-stream').send(data);
   });
 
-  app.put<IdParams & { Querystring: { path?: string } }>(
+  app.put<IdParams & { Querystring: { path?: unknown } }>(
     '/v1/workshops/:id/files',
     { bodyLimit: 16 << 20 },
-    async (request: FastifyRequest<IdParams & { Querystring: { path?: string } }>) => {
-      const path = request.query.path;
-      if (!path) throw new AtelierError('INVALID_ARGUMENT', 'query parameter path is required', { field: 'path' });
+    async (request: FastifyRequest<IdParams & { Querystring: { path?: unknown } }>) => {
+      const path = pathParam(request.query.path);
       const body = request.body;
       const data = Buffer.isBuffer(body)
         ? body

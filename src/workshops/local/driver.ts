@@ -19,7 +19,7 @@ import {
   type SandboxHandle,
   type SandboxLayout,
 } from '../../sandbox/index.js';
-import type { WorkshopLimits } from '../../core/index.js';
+import { AtelierError, type WorkshopLimits } from '../../core/index.js';
 
 export interface StartRequest {
   id: string;
@@ -89,7 +89,11 @@ export class LocalDriver {
 
   async suspend(handle: SandboxHandle): Promise<void> {
     if (!handle.cgroups) throw new Error('no freezer');
-    if (!(await freeze(handle.cgroups))) throw new Error('the kernel did not finish freezing the workshop');
+    if (!(await freeze(handle.cgroups))) {
+      // Never leave it half-frozen: every later exec would hang.
+      await thaw(handle.cgroups);
+      throw new AtelierError('SANDBOX_FAILED', 'the kernel did not finish freezing the workshop within 5 s; it was left running');
+    }
   }
 
   async resume(handle: SandboxHandle): Promise<void> {
@@ -134,7 +138,7 @@ export class LocalDriver {
       if (!/^\d+$/.test(entry)) continue;
       try {
         const argv = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
-        if (argv[0] === 'nsenter' && argv[1] === '-t' && argv[2] === String(handle.pid)) {
+        if (argv[0]?.endsWith('nsenter') && argv[1] === '-t' && argv[2] === String(handle.pid)) {
           process.kill(-Number(entry), 'SIGKILL');
           killed += 1;
         }
