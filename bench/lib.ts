@@ -376,7 +376,8 @@ export class BenchServer {
       }
       if (existsSync(credPath)) {
         const text = readFileSync(credPath, 'utf8');
-        url = /^url:\s*(http\S+)/m.exec(text)?.[1];
+        // Written once before listening (the token is never lost), then again with the real URL.
+        url = text.includes('not listening yet') ? undefined : /^url:\s*(http\S+)/m.exec(text)?.[1];
         token = /^token:\s*(atl_\S+)/m.exec(text)?.[1];
         if (url && token) break;
       }
@@ -581,7 +582,7 @@ export class BenchServer {
       return [];
     }
     const usual =
-      /^atelier: (isolation: no seccomp|creating the embedded|the CLI on this machine|server ready|admin credentials|create a workshop|SIGTERM: stopping)/;
+      /^atelier: (isolation: no seccomp|creating the embedded|the CLI on this machine|the CLI now uses this server|server ready|admin credentials|create a workshop|SIGTERM: stopping)/;
     return text
       .split('\n')
       .filter((l) => l.trim() && !usual.test(l))
