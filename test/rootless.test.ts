@@ -81,6 +81,14 @@ describe('rootless server (started by an ordinary user)', () => {
     assert.equal(stop.body.code, 'UNSUPPORTED');
     assert.match(stop.body.message, /run the server as root/);
     await server.exec(w.id, ['sh', '-c', 'sleep 1000 >/dev/null 2>&1 & echo $! > /tmp/bg.pid']);
+    // Read-only directories (a Go module cache) and a tree deeper than PATH_MAX: the server, not
+    // root here, must still remove them.
+    const made = await server.exec(w.id, [
+      'sh',
+      '-c',
+      "mkdir -p /home/atelier/go/pkg/mod/x && touch /home/atelier/go/pkg/mod/x/f && chmod -R a-w /home/atelier/go; perl -e 'for (1..30) { mkdir q(x) x 200; chdir q(x) x 200 or die }'",
+    ]);
+    assert.equal(made.exitCode, 0, made.stderr);
     await server.stop('SIGKILL');
     await server.boot();
     const alive = await server.exec(w.id, ['sh', '-c', 'kill -0 $(cat /tmp/bg.pid) && echo same']);

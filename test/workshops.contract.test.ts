@@ -186,6 +186,13 @@ for (const mode of ['embedded', 'external'] as const) {
     it('deletes a workshop with its processes, cgroups and files', async () => {
       const w = await server.createWorkshop({ repo });
       await server.exec(w.id, ['sh', '-c', 'sleep 1000 >/dev/null 2>&1 &']);
+      // A tree deeper than PATH_MAX and a read-only directory do not stop the delete.
+      const deep = await server.exec(w.id, [
+        'sh',
+        '-c',
+        "perl -e 'for (1..30) { mkdir q(x) x 200; chdir q(x) x 200 or die }'; mkdir -p /home/atelier/ro/sub && touch /home/atelier/ro/sub/f && chmod 555 /home/atelier/ro/sub /home/atelier/ro",
+      ]);
+      assert.equal(deep.exitCode, 0, deep.stderr);
       const root = join(server.dataDir, 'workshops', w.id);
       assert.ok(existsSync(root));
       const del = await server.cli(['workshops', 'delete', w.id]);

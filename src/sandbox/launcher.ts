@@ -129,7 +129,8 @@ while [ $# -gt 0 ]; do
   case $k in
     ro|rw)
       if [ -d "$s" ]; then mkdir -p "$R$d"; else mkdir -p "$(dirname "$R$d")"; : > "$R$d"; fi
-      mount --rbind "$s" "$R$d"
+      # Not recursive: a submount under a read-only tree would stay writable after the remount.
+      mount --bind "$s" "$R$d"
       if [ "$k" = ro ]; then mount -o remount,bind,ro "$R$d"; fi ;;
     link) mkdir -p "$(dirname "$R$d")"; ln -s "$s" "$R$d" ;;
     dir) mkdir -p "$R$d" ;;
@@ -223,34 +224,49 @@ export async function startSandbox(spec: SandboxSpec): Promise<SandboxHandle> {
     child.on('exit', (code) => reject(new Error(`sandbox exited at start (code ${code}): ${logTail(layout.log) || 'no output'}`)));
   });
   exited.catch(() => undefined);
-  let pid: number;
-  if (spec.rootless) {
-    // unshare --fork: its child is PID 1 of the new namespace.
-    pid = await Promise.race([firstChild(child.pid!, layout.log), exited]);
-  } else {
-    const info = child.stdio[3]!;
-    const chunks: Buffer[] = [];
-    const text = await Promise.race([
-      new Promise<string>((resolve, reject) => {
-        info.on('data', (c: Buffer) => chunks.push(c));
-        info.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
-        info.on('error', reject);
-      }),
-      exited,
-    ]);
-    info.destroy();
-    try {
-      pid = (JSON.parse(text) as { 'child-pid': number })['child-pid'];
-    } catch {
-      throw new Error(`bwrap gave no child pid: ${text.slice(0, 200)}`);
+  const deadline = new Promise<never>((_, reject) =>
+    setTimeout(() => reject(new Error('sandbox did not start within 10 s')), 10_000).unref(),
+  );
+  deadline.catch(() => undefined);
+  try {
+    let pid: number;
+    if (spec.rootless) {
+      // unshare --fork: its child is PID 1 of the new namespace.
+      pid = await Promise.race([firstChild(child.pid!, layout.log), exited, deadline]);
+    } else {
+      const info = child.stdio[3]!;
+      const chunks: Buffer[] = [];
+      const text = await Promise.race([
+        new Promise<string>((resolve, reject) => {
+          info.on('data', (c: Buffer) => chunks.push(c));
+          info.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+          info.on('error', reject);
+        }),
+        exited,
+        deadline,
+      ]);
+      info.destroy();
+      try {
+        pid = (JSON.parse(text) as { 'child-pid': number })['child-pid'];
+      } catch {
+        throw new Error(`bwrap gave no child pid: ${text.slice(0, 200)}`);
+      }
     }
+    child.removeAllListeners('exit');
+    child.unref();
+    const startTime = processStartTime(pid);
+    if (startTime === undefined) throw new Error(`sandbox exited right after start: ${logTail(layout.log)}`);
+    await waitReady(pid, spec.rootless, layout.log);
+    return { pid, startTime, uid: spec.uid, rootless: spec.rootless, cgroups: spec.cgroups };
+  } catch (err) {
+    // Never leave a half-started sandbox behind: it leads its own process group.
+    try {
+      process.kill(-child.pid!, 'SIGKILL');
+    } catch {
+      // already gone
+    }
+    throw err;
   }
-  child.removeAllListeners('exit');
-  child.unref();
-  const startTime = processStartTime(pid);
-  if (startTime === undefined) throw new Error(`sandbox exited right after start: ${logTail(layout.log)}`);
-  await waitReady(pid, spec.rootless, layout.log);
-  return { pid, startTime, uid: spec.uid, rootless: spec.rootless, cgroups: spec.cgroups };
 }
 
 function children(pid: number): string[] {

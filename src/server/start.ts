@@ -14,7 +14,7 @@ import {
   type Config,
 } from '../core/index.js';
 import { createPool, migrate, startEmbeddedPostgres, withTransaction, type EmbeddedPostgres, type Pool } from '../db/index.js';
-import { inspectIsolation } from '../sandbox/index.js';
+import { inspectIsolation, processStartTime } from '../sandbox/index.js';
 import { LocalDriver, WorkshopService } from '../workshops/index.js';
 import { buildApp } from './app.js';
 
@@ -37,23 +37,33 @@ export interface RunningServer {
 
 function lockDataDir(dataDir: string): () => void {
   const path = join(dataDir, 'server.pid');
-  for (let attempt = 0; attempt < 2; attempt++) {
+  // The lock names its holder by pid and start time: a reused pid (same pid in a new container,
+  // another process) is never taken for a live server.
+  const me = `${process.pid} ${processStartTime(process.pid) ?? ''}\n`;
+  for (let attempt = 0; attempt < 3; attempt++) {
     try {
       // 'wx': created only if absent, so two servers starting at once cannot both take it.
-      writeFileSync(path, `${process.pid}\n`, { flag: 'wx' });
+      writeFileSync(path, me, { flag: 'wx' });
       return () => rmSync(path, { force: true });
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
     }
-    const pid = Number(readFileSync(path, 'utf8').trim());
-    let alive = false;
+    let holder: string;
     try {
-      alive = pid > 0 && /atelier|node/.test(readFileSync(`/proc/${pid}/cmdline`, 'utf8'));
+      holder = readFileSync(path, 'utf8');
     } catch {
-      alive = false;
+      continue; // removed meanwhile: try again
     }
+    const [pid, start] = holder.trim().split(' ');
+    const alive = Number(pid) > 0 && Number(pid) !== process.pid && start !== undefined && processStartTime(Number(pid)) === start;
     if (alive) throw new Error(`another Atelier server (pid ${pid}) already uses ${dataDir}: stop it first, or pass another --data-dir`);
-    rmSync(path, { force: true }); // left by a server that is gone
+    // Stale: move it aside (atomic) and retry; a racing server that moved it first wins the retry.
+    try {
+      renameSync(path, `${path}.stale.${process.pid}`);
+      rmSync(`${path}.stale.${process.pid}`, { force: true });
+    } catch {
+      // the other server took it over first
+    }
   }
   throw new Error(`could not take the lock ${path}: another server is starting on ${dataDir}`);
 }
@@ -82,9 +92,10 @@ function writeCredentials(dataDir: string, url: string, token: string | undefine
   return path;
 }
 
-async function firstAdmin(pool: Pool): Promise<string | undefined> {
-  // One transaction: the admin and its token exist together or not at all. Two servers starting
-  // at once on one database: only the one whose INSERT wins makes a token.
+async function firstAdmin(pool: Pool, save: (token: string) => void): Promise<string | undefined> {
+  // One transaction: the admin and its token exist together or not at all, and the token is
+  // saved to disk before COMMIT, so it can never exist only in the database. Two servers
+  // starting at once on one database: only the one whose INSERT wins makes a token.
   return withTransaction(pool, async (c) => {
     const created = await c.query(
       "INSERT INTO users (id, name, role) VALUES ('u-admin', 'admin', 'admin') ON CONFLICT DO NOTHING RETURNING id",
@@ -95,6 +106,7 @@ async function firstAdmin(pool: Pool): Promise<string | undefined> {
       `tok-${randomBytes(6).toString('hex')}`,
       hashToken(token),
     ]);
+    save(token);
     return token;
   });
 }
@@ -193,9 +205,8 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     );
     cleanups.push(() => pool.end());
     await migrate(pool);
-    const token = await firstAdmin(pool);
     // Written at once: a start that fails later (port in use) must not lose the only copy.
-    if (token) writeCredentials(dataDir, `http://${opts.listen ?? config.listen} (not listening yet)`, token);
+    const token = await firstAdmin(pool, (t) => writeCredentials(dataDir, `http://${opts.listen ?? config.listen} (not listening yet)`, t));
 
     const nodeId = nodeIdOf(dataDir);
     const driver = new LocalDriver(dataDir, nodeId, isolation.rootless, isolation.cgroups);

@@ -349,7 +349,11 @@ export class WorkshopService {
     await this.locked(id, async () => {
       const row = await this.row(id);
       await this.setStatus(id, 'Deleting', null);
-      await this.driver.destroy(id, row.sandbox);
+      await this.driver.destroy(id, row.sandbox).catch((err: Error) => {
+        throw new AtelierError('SANDBOX_FAILED', `workshop ${id} could not be removed completely (${err.message}); run the delete again`, {
+          id,
+        });
+      });
       await this.query('DELETE FROM workshops WHERE id = $1', [id]);
     });
   }
@@ -392,7 +396,15 @@ export class WorkshopService {
       // spawn refuses some arguments synchronously (E2BIG, NUL bytes): that is bad input.
       throw new AtelierError('INVALID_ARGUMENT', `the command could not be started: ${(err as Error).message}`, { field: 'command' });
     }
+    if (!child.stdin || !child.stdout || !child.stderr) {
+      // Out of file descriptors (EMFILE): Node made no pipes; the 'error' event follows.
+      child.on('error', () => undefined);
+      throw new AtelierError('UNAVAILABLE', 'the server could not start the command (out of file descriptors?); try again');
+    }
+    let settled = false;
     const kill = (): void => {
+      // Once settled, the group id may belong to someone else: never signal it again.
+      if (settled) return;
       try {
         if (child.pid) process.kill(-child.pid, 'SIGKILL');
       } catch {
@@ -418,8 +430,17 @@ export class WorkshopService {
           signal: timedOut ? 'SIGKILL' : signal,
         };
         // The command has exited; a process it left in the background may still hold its output
-        // pipes open. Read what is there, then stop waiting for them.
-        void Promise.all([drainAfterExit(child.stdout!), drainAfterExit(child.stderr!)]).then(() => resolve(result));
+        // pipes open. Read what is there, then stop waiting for them, in any case within 2 s.
+        const hard = setTimeout(() => {
+          kill();
+          child.stdout!.destroy();
+          child.stderr!.destroy();
+        }, 2000);
+        void Promise.all([drainAfterExit(child.stdout!), drainAfterExit(child.stderr!)]).then(() => {
+          clearTimeout(hard);
+          settled = true;
+          resolve(result);
+        });
       });
     });
     const exec: RunningExec = { stdout: child.stdout!, stderr: child.stderr!, done, kill };
@@ -472,6 +493,8 @@ export class WorkshopService {
     let size = 0;
     let truncated = false;
     const collect = (into: Buffer[]) => (c: Buffer) => {
+      // Past the limit in kill mode nothing more is kept, even if a detached process keeps writing.
+      if (truncated && opts.overflow !== 'keep-tail') return;
       into.push(c);
       size += c.length;
       if (size <= opts.maxBytes) return;
@@ -619,7 +642,9 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
     for (const id of this.driver.localIds()) {
       if (known.has(id)) continue;
       this.opts.log.warn({ workshop: id }, 'removing an orphan workshop directory or cgroup');
-      await this.driver.destroy(id, null);
+      await this.driver
+        .destroy(id, null)
+        .catch((err: Error) => this.opts.log.error({ workshop: id, err: err.message }, 'could not remove an orphan workshop'));
     }
   }
 }

@@ -49,11 +49,20 @@ export function workshopRoutes(app: FastifyInstance, service: WorkshopService): 
     const run = await service.exec(request.params.id, body);
     const wantsJson = (request.headers.accept ?? '').includes('application/json') && !(request.headers.accept ?? '').includes('ndjson');
     reply.raw.on('close', () => {
-      // The connection closed before the answer was complete: do not leave its command running.
-      if (!reply.raw.writableFinished) run.kill();
+      // The connection closed before the answer was complete: do not leave its command running,
+      // nor its output paused forever behind a stream nobody reads.
+      if (!reply.raw.writableFinished) {
+        run.kill();
+        run.stdout.destroy();
+        run.stderr.destroy();
+      }
     });
     // It may have closed already, while the body was parsed or the workshop looked up.
-    if (reply.raw.destroyed || request.raw.socket.destroyed) run.kill();
+    if (reply.raw.destroyed || request.raw.socket.destroyed) {
+      run.kill();
+      run.stdout.destroy();
+      run.stderr.destroy();
+    }
     if (wantsJson) {
       const out: Buffer[] = [];
       const err: Buffer[] = [];

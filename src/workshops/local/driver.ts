@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { readdirSync, readFileSync, rmSync, rmdirSync, mkdirSync, existsSync } from 'node:fs';
+import { readdirSync, readFileSync, rmdirSync, mkdirSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
 import {
@@ -125,7 +125,7 @@ export class LocalDriver {
   /** Removes everything the workshop owned on this host. */
   async destroy(id: string, handle: SandboxHandle | null): Promise<void> {
     await this.stop(id, handle);
-    rmSync(this.layout(id).root, { recursive: true, force: true, maxRetries: 3 });
+    await removeTree(this.layout(id).root, this.rootless);
   }
 
   /**
@@ -190,6 +190,22 @@ export class LocalDriver {
     }
     return out;
   }
+}
+
+/**
+ * Removes a workshop's files whatever the agent made of them: trees deeper than PATH_MAX
+ * (GNU rm has no such limit), read-only directories (rootless: the server is not root, so they
+ * are made writable first), and never crossing into another file system or following a link.
+ */
+async function removeTree(path: string, rootless: boolean): Promise<void> {
+  const run = (cmd: string, args: string[]): Promise<void> =>
+    new Promise((resolve, reject) => {
+      execFile(cmd, args, (err, _o, stderr) =>
+        err ? reject(new Error(`${cmd} failed on ${path}: ${String(stderr).trim().slice(0, 300)}`)) : resolve(),
+      );
+    });
+  if (rootless && existsSync(path)) await run('chmod', ['-R', 'u+rwX', '--', path]).catch(() => undefined);
+  await run('rm', ['-rf', '--one-file-system', '--', path]);
 }
 
 function chownTree(path: string, uid: number): Promise<void> {
