@@ -1,22 +1,12 @@
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { TestServer, makeRepo } from './helpers/server.js';
+import { TestServer, makeRepo, processesNaming } from './helpers/server.js';
 
 function sandboxProcesses(dataDir: string, id: string): number {
-  const marker = join(dataDir, 'workshops', id);
-  let n = 0;
-  for (const p of readdirSync('/proc')) {
-    if (!/^\d+$/.test(p)) continue;
-    try {
-      if (readFileSync(`/proc/${p}/cmdline`, 'utf8').includes(marker)) n++;
-    } catch {
-      // gone
-    }
-  }
-  return n;
+  return processesNaming(join(dataDir, 'workshops', id));
 }
 
 describe('server restarts', () => {

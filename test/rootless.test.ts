@@ -1,9 +1,9 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { chownSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { chownSync, cpSync, existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { REPO_ROOT, TestServer, makeRepo } from './helpers/server.js';
+import { REPO_ROOT, TestServer, makeRepo, processesNaming } from './helpers/server.js';
 
 // The server started by an ordinary user (here `nobody`): workshops are user namespaces.
 const NOBODY = 65534;
@@ -96,14 +96,6 @@ describe('rootless server (started by an ordinary user)', () => {
     const root = join(server.dataDir, 'workshops', w.id);
     assert.equal((await server.api('DELETE', `/v1/workshops/${w.id}`)).status, 200);
     assert.ok(!existsSync(root));
-    let left = 0;
-    for (const p of readdirSync('/proc')) {
-      try {
-        if (/^\d+$/.test(p) && readFileSync(`/proc/${p}/cmdline`, 'utf8').includes(root)) left++;
-      } catch {
-        // gone
-      }
-    }
-    assert.equal(left, 0);
+    assert.equal(processesNaming(root), 0);
   });
 });

@@ -1,9 +1,9 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { TestServer, makeRepo } from './helpers/server.js';
+import { TestServer, makeRepo, processesNaming } from './helpers/server.js';
 import { ExternalPostgres } from './helpers/postgres.js';
 
 type W = {
@@ -125,9 +125,9 @@ for (const mode of ['embedded', 'external'] as const) {
 
     it('reads and writes files inside the workspace only, and shows the git diff', async () => {
       const w = await server.createWorkshop({ repo });
-      const put = await server.api('PUT', `/v1/workshops/${w.id}/files?path=notes/todo.txt`, Buffer.from('first line\n'));
+      const put = await server.api('PUT', `/v1/workshops/${w.id}/files?path=notes/plan.txt`, Buffer.from('first line\n'));
       assert.equal(put.status, 200, JSON.stringify(put.body));
-      const get = await fetch(`${server.url}/v1/workshops/${w.id}/files?path=notes/todo.txt`, {
+      const get = await fetch(`${server.url}/v1/workshops/${w.id}/files?path=notes/plan.txt`, {
         headers: { authorization: `Bearer ${server.token}` },
       });
       assert.equal(await get.text(), 'first line\n');
@@ -136,7 +136,7 @@ for (const mode of ['embedded', 'external'] as const) {
       const diff = await server.api<{ diff: string; untracked: string[] }>('GET', `/v1/workshops/${w.id}/git/diff`);
       assert.equal(diff.status, 200);
       assert.match(diff.body.diff, /-# demo\n\+# changed/);
-      assert.deepEqual(diff.body.untracked, ['notes/todo.txt']);
+      assert.deepEqual(diff.body.untracked, ['notes/plan.txt']);
 
       for (const path of ['../etc/passwd', '/etc/passwd', '/workspace/../etc/hostname']) {
         const r = await server.api<{ code: string }>('GET', `/v1/workshops/${w.id}/files?path=${encodeURIComponent(path)}`);
@@ -366,17 +366,4 @@ function cgroupDirs(id: string): string[] {
   };
   for (const c of ['memory', 'cpu', 'pids', 'freezer']) walk(join('/sys/fs/cgroup', c), 0);
   return found;
-}
-
-function processesNaming(path: string): number {
-  let n = 0;
-  for (const p of readdirSync('/proc')) {
-    if (!/^\d+$/.test(p)) continue;
-    try {
-      if (readFileSync(`/proc/${p}/cmdline`, 'utf8').includes(path)) n++;
-    } catch {
-      // gone
-    }
-  }
-  return n;
 }

@@ -1,5 +1,5 @@
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -207,4 +207,18 @@ export function makeRepo(files: Record<string, string> = { 'README.md': '# test\
   git('add', '-A');
   git('commit', '-qm', 'initial');
   return dir;
+}
+
+/** How many host processes name `path` on their command line (a workshop's leftovers). */
+export function processesNaming(path: string): number {
+  let n = 0;
+  for (const p of readdirSync('/proc')) {
+    if (!/^\d+$/.test(p)) continue;
+    try {
+      if (readFileSync(`/proc/${p}/cmdline`, 'utf8').includes(path)) n++;
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return n;
 }
