@@ -177,6 +177,23 @@ for (const mode of ['embedded', 'external'] as const) {
       assert.equal(cliRefused.code, 1);
       assert.match(cliRefused.stderr, /resume/);
 
+      // Execs racing a stop either run (frozen with the workshop if still running, finishing
+      // after the resume) or are refused as suspended; none fails or is lost.
+      await server.api('POST', `/v1/workshops/${w.id}/resume`);
+      const racing = Array.from({ length: 6 }, () =>
+        server.api<{ exitCode?: number; code?: string }>('POST', `/v1/workshops/${w.id}/exec`, { command: ['true'] }),
+      );
+      const raced = await server.api<{ status: string }>('POST', `/v1/workshops/${w.id}/stop`);
+      assert.equal(raced.body.status, 'Suspended');
+      await server.api('POST', `/v1/workshops/${w.id}/resume`);
+      for (const r of await Promise.all(racing)) {
+        assert.ok(
+          (r.status === 200 && r.body.exitCode === 0) || (r.status === 409 && r.body.code === 'WORKSHOP_SUSPENDED'),
+          JSON.stringify(r),
+        );
+      }
+      await server.api('POST', `/v1/workshops/${w.id}/stop`);
+
       const resume = await server.cli(['workshops', 'resume', w.id, '-o', 'json']);
       assert.equal((JSON.parse(resume.stdout) as W).status, 'Running');
       const after = await server.exec(w.id, ['sh', '-c', 'cat /tmp/loop.pid; cat state.txt; kill -0 $(cat /tmp/loop.pid) && echo alive']);

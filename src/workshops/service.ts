@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { constants as osConstants, cpus as hostCpus, totalmem } from 'node:os';
 import { posix } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
@@ -50,6 +51,8 @@ export interface ServiceOptions {
 
 /** A command running in a workshop. `done` settles when it exits. */
 export interface RunningExec {
+  /** Host pid of the process group leader. */
+  pid: number;
   stdout: Readable;
   stderr: Readable;
   done: Promise<{ exitCode: number; signal: string | null }>;
@@ -266,11 +269,13 @@ export class WorkshopService {
       await this.query('UPDATE workshops SET sandbox = $2 WHERE id = $1', [id, JSON.stringify(handle)]);
       const current = { ...row, env, sandbox: handle };
       for (const step of dev.createCommands) {
-        const result = await this.runCaptured(current, step.command, {
-          maxBytes: 64 << 10,
-          overflow: 'keep-tail',
-          timeoutSeconds: CREATE_COMMAND_TIMEOUT_SECONDS,
-        });
+        const result = await this.runCaptured(
+          this.spawn(current, step.command, '/workspace', {}, undefined, CREATE_COMMAND_TIMEOUT_SECONDS),
+          {
+            maxBytes: 64 << 10,
+            overflow: 'keep-tail',
+          },
+        );
         if (result.exitCode !== 0) {
           const tail = (result.stderr.toString('utf8') || result.stdout.toString('utf8')).trim().split('\n').slice(-5).join('\n');
           throw new AtelierError(
@@ -316,6 +321,7 @@ export class WorkshopService {
           'UNSUPPORTED',
           'suspend needs the cgroup freezer, which this server does not have: run the server as root (its start-up lines list what is missing)',
         );
+      await this.waitExecsEntered(row);
       await this.driver.suspend(row.sandbox);
       return toWorkshop(await this.setStatus(id, 'Suspended', null));
     });
@@ -443,7 +449,7 @@ export class WorkshopService {
         });
       });
     });
-    const exec: RunningExec = { stdout: child.stdout!, stderr: child.stderr!, done, kill };
+    const exec: RunningExec = { pid: child.pid ?? 0, stdout: child.stdout!, stderr: child.stderr!, done, kill };
     const set = this.running.get(row.id) ?? new Set<RunningExec>();
     set.add(exec);
     this.running.set(row.id, set);
@@ -477,17 +483,51 @@ export class WorkshopService {
 
   /** Starts a command in a running workshop; output streams as it is produced. */
   async exec(id: string, req: ExecRequest): Promise<RunningExec> {
-    const row = await this.runnable(id);
     const stdin = req.stdin === undefined ? undefined : Buffer.from(req.stdin, 'base64');
-    return this.spawn(row, req.command, this.resolveCwd(req.cwd), req.env ?? {}, stdin, req.timeoutSeconds);
+    return this.startLocked(id, req.command, this.resolveCwd(req.cwd), req.env ?? {}, stdin, req.timeoutSeconds);
+  }
+
+  /**
+   * Checks the workshop and starts the command under its lock: a concurrent `stop` then either
+   * comes first (the exec is refused) or waits until the command has joined the cgroups.
+   */
+  private startLocked(
+    id: string,
+    command: string[],
+    cwd: string,
+    env: Record<string, string>,
+    stdin?: Buffer,
+    timeoutSeconds?: number,
+  ): Promise<RunningExec> {
+    return this.locked(id, async () => this.spawn(await this.runnable(id), command, cwd, env, stdin, timeoutSeconds));
+  }
+
+  /** Before freezing: every command this server started there has entered the workshop's freezer cgroup (or ended). */
+  private async waitExecsEntered(row: WorkshopRow): Promise<void> {
+    const freezer = row.sandbox?.cgroups?.freezer;
+    const execs = this.running.get(row.id);
+    if (!freezer || !execs) return;
+    const suffix = `:freezer:${freezer.replace(/^\/sys\/fs\/cgroup\/freezer/, '')}`;
+    const deadline = Date.now() + 1000;
+    for (const exec of execs) {
+      while (Date.now() < deadline) {
+        let groups: string;
+        try {
+          groups = readFileSync(`/proc/${exec.pid}/cgroup`, 'utf8');
+        } catch {
+          break; // ended
+        }
+        if (groups.split('\n').some((l) => l.endsWith(suffix))) break;
+        await new Promise((r) => setTimeout(r, 1));
+      }
+    }
   }
 
   private async runCaptured(
-    row: WorkshopRow,
-    command: string[],
-    opts: { stdin?: Buffer; maxBytes: number; overflow?: 'kill' | 'keep-tail'; timeoutSeconds?: number },
+    started: RunningExec | Promise<RunningExec>,
+    opts: { maxBytes: number; overflow?: 'kill' | 'keep-tail' },
   ): Promise<{ exitCode: number; stdout: Buffer; stderr: Buffer; truncated: boolean }> {
-    const run = this.spawn(row as WorkshopRow & { sandbox: SandboxHandle }, command, '/workspace', {}, opts.stdin, opts.timeoutSeconds);
+    const run = await started;
     const out: Buffer[] = [];
     const err: Buffer[] = [];
     let size = 0;
@@ -558,10 +598,12 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
   /** Reads a file of the workspace (at most 16 MiB). */
   async readFile(id: string, path: string): Promise<Buffer> {
     const full = this.workspacePath(path);
-    const row = await this.runnable(id);
-    const r = await this.runCaptured(row, ['/bin/sh', '-c', WorkshopService.READ_SCRIPT, 'sh', full, String(MAX_FILE_BYTES)], {
-      maxBytes: MAX_FILE_BYTES + 1,
-    });
+    const r = await this.runCaptured(
+      this.startLocked(id, ['/bin/sh', '-c', WorkshopService.READ_SCRIPT, 'sh', full, String(MAX_FILE_BYTES)], '/workspace', {}),
+      {
+        maxBytes: MAX_FILE_BYTES + 1,
+      },
+    );
     if (r.exitCode !== 0) throw this.fileError(r.exitCode, path, r.stderr);
     return r.stdout;
   }
@@ -571,24 +613,26 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
     const full = this.workspacePath(path);
     if (content.length > MAX_FILE_BYTES)
       throw new AtelierError('PAYLOAD_TOO_LARGE', `file content is larger than ${MAX_FILE_BYTES} bytes`, { field: 'body' });
-    const row = await this.runnable(id);
-    const r = await this.runCaptured(row, ['/bin/sh', '-c', WorkshopService.WRITE_SCRIPT, 'sh', full], {
-      stdin: content,
-      maxBytes: 64 << 10,
-    });
+    const r = await this.runCaptured(
+      this.startLocked(id, ['/bin/sh', '-c', WorkshopService.WRITE_SCRIPT, 'sh', full], '/workspace', {}, content),
+      {
+        maxBytes: 64 << 10,
+      },
+    );
     if (r.exitCode !== 0) throw this.fileError(r.exitCode, path, r.stderr);
     return { path: full, bytes: content.length };
   }
 
   /** The workspace's changes against HEAD, and the untracked files. */
   async gitDiff(id: string): Promise<{ diff: string; untracked: string[]; truncated: boolean }> {
-    const row = await this.runnable(id);
     const script =
       'b=HEAD; git rev-parse -q --verify HEAD >/dev/null 2>&1 || b=4b825dc642cb6eb9a060e54bf8d69288fbee4904; exec git -c core.quotepath=off diff --no-ext-diff --no-color "$b"';
-    const d = await this.runCaptured(row, ['/bin/sh', '-c', script], { maxBytes: 32 << 20 });
+    const d = await this.runCaptured(this.startLocked(id, ['/bin/sh', '-c', script], '/workspace', {}), { maxBytes: 32 << 20 });
     if (d.exitCode !== 0 && !d.truncated)
       throw new AtelierError('INVALID_ARGUMENT', `git diff failed in the workspace: ${d.stderr.toString('utf8').trim()}`);
-    const u = await this.runCaptured(row, ['git', 'ls-files', '--others', '--exclude-standard', '-z'], { maxBytes: 4 << 20 });
+    const u = await this.runCaptured(this.startLocked(id, ['git', 'ls-files', '--others', '--exclude-standard', '-z'], '/workspace', {}), {
+      maxBytes: 4 << 20,
+    });
     return { diff: d.stdout.toString('utf8'), untracked: u.stdout.toString('utf8').split('\0').filter(Boolean), truncated: d.truncated };
   }
 
