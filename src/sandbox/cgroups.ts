@@ -156,12 +156,3 @@ function removeDirs(paths: CgroupPaths): void {
     }
   }
 }
-
-/** Memory in use by the workshop, bytes, or undefined without cgroups. */
-export function memoryUsage(paths: CgroupPaths): number | undefined {
-  try {
-    return Number(readFileSync(join(paths.memory, 'memory.usage_in_bytes'), 'utf8'));
-  } catch {
-    return undefined;
-  }
-}
