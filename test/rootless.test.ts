@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
 import { chownSync, cpSync, existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { REPO_ROOT, TestServer, makeRepo, processesNaming } from './helpers/server.js';
+import { REPO_ROOT, TestServer, makeRepo, processesNaming, HARD_TO_DELETE } from './helpers/server.js';
 
 // The server started by an ordinary user (here `nobody`): workshops are user namespaces.
 const NOBODY = 65534;
@@ -83,11 +83,7 @@ describe('rootless server (started by an ordinary user)', () => {
     await server.exec(w.id, ['sh', '-c', 'sleep 1000 >/dev/null 2>&1 & echo $! > /tmp/bg.pid']);
     // Read-only directories (a Go module cache) and a tree deeper than PATH_MAX: the server, not
     // root here, must still remove them.
-    const made = await server.exec(w.id, [
-      'sh',
-      '-c',
-      "mkdir -p /home/atelier/go/pkg/mod/x && touch /home/atelier/go/pkg/mod/x/f && chmod -R a-w /home/atelier/go; perl -e 'for (1..30) { mkdir q(x) x 200; chdir q(x) x 200 or die }'",
-    ]);
+    const made = await server.exec(w.id, ['sh', '-c', HARD_TO_DELETE]);
     assert.equal(made.exitCode, 0, made.stderr);
     await server.stop('SIGKILL');
     await server.boot();

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { TestServer, makeRepo, processesNaming } from './helpers/server.js';
+import { TestServer, makeRepo, processesNaming, HARD_TO_DELETE } from './helpers/server.js';
 import { ExternalPostgres } from './helpers/postgres.js';
 
 type W = {
@@ -204,11 +204,7 @@ for (const mode of ['embedded', 'external'] as const) {
       const w = await server.createWorkshop({ repo });
       await server.exec(w.id, ['sh', '-c', 'sleep 1000 >/dev/null 2>&1 &']);
       // A tree deeper than PATH_MAX and a read-only directory do not stop the delete.
-      const deep = await server.exec(w.id, [
-        'sh',
-        '-c',
-        "perl -e 'for (1..30) { mkdir q(x) x 200; chdir q(x) x 200 or die }'; mkdir -p /home/atelier/ro/sub && touch /home/atelier/ro/sub/f && chmod 555 /home/atelier/ro/sub /home/atelier/ro",
-      ]);
+      const deep = await server.exec(w.id, ['sh', '-c', HARD_TO_DELETE]);
       assert.equal(deep.exitCode, 0, deep.stderr);
       const root = join(server.dataDir, 'workshops', w.id);
       assert.ok(existsSync(root));

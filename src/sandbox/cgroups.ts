@@ -44,13 +44,17 @@ export function cgroupBase(nodeId: string): CgroupPaths {
   return out;
 }
 
+/** A workshop's cgroups under this server's parents. */
+export function workshopCgroups(base: CgroupPaths, id: string): CgroupPaths {
+  const paths = {} as CgroupPaths;
+  for (const c of CONTROLLERS) paths[c] = join(base[c], id);
+  return paths;
+}
+
 /** Creates the workshop's cgroups with its limits; returns their paths. */
 export function createCgroups(base: CgroupPaths, id: string, limits: { cpus: number; memoryBytes: number; pids: number }): CgroupPaths {
-  const paths = {} as CgroupPaths;
-  for (const c of CONTROLLERS) {
-    paths[c] = join(base[c], id);
-    mkdirSync(paths[c], { recursive: true });
-  }
+  const paths = workshopCgroups(base, id);
+  for (const c of CONTROLLERS) mkdirSync(paths[c], { recursive: true });
   writeFileSync(join(paths.memory, 'memory.limit_in_bytes'), String(limits.memoryBytes));
   if (existsSync(join(paths.memory, 'memory.memsw.limit_in_bytes'))) {
     writeFileSync(join(paths.memory, 'memory.memsw.limit_in_bytes'), String(limits.memoryBytes));

@@ -1,4 +1,4 @@
-export { cgroupBase, cgroupSupport, createCgroups, freeze, isFrozen, thaw } from './cgroups.js';
+export { cgroupBase, cgroupSupport, createCgroups, destroyCgroups, freeze, isFrozen, thaw, workshopCgroups } from './cgroups.js';
 export type { CgroupPaths } from './cgroups.js';
 export { execInSandbox, isSandboxAlive, killSandbox, prepareLayout, processStartTime, sandboxLayout, startSandbox } from './launcher.js';
 export type { ExecSpec, SandboxHandle, SandboxLayout, SandboxSpec } from './launcher.js';

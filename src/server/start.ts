@@ -121,10 +121,10 @@ async function ensureLocalContext(
   pool: Pool,
   url: string,
   token: string | undefined,
+  sudoHome: string | undefined,
   say: (l: string) => void,
 ): Promise<void> {
   const targets: { dir: string; owner?: { uid: number; gid: number } }[] = [{ dir: config.configDir }];
-  const sudoHome = config.sudoUser ? homeOf(config.sudoUser.uid) : undefined;
   if (config.sudoUser && sudoHome) targets.push({ dir: join(sudoHome, '.config', 'atelier'), owner: config.sudoUser });
   for (const { dir, owner } of targets) {
     const cc = await readClientConfig(dir);
@@ -210,13 +210,11 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
 
     const nodeId = nodeIdOf(dataDir);
     const driver = new LocalDriver(dataDir, nodeId, isolation.rootless, isolation.cgroups);
+    const sudoHome = config.sudoUser ? homeOf(config.sudoUser.uid) : undefined;
     const workshops = new WorkshopService(pool, driver, {
       nodeId,
       // Under sudo, the home of the user who ran it is allowed too (repositories live there).
-      allowRepoRoots: opts.allowRepoRoots ?? [
-        ...config.allowRepoRoots,
-        ...(config.sudoUser ? [homeOf(config.sudoUser.uid) ?? []].flat() : []),
-      ],
+      allowRepoRoots: opts.allowRepoRoots ?? [...config.allowRepoRoots, ...(sudoHome ? [sudoHome] : [])],
       defaults: { cpus: config.defaultCpus, memory: config.defaultMemory, pids: config.defaultPids },
       uidBase: config.uidBase,
       log: logger,
@@ -247,7 +245,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     }
 
     const credentialsPath = writeCredentials(dataDir, url, token);
-    await ensureLocalContext(config, pool, url, token, opts.say);
+    await ensureLocalContext(config, pool, url, token, sudoHome, opts.say);
     return { url, credentialsPath, close: closeAll };
   } catch (err) {
     await closeAll();

@@ -269,7 +269,7 @@ export class WorkshopService {
       await this.query('UPDATE workshops SET sandbox = $2 WHERE id = $1', [id, JSON.stringify(handle)]);
       const current = { ...row, env, sandbox: handle };
       for (const step of dev.createCommands) {
-        const result = await this.runCaptured(
+        const result = await this.collectOutput(
           this.spawn(current, step.command, '/workspace', {}, undefined, CREATE_COMMAND_TIMEOUT_SECONDS),
           {
             maxBytes: 64 << 10,
@@ -523,23 +523,32 @@ export class WorkshopService {
     }
   }
 
-  private async runCaptured(
+  /**
+   * Collects a command's output up to `maxBytes`. Past it: `kill` stops the command, `drop`
+   * keeps the beginning and lets the command finish, `keep-tail` keeps the end (build logs).
+   */
+  async collectOutput(
     started: RunningExec | Promise<RunningExec>,
-    opts: { maxBytes: number; overflow?: 'kill' | 'keep-tail' },
-  ): Promise<{ exitCode: number; stdout: Buffer; stderr: Buffer; truncated: boolean }> {
+    opts: { maxBytes: number; overflow?: 'kill' | 'drop' | 'keep-tail' },
+  ): Promise<{ exitCode: number; signal: string | null; stdout: Buffer; stderr: Buffer; truncated: boolean }> {
     const run = await started;
+    const mode = opts.overflow ?? 'kill';
     const out: Buffer[] = [];
     const err: Buffer[] = [];
     let size = 0;
     let truncated = false;
     const collect = (into: Buffer[]) => (c: Buffer) => {
-      // Past the limit in kill mode nothing more is kept, even if a detached process keeps writing.
-      if (truncated && opts.overflow !== 'keep-tail') return;
+      // Past the limit nothing more is kept (unless keeping the tail), even if a detached process keeps writing.
+      if (truncated && mode !== 'keep-tail') return;
+      if (mode === 'drop' && size + c.length > opts.maxBytes) {
+        truncated = true;
+        return;
+      }
       into.push(c);
       size += c.length;
       if (size <= opts.maxBytes) return;
       truncated = true;
-      if (opts.overflow === 'keep-tail') {
+      if (mode === 'keep-tail') {
         // Long build output (npm ci) is normal: keep only its end, for the failure reason.
         while (size > opts.maxBytes && (out.length > 1 || err.length > 1)) {
           const from = out.length >= err.length ? out : err;
@@ -549,8 +558,8 @@ export class WorkshopService {
     };
     run.stdout.on('data', collect(out));
     run.stderr.on('data', collect(err));
-    const { exitCode } = await run.done;
-    return { exitCode, stdout: Buffer.concat(out), stderr: Buffer.concat(err), truncated };
+    const { exitCode, signal } = await run.done;
+    return { exitCode, signal, stdout: Buffer.concat(out), stderr: Buffer.concat(err), truncated };
   }
 
   private workspacePath(path: string): string {
@@ -598,7 +607,7 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
   /** Reads a file of the workspace (at most 16 MiB). */
   async readFile(id: string, path: string): Promise<Buffer> {
     const full = this.workspacePath(path);
-    const r = await this.runCaptured(
+    const r = await this.collectOutput(
       this.startLocked(id, ['/bin/sh', '-c', WorkshopService.READ_SCRIPT, 'sh', full, String(MAX_FILE_BYTES)], '/workspace', {}),
       {
         maxBytes: MAX_FILE_BYTES + 1,
@@ -613,7 +622,7 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
     const full = this.workspacePath(path);
     if (content.length > MAX_FILE_BYTES)
       throw new AtelierError('PAYLOAD_TOO_LARGE', `file content is larger than ${MAX_FILE_BYTES} bytes`, { field: 'body' });
-    const r = await this.runCaptured(
+    const r = await this.collectOutput(
       this.startLocked(id, ['/bin/sh', '-c', WorkshopService.WRITE_SCRIPT, 'sh', full], '/workspace', {}, content),
       {
         maxBytes: 64 << 10,
@@ -627,12 +636,15 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
   async gitDiff(id: string): Promise<{ diff: string; untracked: string[]; truncated: boolean }> {
     const script =
       'b=HEAD; git rev-parse -q --verify HEAD >/dev/null 2>&1 || b=4b825dc642cb6eb9a060e54bf8d69288fbee4904; exec git -c core.quotepath=off diff --no-ext-diff --no-color "$b"';
-    const d = await this.runCaptured(this.startLocked(id, ['/bin/sh', '-c', script], '/workspace', {}), { maxBytes: 32 << 20 });
+    const d = await this.collectOutput(this.startLocked(id, ['/bin/sh', '-c', script], '/workspace', {}), { maxBytes: 32 << 20 });
     if (d.exitCode !== 0 && !d.truncated)
       throw new AtelierError('INVALID_ARGUMENT', `git diff failed in the workspace: ${d.stderr.toString('utf8').trim()}`);
-    const u = await this.runCaptured(this.startLocked(id, ['git', 'ls-files', '--others', '--exclude-standard', '-z'], '/workspace', {}), {
-      maxBytes: 4 << 20,
-    });
+    const u = await this.collectOutput(
+      this.startLocked(id, ['git', 'ls-files', '--others', '--exclude-standard', '-z'], '/workspace', {}),
+      {
+        maxBytes: 4 << 20,
+      },
+    );
     return { diff: d.stdout.toString('utf8'), untracked: u.stdout.toString('utf8').split('\0').filter(Boolean), truncated: d.truncated };
   }
 

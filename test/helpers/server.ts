@@ -222,3 +222,10 @@ export function processesNaming(path: string): number {
   }
   return n;
 }
+
+/**
+ * Shell that leaves what a naive delete cannot remove: a tree deeper than PATH_MAX and
+ * read-only directories (a Go module cache).
+ */
+export const HARD_TO_DELETE =
+  "perl -e 'for (1..30) { mkdir q(x) x 200; chdir q(x) x 200 or die }' && mkdir -p /home/atelier/go/pkg/mod/x && touch /home/atelier/go/pkg/mod/x/f && chmod -R a-w /home/atelier/go";

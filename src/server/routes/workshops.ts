@@ -64,22 +64,14 @@ export function workshopRoutes(app: FastifyInstance, service: WorkshopService): 
       run.stderr.destroy();
     }
     if (wantsJson) {
-      const out: Buffer[] = [];
-      const err: Buffer[] = [];
-      let size = 0;
-      let truncated = false;
-      const collect = (into: Buffer[]) => (c: Buffer) => {
-        if (size + c.length > MAX_BUFFERED) {
-          truncated = true;
-          return;
-        }
-        size += c.length;
-        into.push(c);
+      const r = await service.collectOutput(run, { maxBytes: MAX_BUFFERED, overflow: 'drop' });
+      return {
+        exitCode: r.exitCode,
+        signal: r.signal,
+        stdout: r.stdout.toString('utf8'),
+        stderr: r.stderr.toString('utf8'),
+        truncated: r.truncated,
       };
-      run.stdout.on('data', collect(out));
-      run.stderr.on('data', collect(err));
-      const { exitCode, signal } = await run.done;
-      return { exitCode, signal, stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8'), truncated };
     }
     const stream = new PassThrough();
     const write = (frame: ExecFrame): boolean => stream.write(`${JSON.stringify(frame)}\n`);

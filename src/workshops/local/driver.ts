@@ -5,6 +5,7 @@ import type { ChildProcess } from 'node:child_process';
 import {
   cgroupBase,
   createCgroups,
+  destroyCgroups,
   execInSandbox,
   freeze,
   isFrozen,
@@ -14,6 +15,7 @@ import {
   sandboxLayout,
   startSandbox,
   thaw,
+  workshopCgroups,
   type CgroupPaths,
   type ExecSpec,
   type SandboxHandle,
@@ -108,12 +110,10 @@ export class LocalDriver {
   /** Kills the sandbox and any stray process that names its directories, removes its cgroups. */
   async stop(id: string, handle: SandboxHandle | null): Promise<void> {
     if (handle) await killSandbox(handle);
-    if (this.base) {
-      const paths = {} as CgroupPaths;
-      for (const [c, p] of Object.entries(this.base)) paths[c as keyof CgroupPaths] = join(p, id);
-      if (existsSync(paths.freezer)) await killSandbox({ pid: 0, startTime: '', uid: 0, cgroups: paths });
-    }
-    for (const pid of this.strayPids(id)) {
+    // Without a handle (the server died before saving it) the cgroups still hold the processes.
+    if (this.base) await destroyCgroups(workshopCgroups(this.base, id));
+    const marker = this.layout(id).workspace;
+    for (const pid of findProcesses((argv) => (argv[0]?.endsWith('bwrap') || argv[0] === 'unshare') && argv.includes(marker))) {
       try {
         process.kill(pid, 'SIGKILL');
       } catch {
@@ -133,20 +133,15 @@ export class LocalDriver {
    * report (it was killed mid-exec): each exec leads its own process group, host side included.
    */
   killOrphanExecs(handle: SandboxHandle): number {
-    let killed = 0;
-    for (const entry of readdirSync('/proc')) {
-      if (!/^\d+$/.test(entry)) continue;
+    const orphans = findProcesses((argv) => !!argv[0]?.endsWith('nsenter') && argv[1] === '-t' && argv[2] === String(handle.pid));
+    for (const pid of orphans) {
       try {
-        const argv = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
-        if (argv[0]?.endsWith('nsenter') && argv[1] === '-t' && argv[2] === String(handle.pid)) {
-          process.kill(-Number(entry), 'SIGKILL');
-          killed += 1;
-        }
+        process.kill(-pid, 'SIGKILL');
       } catch {
-        // exited meanwhile
+        // gone
       }
     }
-    return killed;
+    return orphans.length;
   }
 
   /** Removes this server's cgroup parents when no workshop is left in them (at shutdown). */
@@ -175,21 +170,20 @@ export class LocalDriver {
     if (this.base) for (const p of Object.values(this.base)) add(p);
     return [...ids];
   }
+}
 
-  private strayPids(id: string): number[] {
-    const marker = this.layout(id).workspace;
-    const out: number[] = [];
-    for (const entry of readdirSync('/proc')) {
-      if (!/^\d+$/.test(entry)) continue;
-      try {
-        const argv = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
-        if ((argv[0]?.endsWith('bwrap') || argv[0] === 'unshare') && argv.includes(marker)) out.push(Number(entry));
-      } catch {
-        // exited meanwhile
-      }
+/** Host pids whose command line matches. */
+function findProcesses(match: (argv: string[]) => boolean): number[] {
+  const out: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (match(readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0'))) out.push(Number(entry));
+    } catch {
+      // exited meanwhile
     }
-    return out;
   }
+  return out;
 }
 
 /**
