@@ -17,6 +17,8 @@ await build({
   outdir: 'dist/bundle',
   minify: true,
   sourcemap: true,
+  // Native (a .node binary per platform): loaded from node_modules at run time.
+  external: ['@napi-rs/keyring'],
   plugins: [
     {
       name: 'server-stays-unbundled',

@@ -24,10 +24,10 @@ describe('CLI set-up by the first server start', () => {
     const config = join(server.configDir, 'config.yaml');
     assert.equal(mode(config), 0o600);
     const text = readFileSync(config, 'utf8');
-    assert.match(text, /version: 1/);
+    assert.match(text, /version: 2/);
     assert.match(text, /current-context: local/);
     assert.doesNotMatch(text, /atl_/, 'no token in config.yaml');
-    assert.equal(mode(join(server.configDir, 'tokens.json')), 0o600);
+    assert.equal(mode(join(server.configDir, 'credentials.json')), 0o600);
   });
 
   it('works with the written context, also after a restart on a new port', async () => {

@@ -16,7 +16,11 @@ describe('faults', () => {
   it('runs migrations once when two servers start at the same time on one database', async () => {
     const db = ExternalPostgres.start();
     cleanups.push(() => db.stop());
-    const [a, b] = await Promise.all([TestServer.start({ databaseUrl: db.url }), TestServer.start({ databaseUrl: db.url })]);
+    // Replicas share the database and the master key file that protects its secrets.
+    const keyDir = mkdtempSync('/tmp/atelier-key-');
+    cleanups.push(() => rmSync(keyDir, { recursive: true, force: true }));
+    const env = { ATELIER_MASTER_KEY_FILE: join(keyDir, 'master.key') };
+    const [a, b] = await Promise.all([TestServer.start({ databaseUrl: db.url, env }), TestServer.start({ databaseUrl: db.url, env })]);
     cleanups.push(
       () => a.dispose(),
       () => b.dispose(),
@@ -35,8 +39,12 @@ describe('faults', () => {
     await client.end();
     assert.deepEqual(
       rows.map((r) => r.version),
-      ['001_init.sql'],
+      ['001_init.sql', '002_identity.sql'],
     );
+    // A third server with its own (new) key file cannot read the database's secrets: it says how to fix it.
+    const stray = new TestServer(mkdtempSync('/tmp/atelier-test-'), ['--database-url', db.url]);
+    cleanups.push(() => stray.dispose());
+    await assert.rejects(stray.boot(), /must share one key file \(ATELIER_MASTER_KEY_FILE\)/);
     // Each server sees and drives only the workshops that run on its own host.
     const w = await a.createWorkshop({ repo: makeRepo() });
     const fromB = await b.api<{ code: string; message: string }>('POST', `/v1/workshops/${w.id}/exec`, { command: ['true'] });

@@ -6,10 +6,12 @@ import type { OutputFormat } from './output.js';
 export interface CommandContext {
   config: Config;
   output: OutputFormat;
+  /** `--context NAME` as given on the command line. */
+  contextFlag: string | undefined;
   target(): Promise<Target>;
 }
 
 export function createCommandContext(config: Config, output: OutputFormat, contextFlag: string | undefined): CommandContext {
   let cached: Promise<Target> | undefined;
-  return { config, output, target: () => (cached ??= resolveTarget(config, contextFlag)) };
+  return { config, output, contextFlag, target: () => (cached ??= resolveTarget(config, contextFlag)) };
 }

@@ -40,6 +40,14 @@ async function main(argv: string[]): Promise<number> {
     .option('--listen <host:port>', 'address to listen on (default 127.0.0.1:7878)')
     .option('--database-url <url>', 'external PostgreSQL (default: embedded)')
     .option(
+      '--public-url <url>',
+      'URL browsers and CLIs use to reach this server (default: ATELIER_PUBLIC_URL, then http://<listen address>)',
+    )
+    .option(
+      '--identity-config <file>',
+      'YAML file naming an external OIDC issuer and its group mapping (default: ATELIER_IDENTITY_CONFIG, else the embedded issuer)',
+    )
+    .option(
       '--allow-repo-root <dir...>',
       'directories local repositories may be cloned from (default: your home and the current directory)',
     )
@@ -47,6 +55,16 @@ async function main(argv: string[]): Promise<number> {
       const { serverStart } = await import('./commands/server/start.js');
       // Exit as soon as the shutdown is done, whatever handle a library may still hold.
       process.exit(await serverStart(config, flags as object, VERSION));
+    });
+
+  server
+    .command('rotate-keys')
+    .description("rotate the embedded issuer's signing key (admin of the default tenant); nobody is logged out")
+    .action(async () => {
+      const c = ctx();
+      const { rotateKeys } = await import('./commands/tokens/manage.js');
+      const r = await rotateKeys(c);
+      await render(c.output, r, () => `new signing key ${r.kid}; tokens signed with the previous one stay valid until they expire`);
     });
 
   const ws = program.command('workshops').alias('ws').description('create, list, suspend, resume and delete workshops');
@@ -117,6 +135,187 @@ async function main(argv: string[]): Promise<number> {
     .action(async (id: string, command: string[], flags) => {
       const { execCommand } = await import('./commands/exec/run.js');
       exitCode = await execCommand(ctx(), id, command, flags as { env: string[] });
+    });
+
+  const auth = program.command('auth').description('log in to the server of a context, show who you are, log out');
+  auth
+    .command('login')
+    .description('log in with your browser (OAuth device flow); the session is stored for the context and refreshes by itself')
+    .option('--no-browser', 'only print the URL and the code, do not open a browser')
+    .action(async (flags: { browser: boolean }) => {
+      const c = ctx();
+      const { login } = await import('./commands/auth/login.js');
+      const { keyValues } = await import('./output.js');
+      const r = await login(c, {
+        browser: flags.browser,
+        say: (line) => process.stderr.write(`${line}\n`),
+        // A browser can only open in a graphical session (this is a terminal-side fact, not configuration).
+        canOpenBrowser: config.canOpenBrowser,
+      });
+      if (r === 'cancelled') {
+        process.stderr.write('login cancelled: nothing was saved\n');
+        // The poll may sleep for seconds before it notices; nothing is left to finish.
+        process.exit(130);
+      }
+      await render(c.output, r, () =>
+        keyValues([
+          ['logged in as', r.user],
+          ['tenant', r.tenant],
+          ['role', r.role],
+          ['context', r.context],
+          ['expires', r.expiresAt ?? 'unknown (refreshed automatically)'],
+        ]),
+      );
+    });
+  auth
+    .command('status')
+    .description('show the user, tenant, role and token expiry of the current context')
+    .action(async () => {
+      const c = ctx();
+      const { authStatus, statusText } = await import('./commands/auth/status.js');
+      const s = await authStatus(c);
+      await render(c.output, s, () => statusText(s));
+    });
+  auth
+    .command('logout')
+    .description('revoke the session at the issuer and remove it from this machine (also when the server is down)')
+    .action(async () => {
+      const c = ctx();
+      const { logout } = await import('./commands/auth/logout.js');
+      const r = await logout(c);
+      await render(c.output, r, () => r.note);
+    });
+
+  const context = program.command('context').description('servers this CLI talks to: add, use, list, current, remove');
+  context
+    .command('add <name>')
+    .description('add a server context (log in with `atelier auth login --context NAME`, or give an API token on stdin)')
+    .requiredOption('--url <url>', "the server's URL, for example https://atelier.example.com")
+    .option('--tenant <tenant>', 'tenant to act in (default: your first)')
+    .option('--token-stdin', 'read an API token from standard input instead of logging in')
+    .action(async (name: string, flags: { url: string; tenant?: string; tokenStdin?: boolean }) => {
+      const c = ctx();
+      const { addContext, contextTable } = await import('./commands/context/manage.js');
+      let token: string | undefined;
+      if (flags.tokenStdin) {
+        const chunks: Buffer[] = [];
+        for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
+        token = Buffer.concat(chunks).toString('utf8').trim();
+      }
+      const r = await addContext(c, name, {
+        url: flags.url,
+        ...(flags.tenant ? { tenant: flags.tenant } : {}),
+        ...(flags.tokenStdin ? { token } : {}),
+      });
+      await render(c.output, r, () =>
+        r.auth === 'oidc' ? `${contextTable([r])}\nlog in with \`atelier auth login --context ${r.name}\`` : contextTable([r]),
+      );
+    });
+  context
+    .command('use <name>')
+    .description('make a context the current one')
+    .action(async (name: string) => {
+      const c = ctx();
+      const { useContext } = await import('./commands/context/manage.js');
+      const r = await useContext(c, name);
+      await render(c.output, r, () => `current context: ${r.current}`);
+    });
+  context
+    .command('list')
+    .alias('ls')
+    .description('list contexts (* marks the one in use)')
+    .action(async () => {
+      const c = ctx();
+      const { listContexts, contextTable } = await import('./commands/context/manage.js');
+      const rows = await listContexts(c);
+      await render(c.output, rows, () => contextTable(rows));
+    });
+  context
+    .command('current')
+    .description('show the context in use (--context, then ATELIER_CONTEXT, then the current context)')
+    .action(async () => {
+      const c = ctx();
+      const { currentContext } = await import('./commands/context/manage.js');
+      const r = await currentContext(c);
+      await render(c.output, r, () => r.name);
+    });
+  context
+    .command('remove <name>')
+    .alias('rm')
+    .description('forget a context and its stored credential (nothing is revoked on the server)')
+    .action(async (name: string) => {
+      const c = ctx();
+      const { removeContext } = await import('./commands/context/manage.js');
+      const r = await removeContext(c, name);
+      await render(c.output, r, () => `removed context ${r.name}${r.credentialRemoved ? ' and its stored credential' : ''}`);
+    });
+
+  const users = program.command('users').description('local accounts of the embedded issuer (admin)');
+  users
+    .command('add <name>')
+    .description('create a user; prints a temporary password, to be changed at the first login')
+    .option('--role <role>', 'viewer, member, maintainer or admin (default member)')
+    .option('--tenant <tenant>', 'tenant to add the user to (default: the current one)')
+    .action(async (name: string, flags: { role?: string; tenant?: string }) => {
+      const c = ctx();
+      const { addUser, addedUserText } = await import('./commands/users/manage.js');
+      const r = await addUser(c, name, flags);
+      await render(c.output, r, () => addedUserText(r));
+    });
+  users
+    .command('list')
+    .alias('ls')
+    .description('list users')
+    .action(async () => {
+      const c = ctx();
+      const { listUsers, userTable } = await import('./commands/users/manage.js');
+      const items = await listUsers(c);
+      await render(c.output, items, () => userTable(items));
+    });
+  users
+    .command('disable <name>')
+    .description('disable a user: no more logins, and their sessions stop refreshing')
+    .action(async (name: string) => {
+      const c = ctx();
+      const { disableUser, userText } = await import('./commands/users/manage.js');
+      const u = await disableUser(c, name);
+      await render(c.output, u, () => userText(u));
+    });
+
+  const tokens = program.command('tokens').description('API tokens for automation: create, list, revoke');
+  tokens
+    .command('create')
+    .description('create an API token (shown once)')
+    .option('--name <name>', 'a name to recognise it by')
+    .option('--scope <role>', 'viewer, member, maintainer or admin; at most your own role (default: your role)')
+    .option('--expires <duration>', 'lifetime such as 12h, 30d, 1y, or "never"')
+    .option('--workshop <id>', 'an agent token that can act only for this workshop')
+    .option('--user <name>', 'for another user of the tenant, such as a service account (admins only)')
+    .option('--tenant <name>', 'for another tenant you belong to (default: the current one)')
+    .action(async (flags: { name?: string; scope?: string; expires?: string; workshop?: string; user?: string; tenant?: string }) => {
+      const c = ctx();
+      const { createToken, createdTokenText } = await import('./commands/tokens/manage.js');
+      const t = await createToken(c, flags);
+      await render(c.output, t, () => createdTokenText(t));
+    });
+  tokens
+    .command('list')
+    .alias('ls')
+    .description('list API tokens (never their secret)')
+    .action(async () => {
+      const c = ctx();
+      const { listTokens, tokenTable } = await import('./commands/tokens/manage.js');
+      const items = await listTokens(c);
+      await render(c.output, items, () => tokenTable(items));
+    });
+  tokens
+    .command('revoke <id>')
+    .description('revoke an API token: it stops working at once')
+    .action(async (id: string) => {
+      const c = ctx();
+      const { revokeToken } = await import('./commands/tokens/manage.js');
+      const r = await revokeToken(c, id);
+      await render(c.output, r, () => `revoked ${r.id}`);
     });
 
   try {

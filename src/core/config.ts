@@ -22,6 +22,11 @@ import { z } from 'zod';
  * | ATELIER_CONTEXT             | context          | the config file's current context                    |
  * | ATELIER_TOKEN, ATELIER_URL  | token, url       | override the context (automation, in-workshop use)    |
  * | SUDO_UID, SUDO_GID          | sudoUser         | set by sudo: that user's CLI is also given the context |
+ * | ATELIER_PUBLIC_URL          | publicUrl        | http://<listen address> (what browsers and CLIs use to reach the server; the embedded issuer is <publicUrl>/oidc) |
+ * | ATELIER_IDENTITY_CONFIG     | identityConfig   | (none: the embedded OIDC issuer) YAML file naming an external issuer and its group mapping |
+ * | ATELIER_MASTER_KEY_FILE     | masterKeyFile    | DATA_DIR/master.key (replicas sharing a database must share this file) |
+ * | ATELIER_TENANT              | tenant           | the context's tenant, else the user's first                |
+ * | DISPLAY, WAYLAND_DISPLAY    | canOpenBrowser   | `atelier auth login` opens a browser only in a graphical session |
  *
  * The root data dir is not under /root because the embedded PostgreSQL runs as the
  * unprivileged `postgres` user, which must be able to reach its cluster directory.
@@ -41,6 +46,12 @@ const Env = z.object({
   ATELIER_CONTEXT: z.string().min(1).optional(),
   ATELIER_TOKEN: z.string().min(1).optional(),
   ATELIER_URL: z.string().min(1).optional(),
+  ATELIER_PUBLIC_URL: z.url({ protocol: /^https?$/ }).optional(),
+  ATELIER_IDENTITY_CONFIG: z.string().min(1).optional(),
+  ATELIER_MASTER_KEY_FILE: z.string().min(1).optional(),
+  ATELIER_TENANT: z.string().min(1).optional(),
+  DISPLAY: z.string().min(1).optional(),
+  WAYLAND_DISPLAY: z.string().min(1).optional(),
   SUDO_UID: z.coerce.number().int().nonnegative().optional(),
   SUDO_GID: z.coerce.number().int().nonnegative().optional(),
   XDG_DATA_HOME: z.string().min(1).optional(),
@@ -64,6 +75,12 @@ export interface Config {
   token: string | undefined;
   url: string | undefined;
   isRoot: boolean;
+  publicUrl: string | undefined;
+  identityConfig: string | undefined;
+  masterKeyFile: string | undefined;
+  tenant: string | undefined;
+  /** A graphical session (DISPLAY / WAYLAND_DISPLAY, or macOS): `auth login` may open a browser. */
+  canOpenBrowser: boolean;
   /** The user who ran `sudo atelier server start`, whose CLI gets the `local` context too. */
   sudoUser: { uid: number; gid: number } | undefined;
 }
@@ -100,6 +117,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     token: e.ATELIER_TOKEN,
     url: e.ATELIER_URL,
     isRoot,
+    publicUrl: e.ATELIER_PUBLIC_URL?.replace(/\/+$/, ''),
+    identityConfig: e.ATELIER_IDENTITY_CONFIG ? resolve(e.ATELIER_IDENTITY_CONFIG) : undefined,
+    masterKeyFile: e.ATELIER_MASTER_KEY_FILE ? resolve(e.ATELIER_MASTER_KEY_FILE) : undefined,
+    tenant: e.ATELIER_TENANT,
+    canOpenBrowser: process.platform === 'darwin' || Boolean(e.DISPLAY ?? e.WAYLAND_DISPLAY),
     sudoUser: isRoot && e.SUDO_UID !== undefined && e.SUDO_UID !== 0 ? { uid: e.SUDO_UID, gid: e.SUDO_GID ?? e.SUDO_UID } : undefined,
   };
 }

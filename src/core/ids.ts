@@ -34,3 +34,8 @@ export function hashToken(token: string): string {
 export function isWorkshopId(value: string): boolean {
   return /^ws-[0-9a-z]{8}$/.test(value);
 }
+
+/** A new opaque id with a prefix, such as `u-3f8k2m9q` (users) or `tok-…` (API tokens). */
+export function newId(prefix: string): string {
+  return `${prefix}-${randomId(10)}`;
+}

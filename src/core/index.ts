@@ -1,10 +1,18 @@
 export { AtelierError, ERROR_STATUS, isErrorCode } from './errors.js';
 export type { ErrorBody, ErrorCode } from './errors.js';
-export { hashToken, isWorkshopId, newApiToken, newRequestId, newWorkshopId } from './ids.js';
+export { hashToken, isWorkshopId, newApiToken, newId, newRequestId, newWorkshopId } from './ids.js';
 export { loadConfig, parseListen, parseSize } from './config.js';
 export type { Config } from './config.js';
 export { CreateWorkshopRequest, ExecRequest, WORKSHOP_STATUSES, describeZodError } from './schemas.js';
 export type { ExecFrame, ExecResult, Workshop, WorkshopLimits, WorkshopStatus } from './schemas.js';
-export { readClientConfig, readToken, writeClientConfig, writeToken } from './clientConfig.js';
-export type { ClientConfig, ClientContext } from './clientConfig.js';
+export {
+  clientConfigFiles,
+  readClientConfig,
+  readFileCredential,
+  readToken,
+  writeClientConfig,
+  writeFileCredential,
+  writeToken,
+} from './clientConfig.js';
+export type { ClientConfig, ClientContext, ConfigIo, Credential } from './clientConfig.js';
 export { loadYaml } from './yaml.js';

@@ -3,17 +3,48 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import { AtelierError, newRequestId } from '../core/index.js';
 import type { Pool } from '../db/index.js';
 import type { WorkshopService } from '../workshops/index.js';
-import { authenticate } from './auth.js';
+import {
+  checkRouteAccess,
+  isRouteAccess,
+  type AccountService,
+  type Authenticator,
+  type Principal,
+  type RouteAccess,
+} from '../identity/index.js';
 import { errorHandler } from './errors.js';
+import { identityRoutes } from './routes/identity.js';
 import { workshopRoutes } from './routes/workshops.js';
 
-const PUBLIC_ROUTES = new Set(['/healthz', '/metrics']);
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** Required on every route: who may call it (see identity/policy.ts). */
+    access?: RouteAccess;
+  }
+  interface FastifyRequest {
+    principal?: Principal;
+  }
+}
 
 export interface AppDeps {
   pool: Pool;
   workshops: WorkshopService;
+  authenticator: Authenticator;
+  accounts: AccountService;
   logger: FastifyBaseLogger;
   version: string;
+  /** Routes of other areas (the embedded issuer, the auth relay), registered with the rest. */
+  extraRoutes?: ((app: FastifyInstance) => void)[];
+}
+
+export interface RouteEntry {
+  method: string;
+  url: string;
+  access: RouteAccess;
+}
+
+function tenantHeader(value: string | string[] | undefined): string | undefined {
+  if (Array.isArray(value)) throw new AtelierError('INVALID_ARGUMENT', 'send the x-atelier-tenant header once');
+  return value === undefined || value === '' ? undefined : value;
 }
 
 /** Builds the HTTP server: health, metrics, and the authenticated /v1 API. */
@@ -24,6 +55,15 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     requestIdHeader: false,
     bodyLimit: 1 << 20,
     forceCloseConnections: true,
+  });
+
+  // Every route declares who may call it; one that does not is a programming error, caught here
+  // at start-up rather than served open. The list is served to admins at /v1/admin/routes.
+  const catalog: RouteEntry[] = [];
+  app.addHook('onRoute', (route) => {
+    const access = (route.config as { access?: unknown } | undefined)?.access;
+    if (!isRouteAccess(access)) throw new Error(`route ${String(route.method)} ${route.url} declares no access rule`);
+    for (const method of [route.method].flat()) if (method !== 'HEAD') catalog.push({ method, url: route.url, access });
   });
 
   app.addContentTypeParser('application/octet-stream', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
@@ -62,9 +102,15 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   app.addHook('onRequest', async (request, reply) => {
     void reply.header('x-request-id', String(request.id));
     // Decided on the route the router matched, never on the raw URL (percent-encoding, absolute
-    // form): every route is authenticated except the public ones; unknown URLs get a 404.
-    const route = request.routeOptions.url;
-    if (route !== undefined && !PUBLIC_ROUTES.has(route)) request.principal = await authenticate(deps.pool, request);
+    // form): each route's declared access rule; unknown URLs get a 404.
+    const access = request.routeOptions.config.access;
+    if (request.routeOptions.url === undefined || access === undefined || access === 'public') return;
+    const principal = await deps.authenticator.authenticate(
+      request.headers.authorization,
+      tenantHeader(request.headers['x-atelier-tenant']),
+    );
+    checkRouteAccess(access, principal);
+    request.principal = principal;
   });
   app.addHook('onResponse', async (request, reply) => {
     const route = request.routeOptions.url ?? 'unknown';
@@ -77,7 +123,8 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     throw new AtelierError('NOT_FOUND', `no route ${request.method} ${request.url.split('?')[0]}: see the README's API section`);
   });
 
-  app.get('/healthz', async (_request, reply) => {
+  const PUBLIC = { config: { access: 'public' as const } };
+  app.get('/healthz', PUBLIC, async (_request, reply) => {
     try {
       await deps.pool.query('SELECT 1');
     } catch {
@@ -85,8 +132,12 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     }
     return { status: 'ok', version: deps.version };
   });
-  app.get('/metrics', async (_request, reply) => reply.header('content-type', registry.contentType).send(await registry.metrics()));
+  app.get('/metrics', PUBLIC, async (_request, reply) => reply.header('content-type', registry.contentType).send(await registry.metrics()));
+
+  app.get('/v1/admin/routes', { config: { access: { role: 'admin' } } }, async () => ({ items: catalog }));
 
   workshopRoutes(app, deps.workshops);
+  identityRoutes(app, deps.accounts, deps.workshops);
+  for (const register of deps.extraRoutes ?? []) register(app);
   return app;
 }

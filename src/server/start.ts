@@ -1,11 +1,13 @@
 import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { pino } from 'pino';
 import {
+  clientConfigFiles,
   hashToken,
   loadConfig,
   newApiToken,
+  newId,
   parseListen,
   readClientConfig,
   readToken,
@@ -16,13 +18,19 @@ import {
 import { createPool, migrate, startEmbeddedPostgres, withTransaction, type EmbeddedPostgres, type Pool } from '../db/index.js';
 import { inspectIsolation, processStartTime } from '../sandbox/index.js';
 import { LocalDriver, WorkshopService } from '../workshops/index.js';
+import { AccountService, Authenticator, MasterKey, generatePassword, hashPassword } from '../identity/index.js';
 import { buildApp } from './app.js';
+import { startIdentity } from './identity.js';
 
 export interface StartOptions {
   dataDir?: string;
   listen?: string;
   databaseUrl?: string;
   allowRepoRoots?: string[];
+  /** Overrides ATELIER_PUBLIC_URL. */
+  publicUrl?: string;
+  /** Overrides ATELIER_IDENTITY_CONFIG. */
+  identityConfig?: string;
   version: string;
   /** Lines for the human who started the server (the CLI prints them on stderr). */
   say: (line: string) => void;
@@ -68,6 +76,19 @@ function lockDataDir(dataDir: string): () => void {
   throw new Error(`could not take the lock ${path}: another server is starting on ${dataDir}`);
 }
 
+/** `--public-url`: an http(s) URL without a trailing slash. */
+function publicUrlOf(value: string | undefined): string | undefined {
+  if (value === undefined) return undefined;
+  let u: URL;
+  try {
+    u = new URL(value);
+  } catch {
+    throw new Error(`--public-url must be a URL such as https://atelier.example.com, got "${value}"`);
+  }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error(`--public-url must be http:// or https://, got "${value}"`);
+  return u.toString().replace(/\/+$/, '');
+}
+
 function nodeIdOf(dataDir: string): string {
   const path = join(dataDir, 'node-id');
   if (existsSync(path)) return readFileSync(path, 'utf8').trim();
@@ -76,15 +97,26 @@ function nodeIdOf(dataDir: string): string {
   return id;
 }
 
-/** DATA_DIR/credentials.txt (0600): the URL and the admin token, which is known only at first start. */
-function writeCredentials(dataDir: string, url: string, token: string | undefined): string {
+interface FirstAdmin {
+  token: string;
+  password: string;
+}
+
+/**
+ * DATA_DIR/credentials.txt (0600): the URL, the admin's API token and one-time password, which
+ * are known only at first start (the password must be changed at the first browser login).
+ */
+function writeCredentials(dataDir: string, url: string, first: FirstAdmin | undefined): string {
   const path = join(dataDir, 'credentials.txt');
-  let known = token;
-  if (!known && existsSync(path)) known = /^token:\s*(atl_\S+)/m.exec(readFileSync(path, 'utf8'))?.[1];
+  const old = !first && existsSync(path) ? readFileSync(path, 'utf8') : '';
+  const token = first?.token ?? /^token:\s*(atl_\S+)/m.exec(old)?.[1];
+  const password = first?.password ?? /^password:\s*(\S+)/m.exec(old)?.[1];
+  const gone = '(shown only at first start; this file was replaced since)';
   const tmp = `${path}.tmp`;
   writeFileSync(
     tmp,
-    `# Atelier server admin credentials. Keep this file private.\nurl: ${url}\nuser: admin\ntoken: ${known ?? '(shown only at first start; this file was replaced since)'}\n`,
+    `# Atelier server admin credentials. Keep this file private.\nurl: ${url}\nuser: admin\ntoken: ${token ?? gone}\npassword: ${password ?? gone}\n` +
+      '# The password is for `atelier auth login` (browser); it must be changed at the first login.\n',
     { mode: 0o600 },
   );
   renameSync(tmp, path);
@@ -92,22 +124,29 @@ function writeCredentials(dataDir: string, url: string, token: string | undefine
   return path;
 }
 
-async function firstAdmin(pool: Pool, save: (token: string) => void): Promise<string | undefined> {
-  // One transaction: the admin and its token exist together or not at all, and the token is
-  // saved to disk before COMMIT, so it can never exist only in the database. Two servers
-  // starting at once on one database: only the one whose INSERT wins makes a token.
+async function firstAdmin(pool: Pool, save: (first: FirstAdmin) => void): Promise<FirstAdmin | undefined> {
+  // One transaction: the admin, its membership and its token exist together or not at all, and
+  // they are saved to disk before COMMIT, so they can never exist only in the database. Two
+  // servers starting at once on one database: only the one whose INSERT wins makes them.
+  const password = generatePassword();
+  const hash = await hashPassword(password);
   return withTransaction(pool, async (c) => {
     const created = await c.query(
-      "INSERT INTO users (id, name, role) VALUES ('u-admin', 'admin', 'admin') ON CONFLICT DO NOTHING RETURNING id",
+      `INSERT INTO users (id, name, password_hash, must_change_password) VALUES ('u-admin', 'admin', $1, true)
+       ON CONFLICT DO NOTHING RETURNING id`,
+      [hash],
     );
     if (created.rowCount === 0) return undefined;
+    await c.query("INSERT INTO memberships (user_id, tenant_id, role) VALUES ('u-admin', 'tn-default', 'admin')");
     const token = newApiToken();
-    await c.query("INSERT INTO api_tokens (id, user_id, name, token_hash) VALUES ($1, 'u-admin', 'first-start', $2)", [
-      `tok-${randomBytes(6).toString('hex')}`,
-      hashToken(token),
-    ]);
-    save(token);
-    return token;
+    // The local CLI's token: no expiry, like the credentials file it is written beside.
+    await c.query(
+      `INSERT INTO api_tokens (id, user_id, name, token_hash, tenant_id, role) VALUES ($1, 'u-admin', 'first-start', $2, 'tn-default', 'admin')`,
+      [newId('tok'), hashToken(token)],
+    );
+    const first = { token, password };
+    save(first);
+    return first;
   });
 }
 
@@ -127,24 +166,28 @@ async function ensureLocalContext(
   const targets: { dir: string; owner?: { uid: number; gid: number } }[] = [{ dir: config.configDir }];
   if (config.sudoUser && sudoHome) targets.push({ dir: join(sudoHome, '.config', 'atelier'), owner: config.sudoUser });
   for (const { dir, owner } of targets) {
-    const cc = await readClientConfig(dir);
-    const local = cc.contexts.find((c) => c.name === 'local');
-    if (local) {
-      if (local.url === url) continue;
-      const stored = readToken(dir, 'local');
-      if (!stored) continue;
-      const mine = await pool.query('SELECT 1 FROM api_tokens WHERE token_hash = $1 AND revoked_at IS NULL', [hashToken(stored)]);
-      if (mine.rowCount === 0) continue;
-      local.url = url;
-    } else {
-      if (cc.contexts.length > 0 || !token) continue;
-      cc.contexts.push({ name: 'local', url });
-      cc.currentContext = 'local';
-      writeToken(dir, 'local', token);
-      say(`the CLI now uses this server (context "local" in ${join(dir, 'config.yaml')})`);
+    try {
+      // Reading may migrate an older config (files rewritten as root): hand them over below too.
+      const cc = await readClientConfig(dir, { notice: say });
+      const local = cc.contexts.find((c) => c.name === 'local');
+      if (local) {
+        if (local.url === url) continue;
+        const stored = readToken(dir, 'local');
+        if (!stored) continue;
+        const mine = await pool.query('SELECT 1 FROM api_tokens WHERE token_hash = $1 AND revoked_at IS NULL', [hashToken(stored)]);
+        if (mine.rowCount === 0) continue;
+        local.url = url;
+      } else {
+        if (cc.contexts.length > 0 || !token) continue;
+        cc.contexts.push({ name: 'local', url, auth: 'token' });
+        cc.currentContext = 'local';
+        writeToken(dir, 'local', token);
+        say(`the CLI now uses this server (context "local" in ${join(dir, 'config.yaml')})`);
+      }
+      await writeClientConfig(dir, cc);
+    } finally {
+      if (owner) for (const p of [join(dir, '..'), dir, ...clientConfigFiles(dir)]) chownIfOurs(p, owner);
     }
-    await writeClientConfig(dir, cc);
-    if (owner) for (const p of [join(dir, '..'), dir, join(dir, 'config.yaml'), join(dir, 'tokens.json')]) chownIfOurs(p, owner);
   }
 }
 
@@ -172,6 +215,7 @@ function chownIfOurs(path: string, owner: { uid: number; gid: number }): void {
 export async function startServer(opts: StartOptions, config: Config = loadConfig()): Promise<RunningServer> {
   const dataDir = opts.dataDir ?? config.dataDir;
   const listen = parseListen(opts.listen ?? config.listen);
+  const publicUrlFlag = publicUrlOf(opts.publicUrl);
   const databaseUrl = opts.databaseUrl ?? config.databaseUrl;
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   // 0711 as root: the embedded PostgreSQL (user `postgres`) must traverse to DATA_DIR/pg;
@@ -206,7 +250,9 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     cleanups.push(() => pool.end());
     await migrate(pool);
     // Written at once: a start that fails later (port in use) must not lose the only copy.
-    const token = await firstAdmin(pool, (t) => writeCredentials(dataDir, `http://${opts.listen ?? config.listen} (not listening yet)`, t));
+    const first = await firstAdmin(pool, (f) => writeCredentials(dataDir, `http://${opts.listen ?? config.listen} (not listening yet)`, f));
+    const token = first?.token;
+    const masterKey = MasterKey.loadOrCreate(config.masterKeyFile ?? join(dataDir, 'master.key'));
 
     const nodeId = nodeIdOf(dataDir);
     const driver = new LocalDriver(dataDir, nodeId, isolation.rootless, isolation.cgroups);
@@ -221,7 +267,18 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     });
     await workshops.reconcile();
 
-    const app = buildApp({ pool, workshops, logger, version: opts.version });
+    const authenticator = new Authenticator(pool);
+    const identityConfig = opts.identityConfig ? resolve(opts.identityConfig) : config.identityConfig;
+    const identity = await startIdentity(identityConfig, pool, masterKey, logger);
+    const app = buildApp({
+      pool,
+      workshops,
+      authenticator,
+      accounts: new AccountService(pool),
+      logger,
+      version: opts.version,
+      extraRoutes: identity.routes,
+    });
     cleanups.push(() => app.close());
     // Runs before app.close (cleanups run in reverse): in-flight execs end, so their requests do.
     cleanups.push(() => workshops.close());
@@ -230,6 +287,8 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const port = typeof addr === 'object' && addr ? addr.port : listen.port;
     const host = listen.host.includes(':') ? `[${listen.host}]` : listen.host === '0.0.0.0' ? '127.0.0.1' : listen.host;
     const url = `http://${host}:${port}`;
+    authenticator.setAuthority(await identity.ready(publicUrlFlag ?? config.publicUrl ?? url));
+    cleanups.push(() => identity.close());
 
     // The embedded database is supervised: if it dies, it is started again; requests meanwhile get 503.
     if (embedded) {
@@ -244,7 +303,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       cleanups.push(async () => clearInterval(timer));
     }
 
-    const credentialsPath = writeCredentials(dataDir, url, token);
+    const credentialsPath = writeCredentials(dataDir, url, first);
     await ensureLocalContext(config, pool, url, token, sudoHome, opts.say);
     return { url, credentialsPath, close: closeAll };
   } catch (err) {

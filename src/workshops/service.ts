@@ -15,6 +15,7 @@ import {
   type WorkshopStatus,
 } from '../core/index.js';
 import { asDatabaseError, withTransaction, type Pool } from '../db/index.js';
+import { checkWorkshopAccess, type Principal, type WorkshopAction } from '../identity/index.js';
 import type { SandboxHandle } from '../sandbox/index.js';
 import { readDevcontainer } from './devcontainer.js';
 import type { LocalDriver } from './local/driver.js';
@@ -24,6 +25,7 @@ interface WorkshopRow {
   id: string;
   name: string;
   owner_id: string | null;
+  tenant_id: string;
   node_id: string;
   status: WorkshopStatus;
   status_reason: string | null;
@@ -47,6 +49,12 @@ export interface ServiceOptions {
   defaults: { cpus: number; memory: string; pids: number };
   uidBase: number;
   log: { info(obj: object, msg?: string): void; warn(obj: object, msg?: string): void; error(obj: object, msg?: string): void };
+}
+
+/** Who asks, and for what: checked against the workshop's tenant and owner. */
+interface Access {
+  actor: Principal;
+  action: WorkshopAction;
 }
 
 /** A command running in a workshop. `done` settles when it exits. */
@@ -151,7 +159,11 @@ export class WorkshopService {
     }
   }
 
-  private async row(id: string): Promise<WorkshopRow> {
+  /**
+   * The workshop's row. With `access`, the caller's right to do `action` on it is checked first
+   * (another tenant's workshop, or another workshop than an agent token's, is "not found").
+   */
+  private async row(id: string, access?: Access): Promise<WorkshopRow> {
     if (!isWorkshopId(id))
       throw new AtelierError('WORKSHOP_NOT_FOUND', `workshop ${id} does not exist: run \`atelier workshops list\` to see yours`, { id });
     const [row] = await this.query<WorkshopRow>('SELECT * FROM workshops WHERE id = $1', [id]);
@@ -161,6 +173,7 @@ export class WorkshopService {
         `workshop ${id} does not exist (or was deleted): run \`atelier workshops list\` to see yours`,
         { id },
       );
+    if (access) checkWorkshopAccess(access.actor, { id: row.id, tenantId: row.tenant_id, ownerId: row.owner_id }, access.action);
     if (row.node_id !== this.opts.nodeId) {
       throw new AtelierError('UNAVAILABLE', `workshop ${id} runs on another Atelier server (${row.node_id}); use that server's context`, {
         id,
@@ -219,7 +232,7 @@ export class WorkshopService {
   }
 
   /** Clones the repository and starts the sandbox; returns when the workshop is Running or Failed. */
-  async create(req: CreateWorkshopRequest, ownerId: string | null): Promise<Workshop> {
+  async create(req: CreateWorkshopRequest, actor: Principal): Promise<Workshop> {
     const source = resolveRepoSource(req.repo, this.opts.allowRepoRoots);
     const limits = this.limits(req);
     const id = newWorkshopId();
@@ -235,9 +248,21 @@ export class WorkshopService {
       row = await withTransaction(this.pool, async (c) => {
         const uid = this.opts.uidBase + Number((await c.query<{ n: string }>("SELECT nextval('workshop_uid_seq') AS n")).rows[0]!.n);
         const r = await c.query<WorkshopRow>(
-          `INSERT INTO workshops (id, name, owner_id, node_id, status, repo, uid, cpus, memory_bytes, pids, budget_usd)
-           VALUES ($1, $2, $3, $4, 'Building', $5, $6, $7, $8, $9, $10) RETURNING *`,
-          [id, name, ownerId, this.opts.nodeId, source.display, uid, limits.cpus, limits.memoryBytes, limits.pids, req.budgetUsd ?? null],
+          `INSERT INTO workshops (id, name, owner_id, tenant_id, node_id, status, repo, uid, cpus, memory_bytes, pids, budget_usd)
+           VALUES ($1, $2, $3, $11, $4, 'Building', $5, $6, $7, $8, $9, $10) RETURNING *`,
+          [
+            id,
+            name,
+            actor.userId,
+            this.opts.nodeId,
+            source.display,
+            uid,
+            limits.cpus,
+            limits.memoryBytes,
+            limits.pids,
+            req.budgetUsd ?? null,
+            actor.tenantId,
+          ],
         );
         return r.rows[0]!;
       });
@@ -296,20 +321,29 @@ export class WorkshopService {
     }
   }
 
-  async list(): Promise<Workshop[]> {
-    return (await this.query<WorkshopRow>('SELECT * FROM workshops WHERE node_id = $1 ORDER BY created_at', [this.opts.nodeId])).map(
-      toWorkshop,
-    );
+  /** The caller's tenant's workshops on this server (an agent token: its own workshop only). */
+  async list(actor: Principal): Promise<Workshop[]> {
+    return (
+      await this.query<WorkshopRow>(
+        'SELECT * FROM workshops WHERE node_id = $1 AND tenant_id = $2 AND ($3::text IS NULL OR id = $3) ORDER BY created_at',
+        [this.opts.nodeId, actor.tenantId, actor.kind === 'agent' ? actor.workshopId : null],
+      )
+    ).map(toWorkshop);
   }
 
-  async get(id: string): Promise<Workshop> {
-    return toWorkshop(await this.row(id));
+  async get(id: string, actor: Principal): Promise<Workshop> {
+    return toWorkshop(await this.row(id, { actor, action: 'read' }));
+  }
+
+  /** Checks that `actor` may do `action` on the workshop (for routes that act on it indirectly). */
+  async authorize(id: string, actor: Principal, action: WorkshopAction): Promise<void> {
+    await this.row(id, { actor, action });
   }
 
   /** Freezes every process of the workshop (cgroup freezer); memory and files stay as they are. */
-  async stop(id: string): Promise<Workshop> {
+  async stop(id: string, actor: Principal): Promise<Workshop> {
     return this.locked(id, async () => {
-      const row = await this.row(id);
+      const row = await this.row(id, { actor, action: 'operate' });
       if (row.status === 'Suspended') return toWorkshop(row);
       if (row.status !== 'Running' || !row.sandbox)
         throw new AtelierError('WORKSHOP_NOT_RUNNING', `workshop ${id} is ${row.status} and cannot be suspended`, {
@@ -328,9 +362,9 @@ export class WorkshopService {
   }
 
   /** Thaws a suspended workshop, or starts its sandbox again if its processes were lost. */
-  async resume(id: string): Promise<Workshop> {
+  async resume(id: string, actor: Principal): Promise<Workshop> {
     return this.locked(id, async () => {
-      const row = await this.row(id);
+      const row = await this.row(id, { actor, action: 'operate' });
       if (row.status === 'Running') return toWorkshop(row);
       if (row.status !== 'Suspended')
         throw new AtelierError(
@@ -349,7 +383,8 @@ export class WorkshopService {
   }
 
   /** Kills the sandbox and removes every file, cgroup and row the workshop owned. */
-  async delete(id: string): Promise<void> {
+  async delete(id: string, actor: Principal): Promise<void> {
+    await this.row(id, { actor, action: 'delete' });
     // Commands still running there would hold the lock and die with the sandbox anyway.
     await this.killExecs(id);
     await this.locked(id, async () => {
@@ -368,8 +403,8 @@ export class WorkshopService {
     return { ...BASE_ENV, ATELIER_WORKSHOP_ID: row.id, ATELIER_WORKSHOP_NAME: row.name, ...row.env, ...extra };
   }
 
-  private async runnable(id: string): Promise<WorkshopRow & { sandbox: SandboxHandle }> {
-    const row = await this.row(id);
+  private async runnable(id: string, access: Access): Promise<WorkshopRow & { sandbox: SandboxHandle }> {
+    const row = await this.row(id, access);
     if (row.status === 'Suspended')
       throw new AtelierError('WORKSHOP_SUSPENDED', `workshop ${id} is suspended: run \`atelier workshops resume ${id}\``, { id });
     if (row.status !== 'Running' || !row.sandbox) {
@@ -482,9 +517,17 @@ export class WorkshopService {
   }
 
   /** Starts a command in a running workshop; output streams as it is produced. */
-  async exec(id: string, req: ExecRequest): Promise<RunningExec> {
+  async exec(id: string, req: ExecRequest, actor: Principal): Promise<RunningExec> {
     const stdin = req.stdin === undefined ? undefined : Buffer.from(req.stdin, 'base64');
-    return this.startLocked(id, req.command, this.resolveCwd(req.cwd), req.env ?? {}, stdin, req.timeoutSeconds);
+    return this.startLocked(
+      id,
+      { actor, action: 'operate' },
+      req.command,
+      this.resolveCwd(req.cwd),
+      req.env ?? {},
+      stdin,
+      req.timeoutSeconds,
+    );
   }
 
   /**
@@ -493,13 +536,14 @@ export class WorkshopService {
    */
   private startLocked(
     id: string,
+    access: Access,
     command: string[],
     cwd: string,
     env: Record<string, string>,
     stdin?: Buffer,
     timeoutSeconds?: number,
   ): Promise<RunningExec> {
-    return this.locked(id, async () => this.spawn(await this.runnable(id), command, cwd, env, stdin, timeoutSeconds));
+    return this.locked(id, async () => this.spawn(await this.runnable(id, access), command, cwd, env, stdin, timeoutSeconds));
   }
 
   /** Before freezing: every command this server started there has entered the workshop's freezer cgroup (or ended). */
@@ -605,10 +649,16 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
   }
 
   /** Reads a file of the workspace (at most 16 MiB). */
-  async readFile(id: string, path: string): Promise<Buffer> {
+  async readFile(id: string, path: string, actor: Principal): Promise<Buffer> {
     const full = this.workspacePath(path);
     const r = await this.collectOutput(
-      this.startLocked(id, ['/bin/sh', '-c', WorkshopService.READ_SCRIPT, 'sh', full, String(MAX_FILE_BYTES)], '/workspace', {}),
+      this.startLocked(
+        id,
+        { actor, action: 'read' },
+        ['/bin/sh', '-c', WorkshopService.READ_SCRIPT, 'sh', full, String(MAX_FILE_BYTES)],
+        '/workspace',
+        {},
+      ),
       {
         maxBytes: MAX_FILE_BYTES + 1,
       },
@@ -618,12 +668,19 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
   }
 
   /** Writes a file of the workspace atomically (temporary file, then rename). */
-  async writeFile(id: string, path: string, content: Buffer): Promise<{ path: string; bytes: number }> {
+  async writeFile(id: string, path: string, content: Buffer, actor: Principal): Promise<{ path: string; bytes: number }> {
     const full = this.workspacePath(path);
     if (content.length > MAX_FILE_BYTES)
       throw new AtelierError('PAYLOAD_TOO_LARGE', `file content is larger than ${MAX_FILE_BYTES} bytes`, { field: 'body' });
     const r = await this.collectOutput(
-      this.startLocked(id, ['/bin/sh', '-c', WorkshopService.WRITE_SCRIPT, 'sh', full], '/workspace', {}, content),
+      this.startLocked(
+        id,
+        { actor, action: 'operate' },
+        ['/bin/sh', '-c', WorkshopService.WRITE_SCRIPT, 'sh', full],
+        '/workspace',
+        {},
+        content,
+      ),
       {
         maxBytes: 64 << 10,
       },
@@ -633,14 +690,15 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
   }
 
   /** The workspace's changes against HEAD, and the untracked files. */
-  async gitDiff(id: string): Promise<{ diff: string; untracked: string[]; truncated: boolean }> {
+  async gitDiff(id: string, actor: Principal): Promise<{ diff: string; untracked: string[]; truncated: boolean }> {
     const script =
       'b=HEAD; git rev-parse -q --verify HEAD >/dev/null 2>&1 || b=4b825dc642cb6eb9a060e54bf8d69288fbee4904; exec git -c core.quotepath=off diff --no-ext-diff --no-color "$b"';
-    const d = await this.collectOutput(this.startLocked(id, ['/bin/sh', '-c', script], '/workspace', {}), { maxBytes: 32 << 20 });
+    const access: Access = { actor, action: 'read' };
+    const d = await this.collectOutput(this.startLocked(id, access, ['/bin/sh', '-c', script], '/workspace', {}), { maxBytes: 32 << 20 });
     if (d.exitCode !== 0 && !d.truncated)
       throw new AtelierError('INVALID_ARGUMENT', `git diff failed in the workspace: ${d.stderr.toString('utf8').trim()}`);
     const u = await this.collectOutput(
-      this.startLocked(id, ['git', 'ls-files', '--others', '--exclude-standard', '-z'], '/workspace', {}),
+      this.startLocked(id, access, ['git', 'ls-files', '--others', '--exclude-standard', '-z'], '/workspace', {}),
       {
         maxBytes: 4 << 20,
       },

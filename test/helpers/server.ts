@@ -21,6 +21,8 @@ export interface ApiResult<T = unknown> {
 export class TestServer {
   url = '';
   token = '';
+  /** The first admin's one-time password (must be changed at the first browser login). */
+  password = '';
   proc: ChildProcess | undefined;
   log = '';
 
@@ -32,10 +34,14 @@ export class TestServer {
     readonly extraArgs: string[] = [],
   ) {}
 
-  static async start(opts: { databaseUrl?: string; args?: string[] } = {}): Promise<TestServer> {
+  /** Extra environment for the server process (ATELIER_MASTER_KEY_FILE, …). */
+  serverEnv: NodeJS.ProcessEnv = {};
+
+  static async start(opts: { databaseUrl?: string; args?: string[]; env?: NodeJS.ProcessEnv } = {}): Promise<TestServer> {
     const dir = mkdtempSync('/tmp/atelier-test-');
     const args = [...(opts.databaseUrl ? ['--database-url', opts.databaseUrl] : []), ...(opts.args ?? [])];
     const s = new TestServer(dir, args);
+    s.serverEnv = opts.env ?? {};
     await s.boot();
     return s;
   }
@@ -70,6 +76,7 @@ export class TestServer {
           HOME: this.runAs?.home ?? process.env.HOME,
           ATELIER_CONFIG_DIR: this.configDir,
           ATELIER_LOG_LEVEL: 'warn',
+          ...this.serverEnv,
         },
         stdio: ['ignore', 'pipe', 'pipe'],
         ...(this.runAs ? { uid: this.runAs.uid, gid: this.runAs.gid, cwd: this.runAs.home } : {}),
@@ -89,6 +96,8 @@ export class TestServer {
     this.url = /^url: (\S+)/m.exec(text)![1]!;
     const token = /^token: (atl_\S+)/m.exec(text)?.[1] ?? /^token: (atl_\S+)/m.exec(before)?.[1];
     if (token) this.token = token;
+    const password = /^password: (\S+)/m.exec(text)?.[1] ?? /^password: (\S+)/m.exec(before)?.[1];
+    if (password && !password.startsWith('(')) this.password = password;
     const res = await fetch(`${this.url}/healthz`);
     if (res.status !== 200) throw new Error(`healthz ${res.status}`);
   }

@@ -2,6 +2,7 @@ import { PassThrough } from 'node:stream';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { z } from 'zod';
 import { AtelierError, CreateWorkshopRequest, ExecRequest, describeZodError, type ExecFrame } from '../../core/index.js';
+import type { Principal, RouteAccess } from '../../identity/index.js';
 import type { WorkshopService } from '../../workshops/index.js';
 
 /** `?path=` given once, as a string (a repeated parameter arrives as an array). */
@@ -22,31 +23,48 @@ function parse<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
 
 type IdParams = { Params: { id: string } };
 
+// Route-level rules; the per-workshop rule (tenant, owner, agent's own workshop) is the service's.
+const READ: RouteAccess = { role: 'viewer', agent: true };
+const OPERATE: RouteAccess = { role: 'member', agent: true };
+const MEMBER: RouteAccess = { role: 'member' };
+
+/** The caller, set by the onRequest hook on every non-public route. */
+export function principalOf(request: FastifyRequest): Principal {
+  if (!request.principal) throw new AtelierError('UNAUTHENTICATED', 'this route needs a bearer token');
+  return request.principal;
+}
+
 const MAX_BUFFERED = 16 << 20;
 
 /** REST routes for workshops under /v1 (bearer token required; see app.ts). */
 export function workshopRoutes(app: FastifyInstance, service: WorkshopService): void {
-  app.post('/v1/workshops', async (request, reply) => {
+  app.post('/v1/workshops', { config: { access: MEMBER } }, async (request, reply) => {
     const body = parse(CreateWorkshopRequest, request.body);
-    const ws = await service.create(body, request.principal?.userId ?? null);
+    const ws = await service.create(body, principalOf(request));
     return reply.status(201).send(ws);
   });
 
-  app.get('/v1/workshops', async () => ({ items: await service.list() }));
+  app.get('/v1/workshops', { config: { access: READ } }, async (request) => ({ items: await service.list(principalOf(request)) }));
 
-  app.get<IdParams>('/v1/workshops/:id', async (request) => service.get(request.params.id));
+  app.get<IdParams>('/v1/workshops/:id', { config: { access: READ } }, async (request) =>
+    service.get(request.params.id, principalOf(request)),
+  );
 
-  app.delete<IdParams>('/v1/workshops/:id', async (request) => {
-    await service.delete(request.params.id);
+  app.delete<IdParams>('/v1/workshops/:id', { config: { access: MEMBER } }, async (request) => {
+    await service.delete(request.params.id, principalOf(request));
     return { id: request.params.id, deleted: true };
   });
 
-  app.post<IdParams>('/v1/workshops/:id/stop', async (request) => service.stop(request.params.id));
-  app.post<IdParams>('/v1/workshops/:id/resume', async (request) => service.resume(request.params.id));
+  app.post<IdParams>('/v1/workshops/:id/stop', { config: { access: OPERATE } }, async (request) =>
+    service.stop(request.params.id, principalOf(request)),
+  );
+  app.post<IdParams>('/v1/workshops/:id/resume', { config: { access: OPERATE } }, async (request) =>
+    service.resume(request.params.id, principalOf(request)),
+  );
 
-  app.post<IdParams>('/v1/workshops/:id/exec', { bodyLimit: 100 << 20 }, async (request, reply) => {
+  app.post<IdParams>('/v1/workshops/:id/exec', { bodyLimit: 100 << 20, config: { access: OPERATE } }, async (request, reply) => {
     const body = parse(ExecRequest, request.body);
-    const run = await service.exec(request.params.id, body);
+    const run = await service.exec(request.params.id, body, principalOf(request));
     const wantsJson = (request.headers.accept ?? '').includes('application/json') && !(request.headers.accept ?? '').includes('ndjson');
     reply.raw.on('close', () => {
       // The connection closed before the answer was complete: do not leave its command running,
@@ -100,15 +118,19 @@ export function workshopRoutes(app: FastifyInstance, service: WorkshopService): 
     return reply.header('content-type', 'application/x-ndjson').header('cache-control', 'no-store').send(stream);
   });
 
-  app.get<IdParams & { Querystring: { path?: unknown } }>('/v1/workshops/:id/files', async (request, reply) => {
-    const path = pathParam(request.query.path);
-    const data = await service.readFile(request.params.id, path);
-    return reply.header('content-type', 'application/octet-stream').send(data);
-  });
+  app.get<IdParams & { Querystring: { path?: unknown } }>(
+    '/v1/workshops/:id/files',
+    { config: { access: READ } },
+    async (request, reply) => {
+      const path = pathParam(request.query.path);
+      const data = await service.readFile(request.params.id, path, principalOf(request));
+      return reply.header('content-type', 'application/octet-stream').send(data);
+    },
+  );
 
   app.put<IdParams & { Querystring: { path?: unknown } }>(
     '/v1/workshops/:id/files',
-    { bodyLimit: 16 << 20 },
+    { bodyLimit: 16 << 20, config: { access: OPERATE } },
     async (request: FastifyRequest<IdParams & { Querystring: { path?: unknown } }>) => {
       const path = pathParam(request.query.path);
       const body = request.body;
@@ -120,9 +142,11 @@ export function workshopRoutes(app: FastifyInstance, service: WorkshopService): 
             ? Buffer.alloc(0)
             : null;
       if (!data) throw new AtelierError('INVALID_ARGUMENT', 'send the file content as application/octet-stream', { field: 'body' });
-      return service.writeFile(request.params.id, path, data);
+      return service.writeFile(request.params.id, path, data, principalOf(request));
     },
   );
 
-  app.get<IdParams>('/v1/workshops/:id/git/diff', async (request) => service.gitDiff(request.params.id));
+  app.get<IdParams>('/v1/workshops/:id/git/diff', { config: { access: READ } }, async (request) =>
+    service.gitDiff(request.params.id, principalOf(request)),
+  );
 }

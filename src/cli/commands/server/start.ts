@@ -5,6 +5,8 @@ export interface ServerStartFlags {
   listen?: string;
   databaseUrl?: string;
   allowRepoRoot?: string[];
+  publicUrl?: string;
+  identityConfig?: string;
 }
 
 /** `atelier server start`: runs in the foreground until SIGTERM or SIGINT. */
@@ -20,6 +22,8 @@ export async function serverStart(config: Config, flags: ServerStartFlags, versi
       ...(flags.dataDir !== undefined ? { dataDir: flags.dataDir } : {}),
       ...(flags.listen !== undefined ? { listen: flags.listen } : {}),
       ...(flags.databaseUrl !== undefined ? { databaseUrl: flags.databaseUrl } : {}),
+      ...(flags.publicUrl !== undefined ? { publicUrl: flags.publicUrl } : {}),
+      ...(flags.identityConfig !== undefined ? { identityConfig: flags.identityConfig } : {}),
       ...(flags.allowRepoRoot && flags.allowRepoRoot.length > 0 ? { allowRepoRoots: flags.allowRepoRoot } : {}),
     },
     config,

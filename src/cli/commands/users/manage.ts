@@ -1,0 +1,78 @@
+import { AtelierError } from '../../../core/index.js';
+import { call } from '../../client.js';
+import type { CommandContext } from '../../context.js';
+import { keyValues, table } from '../../output.js';
+
+/** A user as the server lists it. */
+export interface User {
+  id: string;
+  name: string;
+  issuer: string;
+  disabled: boolean;
+  memberships: { tenant: string; role: string }[];
+  createdAt: string;
+}
+
+const ROLES = ['viewer', 'member', 'maintainer', 'admin'] as const;
+
+/** Refuses a role the server does not know before any request (the server checks it too). */
+export function checkRole(role: string | undefined, flag: string): void {
+  if (role !== undefined && !(ROLES as readonly string[]).includes(role))
+    throw new AtelierError('INVALID_ARGUMENT', `${flag} must be one of ${ROLES.join(', ')}, got "${role}"`, {
+      field: flag.replace(/^--/, ''),
+    });
+}
+
+/** `atelier users add NAME [--role R] [--tenant T]`: the one-time temporary password is shown once. */
+export async function addUser(
+  ctx: CommandContext,
+  name: string,
+  flags: { role?: string; tenant?: string },
+): Promise<{ user: User; temporaryPassword: string | null }> {
+  checkRole(flags.role, '--role');
+  const body: Record<string, string> = { name };
+  if (flags.role) body.role = flags.role;
+  if (flags.tenant) body.tenant = flags.tenant;
+  return call(await ctx.target(), { method: 'POST', path: '/v1/users', body });
+}
+
+/** `atelier users list` */
+export async function listUsers(ctx: CommandContext): Promise<User[]> {
+  return (await call<{ items: User[] }>(await ctx.target(), { method: 'GET', path: '/v1/users' })).items;
+}
+
+/** `atelier users disable NAME`: the user can no longer log in, and their sessions stop refreshing. */
+export async function disableUser(ctx: CommandContext, name: string): Promise<User> {
+  return call<User>(await ctx.target(), { method: 'POST', path: `/v1/users/${encodeURIComponent(name)}/disable` });
+}
+
+const roles = (u: User): string => u.memberships.map((m) => `${m.tenant}:${m.role}`).join(', ');
+
+export function userTable(users: User[]): string {
+  if (users.length === 0) return 'No users.';
+  return table(users, [
+    { header: 'NAME', get: (u) => u.name },
+    { header: 'ROLES', get: roles },
+    { header: 'ISSUER', get: (u) => u.issuer },
+    { header: 'STATUS', get: (u) => (u.disabled ? 'disabled' : 'active') },
+    { header: 'CREATED', get: (u) => u.createdAt },
+  ]);
+}
+
+export function addedUserText(r: { user: User; temporaryPassword: string | null }): string {
+  const pairs: [string, string][] = [
+    ['user', r.user.name],
+    ['roles', roles(r.user)],
+  ];
+  if (!r.temporaryPassword) return keyValues(pairs);
+  pairs.push(['temporary password', r.temporaryPassword]);
+  return `${keyValues(pairs)}\nThis password is shown once: give it to ${r.user.name}, who must change it at the first login (\`atelier auth login\`).`;
+}
+
+export function userText(u: User): string {
+  return keyValues([
+    ['user', u.name],
+    ['roles', roles(u)],
+    ['status', u.disabled ? 'disabled' : 'active'],
+  ]);
+}

@@ -1,0 +1,19 @@
+export { checkAddress, classifyAddress, AddressRanges } from './addresses.js';
+export type { AddressClass, AddressVerdict } from './addresses.js';
+export { canonicalizeHost, hostForAuthority } from './canonical.js';
+export type { CanonicalHost, HostRefusal, HostRefusalCode } from './canonical.js';
+export { createEgressPolicy, defaultPort, EgressPolicy } from './policy.js';
+export type { EgressPolicyConfig, EgressProtocol, PolicyOutcome } from './policy.js';
+export { createDnsResolver, createHostsResolver, ResolveError } from './resolver.js';
+export type { DnsResolverOptions, HostsEntry, Resolver, ResolveErrorCode } from './resolver.js';
+export { DEFAULT_EGRESS_LIMITS, EgressProxy } from './proxy.js';
+export type {
+  AskAnswer,
+  AskContext,
+  AskDecision,
+  AskHook,
+  EgressDecision,
+  EgressLimits,
+  EgressProxyOptions,
+  EgressReason,
+} from './proxy.js';

@@ -1,0 +1,1029 @@
+// The egress proxy: one instance serves every workshop, each on its own unix socket (bridged
+// into the sandbox), each with its own live policy. A connection's protocol is detected by
+// its first byte: 0x05 is SOCKS5, a letter is HTTP (CONNECT or absolute-form requests).
+import { chmod, lstat, unlink } from 'node:fs/promises';
+import http from 'node:http';
+import net from 'node:net';
+import { AtelierError } from '../core/index.js';
+import { type AddressClass, checkAddress } from './addresses.js';
+import { type CanonicalHost, canonicalizeHost, describeRaw } from './canonical.js';
+import type { EgressPolicy, EgressProtocol } from './policy.js';
+import { parseAnswers, type Resolver, ResolveError } from './resolver.js';
+
+export type EgressReason =
+  | 'ALLOW_LISTED'
+  | 'ASK_ALLOWED'
+  | 'DENY_LISTED'
+  | 'NOT_ALLOWLISTED'
+  | 'PORT_NOT_ALLOWED'
+  | 'ASK_DENIED'
+  | 'ASK_PENDING'
+  | 'ASK_TIMEOUT'
+  | 'HOST_INVALID'
+  | 'ADDRESS_FORBIDDEN'
+  | 'DNS_NOT_FOUND'
+  | 'DNS_TIMEOUT'
+  | 'DNS_FAILED'
+  | 'UPGRADE_REFUSED'
+  | 'BAD_REQUEST'
+  | 'UNSUPPORTED'
+  | 'NO_POLICY';
+
+/** One decision about one request; the lead stores these per workshop. */
+export interface EgressDecision {
+  at: Date;
+  protocol: EgressProtocol;
+  /** The target as the client wrote it (bounded, JSON-escaped when odd). */
+  target: string;
+  /** The canonical host ('' when the host was refused before it could be canonicalised). */
+  host: string;
+  port: number;
+  allowed: boolean;
+  /** `unknown`: the policy does not name the host and it was not let through (asked or not). */
+  outcome: 'allowed' | 'denied' | 'unknown';
+  reason: EgressReason;
+  /** A sentence for a human, saying what to do next when something was refused. */
+  message: string;
+  /** The canonicalisation refusal (`HOST_ZONE_ID`…) when reason is HOST_INVALID. */
+  hostRefusal?: string;
+  /** The policy entry that decided. */
+  entry?: string;
+  /** The address dialed (allowed), or the forbidden answer (ADDRESS_FORBIDDEN). */
+  address?: string;
+  addressClass?: AddressClass;
+  approvalId?: string;
+}
+
+export type AskDecision = 'allow' | 'deny' | 'pending';
+/** What the ask hook answers: a bare decision, or one with the id of the approval it filed. */
+export type AskAnswer = AskDecision | { decision: AskDecision; approvalId?: string };
+export interface AskContext {
+  workshopId: string;
+  protocol: EgressProtocol;
+  /** How long the proxy holds the request; answer `pending` (with the approval id) by then. */
+  holdMs: number;
+  /** Aborted when the client goes away or the hold (plus a grace) runs out. */
+  signal: AbortSignal;
+}
+/** Called for hosts the policy does not name (the approvals issue plugs in here). */
+export type AskHook = (host: string, port: number, context: AskContext) => Promise<AskAnswer>;
+
+export interface EgressLimits {
+  /** A request head (or SOCKS5 handshake) must be complete within this, from connect or from the previous response. */
+  headerTimeoutMs: number;
+  maxHeaderBytes: number;
+  /** No byte either way for this long ends a tunnel or a request in flight. */
+  idleTimeoutMs: number;
+  connectTimeoutMs: number;
+  /** Deadline for one resolution, whatever the resolver does. */
+  dnsTimeoutMs: number;
+  /** Extra time the ask hook gets beyond the hold to report its approval id. */
+  askGraceMs: number;
+  maxConnectionsPerWorkshop: number;
+}
+
+export const DEFAULT_EGRESS_LIMITS: EgressLimits = {
+  headerTimeoutMs: 10_000,
+  maxHeaderBytes: 32 * 1024,
+  idleTimeoutMs: 300_000,
+  connectTimeoutMs: 10_000,
+  dnsTimeoutMs: 5_000,
+  askGraceMs: 2_000,
+  maxConnectionsPerWorkshop: 1024,
+};
+
+export interface EgressProxyOptions {
+  resolver: Resolver;
+  onDecision?: (workshopId: string, decision: EgressDecision) => void;
+  /** Without a hook, unknown hosts are denied at once (NOT_ALLOWLISTED). */
+  ask?: AskHook;
+  limits?: Partial<EgressLimits>;
+  /** Unexpected internal errors (never client faults); the proxy keeps serving. */
+  onError?: (workshopId: string, error: unknown) => void;
+}
+
+interface Listener {
+  workshopId: string;
+  socketPath: string;
+  server: net.Server;
+  http: http.Server;
+  agent: http.Agent;
+  policy: EgressPolicy | undefined;
+  /** Every client and upstream socket, destroyed by close(). */
+  sockets: Set<net.Socket>;
+  clients: number;
+}
+
+/** A decision plus, when allowed, the checked addresses that may be dialed (and only those). */
+interface Verdict {
+  decision: EgressDecision;
+  dial: string[];
+}
+
+// Hop-by-hop headers (RFC 9110 §7.6.1) plus the proxy's own: never forwarded either way.
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'http2-settings',
+  'expect',
+]);
+
+const STATUS: Record<EgressReason, number> = {
+  ALLOW_LISTED: 200,
+  ASK_ALLOWED: 200,
+  DENY_LISTED: 403,
+  NOT_ALLOWLISTED: 403,
+  PORT_NOT_ALLOWED: 403,
+  ASK_DENIED: 403,
+  ASK_PENDING: 403,
+  ASK_TIMEOUT: 403,
+  HOST_INVALID: 403,
+  ADDRESS_FORBIDDEN: 403,
+  UPGRADE_REFUSED: 403,
+  NO_POLICY: 403,
+  BAD_REQUEST: 400,
+  UNSUPPORTED: 405,
+  DNS_NOT_FOUND: 502,
+  DNS_FAILED: 502,
+  DNS_TIMEOUT: 504,
+};
+
+const PHRASE: Record<number, string> = {
+  400: 'Bad Request',
+  403: 'Forbidden',
+  405: 'Method Not Allowed',
+  408: 'Request Timeout',
+  431: 'Request Header Fields Too Large',
+  502: 'Bad Gateway',
+  504: 'Gateway Timeout',
+};
+
+function rawAnswer(status: number, reason: string, body: string, extra: Record<string, string> = {}): string {
+  const text = `${body}\n`;
+  const lines = [
+    `HTTP/1.1 ${status} ${PHRASE[status] ?? 'Error'}`,
+    'Content-Type: text/plain; charset=utf-8',
+    `Content-Length: ${Buffer.byteLength(text)}`,
+    'Connection: close',
+    `X-Atelier-Egress-Reason: ${reason}`,
+    ...Object.entries(extra).map(([k, v]) => `${k}: ${v}`),
+  ];
+  return `${lines.join('\r\n')}\r\n\r\n${text}`;
+}
+
+function answerBody(d: EgressDecision): string {
+  return `atelier egress: ${d.protocol === 'connect' ? 'CONNECT' : d.protocol === 'http' ? 'request' : 'SOCKS5 CONNECT'} to ${d.target} refused (${d.reason}): ${d.message}`;
+}
+
+/** Split `host[:port]` (IPv6 bracketed). Port: undefined when absent, NaN when malformed. */
+function splitAuthority(authority: string): { host: string; port: number | undefined } | null {
+  let host: string;
+  let rest: string;
+  if (authority.startsWith('[')) {
+    const close = authority.indexOf(']');
+    if (close < 0) return null;
+    host = authority.slice(0, close + 1);
+    rest = authority.slice(close + 1);
+  } else {
+    const colon = authority.lastIndexOf(':');
+    if (colon >= 0 && authority.indexOf(':') !== colon) return null; // unbracketed IPv6
+    host = colon < 0 ? authority : authority.slice(0, colon);
+    rest = colon < 0 ? '' : authority.slice(colon);
+  }
+  if (rest === '' || rest === ':') return { host, port: undefined };
+  if (!rest.startsWith(':')) return null;
+  const p = rest.slice(1);
+  return { host, port: /^[0-9]{1,5}$/.test(p) ? Number(p) : NaN };
+}
+
+function validPort(p: number): boolean {
+  return Number.isInteger(p) && p >= 1 && p <= 65535;
+}
+
+function boundTarget(t: string): string {
+  return /^[\x21-\x7e]{1,300}$/.test(t) ? t : describeRaw(t, 300);
+}
+
+/** Race a promise against a deadline; on timeout the signal aborts and `onTimeout` is thrown. */
+async function withDeadline<T>(ms: number, parent: AbortSignal, run: (s: AbortSignal) => Promise<T>, onTimeout: () => Error): Promise<T> {
+  const ctl = new AbortController();
+  const abort = () => ctl.abort();
+  parent.addEventListener('abort', abort, { once: true });
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      run(ctl.signal),
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => {
+          ctl.abort();
+          reject(onTimeout());
+        }, ms);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+    parent.removeEventListener('abort', abort);
+  }
+}
+
+export class EgressProxy {
+  private readonly resolver: Resolver;
+  private readonly onDecision: NonNullable<EgressProxyOptions['onDecision']>;
+  private readonly onError: NonNullable<EgressProxyOptions['onError']>;
+  private readonly ask: AskHook | undefined;
+  readonly limits: EgressLimits;
+  private readonly listeners = new Map<string, Listener>();
+  private readonly policies = new Map<string, EgressPolicy>();
+
+  constructor(options: EgressProxyOptions) {
+    this.resolver = options.resolver;
+    this.onDecision = options.onDecision ?? (() => {});
+    this.onError = options.onError ?? (() => {});
+    this.ask = options.ask;
+    this.limits = { ...DEFAULT_EGRESS_LIMITS, ...options.limits };
+  }
+
+  /** Replace a workshop's policy; the next request sees it, open tunnels and requests in flight are not touched. */
+  setPolicy(workshopId: string, policy: EgressPolicy): void {
+    this.policies.set(workshopId, policy);
+    const l = this.listeners.get(workshopId);
+    if (l) l.policy = policy;
+  }
+
+  /** The policy a workshop's next request will be judged by. */
+  getPolicy(workshopId: string): EgressPolicy | undefined {
+    return this.policies.get(workshopId);
+  }
+
+  /** Open sockets (clients and upstreams) of a workshop; 0 when it has no listener. */
+  openSockets(workshopId: string): number {
+    return this.listeners.get(workshopId)?.sockets.size ?? 0;
+  }
+
+  /**
+   * Serve a workshop on a unix socket (mode 0666: the directory, which the caller controls,
+   * is the access boundary). A stale socket file at the path is replaced; any other file is refused.
+   */
+  async listen(workshopId: string, socketPath: string, policy?: EgressPolicy): Promise<void> {
+    if (this.listeners.has(workshopId)) throw new AtelierError('ALREADY_EXISTS', `the egress proxy already serves workshop ${workshopId}`);
+    if (policy) this.policies.set(workshopId, policy);
+    try {
+      const st = await lstat(socketPath);
+      if (!st.isSocket()) throw new AtelierError('CONFLICT', `${socketPath} exists and is not a socket: refusing to replace it`);
+      await unlink(socketPath);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    }
+    const l: Listener = {
+      workshopId,
+      socketPath,
+      server: net.createServer({ allowHalfOpen: true }),
+      http: http.createServer({ maxHeaderSize: this.limits.maxHeaderBytes, requireHostHeader: false }),
+      agent: new http.Agent({ keepAlive: true, maxSockets: 64, maxFreeSockets: 16, timeout: this.limits.idleTimeoutMs }),
+      policy: this.policies.get(workshopId),
+      sockets: new Set(),
+      clients: 0,
+    };
+    this.setupHttp(l);
+    l.server.on('connection', (s) => this.onConnection(l, s));
+    l.server.on('error', (err) => this.onError(workshopId, err));
+    await new Promise<void>((resolve, reject) => {
+      l.server.once('error', reject);
+      l.server.listen(socketPath, () => {
+        l.server.off('error', reject);
+        resolve();
+      });
+    });
+    this.listeners.set(workshopId, l);
+    await chmod(socketPath, 0o666);
+  }
+
+  /** Stop serving a workshop: its listener, every connection and tunnel, its socket file. */
+  async close(workshopId: string): Promise<void> {
+    const l = this.listeners.get(workshopId);
+    if (!l) return;
+    this.listeners.delete(workshopId);
+    const closed = new Promise<void>((resolve) => l.server.close(() => resolve()));
+    for (const s of l.sockets) s.destroy();
+    l.agent.destroy();
+    await closed;
+  }
+
+  /** Close every workshop's listener. */
+  async closeAll(): Promise<void> {
+    await Promise.all([...this.listeners.keys()].map((id) => this.close(id)));
+  }
+
+  private track(l: Listener, s: net.Socket): void {
+    l.sockets.add(s);
+    s.once('close', () => l.sockets.delete(s));
+    // A socket error is always handled by whoever owns the exchange; this only keeps an
+    // unexpected one from becoming an uncaught exception.
+    s.on('error', () => {});
+  }
+
+  private record(l: Listener, d: EgressDecision): void {
+    try {
+      this.onDecision(l.workshopId, d);
+    } catch (err) {
+      this.onError(l.workshopId, err);
+    }
+  }
+
+  // ---- connection and protocol detection -------------------------------------------------
+
+  private headerTimers = new WeakMap<net.Socket, NodeJS.Timeout>();
+
+  /** Total-time limit on a request head (slowloris): byte-by-byte dribbling does not reset it. */
+  private armHeaderDeadline(s: net.Socket): void {
+    this.clearHeaderDeadline(s);
+    const t = setTimeout(() => {
+      if (!s.destroyed) {
+        // Best effort: the client is told, then dropped.
+        if (s.writable) s.write(rawAnswer(408, 'BAD_REQUEST', 'atelier egress: the request head was not complete in time'));
+        s.destroy();
+      }
+    }, this.limits.headerTimeoutMs);
+    t.unref();
+    this.headerTimers.set(s, t);
+  }
+
+  private clearHeaderDeadline(s: net.Socket): void {
+    const t = this.headerTimers.get(s);
+    if (t) clearTimeout(t);
+    this.headerTimers.delete(s);
+  }
+
+  private onConnection(l: Listener, s: net.Socket): void {
+    if (l.clients >= this.limits.maxConnectionsPerWorkshop) {
+      s.destroy();
+      return;
+    }
+    l.clients++;
+    this.track(l, s);
+    s.once('close', () => {
+      l.clients--;
+      this.clearHeaderDeadline(s);
+    });
+    this.armHeaderDeadline(s);
+    s.once('data', (first: Buffer) => {
+      s.pause();
+      s.unshift(first);
+      const b = first[0]!;
+      if (b === 0x05) {
+        this.serveSocks(l, s);
+      } else if ((b >= 0x41 && b <= 0x5a) || (b >= 0x61 && b <= 0x7a)) {
+        // Hand the socket to node's HTTP parser (keep-alive, chunking, size limits).
+        l.http.emit('connection', s);
+        s.resume();
+      } else {
+        // SOCKS4, a TLS ClientHello (an https:// proxy URL), or noise.
+        s.destroy();
+      }
+    });
+  }
+
+  // ---- HTTP: absolute-form requests, CONNECT, Upgrade -----------------------------------
+
+  private setupHttp(l: Listener): void {
+    const h = l.http;
+    h.timeout = this.limits.idleTimeoutMs;
+    h.keepAliveTimeout = Math.min(5_000, this.limits.headerTimeoutMs);
+    h.headersTimeout = this.limits.headerTimeoutMs;
+    h.requestTimeout = 0;
+    const inflight = new WeakMap<net.Socket, number>();
+
+    h.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
+      const s = req.socket;
+      this.clearHeaderDeadline(s);
+      inflight.set(s, (inflight.get(s) ?? 0) + 1);
+      res.once('close', () => {
+        const n = (inflight.get(s) ?? 1) - 1;
+        inflight.set(s, n);
+        // Waiting for the next request on a kept-alive connection: the head deadline again.
+        if (n === 0 && !s.destroyed) this.armHeaderDeadline(s);
+      });
+      this.serveHttp(l, req, res).catch((err: unknown) => {
+        this.onError(l.workshopId, err);
+        if (!res.headersSent) res.writeHead(502).end();
+        else res.destroy();
+      });
+    });
+
+    h.on('connect', (req: http.IncomingMessage, s: net.Socket, head: Buffer) => {
+      this.clearHeaderDeadline(s);
+      this.serveConnect(l, req, s, head).catch((err: unknown) => {
+        this.onError(l.workshopId, err);
+        s.destroy();
+      });
+    });
+
+    // Upgrade (WebSocket, h2c) on plain HTTP would turn a checked request into an unchecked
+    // byte stream: refused. Clients reach wss:// and ws:// through CONNECT instead.
+    h.on('upgrade', (req: http.IncomingMessage, s: net.Socket) => {
+      this.clearHeaderDeadline(s);
+      const target = boundTarget(req.url ?? '');
+      const parsed = this.parseAbsolute(req.url ?? '');
+      const canonical = parsed ? canonicalizeHost(parsed.host) : null;
+      const d: EgressDecision = {
+        at: new Date(),
+        protocol: 'http',
+        target,
+        host: canonical && canonical.kind !== 'refused' ? canonical.value : '',
+        port: parsed?.port ?? 0,
+        allowed: false,
+        outcome: 'denied',
+        reason: 'UPGRADE_REFUSED',
+        message: `protocol upgrade to ${describeRaw(String(req.headers.upgrade ?? ''), 40)} over plain HTTP is not allowed: use CONNECT (wss://, https://)`,
+      };
+      this.record(l, d);
+      s.end(rawAnswer(403, d.reason, answerBody(d)));
+    });
+
+    h.on('clientError', (err: NodeJS.ErrnoException, s: net.Socket) => {
+      this.clearHeaderDeadline(s);
+      if (err.code === 'ECONNRESET' || !s.writable) {
+        s.destroy();
+        return;
+      }
+      const tooBig = err.code === 'HPE_HEADER_OVERFLOW';
+      const timeout = err.code === 'ERR_HTTP_REQUEST_TIMEOUT';
+      const status = tooBig ? 431 : timeout ? 408 : 400;
+      this.record(l, {
+        at: new Date(),
+        protocol: 'http',
+        target: '',
+        host: '',
+        port: 0,
+        allowed: false,
+        outcome: 'denied',
+        reason: 'BAD_REQUEST',
+        message: `malformed request (${err.code ?? 'parse error'})`,
+      });
+      s.end(rawAnswer(status, 'BAD_REQUEST', `atelier egress: malformed request (${err.code ?? 'parse error'})`));
+      s.destroySoon();
+    });
+  }
+
+  /** `http://host[:port]/path` → parts; null when the target is not absolute-form http. */
+  private parseAbsolute(url: string): { host: string; port: number; path: string } | null {
+    const m = /^http:\/\/([^/?#]*)(.*)$/i.exec(url);
+    if (!m) return null;
+    const authority = m[1]!;
+    // userinfo (`http://allowed.com@evil.com/`) is where URL parsers disagree: refused.
+    if (authority.includes('@')) return null;
+    const a = splitAuthority(authority);
+    if (!a) return null;
+    const port = a.port ?? 80;
+    let path = m[2]!;
+    if (path === '') path = '/';
+    else if (path.startsWith('?')) path = `/${path}`;
+    else if (!path.startsWith('/')) return null;
+    return { host: a.host, port, path };
+  }
+
+  private async serveHttp(l: Listener, req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const url = req.url ?? '';
+    const target = boundTarget(url);
+    const parsed = this.parseAbsolute(url);
+    if (!parsed) {
+      const why = /^https:/i.test(url)
+        ? 'https:// URLs go through CONNECT, not as a plain request'
+        : url.startsWith('/')
+          ? 'this is a proxy: send the absolute URL (http://host/path) or use CONNECT'
+          : 'the target is not an absolute http:// URL without user info';
+      const d = this.badRequest('http', target, why);
+      this.record(l, d);
+      this.deny(res, d);
+      return;
+    }
+    const ac = new AbortController();
+    const onGone = () => ac.abort();
+    req.socket.once('close', onGone);
+    let v: Verdict;
+    try {
+      v = await this.decide(l, 'http', parsed.host, parsed.port, target, ac.signal);
+    } finally {
+      req.socket.off('close', onGone);
+    }
+    if (!v.decision.allowed) {
+      this.deny(res, v.decision);
+      return;
+    }
+    if (req.socket.destroyed) return;
+
+    const headers: string[] = [];
+    const connectionTokens = new Set(
+      String(req.headers.connection ?? '')
+        .toLowerCase()
+        .split(',')
+        .map((x) => x.trim()),
+    );
+    for (let i = 0; i < req.rawHeaders.length; i += 2) {
+      const k = req.rawHeaders[i]!;
+      const lk = k.toLowerCase();
+      if (HOP_BY_HOP.has(lk) || connectionTokens.has(lk) || lk === 'host') continue;
+      headers.push(k, req.rawHeaders[i + 1]!);
+    }
+    // RFC 9112 §3.2.2: a proxy replaces Host with the authority of the absolute URL, so a
+    // request checked for one name cannot be routed by the origin to another (domain fronting).
+    const host = v.decision.host;
+    const authority = parsed.port === 80 ? hostFor(host) : `${hostFor(host)}:${parsed.port}`;
+    headers.push('Host', authority);
+
+    const address = v.dial[0]!;
+    const up = http.request({
+      host: address,
+      port: parsed.port,
+      method: req.method,
+      path: parsed.path,
+      headers,
+      setHost: false,
+      agent: l.agent,
+      // Belt and braces: the address is a literal, but should anything ask, it gets the checked one.
+      lookup: pinnedLookup(address),
+    });
+    up.setTimeout(this.limits.idleTimeoutMs, () => up.destroy(new Error('upstream idle timeout')));
+    up.on('socket', (sock: net.Socket) => {
+      if (!l.sockets.has(sock)) this.track(l, sock);
+      if (sock.connecting) {
+        const t = setTimeout(() => sock.destroy(new Error('connect timeout')), this.limits.connectTimeoutMs);
+        sock.once('connect', () => clearTimeout(t));
+        sock.once('close', () => clearTimeout(t));
+      }
+    });
+    req.on('aborted', () => up.destroy());
+    res.on('close', () => {
+      if (!res.writableFinished) up.destroy();
+    });
+    up.on('response', (ur: http.IncomingMessage) => {
+      const out: string[] = [];
+      const tokens = new Set(
+        String(ur.headers.connection ?? '')
+          .toLowerCase()
+          .split(',')
+          .map((x) => x.trim()),
+      );
+      for (let i = 0; i < ur.rawHeaders.length; i += 2) {
+        const lk = ur.rawHeaders[i]!.toLowerCase();
+        if (HOP_BY_HOP.has(lk) || tokens.has(lk)) continue;
+        out.push(ur.rawHeaders[i]!, ur.rawHeaders[i + 1]!);
+      }
+      try {
+        res.writeHead(ur.statusCode ?? 502, ur.statusMessage, out);
+      } catch (err) {
+        // A header node's client parser accepted but its server side refuses to write.
+        this.onError(l.workshopId, err);
+        ur.destroy();
+        up.destroy();
+        if (!res.headersSent) res.writeHead(502, { 'x-atelier-egress-reason': 'UPSTREAM_FAILED', connection: 'close' }).end();
+        return;
+      }
+      ur.pipe(res);
+      ur.on('error', () => res.destroy());
+    });
+    up.on('error', (err: NodeJS.ErrnoException) => {
+      if (res.headersSent) {
+        res.destroy();
+        return;
+      }
+      const body = `atelier egress: ${host}:${parsed.port} (${address}) could not be reached: ${err.code ?? err.message}\n`;
+      res.writeHead(502, {
+        'content-type': 'text/plain; charset=utf-8',
+        'content-length': Buffer.byteLength(body),
+        'x-atelier-egress-reason': 'UPSTREAM_FAILED',
+        connection: 'close',
+      });
+      res.end(body);
+    });
+    req.pipe(up);
+  }
+
+  private deny(res: http.ServerResponse, d: EgressDecision): void {
+    if (res.headersSent || res.destroyed) return;
+    const body = `${answerBody(d)}\n`;
+    const headers: Record<string, string | number> = {
+      'content-type': 'text/plain; charset=utf-8',
+      'content-length': Buffer.byteLength(body),
+      'x-atelier-egress-reason': d.reason,
+    };
+    if (d.approvalId !== undefined) headers['x-atelier-approval'] = d.approvalId;
+    res.writeHead(STATUS[d.reason], headers);
+    res.end(body);
+  }
+
+  private async serveConnect(l: Listener, req: http.IncomingMessage, s: net.Socket, head: Buffer): Promise<void> {
+    const authority = req.url ?? '';
+    const target = boundTarget(authority);
+    const a = splitAuthority(authority);
+    let v: Verdict;
+    if (!a || a.port === undefined) {
+      v = { decision: this.badRequest('connect', target, 'CONNECT needs host:port'), dial: [] };
+      this.record(l, v.decision);
+    } else {
+      const ac = new AbortController();
+      const onGone = () => ac.abort();
+      s.once('close', onGone);
+      try {
+        v = await this.decide(l, 'connect', a.host, a.port, target, ac.signal);
+      } finally {
+        s.off('close', onGone);
+      }
+    }
+    if (s.destroyed) return;
+    if (!v.decision.allowed) {
+      const extra: Record<string, string> = {};
+      if (v.decision.approvalId !== undefined) extra['X-Atelier-Approval'] = v.decision.approvalId;
+      // Anything the client sent after the CONNECT is never read: the answer, then close.
+      s.end(rawAnswer(STATUS[v.decision.reason], v.decision.reason, answerBody(v.decision), extra));
+      s.destroySoon();
+      return;
+    }
+    let up: net.Socket;
+    try {
+      up = await this.dial(l, v.dial, v.decision.port);
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
+      s.end(rawAnswer(502, 'UPSTREAM_FAILED', `atelier egress: ${target} could not be reached: ${code}`));
+      s.destroySoon();
+      return;
+    }
+    if (s.destroyed) {
+      up.destroy();
+      return;
+    }
+    s.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+    if (head.length > 0) up.write(head);
+    this.splice(s, up);
+  }
+
+  // ---- SOCKS5 (RFC 1928): no authentication, CONNECT only -------------------------------
+
+  private serveSocks(l: Listener, s: net.Socket): void {
+    let buf = Buffer.alloc(0);
+    let stage: 'greeting' | 'request' = 'greeting';
+    const fail = (code: number) => {
+      s.end(Buffer.from([0x05, code, 0x00, 0x01, 0, 0, 0, 0, 0, 0]));
+      s.destroySoon();
+    };
+    const onData = (chunk: Buffer) => {
+      buf = Buffer.concat([buf, chunk]);
+      if (buf.length > 1024) {
+        s.destroy();
+        return;
+      }
+      if (stage === 'greeting') {
+        if (buf.length < 2) return;
+        const n = buf[1]!;
+        if (buf.length < 2 + n) return;
+        const methods = buf.subarray(2, 2 + n);
+        buf = buf.subarray(2 + n);
+        if (!methods.includes(0x00)) {
+          s.end(Buffer.from([0x05, 0xff]));
+          s.destroySoon();
+          s.off('data', onData);
+          return;
+        }
+        s.write(Buffer.from([0x05, 0x00]));
+        stage = 'request';
+      }
+      if (buf.length < 5) return;
+      if (buf[0] !== 0x05) {
+        s.off('data', onData);
+        s.destroy();
+        return;
+      }
+      const cmd = buf[1]!;
+      const atyp = buf[3]!;
+      let host: string;
+      let end: number;
+      if (atyp === 0x01) {
+        end = 4 + 4;
+        if (buf.length < end + 2) return;
+        host = `${buf[4]}.${buf[5]}.${buf[6]}.${buf[7]}`;
+      } else if (atyp === 0x04) {
+        end = 4 + 16;
+        if (buf.length < end + 2) return;
+        host = `[${Array.from({ length: 8 }, (_, i) => buf.readUInt16BE(4 + i * 2).toString(16)).join(':')}]`;
+      } else if (atyp === 0x03) {
+        const len = buf[4]!;
+        end = 5 + len;
+        if (buf.length < end + 2) return;
+        // Domain bytes are UTF-8 (IDNA happens in canonicalisation); invalid UTF-8 becomes
+        // U+FFFD, which canonicalisation refuses.
+        host = buf.subarray(5, end).toString('utf8');
+      } else {
+        s.off('data', onData);
+        fail(0x08);
+        return;
+      }
+      const port = buf.readUInt16BE(end);
+      const rest = buf.subarray(end + 2);
+      s.off('data', onData);
+      s.pause();
+      this.clearHeaderDeadline(s);
+      if (cmd !== 0x01) {
+        const d = this.badRequest('socks5', `${host}:${port}`, `SOCKS5 command ${cmd} is not supported: only CONNECT`);
+        d.reason = 'UNSUPPORTED';
+        this.record(l, d);
+        fail(0x07);
+        return;
+      }
+      this.socksConnect(l, s, host, port, rest).catch((err: unknown) => {
+        this.onError(l.workshopId, err);
+        s.destroy();
+      });
+    };
+    s.on('data', onData);
+    s.resume();
+  }
+
+  private async socksConnect(l: Listener, s: net.Socket, host: string, port: number, rest: Buffer): Promise<void> {
+    const target = boundTarget(`${host}:${port}`);
+    const ac = new AbortController();
+    const onGone = () => ac.abort();
+    s.once('close', onGone);
+    let v: Verdict;
+    try {
+      v = await this.decide(l, 'socks5', host, port, target, ac.signal);
+    } finally {
+      s.off('close', onGone);
+    }
+    if (s.destroyed) return;
+    const reply = (code: number) => Buffer.from([0x05, code, 0x00, 0x01, 0, 0, 0, 0, 0, 0]);
+    if (!v.decision.allowed) {
+      const r = v.decision.reason;
+      // 0x02 "not allowed by ruleset"; 0x04 "host unreachable" for names that do not resolve.
+      s.end(reply(r === 'DNS_NOT_FOUND' || r === 'DNS_FAILED' || r === 'DNS_TIMEOUT' ? 0x04 : 0x02));
+      s.destroySoon();
+      return;
+    }
+    let up: net.Socket;
+    try {
+      up = await this.dial(l, v.dial, port);
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      s.end(reply(code === 'ECONNREFUSED' ? 0x05 : code === 'ETIMEDOUT' ? 0x06 : 0x01));
+      s.destroySoon();
+      return;
+    }
+    if (s.destroyed) {
+      up.destroy();
+      return;
+    }
+    s.write(reply(0x00));
+    if (rest.length > 0) up.write(rest);
+    this.splice(s, up);
+  }
+
+  // ---- decision ------------------------------------------------------------------------
+
+  private badRequest(protocol: EgressProtocol, target: string, message: string): EgressDecision {
+    return { at: new Date(), protocol, target, host: '', port: 0, allowed: false, outcome: 'denied', reason: 'BAD_REQUEST', message };
+  }
+
+  /**
+   * The one decision path for all three protocols. Order matters:
+   * - an IP literal is checked as an address first, so a forbidden address is never offered
+   *   to the ask hook;
+   * - a name is checked against the lists before it is resolved, so names the policy does not
+   *   allow never reach DNS (a lookup is itself a way to leak data);
+   * - a name is resolved once, every answer is checked, and only checked answers are dialed.
+   */
+  private async decide(
+    l: Listener,
+    protocol: EgressProtocol,
+    rawHost: string,
+    port: number,
+    target: string,
+    signal: AbortSignal,
+  ): Promise<Verdict> {
+    const base = { at: new Date(), protocol, target, port };
+    const done = (d: EgressDecision, dial: string[] = []): Verdict => {
+      this.record(l, d);
+      return { decision: d, dial };
+    };
+    const refuse = (reason: EgressReason, host: string, message: string, extra: Partial<EgressDecision> = {}): Verdict =>
+      done({ ...base, host, allowed: false, outcome: 'denied', reason, message, ...extra });
+
+    const policy = l.policy;
+    if (!policy) return refuse('NO_POLICY', '', `workshop ${l.workshopId} has no egress policy yet: nothing may leave`);
+    if (!validPort(port)) return refuse('BAD_REQUEST', '', `port ${port} is not 1–65535`);
+    const h = canonicalizeHost(rawHost);
+    if (h.kind === 'refused') return refuse('HOST_INVALID', '', h.message, { hostRefusal: h.reason });
+    const hostPort = `${hostFor(h.value)}:${port}`;
+
+    if (h.kind !== 'name') {
+      const a = checkAddress(h.bytes, policy.allowRanges);
+      if (!a.allowed)
+        return refuse('ADDRESS_FORBIDDEN', h.value, forbiddenMessage(h.value, a.address, a.class), {
+          address: a.address,
+          addressClass: a.class,
+        });
+    }
+
+    let reason: EgressReason = 'ALLOW_LISTED';
+    let entry: string | undefined;
+    let approvalId: string | undefined;
+    const p = policy.evaluate(h, port, protocol);
+    switch (p.outcome) {
+      case 'deny':
+        return refuse(
+          p.reason,
+          h.value,
+          p.reason === 'DENY_LISTED'
+            ? `${hostPort} is denied by the entry "${p.entry}" of egress.deny`
+            : `${h.value} is allowed on other ports only (entry "${p.entry}"): add "${hostPort}" to egress.allow`,
+          { entry: p.entry },
+        );
+      case 'allow':
+        entry = p.entry;
+        break;
+      case 'unknown': {
+        const asked = await this.askHuman(l, policy, h, port, protocol, signal);
+        approvalId = asked.approvalId;
+        if (asked.decision !== 'allow') {
+          const extra: Partial<EgressDecision> = {};
+          if (approvalId !== undefined) extra.approvalId = approvalId;
+          return done({
+            ...base,
+            host: h.value,
+            allowed: false,
+            outcome: 'unknown',
+            reason: asked.reason,
+            message: asked.message,
+            ...extra,
+          });
+        }
+        reason = 'ASK_ALLOWED';
+        break;
+      }
+    }
+
+    let dial: string[];
+    if (h.kind === 'name') {
+      let answers: Uint8Array[];
+      try {
+        const raw = await withDeadline(
+          this.limits.dnsTimeoutMs,
+          signal,
+          (sig) => this.resolver.resolve(h.value, sig),
+          () => new ResolveError('DNS_TIMEOUT', `no answer for ${h.value} within ${this.limits.dnsTimeoutMs} ms`),
+        );
+        answers = parseAnswers(h.value, raw);
+        if (answers.length === 0) throw new ResolveError('DNS_NOT_FOUND', `${h.value} has no address`);
+      } catch (err) {
+        const code: EgressReason = err instanceof ResolveError ? err.code : 'DNS_FAILED';
+        return refuse(code, h.value, `${(err as Error).message}`);
+      }
+      dial = [];
+      for (const b of answers) {
+        const a = checkAddress(b, policy.allowRanges);
+        // One forbidden answer condemns the name: a name that points at both a public and an
+        // internal address is how rebinding attacks pick their moment.
+        if (!a.allowed)
+          return refuse('ADDRESS_FORBIDDEN', h.value, forbiddenMessage(h.value, a.address, a.class), {
+            address: a.address,
+            addressClass: a.class,
+          });
+        if (!dial.includes(a.address)) dial.push(a.address);
+      }
+    } else {
+      dial = [checkAddress(h.bytes, policy.allowRanges).address];
+    }
+    const d: EgressDecision = {
+      ...base,
+      host: h.value,
+      allowed: true,
+      outcome: 'allowed',
+      reason,
+      message: reason === 'ASK_ALLOWED' ? `${hostPort} allowed by a human` : `${hostPort} allowed by "${entry}"`,
+      address: dial[0]!,
+    };
+    if (entry !== undefined) d.entry = entry;
+    if (approvalId !== undefined) d.approvalId = approvalId;
+    return done(d, dial);
+  }
+
+  private async askHuman(
+    l: Listener,
+    policy: EgressPolicy,
+    h: CanonicalHost,
+    port: number,
+    protocol: EgressProtocol,
+    signal: AbortSignal,
+  ): Promise<{ decision: AskDecision; reason: EgressReason; message: string; approvalId?: string }> {
+    const hostPort = `${hostFor(h.value)}:${port}`;
+    const notListed = `${hostPort} is not in this workshop's egress allowlist: add it to egress.allow in atelier.yaml`;
+    const ask = this.ask;
+    if (!ask) return { decision: 'deny', reason: 'NOT_ALLOWLISTED', message: notListed };
+    const holdMs = policy.askHoldMs;
+    let answer: AskAnswer;
+    try {
+      answer = await withDeadline(
+        holdMs + this.limits.askGraceMs,
+        signal,
+        (sig) => ask(h.value, port, { workshopId: l.workshopId, protocol, holdMs, signal: sig }),
+        () => new Error('ask timeout'),
+      );
+    } catch (err) {
+      if ((err as Error).message !== 'ask timeout') this.onError(l.workshopId, err);
+      return { decision: 'deny', reason: 'ASK_TIMEOUT', message: `${notListed}; nobody decided within ${Math.round(holdMs / 1000)} s` };
+    }
+    const a = typeof answer === 'string' ? { decision: answer } : answer;
+    const out: { decision: AskDecision; reason: EgressReason; message: string; approvalId?: string } = {
+      decision: a.decision,
+      reason: a.decision === 'allow' ? 'ASK_ALLOWED' : a.decision === 'pending' ? 'ASK_PENDING' : 'ASK_DENIED',
+      message:
+        a.decision === 'pending'
+          ? `${hostPort} is waiting for a human's approval${a.approvalId ? ` (request ${a.approvalId})` : ''}: retry once it is approved`
+          : `${hostPort} was refused by a human`,
+    };
+    if (a.approvalId !== undefined) out.approvalId = a.approvalId;
+    return out;
+  }
+
+  // ---- dialing and tunnels -------------------------------------------------------------
+
+  /** Connect to the first checked address that answers; never anything else. */
+  private async dial(l: Listener, addresses: readonly string[], port: number): Promise<net.Socket> {
+    let last: unknown = new Error('no address');
+    for (const address of addresses) {
+      try {
+        return await new Promise<net.Socket>((resolve, reject) => {
+          const up = net.connect({ host: address, port, allowHalfOpen: true, lookup: pinnedLookup(address) });
+          this.track(l, up);
+          const t = setTimeout(() => {
+            const e: NodeJS.ErrnoException = new Error(`connect to ${address}:${port} timed out`);
+            e.code = 'ETIMEDOUT';
+            up.destroy(e);
+          }, this.limits.connectTimeoutMs);
+          up.once('connect', () => {
+            clearTimeout(t);
+            resolve(up);
+          });
+          up.once('error', (err) => {
+            clearTimeout(t);
+            up.destroy();
+            reject(err);
+          });
+        });
+      } catch (err) {
+        last = err;
+      }
+    }
+    throw last;
+  }
+
+  /**
+   * Join a client and an upstream. A FIN from one side is passed on (half-close) while the
+   * other direction keeps flowing; an error or reset on either side ends both; no traffic
+   * either way for idleTimeoutMs ends both.
+   */
+  private splice(a: net.Socket, b: net.Socket): void {
+    const kill = () => {
+      a.destroy();
+      b.destroy();
+    };
+    a.on('error', kill);
+    b.on('error', kill);
+    // A side that closes after a clean FIN has already passed it on (pipe ends the other
+    // side, which then closes by itself once flushed); any other close ends the other side now.
+    a.once('close', (hadError) => {
+      if (hadError || !a.readableEnded) b.destroy();
+    });
+    b.once('close', (hadError) => {
+      if (hadError || !b.readableEnded) a.destroy();
+    });
+    a.setTimeout(this.limits.idleTimeoutMs, kill);
+    b.setTimeout(this.limits.idleTimeoutMs, kill);
+    a.pipe(b);
+    b.pipe(a);
+    a.resume();
+  }
+}
+
+function hostFor(value: string): string {
+  return value.includes(':') ? `[${value}]` : value;
+}
+
+function forbiddenMessage(host: string, address: string, cls: AddressClass): string {
+  const what = host === address ? host : `${host} resolves to ${address}, which`;
+  return `${what} is a ${cls} address that workshops may not reach; an admin may allow its range in allowRanges`;
+}
+
+/** A `lookup` that can only ever answer the address that was checked. */
+function pinnedLookup(address: string): net.LookupFunction {
+  const family = net.isIPv6(address) ? 6 : 4;
+  return ((_host: string, opts: { all?: boolean }, cb: (...args: unknown[]) => void) => {
+    if (opts?.all) cb(null, [{ address, family }]);
+    else cb(null, address, family);
+  }) as unknown as net.LookupFunction;
+}

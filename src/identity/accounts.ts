@@ -1,0 +1,326 @@
+import { z } from 'zod';
+import { AtelierError, hashToken, newApiToken, newId } from '../core/index.js';
+import { asDatabaseError, withTransaction, type Pool } from '../db/index.js';
+import { generatePassword, hashPassword } from './passwords.js';
+import type { Principal } from './policy.js';
+import { ROLES, atLeast, isRole, weaker, type Role } from './roles.js';
+
+export const USER_NAME = /^[a-zA-Z0-9][a-zA-Z0-9._@-]{0,62}$/;
+export const TENANT_NAME = /^[a-z0-9][a-z0-9-]{0,62}$/;
+
+export const AddUserRequest = z.strictObject({
+  name: z.string().regex(USER_NAME, 'use 1-63 letters, digits, dots, dashes, underscores or @, starting with a letter or digit'),
+  role: z.enum(ROLES).default('member'),
+  tenant: z.string().regex(TENANT_NAME, 'use lowercase letters, digits and dashes').optional(),
+});
+export type AddUserRequest = z.infer<typeof AddUserRequest>;
+
+export const CreateTokenRequest = z.strictObject({
+  name: z.string().min(1).max(100).optional(),
+  role: z.enum(ROLES).optional(),
+  /** null: never expires. Absent: 30 days. */
+  expiresInSeconds: z
+    .number()
+    .int()
+    .min(60)
+    .max(10 * 365 * 86400)
+    .nullable()
+    .optional(),
+  workshopId: z.string().min(1).optional(),
+  /** For another user of the tenant (a service account): admins only. */
+  user: z.string().min(1).max(200).optional(),
+  /** Another tenant the caller belongs to (default: the caller's current one). */
+  tenant: z.string().regex(TENANT_NAME, 'use lowercase letters, digits and dashes').optional(),
+});
+export type CreateTokenRequest = z.infer<typeof CreateTokenRequest>;
+
+const DEFAULT_TOKEN_TTL_SECONDS = 30 * 86400;
+
+export interface UserView {
+  id: string;
+  name: string;
+  issuer: string;
+  email: string | null;
+  disabled: boolean;
+  mustChangePassword: boolean;
+  memberships: { tenant: string; role: Role }[];
+  createdAt: string;
+}
+
+export interface TokenView {
+  id: string;
+  name: string;
+  user: string;
+  role: Role;
+  tenant: string;
+  workshopId: string | null;
+  expiresAt: string | null;
+  createdAt: string;
+  lastUsedAt: string | null;
+  revoked: boolean;
+}
+
+interface UserRow {
+  id: string;
+  name: string;
+  issuer: string;
+  email: string | null;
+  disabled_at: Date | null;
+  must_change_password: boolean;
+  created_at: Date;
+  memberships: { tenant: string; role: Role }[] | null;
+}
+
+interface TokenRow {
+  id: string;
+  name: string;
+  user_name: string;
+  role: Role;
+  tenant_name: string;
+  workshop_id: string | null;
+  expires_at: Date | null;
+  created_at: Date;
+  last_used_at: Date | null;
+  revoked_at: Date | null;
+}
+
+function userView(r: UserRow): UserView {
+  return {
+    id: r.id,
+    name: r.name,
+    issuer: r.issuer,
+    email: r.email,
+    disabled: r.disabled_at !== null,
+    mustChangePassword: r.must_change_password,
+    memberships: r.memberships ?? [],
+    createdAt: r.created_at.toISOString(),
+  };
+}
+
+function tokenView(r: TokenRow): TokenView {
+  return {
+    id: r.id,
+    name: r.name,
+    user: r.user_name,
+    role: r.role,
+    tenant: r.tenant_name,
+    workshopId: r.workshop_id,
+    expiresAt: r.expires_at?.toISOString() ?? null,
+    createdAt: r.created_at.toISOString(),
+    lastUsedAt: r.last_used_at?.toISOString() ?? null,
+    revoked: r.revoked_at !== null,
+  };
+}
+
+/** Users, tenants and API tokens: what `atelier users` and `atelier tokens` manage. */
+export class AccountService {
+  constructor(private readonly pool: Pool) {}
+
+  private async query<T extends object>(sql: string, params: unknown[] = []): Promise<T[]> {
+    try {
+      return (await this.pool.query<T>(sql, params)).rows;
+    } catch (err) {
+      throw asDatabaseError(err);
+    }
+  }
+
+  async whoami(p: Principal): Promise<object> {
+    const tenants =
+      p.kind === 'agent'
+        ? [{ name: p.tenantName, role: p.role }]
+        : await this.query<{ name: string; role: string }>(
+            'SELECT tn.name, m.role FROM memberships m JOIN tenants tn ON tn.id = m.tenant_id WHERE m.user_id = $1 ORDER BY tn.name',
+            [p.userId],
+          );
+    return {
+      user: { id: p.userId, name: p.userName },
+      tenant: { id: p.tenantId, name: p.tenantName },
+      role: p.role,
+      kind: p.kind,
+      workshopId: p.workshopId,
+      via: p.via,
+      tokenId: p.tokenId,
+      expiresAt: p.expiresAt,
+      tenants,
+    };
+  }
+
+  private async userRows(where: string, params: unknown[], tenantId: string): Promise<UserRow[]> {
+    // Memberships are shown only within the caller's tenant: other tenants stay invisible.
+    return this.query<UserRow>(
+      `SELECT u.id, u.name, u.issuer, u.email, u.disabled_at, u.must_change_password, u.created_at,
+              (SELECT json_agg(json_build_object('tenant', tn.name, 'role', m.role) ORDER BY tn.name)
+                 FROM memberships m JOIN tenants tn ON tn.id = m.tenant_id WHERE m.user_id = u.id AND m.tenant_id = $1) AS memberships
+         FROM users u WHERE ${where} ORDER BY u.name`,
+      [tenantId, ...params],
+    );
+  }
+
+  async listUsers(p: Principal): Promise<UserView[]> {
+    return (await this.userRows('EXISTS (SELECT 1 FROM memberships m WHERE m.user_id = u.id AND m.tenant_id = $1)', [], p.tenantId)).map(
+      userView,
+    );
+  }
+
+  /**
+   * Adds a local user to a tenant (the caller's by default) with a one-time password they must
+   * change at first login. An existing user is added to the tenant instead. A tenant that does
+   * not exist yet is created, with the calling admin as its admin too.
+   */
+  async addUser(p: Principal, req: AddUserRequest): Promise<{ user: UserView; temporaryPassword: string | null }> {
+    const tenantName = req.tenant ?? p.tenantName;
+    const password = generatePassword();
+    const hash = await hashPassword(password);
+    let created = false;
+    let tenantId = '';
+    try {
+      await withTransaction(this.pool, async (c) => {
+        let t = (await c.query<{ id: string }>('SELECT id FROM tenants WHERE name = $1', [tenantName])).rows[0];
+        if (!t) {
+          t = (await c.query<{ id: string }>('INSERT INTO tenants (id, name) VALUES ($1, $2) RETURNING id', [newId('tn'), tenantName]))
+            .rows[0]!;
+          await c.query(`INSERT INTO memberships (user_id, tenant_id, role) VALUES ($1, $2, 'admin')`, [p.userId, t.id]);
+        } else if (t.id !== p.tenantId) {
+          const mine = (
+            await c.query<{ role: string }>('SELECT role FROM memberships WHERE user_id = $1 AND tenant_id = $2', [p.userId, t.id])
+          ).rows[0];
+          if (!mine || !isRole(mine.role) || !atLeast(mine.role, 'admin'))
+            throw new AtelierError('PERMISSION_DENIED', `adding users to tenant ${tenantName} needs the admin role there`);
+        }
+        tenantId = t.id;
+        let u = (await c.query<{ id: string; issuer: string }>('SELECT id, issuer FROM users WHERE name = $1', [req.name])).rows[0];
+        if (!u) {
+          u = (
+            await c.query<{ id: string; issuer: string }>(
+              `INSERT INTO users (id, name, password_hash, must_change_password) VALUES ($1, $2, $3, true) RETURNING id, issuer`,
+              [newId('u'), req.name, hash],
+            )
+          ).rows[0]!;
+          created = true;
+        }
+        const m = await c.query('INSERT INTO memberships (user_id, tenant_id, role) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING', [
+          u.id,
+          t.id,
+          req.role,
+        ]);
+        if (m.rowCount === 0)
+          throw new AtelierError('ALREADY_EXISTS', `user ${req.name} is already a member of tenant ${tenantName}`, { field: 'name' });
+      });
+    } catch (err) {
+      throw asDatabaseError(err);
+    }
+    const [row] = await this.userRows('u.name = $2', [req.name], tenantId);
+    return { user: userView(row!), temporaryPassword: created ? password : null };
+  }
+
+  /** Disables a user of the caller's tenant: their tokens and sessions stop working at once. */
+  async disableUser(p: Principal, nameOrId: string): Promise<UserView> {
+    const [target] = await this.userRows(
+      '(u.name = $2 OR u.id = $2) AND EXISTS (SELECT 1 FROM memberships m WHERE m.user_id = u.id AND m.tenant_id = $1)',
+      [nameOrId],
+      p.tenantId,
+    );
+    if (!target) throw new AtelierError('NOT_FOUND', `no user ${nameOrId} in tenant ${p.tenantName}: see \`atelier users list\``);
+    if (target.id === p.userId) throw new AtelierError('INVALID_ARGUMENT', 'you cannot disable yourself: ask another admin');
+    await this.query('UPDATE users SET disabled_at = coalesce(disabled_at, now()) WHERE id = $1', [target.id]);
+    // Sessions, grants and refresh tokens of the embedded issuer go too: nothing can be refreshed.
+    await this.query(`DELETE FROM oidc_payloads WHERE payload->>'accountId' = $1`, [target.id]);
+    const [row] = await this.userRows('u.id = $2', [target.id], p.tenantId);
+    return userView(row!);
+  }
+
+  /**
+   * An API token for automation, shown once and stored hashed. Its role is at most the caller's.
+   * With `workshopId` it is an agent token: it acts only on that workshop (the caller must be
+   * allowed to operate it — checked by the route) and can never decide an approval.
+   */
+  async createToken(p: Principal, req: CreateTokenRequest): Promise<TokenView & { token: string }> {
+    // The caller's role where the token will act: never more than their current (possibly capped) role.
+    let tenantId = p.tenantId;
+    let callerRole = p.role;
+    if (req.tenant !== undefined && req.tenant !== p.tenantName) {
+      if (req.workshopId)
+        throw new AtelierError('INVALID_ARGUMENT', "an agent token acts in its workshop's tenant: leave out --tenant", { field: 'tenant' });
+      const [m] = await this.query<{ tenant_id: string; role: string }>(
+        'SELECT m.tenant_id, m.role FROM memberships m JOIN tenants tn ON tn.id = m.tenant_id WHERE m.user_id = $1 AND tn.name = $2',
+        [p.userId, req.tenant],
+      );
+      if (!m || !isRole(m.role))
+        throw new AtelierError('PERMISSION_DENIED', `you are not a member of tenant ${req.tenant}`, { field: 'tenant' });
+      tenantId = m.tenant_id;
+      callerRole = weaker(p.role, m.role);
+    }
+    let userId = p.userId;
+    let ceiling = callerRole;
+    if (req.user !== undefined && req.user !== p.userName && req.user !== p.userId) {
+      if (!atLeast(callerRole, 'admin'))
+        throw new AtelierError('PERMISSION_DENIED', 'only an admin may create tokens for another user', { field: 'user' });
+      const [u] = await this.query<{ id: string; role: string; disabled: boolean }>(
+        `SELECT u.id, m.role, u.disabled_at IS NOT NULL AS disabled FROM users u JOIN memberships m ON m.user_id = u.id AND m.tenant_id = $2
+          WHERE u.name = $1 OR u.id = $1`,
+        [req.user, tenantId],
+      );
+      if (!u || !isRole(u.role))
+        throw new AtelierError('NOT_FOUND', `no user ${req.user} in this tenant: see \`atelier users list\``, { field: 'user' });
+      if (u.disabled) throw new AtelierError('INVALID_ARGUMENT', `user ${req.user} is disabled`, { field: 'user' });
+      userId = u.id;
+      ceiling = weaker(callerRole, u.role);
+    }
+    const role: Role = req.workshopId ? weaker('member', ceiling) : (req.role ?? ceiling);
+    if (!atLeast(ceiling, role))
+      throw new AtelierError(
+        'PERMISSION_DENIED',
+        `a token cannot have more rights than ${userId === p.userId ? 'you' : 'its user'}: ${ceiling}, asked ${role}`,
+        {
+          field: 'role',
+        },
+      );
+    const token = newApiToken();
+    const ttl = req.expiresInSeconds === undefined ? DEFAULT_TOKEN_TTL_SECONDS : req.expiresInSeconds;
+    const id = newId('tok');
+    await this.query(
+      `INSERT INTO api_tokens (id, user_id, name, token_hash, tenant_id, role, workshop_id, expires_at)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, CASE WHEN $8::int IS NULL THEN NULL ELSE now() + make_interval(secs => $8::int) END)`,
+      [
+        id,
+        userId,
+        req.name ?? (req.workshopId ? `agent ${req.workshopId}` : 'cli'),
+        hashToken(token),
+        tenantId,
+        role,
+        req.workshopId ?? null,
+        ttl,
+      ],
+    );
+    const [row] = await this.tokenRows('t.id = $2', [id], tenantId);
+    return { ...tokenView(row!), token };
+  }
+
+  private tokenRows(where: string, params: unknown[], tenantId: string): Promise<TokenRow[]> {
+    return this.query<TokenRow>(
+      `SELECT t.id, t.name, u.name AS user_name, t.role, tn.name AS tenant_name, t.workshop_id, t.expires_at, t.created_at,
+              t.last_used_at, t.revoked_at
+         FROM api_tokens t JOIN users u ON u.id = t.user_id JOIN tenants tn ON tn.id = t.tenant_id
+        WHERE t.tenant_id = $1 AND ${where} ORDER BY t.created_at`,
+      [tenantId, ...params],
+    );
+  }
+
+  /** Your tokens; an admin sees every token of the tenant. Never their secret. */
+  async listTokens(p: Principal): Promise<TokenView[]> {
+    const rows = atLeast(p.role, 'admin')
+      ? await this.tokenRows('true', [], p.tenantId)
+      : await this.tokenRows('t.user_id = $2', [p.userId], p.tenantId);
+    return rows.map(tokenView);
+  }
+
+  async revokeToken(p: Principal, id: string): Promise<{ id: string; revoked: true }> {
+    const owner = atLeast(p.role, 'admin') ? 'true' : 't.user_id = $3';
+    const rows = await this.query(
+      `UPDATE api_tokens t SET revoked_at = coalesce(revoked_at, now()) WHERE t.tenant_id = $1 AND t.id = $2 AND ${owner} RETURNING id`,
+      atLeast(p.role, 'admin') ? [p.tenantId, id] : [p.tenantId, id, p.userId],
+    );
+    if (rows.length === 0) throw new AtelierError('NOT_FOUND', `no token ${id} of yours: see \`atelier tokens list\``);
+    return { id, revoked: true };
+  }
+}

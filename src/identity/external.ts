@@ -1,0 +1,101 @@
+import { readFileSync } from 'node:fs';
+import { z } from 'zod';
+import { describeZodError } from '../core/index.js';
+import { atLeast, ROLES, type Role } from './roles.js';
+
+/**
+ * An external OIDC issuer (Keycloak, Entra ID, Google, …), configured by a YAML file given as
+ * ATELIER_IDENTITY_CONFIG or `atelier server start --identity-config FILE`:
+ *
+ *   issuer: https://sso.example.com/realms/acme
+ *   clientId: atelier-cli            # a public client with the device grant enabled
+ *   clientSecretFile: /etc/atelier/client-secret   # only for a confidential client (the server adds it when relaying)
+ *   audience: atelier                # the `aud` access tokens carry (default: clientId)
+ *   groupsClaim: groups              # claim listing the user's groups (default: groups)
+ *   usernameClaim: preferred_username
+ *   groups:                          # group → tenant and role; the strongest role per tenant wins
+ *     - { group: platform, tenant: acme, role: admin }
+ *     - { group: developers, tenant: acme, role: member }
+ *
+ * A user whose groups map to no tenant can log in but is refused on every route, with a message.
+ */
+const IdentityFile = z.strictObject({
+  issuer: z.url({ protocol: /^https?$/ }),
+  clientId: z.string().min(1),
+  clientSecret: z.string().min(1).optional(),
+  clientSecretFile: z.string().min(1).optional(),
+  audience: z.string().min(1).optional(),
+  groupsClaim: z.string().min(1).default('groups'),
+  usernameClaim: z.string().min(1).default('preferred_username'),
+  scope: z.string().min(1).default('openid profile email offline_access'),
+  groups: z
+    .array(z.strictObject({ group: z.string().min(1), tenant: z.string().regex(/^[a-z0-9][a-z0-9-]{0,62}$/), role: z.enum(ROLES) }))
+    .default([]),
+});
+
+export interface ExternalIssuerConfig {
+  issuer: string;
+  clientId: string;
+  clientSecret: string | undefined;
+  audience: string;
+  groupsClaim: string;
+  usernameClaim: string;
+  scope: string;
+  groups: { group: string; tenant: string; role: Role }[];
+}
+
+export async function loadExternalIssuerConfig(path: string): Promise<ExternalIssuerConfig> {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new Error(`cannot read the identity config ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+  }
+  const { parse } = await import('yaml');
+  let doc: unknown;
+  try {
+    doc = parse(text);
+  } catch (err) {
+    throw new Error(`${path} is not valid YAML: ${(err as Error).message.split('\n')[0]}`);
+  }
+  const r = IdentityFile.safeParse(doc);
+  if (!r.success) {
+    const { message, field } = describeZodError(r.error);
+    throw new Error(`${path}: ${field ? `${field}: ` : ''}${message}`);
+  }
+  const c = r.data;
+  let clientSecret = c.clientSecret;
+  if (c.clientSecretFile) {
+    try {
+      clientSecret = readFileSync(c.clientSecretFile, 'utf8').trim();
+    } catch (err) {
+      throw new Error(
+        `cannot read clientSecretFile ${c.clientSecretFile}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
+      );
+    }
+  }
+  return {
+    issuer: c.issuer.replace(/\/+$/, ''),
+    clientId: c.clientId,
+    clientSecret,
+    audience: c.audience ?? c.clientId,
+    groupsClaim: c.groupsClaim,
+    usernameClaim: c.usernameClaim,
+    scope: c.scope,
+    groups: c.groups,
+  };
+}
+
+/** The tenants and roles a set of groups gives: for each tenant, the strongest mapped role. */
+export function membershipsFromGroups(config: Pick<ExternalIssuerConfig, 'groups'>, groups: unknown): Map<string, Role> {
+  const names = new Set(
+    Array.isArray(groups) ? groups.filter((g): g is string => typeof g === 'string') : typeof groups === 'string' ? [groups] : [],
+  );
+  const out = new Map<string, Role>();
+  for (const m of config.groups) {
+    if (!names.has(m.group)) continue;
+    const had = out.get(m.tenant);
+    if (!had || atLeast(m.role, had)) out.set(m.tenant, m.role);
+  }
+  return out;
+}

@@ -1,0 +1,128 @@
+import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
+import type { Pool } from '../db/index.js';
+import { EmbeddedIssuer, JwtVerifier, loadExternalIssuerConfig, type MasterKey, type TokenAuthority } from '../identity/index.js';
+import { authRoutes, type IssuerInfo } from './routes/auth.js';
+
+/** Access tokens of the embedded issuer live 10 minutes; the CLI refreshes them silently. */
+const ACCESS_TOKEN_TTL_SECONDS = 600;
+const EMBEDDED_AUDIENCE = 'atelier';
+const DISCOVERY_TIMEOUT_MS = 5000;
+
+export interface IdentityRuntime {
+  routes: ((app: FastifyInstance) => void)[];
+  /** Called once the public URL is known (after listen): how bearer JWTs are checked. */
+  ready(publicUrl: string): Promise<TokenAuthority>;
+  close(): Promise<void>;
+}
+
+/** Reads an issuer's discovery document; an unreachable issuer is named in the error. */
+async function discover(issuer: string): Promise<Record<string, unknown>> {
+  const url = `${issuer}/.well-known/openid-configuration`;
+  let res: Response;
+  try {
+    res = await fetch(url, { signal: AbortSignal.timeout(DISCOVERY_TIMEOUT_MS), headers: { accept: 'application/json' } });
+  } catch (err) {
+    throw new Error(
+      `the identity provider at ${url} is unreachable (${(err as Error).cause instanceof Error ? ((err as Error).cause as Error).message : (err as Error).message})`,
+    );
+  }
+  if (!res.ok) throw new Error(`the identity provider at ${url} answered ${res.status}`);
+  return (await res.json()) as Record<string, unknown>;
+}
+
+/**
+ * The server's identity: the embedded OIDC issuer (default), or an external one named by
+ * ATELIER_IDENTITY_CONFIG. Either way the CLI logs in through the server's relay endpoints and
+ * the server verifies access tokens with jose.
+ */
+export async function startIdentity(
+  identityConfig: string | undefined,
+  pool: Pool,
+  masterKey: MasterKey,
+  logger: FastifyBaseLogger,
+): Promise<IdentityRuntime> {
+  if (identityConfig) {
+    const ext = await loadExternalIssuerConfig(identityConfig);
+    let metadata: Promise<Record<string, unknown>> | undefined;
+    // Discovery is read when first needed and again after a failure: a server starts even
+    // while its identity provider is down, and API tokens keep working meanwhile.
+    const meta = (): Promise<Record<string, unknown>> => {
+      metadata ??= discover(ext.issuer).catch((err: unknown) => {
+        metadata = undefined;
+        throw err;
+      });
+      return metadata;
+    };
+    let publicUrl = '';
+    const info: IssuerInfo = {
+      kind: 'external',
+      issuer: ext.issuer,
+      clientId: ext.clientId,
+      scope: ext.scope,
+      ...(ext.clientSecret !== undefined ? { clientSecret: ext.clientSecret } : {}),
+      publicUrl: () => publicUrl,
+      idTokenAlg: async () => {
+        const algs = (await meta()).id_token_signing_alg_values_supported;
+        const list = Array.isArray(algs) ? algs.filter((a): a is string => typeof a === 'string' && a !== 'none') : [];
+        return list.length === 0 || list.includes('RS256') ? undefined : list[0];
+      },
+      endpoints: async () => {
+        const m = await meta();
+        return {
+          device_authorization_endpoint: String(m.device_authorization_endpoint ?? ''),
+          token_endpoint: String(m.token_endpoint ?? ''),
+          ...(typeof m.revocation_endpoint === 'string' ? { revocation_endpoint: m.revocation_endpoint } : {}),
+        };
+      },
+    };
+    return {
+      routes: [(app) => authRoutes(app, info)],
+      async ready(url) {
+        publicUrl = url;
+        const verifier = new JwtVerifier({
+          issuer: ext.issuer,
+          audience: ext.audience,
+          jwksUri: async () => {
+            const m = await meta();
+            if (typeof m.jwks_uri !== 'string') throw new Error(`the identity provider ${ext.issuer} publishes no jwks_uri`);
+            return m.jwks_uri;
+          },
+        });
+        logger.info({ issuer: ext.issuer }, 'identity: external OIDC issuer');
+        return { kind: 'external', issuer: ext.issuer, verifier, config: ext };
+      },
+      close: async () => undefined,
+    };
+  }
+
+  const issuer = new EmbeddedIssuer({
+    pool,
+    masterKey,
+    logger,
+    audience: EMBEDDED_AUDIENCE,
+    accessTokenTtlSeconds: ACCESS_TOKEN_TTL_SECONDS,
+  });
+  let publicUrl = '';
+  const info: IssuerInfo = {
+    kind: 'embedded',
+    get issuer() {
+      return issuer.issuer;
+    },
+    clientId: 'atelier-cli',
+    scope: 'openid profile offline_access',
+    publicUrl: () => publicUrl,
+    endpoints: async () => issuer.endpoints(),
+    // Relayed requests are answered in this process: the server never calls its own public URL.
+    dispatch: (url, form, ip) => issuer.dispatch(url, form, ip),
+  };
+  return {
+    routes: [(app) => issuer.registerRoutes(app), (app) => authRoutes(app, info, () => issuer.rotateKeys())],
+    async ready(url) {
+      publicUrl = url;
+      await issuer.start(url);
+      const verifier = new JwtVerifier({ issuer: issuer.issuer, audience: EMBEDDED_AUDIENCE, localJwks: () => issuer.publicJwks() });
+      return { kind: 'embedded', issuer: issuer.issuer, verifier };
+    },
+    close: () => issuer.close(),
+  };
+}

@@ -1,0 +1,43 @@
+import type { FastifyInstance } from 'fastify';
+import type { z } from 'zod';
+import { AtelierError, describeZodError } from '../../core/index.js';
+import { AddUserRequest, CreateTokenRequest, type AccountService } from '../../identity/index.js';
+import type { WorkshopService } from '../../workshops/index.js';
+import { principalOf } from './workshops.js';
+
+function parse<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
+  const r = schema.safeParse(body ?? {});
+  if (!r.success) {
+    const { message, field } = describeZodError(r.error);
+    throw new AtelierError('INVALID_ARGUMENT', message, { field });
+  }
+  return r.data;
+}
+
+/** Who am I, users of the tenant (admins), and API tokens (everyone, for themselves). */
+export function identityRoutes(app: FastifyInstance, accounts: AccountService, workshops: WorkshopService): void {
+  app.get('/v1/auth/whoami', { config: { access: 'authenticated' } }, async (request) => accounts.whoami(principalOf(request)));
+
+  const ADMIN = { config: { access: { role: 'admin' as const } } };
+  app.get('/v1/users', ADMIN, async (request) => ({ items: await accounts.listUsers(principalOf(request)) }));
+  app.post('/v1/users', ADMIN, async (request, reply) =>
+    reply.status(201).send(await accounts.addUser(principalOf(request), parse(AddUserRequest, request.body))),
+  );
+  app.post<{ Params: { user: string } }>('/v1/users/:user/disable', ADMIN, async (request) =>
+    accounts.disableUser(principalOf(request), request.params.user),
+  );
+
+  // Any person may hold tokens for themselves, never with more rights than they have; an agent
+  // token cannot mint tokens.
+  const PERSON = { config: { access: { role: 'viewer' as const } } };
+  app.post('/v1/tokens', PERSON, async (request, reply) => {
+    const p = principalOf(request);
+    const body = parse(CreateTokenRequest, request.body);
+    if (body.workshopId !== undefined) await workshops.authorize(body.workshopId, p, 'operate');
+    return reply.status(201).send(await accounts.createToken(p, body));
+  });
+  app.get('/v1/tokens', PERSON, async (request) => ({ items: await accounts.listTokens(principalOf(request)) }));
+  app.delete<{ Params: { id: string } }>('/v1/tokens/:id', PERSON, async (request) =>
+    accounts.revokeToken(principalOf(request), request.params.id),
+  );
+}

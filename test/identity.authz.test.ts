@@ -1,0 +1,276 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { rmSync } from 'node:fs';
+import { TestServer, makeRepo } from './helpers/server.js';
+
+/**
+ * The authorization matrix: every route of the API × every kind of caller → the status it must
+ * get. The route list comes from the running server (/v1/admin/routes), so a route added
+ * without a row here fails the first test.
+ */
+const SUBJECTS = ['anonymous', 'otherAgent', 'viewer', 'member', 'owner', 'maintainer', 'admin', 'otherTenant'] as const;
+type Subject = (typeof SUBJECTS)[number];
+type Expect = Record<Subject, number>;
+
+interface Fixture {
+  server: TestServer;
+  tokens: Record<Exclude<Subject, 'anonymous'>, string>;
+  /** A workshop of `owner` in the default tenant. */
+  ws: string;
+  /** An admin token another test may revoke. */
+  spareTokenId: string;
+  repo: string;
+}
+
+interface Call {
+  method: string;
+  path: string;
+  body?: unknown;
+  raw?: Buffer;
+  contentType?: string;
+}
+
+interface Row {
+  expect: Expect;
+  call(f: Fixture, who: Subject): Call | Promise<Call>;
+  /** Puts things back after a call that succeeded (resume a stopped workshop). */
+  restore?(f: Fixture): Promise<void>;
+}
+
+/** Same status for everyone (public routes). */
+const all = (status: number): Expect => Object.fromEntries(SUBJECTS.map((s) => [s, status])) as Expect;
+const e = (
+  anonymous: number,
+  otherAgent: number,
+  viewer: number,
+  member: number,
+  owner: number,
+  maintainer: number,
+  admin: number,
+  otherTenant: number,
+): Expect => ({
+  anonymous,
+  otherAgent,
+  viewer,
+  member,
+  owner,
+  maintainer,
+  admin,
+  otherTenant,
+});
+
+const form = (path: string, body: string): Call => ({ method: 'POST', path, body, contentType: 'application/x-www-form-urlencoded' });
+const interactionPost = (step: string): Call => form(`/oidc/interaction/unknown/${step}`, 'csrf=forged');
+
+let seq = 0;
+const unique = (p: string): string => `${p}${++seq}`;
+
+const TABLE: Record<string, Row> = {
+  'GET /healthz': { expect: all(200), call: () => ({ method: 'GET', path: '/healthz' }) },
+  'GET /metrics': { expect: all(200), call: () => ({ method: 'GET', path: '/metrics' }) },
+  // The embedded issuer and the login relay are public by design: same answer whoever calls.
+  'GET /oidc/*': { expect: all(200), call: () => ({ method: 'GET', path: '/oidc/.well-known/openid-configuration' }) },
+  'POST /oidc/*': {
+    expect: all(400),
+    call: () => ({ method: 'POST', path: '/oidc/token', body: 'grant_type=nothing', contentType: 'application/x-www-form-urlencoded' }),
+  },
+  'OPTIONS /oidc/*': { expect: all(404), call: () => ({ method: 'OPTIONS', path: '/oidc/token' }) },
+  'GET /oidc/interaction/:uid': { expect: all(400), call: () => ({ method: 'GET', path: '/oidc/interaction/unknown' }) },
+  'POST /oidc/interaction/:uid/login': { expect: all(403), call: () => interactionPost('login') },
+  'POST /oidc/interaction/:uid/password': { expect: all(403), call: () => interactionPost('password') },
+  'POST /oidc/interaction/:uid/consent': { expect: all(403), call: () => interactionPost('consent') },
+  'POST /oidc/interaction/:uid/abort': { expect: all(403), call: () => interactionPost('abort') },
+  'GET /v1/auth/config': { expect: all(200), call: () => ({ method: 'GET', path: '/v1/auth/config' }) },
+  'POST /v1/auth/device/code': { expect: all(200), call: () => form('/v1/auth/device/code', 'client_id=atelier-cli&scope=openid') },
+  'POST /v1/auth/device/token': {
+    expect: all(400),
+    call: () =>
+      form('/v1/auth/device/token', 'grant_type=urn:ietf:params:oauth:grant-type:device_code&device_code=unknown&client_id=atelier-cli'),
+  },
+  'POST /v1/auth/revoke': { expect: all(200), call: () => form('/v1/auth/revoke', 'token=unknown&client_id=atelier-cli') },
+  // Server-wide: only the default tenant's admins, not another tenant's.
+  'POST /v1/admin/signing-keys/rotate': {
+    expect: e(401, 403, 403, 403, 403, 403, 200, 403),
+    call: () => ({ method: 'POST', path: '/v1/admin/signing-keys/rotate' }),
+  },
+  'GET /v1/admin/routes': { expect: e(401, 403, 403, 403, 403, 403, 200, 200), call: () => ({ method: 'GET', path: '/v1/admin/routes' }) },
+  'GET /v1/auth/whoami': { expect: e(401, 200, 200, 200, 200, 200, 200, 200), call: () => ({ method: 'GET', path: '/v1/auth/whoami' }) },
+  'GET /v1/users': { expect: e(401, 403, 403, 403, 403, 403, 200, 200), call: () => ({ method: 'GET', path: '/v1/users' }) },
+  'POST /v1/users': {
+    expect: e(401, 403, 403, 403, 403, 403, 201, 201),
+    call: () => ({ method: 'POST', path: '/v1/users', body: { name: unique('newcomer'), role: 'viewer' } }),
+  },
+  'POST /v1/users/:user/disable': {
+    // `victim` is in the default tenant: for the other tenant's admin it does not exist.
+    expect: e(401, 403, 403, 403, 403, 403, 200, 404),
+    call: () => ({ method: 'POST', path: '/v1/users/victim/disable' }),
+  },
+  'POST /v1/tokens': {
+    expect: e(401, 403, 201, 201, 201, 201, 201, 201),
+    call: () => ({ method: 'POST', path: '/v1/tokens', body: { name: 'matrix', expiresInSeconds: 3600 } }),
+  },
+  'GET /v1/tokens': { expect: e(401, 403, 200, 200, 200, 200, 200, 200), call: () => ({ method: 'GET', path: '/v1/tokens' }) },
+  'DELETE /v1/tokens/:id': {
+    // The admin's spare token: only an admin of its tenant may revoke it; for others it is not theirs.
+    expect: e(401, 403, 404, 404, 404, 404, 200, 404),
+    call: (f) => ({ method: 'DELETE', path: `/v1/tokens/${f.spareTokenId}` }),
+  },
+  'POST /v1/workshops': {
+    expect: e(401, 403, 403, 201, 201, 201, 201, 201),
+    call: (f) => ({ method: 'POST', path: '/v1/workshops', body: { repo: f.repo, name: unique('matrix-') } }),
+  },
+  'GET /v1/workshops': { expect: e(401, 200, 200, 200, 200, 200, 200, 200), call: () => ({ method: 'GET', path: '/v1/workshops' }) },
+  'GET /v1/workshops/:id': {
+    expect: e(401, 404, 200, 200, 200, 200, 200, 404),
+    call: (f) => ({ method: 'GET', path: `/v1/workshops/${f.ws}` }),
+  },
+  'DELETE /v1/workshops/:id': {
+    // An agent token is refused by the route itself (403); a member who is not the owner by the workshop rule.
+    expect: e(401, 403, 403, 403, 200, 200, 200, 404),
+    async call(f) {
+      const w = await as(f, 'owner', { method: 'POST', path: '/v1/workshops', body: { repo: f.repo, name: unique('doomed-') } });
+      assert.equal(w.status, 201, JSON.stringify(w.body));
+      return { method: 'DELETE', path: `/v1/workshops/${(w.body as { id: string }).id}` };
+    },
+  },
+  'POST /v1/workshops/:id/stop': {
+    expect: e(401, 404, 403, 403, 200, 200, 200, 404),
+    call: (f) => ({ method: 'POST', path: `/v1/workshops/${f.ws}/stop` }),
+    async restore(f) {
+      assert.equal((await as(f, 'admin', { method: 'POST', path: `/v1/workshops/${f.ws}/resume` })).status, 200);
+    },
+  },
+  'POST /v1/workshops/:id/resume': {
+    expect: e(401, 404, 403, 403, 200, 200, 200, 404),
+    call: (f) => ({ method: 'POST', path: `/v1/workshops/${f.ws}/resume` }),
+  },
+  'POST /v1/workshops/:id/exec': {
+    expect: e(401, 404, 403, 403, 200, 200, 200, 404),
+    call: (f) => ({ method: 'POST', path: `/v1/workshops/${f.ws}/exec`, body: { command: ['true'] } }),
+  },
+  'GET /v1/workshops/:id/files': {
+    expect: e(401, 404, 200, 200, 200, 200, 200, 404),
+    call: (f) => ({ method: 'GET', path: `/v1/workshops/${f.ws}/files?path=README.md` }),
+  },
+  'PUT /v1/workshops/:id/files': {
+    expect: e(401, 404, 403, 403, 200, 200, 200, 404),
+    call: (f) => ({ method: 'PUT', path: `/v1/workshops/${f.ws}/files?path=notes.txt`, raw: Buffer.from('hello\n') }),
+  },
+  'GET /v1/workshops/:id/git/diff': {
+    expect: e(401, 404, 200, 200, 200, 200, 200, 404),
+    call: (f) => ({ method: 'GET', path: `/v1/workshops/${f.ws}/git/diff` }),
+  },
+};
+
+async function as(f: Fixture, who: Subject, c: Call): Promise<{ status: number; body: unknown }> {
+  const headers: Record<string, string> = { accept: 'application/json' };
+  if (who !== 'anonymous') headers.authorization = `Bearer ${f.tokens[who]}`;
+  let body: string | Buffer | undefined;
+  if (c.raw) {
+    body = c.raw;
+    headers['content-type'] = 'application/octet-stream';
+  } else if (c.body !== undefined) {
+    body = typeof c.body === 'string' ? c.body : JSON.stringify(c.body);
+    headers['content-type'] = c.contentType ?? 'application/json';
+  }
+  const res = await fetch(`${f.server.url}${c.path}`, { method: c.method, headers, ...(body !== undefined ? { body } : {}) });
+  const text = await res.text();
+  let parsed: unknown = text;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    // not JSON
+  }
+  return { status: res.status, body: parsed };
+}
+
+describe('authorization matrix', () => {
+  let f: Fixture;
+
+  before(async () => {
+    const server = await TestServer.start();
+    const repo = makeRepo({ 'README.md': '# matrix\n' });
+    const admin = server.token;
+    const post = async <T>(path: string, body: unknown, token = admin): Promise<T> => {
+      const r = await server.api<T>('POST', path, body, { authorization: `Bearer ${token}` });
+      assert.ok(r.status === 201 || r.status === 200, `${path}: ${r.status} ${JSON.stringify(r.body)}`);
+      return r.body;
+    };
+    for (const [name, role] of [
+      ['viewer', 'viewer'],
+      ['member', 'member'],
+      ['owner', 'member'],
+      ['maintainer', 'maintainer'],
+      ['victim', 'member'],
+    ] as const)
+      await post('/v1/users', { name, role });
+    // A second tenant, `other`, whose admin is `stranger` (the first admin becomes its admin too).
+    await post('/v1/users', { name: 'stranger', role: 'admin', tenant: 'other' });
+    const tokenFor = async (body: object): Promise<string> =>
+      (await post<{ token: string }>('/v1/tokens', { expiresInSeconds: 3600, ...body })).token;
+    const tokens = {
+      viewer: await tokenFor({ user: 'viewer' }),
+      member: await tokenFor({ user: 'member' }),
+      owner: await tokenFor({ user: 'owner' }),
+      maintainer: await tokenFor({ user: 'maintainer' }),
+      admin,
+      otherTenant: await tokenFor({ user: 'stranger', tenant: 'other' }),
+      otherAgent: '',
+    };
+    const ws = (await post<{ id: string }>('/v1/workshops', { repo, name: 'owned' }, tokens.owner)).id;
+    const other = (await post<{ id: string }>('/v1/workshops', { repo, name: 'elsewhere' })).id;
+    tokens.otherAgent = await tokenFor({ workshopId: other });
+    const spareTokenId = (await post<{ id: string }>('/v1/tokens', { name: 'spare' })).id;
+    f = { server, tokens, ws, spareTokenId, repo };
+  });
+
+  after(async () => {
+    await f?.server.dispose();
+    if (f) rmSync(f.repo, { recursive: true, force: true });
+  });
+
+  it('has one row for every route the server serves', async () => {
+    const r = await f.server.api<{ items: { method: string; url: string }[] }>('GET', '/v1/admin/routes');
+    assert.equal(r.status, 200);
+    const served = r.body.items.map((x) => `${x.method} ${x.url}`).sort();
+    assert.deepEqual(served, Object.keys(TABLE).sort(), 'a route without a row in TABLE (or a row for a route that is gone)');
+  });
+
+  for (const [route, row] of Object.entries(TABLE)) {
+    it(route, async () => {
+      const got: Partial<Expect> = {};
+      for (const who of SUBJECTS) {
+        const c = await row.call(f, who);
+        const r = await as(f, who, c);
+        got[who] = r.status;
+        if (r.status < 300 && row.restore) await row.restore(f);
+        // Another tenant's resources are invisible, not forbidden: nothing reveals that they exist.
+        if (r.status === 404 && c.path.startsWith('/v1/')) assert.match(JSON.stringify(r.body), /NOT_FOUND/);
+      }
+      assert.deepEqual(got, row.expect);
+    });
+  }
+
+  it('an agent token lists only its own workshop and cannot mint tokens', async () => {
+    const list = await as(f, 'otherAgent', { method: 'GET', path: '/v1/workshops' });
+    const ids = (list.body as { items: { id: string; name: string }[] }).items.map((w) => w.name);
+    assert.deepEqual(ids, ['elsewhere']);
+    const who = await as(f, 'otherAgent', { method: 'GET', path: '/v1/auth/whoami' });
+    assert.equal((who.body as { kind: string }).kind, 'agent');
+  });
+
+  it("another tenant's admin sees none of this tenant's workshops or users", async () => {
+    const list = await as(f, 'otherTenant', { method: 'GET', path: '/v1/workshops' });
+    const names = (list.body as { items: { name: string }[] }).items.map((w) => w.name);
+    assert.ok(!names.includes('owned') && !names.includes('elsewhere'), names.join(','));
+    const users = await as(f, 'otherTenant', { method: 'GET', path: '/v1/users' });
+    const userNames = (users.body as { items: { name: string }[] }).items.map((u) => u.name);
+    assert.ok(!userNames.includes('victim') && userNames.includes('stranger'), userNames.join(','));
+  });
+
+  it('a token never carries more rights than its user, and a viewer cannot raise their own', async () => {
+    const r = await as(f, 'viewer', { method: 'POST', path: '/v1/tokens', body: { role: 'admin' } });
+    assert.equal(r.status, 403);
+    assert.match(JSON.stringify(r.body), /more rights/);
+  });
+});
