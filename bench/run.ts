@@ -13,6 +13,7 @@ import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { createExec } from './create-exec.js';
 import { cliStart } from './cli-start.js';
+import { egress } from './egress.js';
 import { execRoundTrip } from './exec-roundtrip.js';
 import { BenchServer, killLiveChildren, makeScratch, REPO_ROOT, removeScratch, type Scratch } from './lib.js';
 import { memory } from './memory.js';
@@ -26,6 +27,7 @@ const BENCHES: { name: string; aliases: string[]; fn: Bench }[] = [
   { name: 'resume', aliases: ['3', 'resume-exec'], fn: resumeExec },
   { name: 'memory', aliases: ['4', 'mem'], fn: memory },
   { name: 'cli', aliases: ['5', 'cli-start'], fn: cliStart },
+  { name: 'egress', aliases: ['6', 'proxy'], fn: egress },
 ];
 
 function newestMtime(dir: string): number {

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
-PACKAGES=(bubblewrap socat util-linux mount git perl iproute2 postgresql postgresql-client python3 ca-certificates)
+PACKAGES=(bubblewrap socat util-linux mount git perl iproute2 postgresql postgresql-client python3 ca-certificates curl)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -101,8 +101,8 @@ const TABLE: Record<string, Row> = {
     call: () => ({ method: 'POST', path: '/v1/users', body: { name: unique('newcomer'), role: 'viewer' } }),
   },
   'POST /v1/users/:user/disable': {
-    // `victim` is in the default tenant: for the other tenant's admin it does not exist.
-    expect: e(401, 403, 403, 403, 403, 403, 200, 404),
+    // Disabling acts on the account server-wide: only the default tenant's admins.
+    expect: e(401, 403, 403, 403, 403, 403, 200, 403),
     call: () => ({ method: 'POST', path: '/v1/users/victim/disable' }),
   },
   'POST /v1/tokens': {
@@ -155,6 +155,10 @@ const TABLE: Record<string, Row> = {
   'PUT /v1/workshops/:id/files': {
     expect: e(401, 404, 403, 403, 200, 200, 200, 404),
     call: (f) => ({ method: 'PUT', path: `/v1/workshops/${f.ws}/files?path=notes.txt`, raw: Buffer.from('hello\n') }),
+  },
+  'GET /v1/workshops/:id/egress': {
+    expect: e(401, 404, 200, 200, 200, 200, 200, 404),
+    call: (f) => ({ method: 'GET', path: `/v1/workshops/${f.ws}/egress` }),
   },
   'GET /v1/workshops/:id/git/diff': {
     expect: e(401, 404, 200, 200, 200, 200, 200, 404),
@@ -266,6 +270,74 @@ describe('authorization matrix', () => {
     const users = await as(f, 'otherTenant', { method: 'GET', path: '/v1/users' });
     const userNames = (users.body as { items: { name: string }[] }).items.map((u) => u.name);
     assert.ok(!userNames.includes('victim') && userNames.includes('stranger'), userNames.join(','));
+  });
+
+  it("another tenant's admin can neither pull an existing account into their tenant nor create tenants", async () => {
+    const pull = await as(f, 'otherTenant', { method: 'POST', path: '/v1/users', body: { name: 'owner', role: 'member' } });
+    assert.equal(pull.status, 409, JSON.stringify(pull.body));
+    assert.match(JSON.stringify(pull.body), /taken on this server/);
+    const tenant = await as(f, 'otherTenant', { method: 'POST', path: '/v1/users', body: { name: unique('squat'), tenant: 'squatted' } });
+    assert.equal(tenant.status, 403, JSON.stringify(tenant.body));
+    const cross = await as(f, 'otherTenant', { method: 'POST', path: '/v1/users', body: { name: unique('x'), tenant: 'default' } });
+    assert.equal(cross.status, 403, JSON.stringify(cross.body));
+  });
+
+  it('an agent token scoped viewer can read its workshop but not operate it', async () => {
+    const t = await as(f, 'admin', {
+      method: 'POST',
+      path: '/v1/tokens',
+      body: { workshopId: f.ws, role: 'viewer', expiresInSeconds: 600 },
+    });
+    assert.equal(t.status, 201, JSON.stringify(t.body));
+    const token = (t.body as { token: string; role: string }).token;
+    assert.equal((t.body as { role: string }).role, 'viewer');
+    const call = (method: string, path: string, body?: unknown) =>
+      fetch(`${f.server.url}${path}`, {
+        method,
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', accept: 'application/json' },
+        ...(body ? { body: JSON.stringify(body) } : {}),
+      });
+    assert.equal((await call('GET', `/v1/workshops/${f.ws}`)).status, 200);
+    assert.equal((await call('POST', `/v1/workshops/${f.ws}/exec`, { command: ['true'] })).status, 403);
+  });
+
+  it('a token minted with a token never outlives it, stays in its tenant, and is revoked with it', async () => {
+    // A tenant admin's API token stays in its tenant.
+    const strangerMint = await as(f, 'otherTenant', { method: 'POST', path: '/v1/tokens', body: { tenant: 'default' } });
+    assert.equal(strangerMint.status, 403);
+    const parent = await as(f, 'admin', { method: 'POST', path: '/v1/tokens', body: { name: 'parent', expiresInSeconds: 120 } });
+    const p = parent.body as { id: string; token: string; expiresAt: string };
+    const mint = (body: object) =>
+      fetch(`${f.server.url}/v1/tokens`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${p.token}`, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+    const child = (await (await mint({ name: 'child', expiresInSeconds: null })).json()) as {
+      id: string;
+      token: string;
+      expiresAt: string;
+    };
+    assert.ok(child.expiresAt && Date.parse(child.expiresAt) <= Date.parse(p.expiresAt), `${child.expiresAt} <= ${p.expiresAt}`);
+    // (A server admin's token may mint for another tenant it administers: tested in the fixture.)
+    assert.equal((await as(f, 'admin', { method: 'DELETE', path: `/v1/tokens/${p.id}` })).status, 200);
+    const r = await fetch(`${f.server.url}/v1/auth/whoami`, { headers: { authorization: `Bearer ${child.token}` } });
+    assert.equal(r.status, 401);
+    assert.equal(((await r.json()) as { code: string }).code, 'TOKEN_REVOKED');
+  });
+
+  it('NUL bytes are bad input, never a 500', async () => {
+    const cases: Call[] = [
+      { method: 'POST', path: '/v1/tokens', body: { name: 'a\u0000b' } },
+      { method: 'DELETE', path: '/v1/tokens/%00' },
+      { method: 'POST', path: '/v1/users/%00/disable' },
+      { method: 'GET', path: '/v1/workshops/%00' },
+      { method: 'POST', path: '/v1/users', body: { name: 'n', tenant: 'a\u0000' } },
+    ];
+    for (const c of cases) {
+      const r = await as(f, 'admin', c);
+      assert.ok(r.status >= 400 && r.status < 500, `${c.method} ${c.path}: ${r.status} ${JSON.stringify(r.body)}`);
+    }
   });
 
   it('a token never carries more rights than its user, and a viewer cannot raise their own', async () => {

@@ -115,6 +115,22 @@ async function main(argv: string[]): Promise<number> {
         await render(c.output, w, () => workshopDetail(w));
       });
   }
+  ws.command('egress <id>')
+    .description("what the workshop's egress proxy allowed and denied (time, host, port, why)")
+    .option('--follow', 'keep printing decisions as they are made (Ctrl-C to stop)')
+    .option('--limit <n>', 'how many of the last decisions to show first (default 100)')
+    .action(async (id: string, flags: { follow?: boolean; limit?: string }) => {
+      const c = ctx();
+      const { listEgress, followEgress, egressTable, egressLine } = await import('./commands/workshops/egress.js');
+      if (!flags.follow) {
+        const items = await listEgress(c, id, flags);
+        await render(c.output, items, () => egressTable(items));
+        return;
+      }
+      await followEgress(c, id, flags, (d) => {
+        process.stdout.write(c.output === 'table' ? `${egressLine(d)}\n` : `${JSON.stringify(d)}\n`);
+      });
+    });
   ws.command('delete <id>')
     .alias('rm')
     .description('delete a workshop and everything it owned')

@@ -26,6 +26,11 @@ import { z } from 'zod';
  * | ATELIER_IDENTITY_CONFIG     | identityConfig   | (none: the embedded OIDC issuer) YAML file naming an external issuer and its group mapping |
  * | ATELIER_MASTER_KEY_FILE     | masterKeyFile    | DATA_DIR/master.key (replicas sharing a database must share this file) |
  * | ATELIER_TENANT              | tenant           | the context's tenant, else the user's first                |
+ * | ATELIER_EGRESS_DEFAULTS     | egressDefaults   | the platform allowlist every workshop starts with (`,`-separated; `none` for none) |
+ * | ATELIER_EGRESS_ALLOW_RANGES | egressAllowRanges| (none) CIDR ranges of private/loopback addresses workshops may reach (`,`-separated) |
+ * | ATELIER_EGRESS_DNS          | egressDns        | the nameservers of /etc/resolv.conf (`,`-separated addresses) |
+ * | ATELIER_EGRESS_HOSTS        | egressHosts      | (none) a hosts-format file whose names the proxy resolves first (air-gapped sites, tests) |
+ * | ATELIER_TRUST_PROXY         | trustProxy       | (none) addresses/CIDRs of reverse proxies whose X-Forwarded-For is believed (client addresses for login rate limits) |
  * | DISPLAY, WAYLAND_DISPLAY    | canOpenBrowser   | `atelier auth login` opens a browser only in a graphical session |
  *
  * The root data dir is not under /root because the embedded PostgreSQL runs as the
@@ -50,6 +55,11 @@ const Env = z.object({
   ATELIER_IDENTITY_CONFIG: z.string().min(1).optional(),
   ATELIER_MASTER_KEY_FILE: z.string().min(1).optional(),
   ATELIER_TENANT: z.string().min(1).optional(),
+  ATELIER_EGRESS_DEFAULTS: z.string().min(1).optional(),
+  ATELIER_EGRESS_ALLOW_RANGES: z.string().min(1).optional(),
+  ATELIER_EGRESS_DNS: z.string().min(1).optional(),
+  ATELIER_EGRESS_HOSTS: z.string().min(1).optional(),
+  ATELIER_TRUST_PROXY: z.string().min(1).optional(),
   DISPLAY: z.string().min(1).optional(),
   WAYLAND_DISPLAY: z.string().min(1).optional(),
   SUDO_UID: z.coerce.number().int().nonnegative().optional(),
@@ -81,9 +91,36 @@ export interface Config {
   tenant: string | undefined;
   /** A graphical session (DISPLAY / WAYLAND_DISPLAY, or macOS): `auth login` may open a browser. */
   canOpenBrowser: boolean;
+  egressDefaults: string[];
+  trustProxy: string[];
+  egressAllowRanges: string[];
+  egressDns: string[] | undefined;
+  egressHosts: string | undefined;
   /** The user who ran `sudo atelier server start`, whose CLI gets the `local` context too. */
   sudoUser: { uid: number; gid: number } | undefined;
 }
+
+/**
+ * The platform allowlist when the admin sets none: the package registries and source hosts an
+ * agent needs to install and fetch code, and the model APIs of the agents Atelier presets.
+ */
+export const DEFAULT_EGRESS_ALLOW = [
+  'registry.npmjs.org',
+  'registry.yarnpkg.com',
+  'pypi.org',
+  'files.pythonhosted.org',
+  'github.com',
+  'codeload.github.com',
+  'objects.githubusercontent.com',
+  'raw.githubusercontent.com',
+  'proxy.golang.org',
+  'sum.golang.org',
+  'crates.io',
+  'static.crates.io',
+  'index.crates.io',
+  'api.anthropic.com',
+  'generativelanguage.googleapis.com',
+];
 
 /** Reads and validates the environment once; the only reader of `process.env`. */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
@@ -121,6 +158,24 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     identityConfig: e.ATELIER_IDENTITY_CONFIG ? resolve(e.ATELIER_IDENTITY_CONFIG) : undefined,
     masterKeyFile: e.ATELIER_MASTER_KEY_FILE ? resolve(e.ATELIER_MASTER_KEY_FILE) : undefined,
     tenant: e.ATELIER_TENANT,
+    egressDefaults:
+      e.ATELIER_EGRESS_DEFAULTS === 'none'
+        ? []
+        : (e.ATELIER_EGRESS_DEFAULTS?.split(',')
+            .map((x) => x.trim())
+            .filter(Boolean) ?? DEFAULT_EGRESS_ALLOW),
+    trustProxy:
+      e.ATELIER_TRUST_PROXY?.split(',')
+        .map((x) => x.trim())
+        .filter(Boolean) ?? [],
+    egressAllowRanges:
+      e.ATELIER_EGRESS_ALLOW_RANGES?.split(',')
+        .map((x) => x.trim())
+        .filter(Boolean) ?? [],
+    egressDns: e.ATELIER_EGRESS_DNS?.split(',')
+      .map((x) => x.trim())
+      .filter(Boolean),
+    egressHosts: e.ATELIER_EGRESS_HOSTS ? resolve(e.ATELIER_EGRESS_HOSTS) : undefined,
     canOpenBrowser: process.platform === 'darwin' || Boolean(e.DISPLAY ?? e.WAYLAND_DISPLAY),
     sudoUser: isRoot && e.SUDO_UID !== undefined && e.SUDO_UID !== 0 ? { uid: e.SUDO_UID, gid: e.SUDO_GID ?? e.SUDO_UID } : undefined,
   };

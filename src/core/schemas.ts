@@ -58,6 +58,8 @@ export interface Workshop {
   limits: WorkshopLimits;
   budgetUsd: number | null;
   forwardPorts: number[];
+  /** The project's egress policy (atelier.yaml), on top of the platform's default allowlist. */
+  egress: { allow: string[]; deny: string[]; askHoldSeconds: number };
   warnings: string[];
   createdAt: string;
   updatedAt: string;

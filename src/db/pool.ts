@@ -21,6 +21,12 @@ export function isUnavailable(err: unknown): boolean {
 /** Wraps connection-level failures as DATABASE_UNAVAILABLE; other errors pass through. */
 export function asDatabaseError(err: unknown): unknown {
   if (err instanceof AtelierError) return err;
+  // Text PostgreSQL cannot store (a NUL byte) is the client's input, never a server fault.
+  const code = (err as { code?: unknown }).code;
+  if (code === '22021' || code === '22P05')
+    return new AtelierError('INVALID_ARGUMENT', 'text must not contain NUL bytes or characters invalid in UTF-8', undefined, {
+      cause: err,
+    });
   if (isUnavailable(err)) {
     return new AtelierError(
       'DATABASE_UNAVAILABLE',

@@ -17,3 +17,5 @@ export type {
   EgressProxyOptions,
   EgressReason,
 } from './proxy.js';
+export { EgressJournal } from './journal.js';
+export type { EgressRecord } from './journal.js';

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { AtelierError, hashToken, newApiToken, newId } from '../core/index.js';
 import { asDatabaseError, withTransaction, type Pool } from '../db/index.js';
 import { generatePassword, hashPassword } from './passwords.js';
-import type { Principal } from './policy.js';
+import { PLATFORM_TENANT_ID, type Principal } from './policy.js';
 import { ROLES, atLeast, isRole, weaker, type Role } from './roles.js';
 
 export const USER_NAME = /^[a-zA-Z0-9][a-zA-Z0-9._@-]{0,62}$/;
@@ -164,8 +164,9 @@ export class AccountService {
 
   /**
    * Adds a local user to a tenant (the caller's by default) with a one-time password they must
-   * change at first login. An existing user is added to the tenant instead. A tenant that does
-   * not exist yet is created, with the calling admin as its admin too.
+   * change at first login. User names are server-wide: adding an existing user to a tenant, and
+   * creating a tenant (with the caller as its admin), are for server admins (admins of the
+   * default tenant) only; a tenant's admin cannot pull someone else's account into their tenant.
    */
   async addUser(p: Principal, req: AddUserRequest): Promise<{ user: UserView; temporaryPassword: string | null }> {
     const tenantName = req.tenant ?? p.tenantName;
@@ -175,8 +176,17 @@ export class AccountService {
     let tenantId = '';
     try {
       await withTransaction(this.pool, async (c) => {
+        const platformAdmin = p.tenantId === PLATFORM_TENANT_ID && atLeast(p.role, 'admin');
         let t = (await c.query<{ id: string }>('SELECT id FROM tenants WHERE name = $1', [tenantName])).rows[0];
         if (!t) {
+          if (!platformAdmin)
+            throw new AtelierError(
+              'PERMISSION_DENIED',
+              `tenant ${tenantName} does not exist: only an admin of the default tenant may create tenants`,
+              {
+                field: 'tenant',
+              },
+            );
           t = (await c.query<{ id: string }>('INSERT INTO tenants (id, name) VALUES ($1, $2) RETURNING id', [newId('tn'), tenantName]))
             .rows[0]!;
           await c.query(`INSERT INTO memberships (user_id, tenant_id, role) VALUES ($1, $2, 'admin')`, [p.userId, t.id]);
@@ -189,6 +199,16 @@ export class AccountService {
         }
         tenantId = t.id;
         let u = (await c.query<{ id: string; issuer: string }>('SELECT id, issuer FROM users WHERE name = $1', [req.name])).rows[0];
+        if (u && !platformAdmin)
+          throw new AtelierError('ALREADY_EXISTS', `the user name ${req.name} is taken on this server: pick another`, { field: 'name' });
+        if (u && u.issuer !== 'local')
+          throw new AtelierError(
+            'INVALID_ARGUMENT',
+            `${req.name} is an account of the external issuer: its tenants and roles come from its groups`,
+            {
+              field: 'name',
+            },
+          );
         if (!u) {
           u = (
             await c.query<{ id: string; issuer: string }>(
@@ -213,14 +233,13 @@ export class AccountService {
     return { user: userView(row!), temporaryPassword: created ? password : null };
   }
 
-  /** Disables a user of the caller's tenant: their tokens and sessions stop working at once. */
-  async disableUser(p: Principal, nameOrId: string): Promise<UserView> {
-    const [target] = await this.userRows(
-      '(u.name = $2 OR u.id = $2) AND EXISTS (SELECT 1 FROM memberships m WHERE m.user_id = u.id AND m.tenant_id = $1)',
-      [nameOrId],
-      p.tenantId,
-    );
-    if (!target) throw new AtelierError('NOT_FOUND', `no user ${nameOrId} in tenant ${p.tenantName}: see \`atelier users list\``);
+  /**
+   * Disables an account everywhere (the route lets only the default tenant's admins do it):
+   * their tokens and sessions stop working at once.
+   */
+  async disableUser(p: Principal, name: string): Promise<UserView> {
+    const [target] = await this.userRows('u.name = $2', [name], p.tenantId);
+    if (!target) throw new AtelierError('NOT_FOUND', `no user ${name} on this server: see \`atelier users list\``);
     if (target.id === p.userId) throw new AtelierError('INVALID_ARGUMENT', 'you cannot disable yourself: ask another admin');
     await this.query('UPDATE users SET disabled_at = coalesce(disabled_at, now()) WHERE id = $1', [target.id]);
     // Sessions, grants and refresh tokens of the embedded issuer go too: nothing can be refreshed.
@@ -239,6 +258,14 @@ export class AccountService {
     let tenantId = p.tenantId;
     let callerRole = p.role;
     if (req.tenant !== undefined && req.tenant !== p.tenantName) {
+      // A token acts in one tenant; one minted with it stays there (a server admin's excepted:
+      // that token administers every tenant already).
+      if (p.via === 'api-token' && !(p.tenantId === PLATFORM_TENANT_ID && atLeast(p.role, 'admin')))
+        throw new AtelierError(
+          'PERMISSION_DENIED',
+          `this API token acts in tenant ${p.tenantName} only: log in (\`atelier auth login\`) to make tokens for another tenant`,
+          { field: 'tenant' },
+        );
       if (req.workshopId)
         throw new AtelierError('INVALID_ARGUMENT', "an agent token acts in its workshop's tenant: leave out --tenant", { field: 'tenant' });
       const [m] = await this.query<{ tenant_id: string; role: string }>(
@@ -257,7 +284,7 @@ export class AccountService {
         throw new AtelierError('PERMISSION_DENIED', 'only an admin may create tokens for another user', { field: 'user' });
       const [u] = await this.query<{ id: string; role: string; disabled: boolean }>(
         `SELECT u.id, m.role, u.disabled_at IS NOT NULL AS disabled FROM users u JOIN memberships m ON m.user_id = u.id AND m.tenant_id = $2
-          WHERE u.name = $1 OR u.id = $1`,
+          WHERE u.name = $1`,
         [req.user, tenantId],
       );
       if (!u || !isRole(u.role))
@@ -266,7 +293,7 @@ export class AccountService {
       userId = u.id;
       ceiling = weaker(callerRole, u.role);
     }
-    const role: Role = req.workshopId ? weaker('member', ceiling) : (req.role ?? ceiling);
+    const role: Role = req.workshopId ? weaker(req.role ?? 'member', ceiling) : (req.role ?? ceiling);
     if (!atLeast(ceiling, role))
       throw new AtelierError(
         'PERMISSION_DENIED',
@@ -278,9 +305,15 @@ export class AccountService {
     const token = newApiToken();
     const ttl = req.expiresInSeconds === undefined ? DEFAULT_TOKEN_TTL_SECONDS : req.expiresInSeconds;
     const id = newId('tok');
+    // Made with an API token: it never outlives that token and is revoked with it.
+    const parent = p.via === 'api-token' ? p.tokenId : null;
     await this.query(
-      `INSERT INTO api_tokens (id, user_id, name, token_hash, tenant_id, role, workshop_id, expires_at)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, CASE WHEN $8::int IS NULL THEN NULL ELSE now() + make_interval(secs => $8::int) END)`,
+      `INSERT INTO api_tokens (id, user_id, name, token_hash, tenant_id, role, workshop_id, expires_at, parent_id)
+       SELECT $1, $2, $3, $4, $5, $6, $7,
+              CASE WHEN $8::int IS NULL THEN p.expires_at
+                   ELSE least(now() + make_interval(secs => $8::int), coalesce(p.expires_at, 'infinity')) END,
+              $9
+         FROM (SELECT (SELECT expires_at FROM api_tokens WHERE id = $9) AS expires_at) p`,
       [
         id,
         userId,
@@ -290,6 +323,7 @@ export class AccountService {
         role,
         req.workshopId ?? null,
         ttl,
+        parent,
       ],
     );
     const [row] = await this.tokenRows('t.id = $2', [id], tenantId);
@@ -321,6 +355,14 @@ export class AccountService {
       atLeast(p.role, 'admin') ? [p.tenantId, id] : [p.tenantId, id, p.userId],
     );
     if (rows.length === 0) throw new AtelierError('NOT_FOUND', `no token ${id} of yours: see \`atelier tokens list\``);
+    // And every token minted with it, at any depth.
+    await this.query(
+      `WITH RECURSIVE minted AS (
+         SELECT id FROM api_tokens WHERE parent_id = $1
+         UNION SELECT t.id FROM api_tokens t JOIN minted m ON t.parent_id = m.id)
+       UPDATE api_tokens SET revoked_at = coalesce(revoked_at, now()) WHERE id IN (SELECT id FROM minted)`,
+      [id],
+    );
     return { id, revoked: true };
   }
 }

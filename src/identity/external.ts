@@ -13,6 +13,7 @@ import { atLeast, ROLES, type Role } from './roles.js';
  *   audience: atelier                # the `aud` access tokens carry (default: clientId)
  *   groupsClaim: groups              # claim listing the user's groups (default: groups)
  *   usernameClaim: preferred_username
+ *   endpointOrigins: [https://oauth2.googleapis.com]   # only if its endpoints are on another origin (Google)
  *   groups:                          # group → tenant and role; the strongest role per tenant wins
  *     - { group: platform, tenant: acme, role: admin }
  *     - { group: developers, tenant: acme, role: member }
@@ -28,6 +29,7 @@ const IdentityFile = z.strictObject({
   groupsClaim: z.string().min(1).default('groups'),
   usernameClaim: z.string().min(1).default('preferred_username'),
   scope: z.string().min(1).default('openid profile email offline_access'),
+  endpointOrigins: z.array(z.url({ protocol: /^https?$/ })).default([]),
   groups: z
     .array(z.strictObject({ group: z.string().min(1), tenant: z.string().regex(/^[a-z0-9][a-z0-9-]{0,62}$/), role: z.enum(ROLES) }))
     .default([]),
@@ -41,6 +43,8 @@ export interface ExternalIssuerConfig {
   groupsClaim: string;
   usernameClaim: string;
   scope: string;
+  /** Origins besides the issuer's own that may serve its token and device endpoints. */
+  endpointOrigins: string[];
   groups: { group: string; tenant: string; role: Role }[];
 }
 
@@ -82,6 +86,7 @@ export async function loadExternalIssuerConfig(path: string): Promise<ExternalIs
     groupsClaim: c.groupsClaim,
     usernameClaim: c.usernameClaim,
     scope: c.scope,
+    endpointOrigins: c.endpointOrigins.map((u) => new URL(u).origin),
     groups: c.groups,
   };
 }

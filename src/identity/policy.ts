@@ -76,6 +76,8 @@ export function checkWorkshopAccess(p: Principal, ws: OwnedResource, action: Wor
     );
   if (p.kind === 'agent') {
     if (action === 'delete') throw new AtelierError('PERMISSION_DENIED', 'an agent token cannot delete its workshop');
+    if (action === 'operate' && !atLeast(p.role, 'member'))
+      throw new AtelierError('PERMISSION_DENIED', `this agent token is ${p.role}: it can only read its workshop`, { id: ws.id });
     return;
   }
   if (action === 'read') return;

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { AtelierError, hashToken, newId } from '../core/index.js';
 import { asDatabaseError, withTransaction, type Pool } from '../db/index.js';
 import { membershipsFromGroups, type ExternalIssuerConfig } from './external.js';
@@ -128,7 +129,9 @@ export class Authenticator {
         [sub],
       );
       if (!user) throw new AtelierError('UNAUTHENTICATED', 'the user of this token no longer exists: log in again');
-      if (typeof claims.gid === 'string') {
+      // Every access token of the embedded issuer names its grant; one that does not was not made by it.
+      if (typeof claims.gid !== 'string') throw new AtelierError('TOKEN_INVALID', 'this access token names no grant: log in again');
+      {
         const live = await this.query(
           `SELECT 1 FROM oidc_payloads WHERE type = 'Grant' AND id = $1 AND (expires_at IS NULL OR expires_at > now())`,
           [claims.gid],
@@ -141,7 +144,7 @@ export class Authenticator {
     if (user.disabled) throw new AtelierError('USER_DISABLED', `user ${user.name} is disabled: ask an admin`);
     const memberships = await this.query<MembershipRow>(
       `SELECT m.tenant_id, tn.name AS tenant_name, m.role FROM memberships m JOIN tenants tn ON tn.id = m.tenant_id
-        WHERE m.user_id = $1 ORDER BY tn.name`,
+        WHERE m.user_id = $1 ORDER BY m.created_at, tn.name`,
       [user.id],
     );
     const chosen = tenantHeader === undefined ? memberships[0] : memberships.find((x) => x.tenant_name === tenantHeader);
@@ -179,23 +182,35 @@ export class Authenticator {
     claims: Record<string, unknown>,
   ): Promise<{ id: string; name: string; disabled: boolean }> {
     const cfg = authority.config;
-    const wanted = String(claims[cfg.usernameClaim] ?? claims.email ?? sub).slice(0, 200);
+    // A name the issuer gives is made safe for ours (letters, digits, . _ @ -).
+    const wanted =
+      String(claims[cfg.usernameClaim] ?? claims.email ?? sub)
+        .replace(/[^a-zA-Z0-9._@-]+/g, '-')
+        .replace(/^[^a-zA-Z0-9]+/, '')
+        .slice(0, 60) || 'user';
     const email = typeof claims.email === 'string' ? claims.email : null;
     let [user] = await this.query<{ id: string; name: string; disabled: boolean }>(
       'SELECT id, name, disabled_at IS NOT NULL AS disabled FROM users WHERE issuer = $1 AND subject = $2',
       [authority.issuer, sub],
     );
-    if (!user) {
-      const id = newId('u');
-      // Names are unique; a clash with a local account gets the issuer's subject appended.
-      [user] = await this.query<{ id: string; name: string; disabled: boolean }>(
-        `INSERT INTO users (id, name, issuer, subject, email)
-         VALUES ($1, CASE WHEN EXISTS (SELECT 1 FROM users WHERE name = $2) THEN $2 || '#' || $4 ELSE $2 END, $3, $4, $5)
-         ON CONFLICT (issuer, subject) WHERE subject IS NOT NULL DO UPDATE SET email = EXCLUDED.email
-         RETURNING id, name, disabled_at IS NOT NULL AS disabled`,
-        [id, wanted, authority.issuer, sub, email],
-      );
+    // Names are unique server-wide: when the issuer's name is taken (a local account, another
+    // issuer's user), a short hash of the subject tells them apart. The same user arriving twice
+    // at once is one row (ON CONFLICT on issuer + subject).
+    const suffix = createHash('sha256').update(`${authority.issuer}\n${sub}`).digest('hex').slice(0, 8);
+    for (const name of [wanted, `${wanted}-${suffix}`]) {
+      if (user) break;
+      try {
+        [user] = await this.query<{ id: string; name: string; disabled: boolean }>(
+          `INSERT INTO users (id, name, issuer, subject, email) VALUES ($1, $2, $3, $4, $5)
+           ON CONFLICT (issuer, subject) WHERE subject IS NOT NULL DO UPDATE SET email = EXCLUDED.email
+           RETURNING id, name, disabled_at IS NOT NULL AS disabled`,
+          [newId('u'), name, authority.issuer, sub, email],
+        );
+      } catch (err) {
+        if ((err as { code?: string }).code !== '23505') throw err;
+      }
     }
+    if (!user) throw new AtelierError('CONFLICT', `the user name ${wanted} is taken on this server: ask an admin`);
     const desired = membershipsFromGroups(cfg, claims[cfg.groupsClaim]);
     await this.syncGroupMemberships(user!.id, desired);
     return user!;

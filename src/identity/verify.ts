@@ -43,6 +43,7 @@ export class JwtVerifier {
   private getKey: JWTVerifyGetKey;
   private lastReload = 0;
   private jwksUrl: string | undefined;
+  private cached: JWTVerifyGetKey | undefined;
   private readonly algorithms: string[];
 
   constructor(private readonly opts: VerifierOptions) {
@@ -64,10 +65,9 @@ export class JwtVerifier {
         return remote(header, token);
       };
     } else if (opts.localJwks) {
-      let set: JWTVerifyGetKey | undefined;
-      const load = async (): Promise<JWTVerifyGetKey> => (set = createLocalJWKSet(await opts.localJwks!()));
+      const load = async (): Promise<JWTVerifyGetKey> => (this.cached = createLocalJWKSet(await opts.localJwks!()));
       this.getKey = async (header, token) => {
-        const current = set ?? (await load());
+        const current = this.cached ?? (await load());
         try {
           return await current(header, token);
         } catch (err) {
@@ -80,6 +80,12 @@ export class JwtVerifier {
         }
       };
     } else throw new Error('JwtVerifier needs localJwks or jwksUri');
+  }
+
+  /** Forgets the keys read so far (after a rotation here): the next token reads them again. */
+  reload(): void {
+    this.lastReload = 0;
+    this.cached = undefined;
   }
 
   async verify(token: string): Promise<VerifiedToken> {

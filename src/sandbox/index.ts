@@ -1,6 +1,15 @@
 export { cgroupBase, cgroupSupport, createCgroups, destroyCgroups, freeze, isFrozen, thaw, workshopCgroups } from './cgroups.js';
 export type { CgroupPaths } from './cgroups.js';
-export { execInSandbox, isSandboxAlive, killSandbox, prepareLayout, processStartTime, sandboxLayout, startSandbox } from './launcher.js';
+export {
+  EGRESS_PORT,
+  execInSandbox,
+  isSandboxAlive,
+  killSandbox,
+  prepareLayout,
+  processStartTime,
+  sandboxLayout,
+  startSandbox,
+} from './launcher.js';
 export type { ExecSpec, SandboxHandle, SandboxLayout, SandboxSpec } from './launcher.js';
 export { inspectIsolation } from './privileges.js';
 export type { IsolationReport } from './privileges.js';

@@ -1,8 +1,17 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, openSync, closeSync, readFileSync, writeFileSync, chownSync } from 'node:fs';
+import { chmodSync, mkdirSync, openSync, closeSync, readFileSync, writeFileSync, chownSync } from 'node:fs';
 import { join } from 'node:path';
 import { procsFiles, destroyCgroups, type CgroupPaths } from './cgroups.js';
-import { identityFiles, mountPlan, type MountStep } from './rootfs.js';
+import { EGRESS_DIR, identityFiles, mountPlan, type MountStep } from './rootfs.js';
+
+/** Inside the workshop, the proxy is at 127.0.0.1:EGRESS_PORT (HTTP, CONNECT and SOCKS5 on one port). */
+export const EGRESS_PORT = 3128;
+
+/**
+ * The sandbox's network namespace has only loopback: its one way out is this forwarder from
+ * 127.0.0.1:3128 to the egress proxy's unix socket, bound in from the host. The proxy decides.
+ */
+const EGRESS_FORWARDER = `socat -b 65536 TCP-LISTEN:${EGRESS_PORT},bind=127.0.0.1,fork,reuseaddr,backlog=256 UNIX-CONNECT:${EGRESS_DIR}/proxy.sock </dev/null >/dev/null 2>&1 &`;
 
 /** Where a workshop's files live on the host; all of it goes away with the workshop. */
 export interface SandboxLayout {
@@ -13,6 +22,8 @@ export interface SandboxLayout {
   etc: string;
   /** Empty mount point for the rootless sandbox's root. */
   rootfs: string;
+  /** Holds the egress proxy's unix socket, bound read-only at /run/atelier/egress. */
+  egress: string;
   log: string;
 }
 
@@ -24,6 +35,7 @@ export function sandboxLayout(root: string): SandboxLayout {
     home: join(root, 'home'),
     etc: join(root, 'etc'),
     rootfs: join(root, 'rootfs'),
+    egress: join(root, 'egress'),
     log: join(root, 'sandbox.log'),
   };
 }
@@ -73,6 +85,9 @@ function dropPrivileges(uid: number | null): string[] {
 export function prepareLayout(spec: SandboxSpec): SandboxLayout {
   const layout = sandboxLayout(spec.root);
   for (const dir of [layout.tmp, layout.home, layout.etc, layout.rootfs]) mkdirSync(dir, { recursive: true, mode: 0o700 });
+  // Entered by the workshop user to reach the proxy's socket (mode 0666), nothing else in it.
+  mkdirSync(layout.egress, { recursive: true, mode: 0o755 });
+  chmodSync(layout.egress, 0o755);
   const uid = spec.rootless ? 0 : spec.uid;
   for (const [name, content] of Object.entries(identityFiles({ uid, gid: uid, hostname: spec.hostname }))) {
     writeFileSync(join(layout.etc, name), content, { mode: 0o644 });
@@ -112,7 +127,7 @@ function bwrapArgs(spec: SandboxSpec, plan: MountStep[]): string[] {
   args.push('--chdir', '/workspace', '--info-fd', '3');
   // bwrap runs as root to build the namespaces (no user namespace), then setpriv drops to the
   // workshop's own host uid with no capabilities, an empty bounding set and no_new_privs.
-  args.push('--', ...dropPrivileges(spec.uid), 'sleep', 'infinity');
+  args.push('--', ...dropPrivileges(spec.uid), '/bin/sh', '-c', `${EGRESS_FORWARDER} exec sleep infinity`);
   return args;
 }
 
@@ -149,6 +164,7 @@ mkdir "$R/.oldroot"; cd "$R"; pivot_root . .oldroot; umount -l /.oldroot; rmdir 
 # The root and /dev are ours (uid 0 of this namespace): make them read-only, as bwrap's are to the workshop uid.
 mount -o remount,bind,ro /dev; mount -o remount,bind,ro /
 cd /workspace
+${EGRESS_FORWARDER}
 exec perl -e '$SIG{CHLD} = sub { 1 while waitpid(-1, 1) > 0 }; sleep while 1'`;
 
 function rootlessArgs(spec: SandboxSpec, layout: SandboxLayout, plan: MountStep[]): string[] {

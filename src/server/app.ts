@@ -32,6 +32,8 @@ export interface AppDeps {
   accounts: AccountService;
   logger: FastifyBaseLogger;
   version: string;
+  /** Reverse proxies whose X-Forwarded-For is believed (ATELIER_TRUST_PROXY); none by default. */
+  trustProxy?: string[];
   /** Routes of other areas (the embedded issuer, the auth relay), registered with the rest. */
   extraRoutes?: ((app: FastifyInstance) => void)[];
 }
@@ -54,6 +56,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     genReqId: () => newRequestId(),
     requestIdHeader: false,
     bodyLimit: 1 << 20,
+    trustProxy: deps.trustProxy && deps.trustProxy.length > 0 ? deps.trustProxy : false,
     forceCloseConnections: true,
   });
 

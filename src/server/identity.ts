@@ -59,6 +59,7 @@ export async function startIdentity(
       issuer: ext.issuer,
       clientId: ext.clientId,
       scope: ext.scope,
+      endpointOrigins: ext.endpointOrigins,
       ...(ext.clientSecret !== undefined ? { clientSecret: ext.clientSecret } : {}),
       publicUrl: () => publicUrl,
       idTokenAlg: async () => {
@@ -115,12 +116,19 @@ export async function startIdentity(
     // Relayed requests are answered in this process: the server never calls its own public URL.
     dispatch: (url, form, ip) => issuer.dispatch(url, form, ip),
   };
+  let verifier: JwtVerifier | undefined;
+  const rotate = async (): Promise<{ kid: string }> => {
+    const r = await issuer.rotateKeys();
+    // This server's verifier reads the published keys again at once (others on a key id it lacks).
+    verifier?.reload();
+    return r;
+  };
   return {
-    routes: [(app) => issuer.registerRoutes(app), (app) => authRoutes(app, info, () => issuer.rotateKeys())],
+    routes: [(app) => issuer.registerRoutes(app), (app) => authRoutes(app, info, rotate)],
     async ready(url) {
       publicUrl = url;
       await issuer.start(url);
-      const verifier = new JwtVerifier({ issuer: issuer.issuer, audience: EMBEDDED_AUDIENCE, localJwks: () => issuer.publicJwks() });
+      verifier = new JwtVerifier({ issuer: issuer.issuer, audience: EMBEDDED_AUDIENCE, localJwks: () => issuer.publicJwks() });
       return { kind: 'embedded', issuer: issuer.issuer, verifier };
     },
     close: () => issuer.close(),

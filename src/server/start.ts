@@ -20,6 +20,7 @@ import { inspectIsolation, processStartTime } from '../sandbox/index.js';
 import { LocalDriver, WorkshopService } from '../workshops/index.js';
 import { AccountService, Authenticator, MasterKey, generatePassword, hashPassword } from '../identity/index.js';
 import { buildApp } from './app.js';
+import { startEgress } from './egress.js';
 import { startIdentity } from './identity.js';
 
 export interface StartOptions {
@@ -257,6 +258,8 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const nodeId = nodeIdOf(dataDir);
     const driver = new LocalDriver(dataDir, nodeId, isolation.rootless, isolation.cgroups);
     const sudoHome = config.sudoUser ? homeOf(config.sudoUser.uid) : undefined;
+    const egress = await startEgress(config, pool, logger);
+    cleanups.push(() => egress.close());
     const workshops = new WorkshopService(pool, driver, {
       nodeId,
       // Under sudo, the home of the user who ran it is allowed too (repositories live there).
@@ -264,6 +267,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       defaults: { cpus: config.defaultCpus, memory: config.defaultMemory, pids: config.defaultPids },
       uidBase: config.uidBase,
       log: logger,
+      egress: egress.wiring,
     });
     await workshops.reconcile();
 
@@ -277,6 +281,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       accounts: new AccountService(pool),
       logger,
       version: opts.version,
+      trustProxy: config.trustProxy,
       extraRoutes: identity.routes,
     });
     cleanups.push(() => app.close());

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { constants as osConstants, cpus as hostCpus, totalmem } from 'node:os';
-import { posix } from 'node:path';
+import { join, posix } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
 import { type Readable } from 'node:stream';
 import {
@@ -16,8 +16,10 @@ import {
 } from '../core/index.js';
 import { asDatabaseError, withTransaction, type Pool } from '../db/index.js';
 import { checkWorkshopAccess, type Principal, type WorkshopAction } from '../identity/index.js';
-import type { SandboxHandle } from '../sandbox/index.js';
+import { EGRESS_PORT, type SandboxHandle } from '../sandbox/index.js';
+import { createEgressPolicy, type EgressJournal, type EgressPolicy, type EgressProxy, type EgressRecord } from '../egress/index.js';
 import { readDevcontainer } from './devcontainer.js';
+import { readProjectSettings } from './project.js';
 import type { LocalDriver } from './local/driver.js';
 import { cloneRepo, resolveRepoSource } from './repo.js';
 
@@ -37,6 +39,7 @@ interface WorkshopRow {
   budget_usd: string | null;
   env: Record<string, string>;
   forward_ports: number[];
+  egress: { allow?: string[]; deny?: string[]; askHoldSeconds?: number };
   warnings: string[];
   sandbox: SandboxHandle | null;
   created_at: Date;
@@ -49,6 +52,17 @@ export interface ServiceOptions {
   defaults: { cpus: number; memory: string; pids: number };
   uidBase: number;
   log: { info(obj: object, msg?: string): void; warn(obj: object, msg?: string): void; error(obj: object, msg?: string): void };
+  egress: EgressWiring;
+}
+
+/** The egress proxy every workshop's traffic goes through, and the platform's part of each policy. */
+export interface EgressWiring {
+  proxy: EgressProxy;
+  journal: EgressJournal;
+  /** The platform allowlist (admin), before each project's own entries. */
+  defaults: string[];
+  /** Private/loopback ranges the admin lets workshops reach. */
+  allowRanges: string[];
 }
 
 /** Who asks, and for what: checked against the workshop's tenant and owner. */
@@ -72,6 +86,9 @@ const MAX_FILE_BYTES = 16 << 20;
 const CREATE_COMMAND_TIMEOUT_SECONDS = 30 * 60;
 
 /** Every workshop process starts from this environment (then devcontainer.json, then the request). */
+const PROXY_URL = `http://127.0.0.1:${EGRESS_PORT}`;
+const DEFAULT_ASK_HOLD_SECONDS = 30;
+
 const BASE_ENV: Record<string, string> = {
   PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
   HOME: '/home/atelier',
@@ -79,6 +96,16 @@ const BASE_ENV: Record<string, string> = {
   LOGNAME: 'atelier',
   SHELL: '/bin/bash',
   LANG: 'C.UTF-8',
+  // The only way out is the egress proxy (see sandbox/launcher.ts); every tool that reads the
+  // usual variables (curl, git, npm, pip, Go, Node's undici with a dispatcher…) goes through it.
+  HTTP_PROXY: PROXY_URL,
+  HTTPS_PROXY: PROXY_URL,
+  ALL_PROXY: `socks5h://127.0.0.1:${EGRESS_PORT}`,
+  http_proxy: PROXY_URL,
+  https_proxy: PROXY_URL,
+  all_proxy: `socks5h://127.0.0.1:${EGRESS_PORT}`,
+  NO_PROXY: 'localhost,127.0.0.1,::1,.atelier.internal',
+  no_proxy: 'localhost,127.0.0.1,::1,.atelier.internal',
 };
 
 function toWorkshop(r: WorkshopRow): Workshop {
@@ -91,6 +118,7 @@ function toWorkshop(r: WorkshopRow): Workshop {
     limits: { cpus: r.cpus, memoryBytes: Number(r.memory_bytes), pids: r.pids },
     budgetUsd: r.budget_usd === null ? null : Number(r.budget_usd),
     forwardPorts: r.forward_ports,
+    egress: { allow: r.egress.allow ?? [], deny: r.egress.deny ?? [], askHoldSeconds: r.egress.askHoldSeconds ?? DEFAULT_ASK_HOLD_SECONDS },
     warnings: r.warnings,
     createdAt: r.created_at.toISOString(),
     updatedAt: r.updated_at.toISOString(),
@@ -228,7 +256,31 @@ export class WorkshopService {
   /** Starts a workshop's sandbox afresh (its files are kept) after its processes were lost. */
   private async restartSandbox(row: WorkshopRow, reason: string): Promise<WorkshopRow> {
     await this.driver.stop(row.id, row.sandbox);
-    return this.setStatus(row.id, 'Running', reason, await this.startSandbox(row));
+    const handle = await this.startSandbox(row);
+    await this.openEgress(row);
+    return this.setStatus(row.id, 'Running', reason, handle);
+  }
+
+  /** The workshop's live policy: the platform's allowlist, then the project's entries. */
+  private egressPolicy(row: WorkshopRow): EgressPolicy {
+    const e = this.opts.egress;
+    return createEgressPolicy({
+      allow: [...e.defaults, ...(row.egress.allow ?? [])],
+      deny: row.egress.deny ?? [],
+      allowRanges: e.allowRanges,
+      askHoldSeconds: row.egress.askHoldSeconds ?? DEFAULT_ASK_HOLD_SECONDS,
+    });
+  }
+
+  /** Opens (or reopens, after a server restart) the workshop's proxy socket with its policy. */
+  private async openEgress(row: WorkshopRow): Promise<void> {
+    await this.opts.egress.proxy.listen(row.id, join(this.driver.layout(row.id).egress, 'proxy.sock'), this.egressPolicy(row));
+  }
+
+  /** What the workshop's proxy decided, oldest first (see EgressJournal.list). */
+  async egressLog(id: string, actor: Principal, opts: { afterId?: number; limit?: number }): Promise<EgressRecord[]> {
+    await this.row(id, { actor, action: 'read' });
+    return this.opts.egress.journal.list(id, opts);
   }
 
   /** Clones the repository and starts the sandbox; returns when the workshop is Running or Failed. */
@@ -281,16 +333,20 @@ export class WorkshopService {
       const layout = this.driver.prepareRoot(id);
       await cloneRepo(source, layout.workspace);
       const dev = readDevcontainer(layout.workspace, req.devcontainer, BASE_ENV);
+      const project = readProjectSettings(layout.workspace);
+      row.egress = project.egress;
       await this.driver.adoptWorkspace(id, row.uid);
       const env: Record<string, string> = { ...dev.env };
       if (req.budgetUsd !== undefined) env.ATELIER_MAX_BUDGET_USD = String(req.budgetUsd);
-      await this.query('UPDATE workshops SET env = $2, forward_ports = $3, warnings = $4 WHERE id = $1', [
+      await this.query('UPDATE workshops SET env = $2, forward_ports = $3, warnings = $4, egress = $5 WHERE id = $1', [
         id,
         JSON.stringify(env),
         dev.forwardPorts,
         JSON.stringify(dev.warnings),
+        JSON.stringify(project.egress),
       ]);
       handle = await this.startSandbox(row);
+      await this.openEgress(row);
       await this.query('UPDATE workshops SET sandbox = $2 WHERE id = $1', [id, JSON.stringify(handle)]);
       const current = { ...row, env, sandbox: handle };
       for (const step of dev.createCommands) {
@@ -314,6 +370,7 @@ export class WorkshopService {
       const reason = err instanceof Error ? err.message : String(err);
       this.opts.log.warn({ workshop: id, err: reason }, 'workshop build failed');
       await this.driver.stop(id, handle).catch(() => undefined);
+      await this.opts.egress.proxy.close(id).catch(() => undefined);
       // The workshop stays, Failed with the reason, until the user deletes it.
       const failed = await this.setStatus(id, 'Failed', reason, null).catch(() => null);
       if (failed) return toWorkshop(failed);
@@ -390,6 +447,7 @@ export class WorkshopService {
     await this.locked(id, async () => {
       const row = await this.row(id);
       await this.setStatus(id, 'Deleting', null);
+      await this.opts.egress.proxy.close(id);
       await this.driver.destroy(id, row.sandbox).catch((err: Error) => {
         throw new AtelierError('SANDBOX_FAILED', `workshop ${id} could not be removed completely (${err.message}); run the delete again`, {
           id,
@@ -730,6 +788,7 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
         } else if (row.status === 'Running' || row.status === 'Suspended') {
           const alive = row.sandbox !== null && this.driver.alive(row.sandbox);
           if (alive) {
+            await this.openEgress(row);
             const orphans = this.driver.killOrphanExecs(row.sandbox!);
             if (orphans > 0) this.opts.log.warn({ workshop: id, orphans }, 'killed commands left running by a previous server process');
             const frozen = this.driver.frozen(row.sandbox!);

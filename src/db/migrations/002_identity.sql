@@ -43,7 +43,9 @@ ALTER TABLE api_tokens
   -- Agent tokens act only for this workshop and never decide an approval.
   ADD COLUMN workshop_id   text REFERENCES workshops(id) ON DELETE CASCADE,
   ADD COLUMN expires_at    timestamptz,
-  ADD COLUMN last_used_at  timestamptz;
+  ADD COLUMN last_used_at  timestamptz,
+  -- The token that minted this one (a token made with a token): revoked with it, never outliving it.
+  ADD COLUMN parent_id     text REFERENCES api_tokens(id) ON DELETE CASCADE;
 UPDATE api_tokens SET tenant_id = 'tn-default', role = 'admin';
 ALTER TABLE api_tokens ALTER COLUMN tenant_id SET NOT NULL, ALTER COLUMN role SET NOT NULL;
 CREATE INDEX api_tokens_user ON api_tokens (user_id);

@@ -21,6 +21,15 @@ function toPayload(row: Row | undefined): AdapterPayload | undefined {
   return row.consumed === null ? row.payload : { ...row.payload, consumed: row.consumed };
 }
 
+/**
+ * Ids, user codes and grant ids come from requests (a refresh token, a cookie, a typed code).
+ * PostgreSQL refuses NUL in text with an error, which would answer 500: one with a NUL names
+ * nothing stored (the provider never makes one), so it is not looked up at all.
+ */
+function unstorable(key: string): boolean {
+  return key.includes('\u0000');
+}
+
 const SELECT = 'SELECT payload, extract(epoch FROM consumed_at)::bigint::int AS consumed FROM oidc_payloads';
 
 export class PostgresAdapter implements Adapter {
@@ -64,10 +73,12 @@ export class PostgresAdapter implements Adapter {
   }
 
   async find(id: string): Promise<AdapterPayload | undefined> {
+    if (unstorable(id)) return undefined;
     return this.one(`${SELECT} WHERE type = $1 AND id = $2 AND (expires_at IS NULL OR expires_at > now())`, [this.type, id]);
   }
 
   async findByUserCode(userCode: string): Promise<AdapterPayload | undefined> {
+    if (unstorable(userCode)) return undefined;
     return this.one(
       `${SELECT} WHERE type = $1 AND user_code = $2 AND (expires_at IS NULL OR expires_at > now() - make_interval(secs => $3))
         ORDER BY expires_at DESC NULLS FIRST LIMIT 1`,
@@ -76,18 +87,22 @@ export class PostgresAdapter implements Adapter {
   }
 
   async findByUid(uid: string): Promise<AdapterPayload | undefined> {
+    if (unstorable(uid)) return undefined;
     return this.one(`${SELECT} WHERE type = $1 AND uid = $2 AND (expires_at IS NULL OR expires_at > now())`, [this.type, uid]);
   }
 
   async consume(id: string): Promise<void> {
+    if (unstorable(id)) return;
     await this.run('UPDATE oidc_payloads SET consumed_at = now() WHERE type = $1 AND id = $2', [this.type, id]);
   }
 
   async destroy(id: string): Promise<void> {
+    if (unstorable(id)) return;
     await this.run('DELETE FROM oidc_payloads WHERE type = $1 AND id = $2', [this.type, id]);
   }
 
   async revokeByGrantId(grantId: string): Promise<void> {
+    if (unstorable(grantId)) return;
     // Every artefact of the grant, whatever its type: access, refresh and device codes alike.
     await this.run('DELETE FROM oidc_payloads WHERE grant_id = $1', [grantId]);
   }

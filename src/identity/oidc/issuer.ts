@@ -118,6 +118,8 @@ export class EmbeddedIssuer {
   private readonly byAddress = new FailureLimiter(20, 15 * 60_000);
   /** Wrong user codes per address: a code has ~34 bits, guessing must stay out of reach. */
   private readonly codesByAddress = new FailureLimiter(10, 15 * 60_000);
+  /** Device-page requests whose user code was not found: their attempt is not forgiven. */
+  private readonly wrongCodes = new WeakSet<object>();
 
   private mod: typeof OidcProvider | undefined;
   private provider: ProviderType | undefined;
@@ -225,12 +227,16 @@ export class EmbeddedIssuer {
     // Unhandled errors go to the server log (Koa would print them on stderr).
     (provider as unknown as NodeJS.EventEmitter).on('error', (err: Error) => this.log.error({ err }, 'OIDC provider error'));
     provider.use(async (ctx, next) => {
+      // A posted user code counts as wrong until the provider has looked it up (userCodeInput
+      // flags it if it was): parallel guesses cannot all pass the check before any is counted.
+      let attempt: { forgive: () => void } | undefined;
       if (ctx.method === 'POST' && ctx.path === '/device') {
-        const wait = this.codesByAddress.retryAfterSeconds(ctx.ip);
+        const { wait, forgive } = this.codesByAddress.take(ctx.ip);
         if (wait > 0) {
           this.render(ctx, 429, infoPage('Too many attempts', `Too many wrong codes from your address: try again in ${wait} s.`, 'error'));
           return;
         }
+        attempt = { forgive };
       }
       try {
         await next();
@@ -246,6 +252,8 @@ export class EmbeddedIssuer {
             text: 'Type the code again',
           }),
         );
+      } finally {
+        if (attempt && !this.wrongCodes.has(ctx)) attempt.forgive();
       }
     });
     this.provider = provider;
@@ -546,23 +554,39 @@ export class EmbeddedIssuer {
     const password = String(request.body.password ?? '');
     const nameKey = `name:${username.toLowerCase()}`;
     const addressKey = `addr:${request.ip}`;
-    const wait = Math.max(this.byName.retryAfterSeconds(nameKey), this.byAddress.retryAfterSeconds(addressKey));
-    if (wait > 0) return this.send(reply, 429, this.loginForm(uid, clientName, username, `Too many attempts: try again in ${wait} s.`));
+    // Counted as failed before scrypt, forgiven when right: checking now and counting after the
+    // scrypt would let any number of parallel guesses through before the first one is counted.
+    const byName = this.byName.take(nameKey);
+    const byAddress = this.byAddress.take(addressKey);
+    const forgive = (): void => {
+      byName.forgive();
+      byAddress.forgive();
+    };
+    const wait = Math.max(byName.wait, byAddress.wait);
+    if (wait > 0) {
+      forgive();
+      return this.send(reply, 429, this.loginForm(uid, clientName, username, `Too many attempts: try again in ${wait} s.`));
+    }
     if (username === '' || password === '' || username.length > 200 || password.length > 1024) {
+      forgive();
       return this.send(reply, 400, this.loginForm(uid, clientName, username, 'Type your user name and your password.'));
     }
-    const r = await this.pool.query<LocalUser>(
-      "SELECT id, name, email, password_hash, must_change_password, disabled_at FROM users WHERE issuer = 'local' AND name = $1",
-      [username],
-    );
-    const user = r.rows[0];
+    // PostgreSQL refuses NUL in text: such a name cannot exist, so it is a wrong one, told as any
+    // other (and after the same scrypt), not a server error.
+    const user = username.includes('\u0000')
+      ? undefined
+      : (
+          await this.pool.query<LocalUser>(
+            "SELECT id, name, email, password_hash, must_change_password, disabled_at FROM users WHERE issuer = 'local' AND name = $1",
+            [username],
+          )
+        ).rows[0];
     // One scrypt whether or not the user exists, and one message: nothing tells which names exist.
-    const ok = await verifyPassword(user?.password_hash, password);
-    if (!ok || !user) {
-      this.byName.fail(nameKey);
-      this.byAddress.fail(addressKey);
-      return this.send(reply, 401, this.loginForm(uid, clientName, username, 'Wrong user name or password.'));
-    }
+    // A NUL in the password is wrong too: scrypt's HMAC pads its key with zeros, so "pw\0" would
+    // match "pw".
+    const ok = (await verifyPassword(user?.password_hash, password)) && !password.includes('\u0000');
+    if (!ok || !user) return this.send(reply, 401, this.loginForm(uid, clientName, username, 'Wrong user name or password.'));
+    byAddress.forgive();
     this.byName.clear(nameKey);
     if (user.disabled_at)
       return this.send(reply, 403, this.loginForm(uid, clientName, username, 'This account is disabled: ask an administrator.'));
@@ -612,18 +636,36 @@ export class EmbeddedIssuer {
     const user = r.rows[0];
     if (!user || user.disabled_at)
       return this.send(reply, 403, this.loginForm(uid, clientName, undefined, 'This account is disabled: ask an administrator.'));
-    if (!user.must_change_password) return this.finish(request, reply, { login: { accountId: user.id } });
+    // Changed meanwhile (another tab, or the real user while someone else holds the temporary
+    // password): this form proved only the temporary password, which no longer signs anyone in.
+    if (!user.must_change_password) {
+      return this.send(
+        reply,
+        400,
+        this.loginForm(uid, clientName, user.name, 'This password was already changed: sign in with the new one.'),
+      );
+    }
     const password = String(request.body.password ?? '');
     const confirm = String(request.body.confirm ?? '');
     let problem = passwordProblem(password, user.name);
+    // Sign-in refuses it (see submitLogin): accepting it here would lock the account out.
+    if (!problem && password.includes('\u0000')) problem = 'it contains a NUL character';
     if (!problem && password !== confirm) problem = 'the two passwords differ';
     if (!problem && (await verifyPassword(user.password_hash, password))) problem = 'choose a new password, not the one you were given';
     if (problem) return this.send(reply, 400, this.passwordForm(uid, user, `New password refused: ${problem}.`));
-    // Only if still pending: two tabs submitting at once change it once.
-    await this.pool.query('UPDATE users SET password_hash = $2, must_change_password = false WHERE id = $1 AND must_change_password', [
-      user.id,
-      await hashPassword(password),
-    ]);
+    // Only if still pending: of two forms submitted at once, one changes it and signs in; the
+    // other is told as above (it must not sign in on the strength of the temporary password).
+    const changed = await this.pool.query(
+      'UPDATE users SET password_hash = $2, must_change_password = false WHERE id = $1 AND must_change_password AND password_hash IS NOT DISTINCT FROM $3',
+      [user.id, await hashPassword(password), user.password_hash],
+    );
+    if (changed.rowCount !== 1) {
+      return this.send(
+        reply,
+        400,
+        this.loginForm(uid, clientName, user.name, 'This password was already changed: sign in with the new one.'),
+      );
+    }
     this.log.info({ user: user.name }, 'password changed at first sign-in');
     return this.finish(request, reply, { login: { accountId: user.id } });
   }
@@ -694,7 +736,7 @@ export class EmbeddedIssuer {
         error = 'Type the code your terminal shows.';
         break;
       case 'NotFoundError':
-        this.codesByAddress.fail(ctx.ip);
+        this.wrongCodes.add(ctx); // stays counted (see build)
         error = `The code ${typed ?? ''} is not valid: check the code in your terminal and type it again.`;
         status = 400;
         break;

@@ -2,6 +2,10 @@
  * Failed attempts per key (a user name, an address) in a sliding window. After `max` failures
  * within `windowMs`, the key is refused until the oldest failure leaves the window. In memory:
  * a restart forgets, which only ever lets someone try again sooner.
+ *
+ * An attempt that takes time to judge (a scrypt) must be counted with `take` *before* it is
+ * judged, then `forgive`n if it succeeds: checking first and counting after lets any number of
+ * parallel attempts pass the check while the first ones are still being judged.
  */
 export class FailureLimiter {
   private readonly failures = new Map<string, number[]>();
@@ -28,10 +32,35 @@ export class FailureLimiter {
   }
 
   fail(key: string): void {
+    this.record(key, this.now());
+  }
+
+  private record(key: string, at: number): void {
     const list = this.recent(key);
-    list.push(this.now());
+    list.push(at);
     this.failures.set(key, list.slice(-this.max));
     if (this.failures.size > 10_000) this.sweep();
+  }
+
+  /**
+   * Counts an attempt as failed before it is judged. `wait` > 0: refused for that many seconds,
+   * nothing counted. Otherwise counted; `forgive` un-counts it when it turns out right.
+   */
+  take(key: string): { wait: number; forgive: () => void } {
+    const wait = this.retryAfterSeconds(key);
+    if (wait > 0) return { wait, forgive: () => undefined };
+    const at = this.now();
+    this.record(key, at);
+    return {
+      wait: 0,
+      forgive: () => {
+        const list = this.failures.get(key);
+        const i = list ? list.indexOf(at) : -1;
+        if (i < 0) return; // already out of the window, or cleared
+        list!.splice(i, 1);
+        if (list!.length === 0) this.failures.delete(key);
+      },
+    };
   }
 
   clear(key: string): void {

@@ -29,6 +29,8 @@ export interface IssuerInfo {
   endpoints(): Promise<IssuerEndpoints> | IssuerEndpoints;
   /** The embedded issuer answers in-process (no round trip through the server's own public URL). */
   dispatch?(url: string, form: string, remoteAddress: string): Promise<RelayedResponse>;
+  /** Origins besides the issuer's own that may serve its endpoints (identity config `endpointOrigins`). */
+  endpointOrigins?: string[];
   /** The issuer's ID token signing algorithm, when the CLI must be told (not RS256). */
   idTokenAlg?(): Promise<string | undefined>;
 }
@@ -49,6 +51,14 @@ type Endpoint = keyof typeof ALLOWED;
 /** An OAuth error in the shape the CLI's OAuth client reads (RFC 6749 §5.2). */
 function oauthError(reply: FastifyReply, status: number, error: string, description: string): FastifyReply {
   return reply.status(status).header('cache-control', 'no-store').send({ error, error_description: description });
+}
+
+function originOf(url: string): string | undefined {
+  try {
+    return new URL(url).origin;
+  } catch {
+    return undefined;
+  }
 }
 
 /**
@@ -81,13 +91,33 @@ export function authRoutes(app: FastifyInstance, info: IssuerInfo, rotate?: () =
       throw new AtelierError('UNAVAILABLE', `cannot reach the identity provider: ${(err as Error).message}`, { issuer: info.issuer });
     }
     const url = endpoints[name];
-    return url ? url : undefined;
+    if (!url) return undefined;
+    // The form may carry the client secret: it goes to the issuer's own origin only, whatever
+    // discovery (or a tampered discovery answer) says.
+    // (Issuers that serve their endpoints elsewhere, as Google does, are listed by the admin.)
+    const issuerOrigin = originOf(info.issuer);
+    const origin = originOf(url);
+    if (!issuerOrigin || !origin || (origin !== issuerOrigin && !(info.endpointOrigins ?? []).includes(origin))) {
+      throw new AtelierError(
+        'UNAVAILABLE',
+        `the identity provider ${info.issuer} names ${url} as its ${name.replace(/_/g, ' ')}, outside its own origin: refused, ask the administrator`,
+        { issuer: info.issuer, url },
+      );
+    }
+    return url;
   };
 
   const relay = async (name: Endpoint, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> => {
     const params = request.body;
     if (!(params instanceof URLSearchParams)) {
       return oauthError(reply, 400, 'invalid_request', `send the parameters as ${FORM} (RFC 6749)`);
+    }
+    // RFC 6749 §3.1: no parameter more than once. Checking the first value and forwarding all
+    // would let a second one reach the issuer unchecked (a second client_id, grant_type, …).
+    const seen = new Set<string>();
+    for (const k of params.keys()) {
+      if (seen.has(k)) return oauthError(reply, 400, 'invalid_request', `parameter ${JSON.stringify(k)} is included more than once`);
+      seen.add(k);
     }
     const form = new URLSearchParams();
     for (const [k, v] of params) if (ALLOWED[name].has(k)) form.append(k, v);

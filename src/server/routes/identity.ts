@@ -23,7 +23,9 @@ export function identityRoutes(app: FastifyInstance, accounts: AccountService, w
   app.post('/v1/users', ADMIN, async (request, reply) =>
     reply.status(201).send(await accounts.addUser(principalOf(request), parse(AddUserRequest, request.body))),
   );
-  app.post<{ Params: { user: string } }>('/v1/users/:user/disable', ADMIN, async (request) =>
+  // Disabling acts on the account everywhere: server admins (the default tenant's) only.
+  const SERVER_ADMIN = { config: { access: { role: 'admin' as const, platform: true } } };
+  app.post<{ Params: { user: string } }>('/v1/users/:user/disable', SERVER_ADMIN, async (request) =>
     accounts.disableUser(principalOf(request), request.params.user),
   );
 

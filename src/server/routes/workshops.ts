@@ -23,6 +23,19 @@ function parse<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
 
 type IdParams = { Params: { id: string } };
 
+const FOLLOW_POLL_MS = 250;
+
+/** An optional integer query parameter, given once, within bounds. */
+function intParam(value: unknown, name: string, min: number, max: number): number | undefined {
+  if (value === undefined) return undefined;
+  const n = typeof value === 'string' && /^\d{1,16}$/.test(value) ? Number(value) : NaN;
+  if (!Number.isSafeInteger(n) || n < min || n > max)
+    throw new AtelierError('INVALID_ARGUMENT', `query parameter ${name} must be an integer from ${min} to ${max}, given once`, {
+      field: name,
+    });
+  return n;
+}
+
 // Route-level rules; the per-workshop rule (tenant, owner, agent's own workshop) is the service's.
 const READ: RouteAccess = { role: 'viewer', agent: true };
 const OPERATE: RouteAccess = { role: 'member', agent: true };
@@ -143,6 +156,47 @@ export function workshopRoutes(app: FastifyInstance, service: WorkshopService): 
             : null;
       if (!data) throw new AtelierError('INVALID_ARGUMENT', 'send the file content as application/octet-stream', { field: 'body' });
       return service.writeFile(request.params.id, path, data, principalOf(request));
+    },
+  );
+
+  app.get<IdParams & { Querystring: { after?: unknown; limit?: unknown; follow?: unknown } }>(
+    '/v1/workshops/:id/egress',
+    { config: { access: READ } },
+    async (request, reply) => {
+      const actor = principalOf(request);
+      const id = request.params.id;
+      const after = intParam(request.query.after, 'after', 0, Number.MAX_SAFE_INTEGER);
+      const limit = intParam(request.query.limit, 'limit', 1, 1000) ?? 100;
+      const follow = request.query.follow === 'true' || request.query.follow === '1';
+      const first = await service.egressLog(id, actor, { ...(after !== undefined ? { afterId: after } : {}), limit });
+      if (!follow) return { items: first };
+      // NDJSON: what there is, then each new decision as it is recorded, until the client goes
+      // away or the workshop is deleted.
+      const stream = new PassThrough();
+      let last = first.at(-1)?.id ?? after ?? 0;
+      for (const d of first) stream.write(`${JSON.stringify(d)}\n`);
+      let stopped = false;
+      const stop = (): void => {
+        stopped = true;
+        stream.end();
+      };
+      reply.raw.on('close', stop);
+      const tick = async (): Promise<void> => {
+        while (!stopped) {
+          await new Promise((r) => setTimeout(r, FOLLOW_POLL_MS));
+          if (stopped) return;
+          try {
+            const next = await service.egressLog(id, actor, { afterId: last, limit: 500 });
+            for (const d of next) stream.write(`${JSON.stringify(d)}\n`);
+            last = next.at(-1)?.id ?? last;
+          } catch (err) {
+            if (err instanceof AtelierError && err.code === 'DATABASE_UNAVAILABLE') continue;
+            return stop();
+          }
+        }
+      };
+      void tick();
+      return reply.header('content-type', 'application/x-ndjson').header('cache-control', 'no-store').send(stream);
     },
   );
 

@@ -46,6 +46,34 @@ function openBrowser(url: string): void {
 }
 
 /**
+ * The page to open in a browser, from the device authorization answer (the issuer's, through the
+ * server): http: or https: only. Any other scheme (file:, javascript:, a custom handler) would have
+ * the opener run something on this machine; refused, with a clear error.
+ */
+export function browserUrl(da: { verification_uri: string; verification_uri_complete?: string | undefined }): string {
+  const raw = da.verification_uri_complete ?? da.verification_uri;
+  let url: URL | undefined;
+  try {
+    url = new URL(raw);
+  } catch {
+    url = undefined;
+  }
+  if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:'))
+    throw new AtelierError(
+      'UNSUPPORTED',
+      `the sign-in page given by the server, ${printable(raw)}, is not an http(s) address: not opening it in a browser (log in with --no-browser only if you trust it)`,
+    );
+  // The parsed form: no leading space or dash, whatever the answer had, reaches the opener.
+  return url.href;
+}
+
+/** Text from the network, safe to print on a terminal: control characters (escape sequences) shown as \uXXXX. */
+function printable(s: string): string {
+  // eslint-disable-next-line no-control-regex
+  return s.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+}
+
+/**
  * `atelier auth login`: the OAuth 2.0 device flow (RFC 8628) through the server's relay.
  * Resolves 'cancelled' on Ctrl-C; nothing is saved unless the server accepts the new token.
  */
@@ -88,10 +116,11 @@ export async function login(ctx: CommandContext, opts: LoginOptions): Promise<Lo
     if (started === 'cancelled') return 'cancelled';
     const da = started;
     opts.say(`To log in to ${target.url} (context ${target.context}), open this page in a browser:`);
-    opts.say(`  ${da.verification_uri}`);
-    opts.say(`and enter the code: ${da.user_code}`);
-    if (da.verification_uri_complete) opts.say(`(or open ${da.verification_uri_complete} where the code is filled in)`);
-    if (opts.browser && opts.canOpenBrowser) openBrowser(da.verification_uri_complete ?? da.verification_uri);
+    opts.say(`  ${printable(da.verification_uri)}`);
+    opts.say(`and enter the code: ${printable(da.user_code)}`);
+    if (da.verification_uri_complete) opts.say(`(or open ${printable(da.verification_uri_complete)} where the code is filled in)`);
+    // Printed first, checked before opening: a page that is not http(s) is never opened.
+    if (opts.browser && opts.canOpenBrowser) openBrowser(browserUrl(da));
     opts.say('Waiting for the approval in the browser (Ctrl-C to cancel)...');
 
     const expiry = AbortSignal.timeout(da.expires_in * 1000);

@@ -1,0 +1,654 @@
+/**
+ * 6. Egress proxy: the library in src/egress (as built in dist/) beside a direct connection and
+ * `squid` (apt) with an equivalent allowlist, in one run against a local origin.
+ *
+ * - plain HTTP keep-alive: CONCURRENCY client connections, each sending its next GET as soon as
+ *   the previous answer is in, for ROUND_MS per round, ROUNDS rounds interleaved across the
+ *   variants (so a busy moment on the machine hits every variant); requests/s is the median of
+ *   the rounds, latencies are pooled over the rounds.
+ * - MiB/s through a CONNECT tunnel: one TCP stream of TRANSFER_BYTES, origin → client
+ *   (download) and client → origin (upload), TRANSFERS times each, median.
+ *
+ * Atelier's proxy is measured the way a workshop reaches it in production, through `socat -b 65536
+ * TCP-LISTEN:…,fork UNIX-CONNECT:<socket>`, and also on its unix socket directly (no socat).
+ * The origin, the proxy and squid each run in a process of their own; the load comes from
+ * this process, with a minimal HTTP/1.1 client (no node:http parser on the client side).
+ * Every process is started here and stopped at the end; their files live under the run's
+ * scratch directory. ATELIER_BENCH_EGRESS_PROF=<dir> runs the proxy with `node --cpu-prof`;
+ * ATELIER_BENCH_EGRESS_MODULE=<file> loads the proxy library from that file instead of dist/egress/index.js
+ * (to compare two builds in the same conditions).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
+import { chownSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { hasCommand, heading, line, ratioLine, REPO_ROOT, sleep, summarize, type BenchServer, type Summary } from './lib.js';
+
+const CONCURRENCY = 16;
+const ROUNDS = 3;
+const ROUND_MS = 2500;
+const WARMUP_MS = 1000;
+const TRANSFER_BYTES = 128 * 2 ** 20;
+const TRANSFERS = 3;
+const ORIGIN_NAME = 'origin.bench.test';
+const GOAL_RPS_OF_DIRECT = 0.7;
+const GOAL_MBPS_OF_DIRECT = 0.8;
+
+// ---------------------------------------------------------------- child processes
+
+/** Origin: node:http (keep-alive, small fixed answer) and a raw TCP source/sink (`DOWN n\n`, `UP n\n`). */
+const ORIGIN_JS = `
+import http from 'node:http';
+import net from 'node:net';
+const BODY = Buffer.from('hello from the benchmark origin\\n');
+const web = http.createServer({ keepAliveTimeout: 120000 }, (req, res) => {
+  req.resume();
+  res.writeHead(200, { 'content-type': 'text/plain', 'content-length': BODY.length });
+  res.end(BODY);
+});
+const CHUNK = Buffer.alloc(256 * 1024, 0x61);
+const raw = net.createServer((s) => {
+  s.setNoDelay(true);
+  s.on('error', () => {});
+  let head = Buffer.alloc(0);
+  const onHead = (c) => {
+    head = Buffer.concat([head, c]);
+    const nl = head.indexOf(10);
+    if (nl < 0) return;
+    s.off('data', onHead);
+    const [cmd, n] = head.toString('latin1', 0, nl).split(' ');
+    const size = Number(n);
+    if (cmd === 'DOWN') {
+      let left = size;
+      const pump = () => {
+        while (left > 0) {
+          const k = Math.min(left, CHUNK.length);
+          left -= k;
+          if (!s.write(k === CHUNK.length ? CHUNK : CHUNK.subarray(0, k))) return void s.once('drain', pump);
+        }
+      };
+      pump();
+    } else if (cmd === 'UP') {
+      let got = head.length - nl - 1;
+      let told = false;
+      const check = () => { if (!told && got >= size) { told = true; s.write('OK\\n'); } };
+      s.on('data', (d) => { got += d.length; check(); });
+      check();
+    } else s.destroy();
+  };
+  s.on('data', onHead);
+});
+await Promise.all([web, raw].map((srv) => new Promise((r) => srv.listen(0, '127.0.0.1', r))));
+process.stdout.write(JSON.stringify({ http: web.address().port, tcp: raw.address().port }) + '\\n');
+process.stdin.resume();
+process.stdin.on('end', () => process.exit(0));
+`;
+
+/** Atelier's proxy, from dist/: one workshop listening on a unix socket, allowing the origin's two ports. */
+const PROXY_JS = `
+const cfg = JSON.parse(process.argv[1]);
+const { EgressProxy, createHostsResolver, createEgressPolicy } = await import(cfg.module);
+const proxy = new EgressProxy({
+  resolver: createHostsResolver({ [cfg.name]: '127.0.0.1' }),
+  onError: (id, err) => process.stderr.write('proxy error: ' + (err && err.stack || err) + '\\n'),
+});
+const policy = createEgressPolicy({ allow: cfg.ports.map((p) => cfg.name + ':' + p), allowRanges: ['127.0.0.1/32'] });
+await proxy.listen('ws-bench', cfg.socket, policy);
+process.stdout.write('ready\\n');
+process.stdin.resume();
+process.stdin.on('end', async () => { await proxy.closeAll(); process.exit(0); });
+`;
+
+interface Child {
+  name: string;
+  proc: ChildProcess;
+  stderr: string[];
+}
+
+function startChild(name: string, cmd: string, args: string[]): Child {
+  const proc = spawn(cmd, args, { stdio: ['pipe', 'pipe', 'pipe'], cwd: REPO_ROOT });
+  const c: Child = { name, proc, stderr: [] };
+  proc.stderr?.on('data', (d: Buffer) => {
+    c.stderr.push(d.toString('utf8'));
+    if (c.stderr.length > 50) c.stderr.shift();
+  });
+  proc.on('error', (err) => c.stderr.push(String(err)));
+  return c;
+}
+
+function firstLine(c: Child, timeoutMs = 15_000): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let buf = '';
+    const timer = setTimeout(() => fail(`no answer within ${timeoutMs} ms`), timeoutMs);
+    const fail = (why: string): void => {
+      clearTimeout(timer);
+      reject(new Error(`${c.name}: ${why}: ${c.stderr.join('').trim().slice(-500)}`));
+    };
+    c.proc.stdout?.on('data', (d: Buffer) => {
+      buf += d.toString('utf8');
+      const nl = buf.indexOf('\n');
+      if (nl >= 0) {
+        clearTimeout(timer);
+        resolve(buf.slice(0, nl));
+      }
+    });
+    c.proc.once('exit', (code, sig) => fail(`exited ${code ?? sig}`));
+  });
+}
+
+/** Stops a child this benchmark started: stdin closed (node children exit), then SIGTERM, then SIGKILL. */
+async function stopChild(c: Child, graceMs = 3000): Promise<void> {
+  const p = c.proc;
+  if (p.exitCode !== null || p.signalCode !== null) return;
+  const exited = new Promise<void>((r) => p.once('exit', () => r()));
+  p.stdin?.end();
+  if (await Promise.race([exited.then(() => true), sleep(graceMs).then(() => false)])) return;
+  p.kill('SIGTERM');
+  if (await Promise.race([exited.then(() => true), sleep(graceMs).then(() => false)])) return;
+  p.kill('SIGKILL');
+  await Promise.race([exited, sleep(2000)]);
+}
+
+async function freePort(): Promise<number> {
+  const s = net.createServer();
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  const port = (s.address() as net.AddressInfo).port;
+  await new Promise<void>((r) => s.close(() => r()));
+  return port;
+}
+
+/** Waits until a TCP port on loopback accepts connections (or the child exits). */
+async function waitForPort(port: number, c: Child, timeoutMs = 15_000): Promise<void> {
+  const t0 = performance.now();
+  for (;;) {
+    if (c.proc.exitCode !== null || c.proc.signalCode !== null)
+      throw new Error(`${c.name} exited ${c.proc.exitCode ?? c.proc.signalCode}: ${c.stderr.join('').trim().slice(-500)}`);
+    const ok = await new Promise<boolean>((r) => {
+      const s = net.connect({ host: '127.0.0.1', port }, () => {
+        s.destroy();
+        r(true);
+      });
+      s.on('error', () => r(false));
+    });
+    if (ok) return;
+    if (performance.now() - t0 > timeoutMs) throw new Error(`${c.name} did not listen on 127.0.0.1:${port} within ${timeoutMs} ms`);
+    await sleep(100);
+  }
+}
+
+// ---------------------------------------------------------------- squid
+
+function squidConfig(dir: string, port: number, originPorts: number[]): string {
+  return `# generated by bench/egress.ts: an allowlist of one name, no cache, no logs outside ${dir}
+http_port 127.0.0.1:${port}
+visible_hostname atelier-bench
+pid_filename ${join(dir, 'squid.pid')}
+cache_log ${join(dir, 'cache.log')}
+access_log none
+cache_store_log none
+netdb_filename none
+coredump_dir ${dir}
+hosts_file ${join(dir, 'hosts')}
+dns_nameservers 127.0.0.1
+cache deny all
+cache_mem 8 MB
+pinger_enable off
+icp_port 0
+htcp_port 0
+client_db off
+shutdown_lifetime 0 seconds
+acl origin dstdomain ${ORIGIN_NAME}
+acl origin_ports port ${originPorts.join(' ')}
+acl CONNECT method CONNECT
+http_access allow CONNECT origin origin_ports
+http_access deny CONNECT
+http_access allow origin origin_ports
+http_access deny all
+`;
+}
+
+async function startSquid(dir: string, originPorts: number[]): Promise<{ child: Child; port: number }> {
+  mkdirSync(dir, { recursive: true });
+  const port = await freePort();
+  const conf = join(dir, 'squid.conf');
+  writeFileSync(conf, squidConfig(dir, port, originPorts));
+  writeFileSync(join(dir, 'hosts'), `127.0.0.1 ${ORIGIN_NAME}\n`);
+  if (process.getuid?.() === 0) {
+    // As root squid switches to cache_effective_user (Debian: proxy) and writes its pid and log there.
+    try {
+      const uid = Number(execFileSync('id', ['-u', 'proxy'], { encoding: 'utf8' }).trim());
+      const gid = Number(execFileSync('id', ['-g', 'proxy'], { encoding: 'utf8' }).trim());
+      chownSync(dir, uid, gid);
+    } catch {
+      // no `proxy` user: squid then runs as nobody, which needs the directory writable
+    }
+  }
+  const child = startChild('squid', 'squid', ['-N', '-f', conf]);
+  try {
+    await waitForPort(port, child);
+  } catch (err) {
+    let log = '';
+    try {
+      log = readFileSync(join(dir, 'cache.log'), 'utf8').trim().split('\n').slice(-5).join(' | ');
+    } catch {
+      // no log
+    }
+    await stopChild(child, 500);
+    throw new Error(`${(err as Error).message}${log ? ` (cache.log: ${log})` : ''}`);
+  }
+  return { child, port };
+}
+
+// ---------------------------------------------------------------- load
+
+type Target = { port: number } | { path: string };
+
+function connectTo(t: Target): Promise<net.Socket> {
+  return new Promise((resolve, reject) => {
+    const s = 'path' in t ? net.connect({ path: t.path }) : net.connect({ host: '127.0.0.1', port: t.port });
+    s.once('connect', () => {
+      s.off('error', reject);
+      if (!('path' in t)) s.setNoDelay(true);
+      resolve(s);
+    });
+    s.once('error', reject);
+  });
+}
+
+interface HttpRun {
+  requests: number;
+  ms: number;
+  latencies: number[];
+}
+
+/**
+ * CONCURRENCY keep-alive connections, each sending `request` again as soon as the previous
+ * answer (Content-Length framed) is complete, for `durationMs`. Any status but 200 fails the run.
+ */
+async function httpLoad(target: Target, request: Buffer, durationMs: number): Promise<HttpRun> {
+  const sockets = await Promise.all(Array.from({ length: CONCURRENCY }, () => connectTo(target)));
+  const latencies: number[] = [];
+  const t0 = performance.now();
+  const deadline = t0 + durationMs;
+  try {
+    await Promise.all(
+      sockets.map(
+        (s) =>
+          new Promise<void>((resolve, reject) => {
+            let buf: Buffer | null = null;
+            let need = -1;
+            let sent = 0;
+            const send = (): void => {
+              sent = performance.now();
+              s.write(request);
+            };
+            s.on('error', reject);
+            s.on('close', () => reject(new Error('the connection closed during the run')));
+            s.on('data', (chunk: Buffer) => {
+              buf = buf ? Buffer.concat([buf, chunk]) : chunk;
+              for (;;) {
+                if (need < 0) {
+                  const end = buf.indexOf('\r\n\r\n');
+                  if (end < 0) return;
+                  const head = buf.toString('latin1', 0, end);
+                  const status = head.slice(9, 12);
+                  const cl = /\r\ncontent-length:[ \t]*(\d+)/i.exec(head);
+                  if (status !== '200' || !cl) {
+                    reject(new Error(`answer not 200 with Content-Length: ${head.split('\r\n').slice(0, 6).join(' | ').slice(0, 400)}`));
+                    return;
+                  }
+                  need = end + 4 + Number(cl[1]);
+                }
+                if (buf.length < need) return;
+                const now = performance.now();
+                buf = buf.length > need ? buf.subarray(need) : null;
+                need = -1;
+                if (now > deadline) {
+                  s.removeAllListeners('close');
+                  resolve();
+                  return;
+                }
+                latencies.push(now - sent);
+                send();
+                if (!buf) return;
+              }
+            });
+            send();
+          }),
+      ),
+    );
+  } finally {
+    for (const s of sockets) s.destroy();
+  }
+  return { requests: latencies.length, ms: durationMs, latencies };
+}
+
+/** CONNECT host:port through a proxy; resolves with the tunnel once the proxy answered 200. */
+async function openTunnel(proxy: Target, port: number): Promise<net.Socket> {
+  const s = await connectTo(proxy);
+  return new Promise((resolve, reject) => {
+    let buf = Buffer.alloc(0);
+    const onData = (c: Buffer): void => {
+      buf = Buffer.concat([buf, c]);
+      const end = buf.indexOf('\r\n\r\n');
+      if (end < 0) return;
+      s.off('data', onData);
+      s.off('error', reject);
+      const head = buf.toString('latin1', 0, end);
+      if (!/^HTTP\/1\.[01] 200/.test(head)) {
+        s.destroy();
+        reject(new Error(`CONNECT refused: ${head.split('\r\n').slice(0, 6).join(' | ').slice(0, 400)}`));
+        return;
+      }
+      s.pause();
+      if (buf.length > end + 4) s.unshift(buf.subarray(end + 4));
+      resolve(s);
+    };
+    s.on('data', onData);
+    s.once('error', reject);
+    s.write(`CONNECT ${ORIGIN_NAME}:${port} HTTP/1.1\r\nHost: ${ORIGIN_NAME}:${port}\r\n\r\n`);
+  });
+}
+
+const UP_CHUNK = Buffer.alloc(256 * 1024, 0x62);
+
+/** One transfer of `bytes` over an open stream to the origin's source/sink; returns milliseconds. */
+function transfer(s: net.Socket, direction: 'down' | 'up', bytes: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    s.on('error', reject);
+    s.on('close', () => reject(new Error('the stream closed during the transfer')));
+    const t0 = performance.now();
+    if (direction === 'down') {
+      let got = 0;
+      s.on('data', (c: Buffer) => {
+        got += c.length;
+        if (got >= bytes) resolve(performance.now() - t0);
+      });
+      s.resume();
+      s.write(`DOWN ${bytes}\n`);
+    } else {
+      s.on('data', (c: Buffer) => {
+        if (c.includes('OK\n')) resolve(performance.now() - t0);
+      });
+      s.resume();
+      s.write(`UP ${bytes}\n`);
+      let left = bytes;
+      const pump = (): void => {
+        while (left > 0) {
+          const k = Math.min(left, UP_CHUNK.length);
+          left -= k;
+          if (!s.write(k === UP_CHUNK.length ? UP_CHUNK : UP_CHUNK.subarray(0, k))) {
+            s.once('drain', pump);
+            return;
+          }
+        }
+      };
+      pump();
+    }
+  });
+}
+
+// ---------------------------------------------------------------- printing
+
+function rps(x: number): string {
+  return `${Math.round(x)} req/s`;
+}
+
+function mibps(x: number): string {
+  return `${x.toFixed(0)} MiB/s`;
+}
+
+function fmtMs(x: number): string {
+  return `${x < 10 ? x.toFixed(2) : x.toFixed(1)} ms`;
+}
+
+function goalAtLeast(text: string, value: number, limit: number, unit: (x: number) => string): void {
+  line(`goal: ${text} -> ${value >= limit ? 'MET' : 'NOT MET'} (${unit(value)} vs ${unit(limit)})`);
+}
+
+function median(xs: readonly number[]): number {
+  return summarize(xs).p50;
+}
+
+// ---------------------------------------------------------------- the benchmark
+
+interface Variant {
+  who: string;
+  what: string;
+  key: string;
+  target: Target;
+  /** Absolute-form requests (through a proxy) or origin-form (direct). */
+  proxied: boolean;
+  /** The proxy's process, whose CPU time is reported (socat's forked children are not counted). */
+  pid?: number;
+}
+
+/** CPU time (user + system) of a process in ms, from /proc (clock ticks assumed 100 Hz, Linux's USER_HZ). */
+function cpuMs(pid: number | undefined): number {
+  if (pid === undefined) return Number.NaN;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(f[11]) + Number(f[12])) * 10;
+  } catch {
+    return Number.NaN;
+  }
+}
+
+function cpuText(cpu: number, wallMs: number, per: number, unit: string): string {
+  if (!Number.isFinite(cpu)) return '';
+  return `  proxy CPU ${`${Math.round((100 * cpu) / wallMs)} %`.padStart(5)}, ${`${Math.round((cpu * 1000) / per)} µs`.padStart(7)}/${unit}`;
+}
+
+export async function egress(server: BenchServer): Promise<Record<string, unknown>> {
+  heading(
+    `6. egress proxy vs direct vs squid (${CONCURRENCY} keep-alive connections, ${ROUNDS}×${ROUND_MS / 1000} s rounds; ` +
+      `CONNECT ${TRANSFER_BYTES / 2 ** 20} MiB ×${TRANSFERS}; goals ≥ ${GOAL_RPS_OF_DIRECT * 100} % of direct req/s, ≥ squid req/s, ` +
+      `≥ ${GOAL_MBPS_OF_DIRECT * 100} % of direct MiB/s)`,
+  );
+  const dir = join(server.scratch.dir, 'egress');
+  mkdirSync(dir, { recursive: true });
+  const result: Record<string, unknown> = {};
+  const children: Child[] = [];
+  try {
+    const origin = startChild('origin', process.execPath, ['--input-type=module', '-e', ORIGIN_JS, dir]);
+    children.push(origin);
+    const ports = JSON.parse(await firstLine(origin)) as { http: number; tcp: number };
+
+    const socket = join(dir, 'proxy.sock');
+    const prof = process.env.ATELIER_BENCH_EGRESS_PROF;
+    const proxyCfg = {
+      module: pathToFileURL(process.env.ATELIER_BENCH_EGRESS_MODULE ?? join(REPO_ROOT, 'dist', 'egress', 'index.js')).href,
+      name: ORIGIN_NAME,
+      ports: [ports.http, ports.tcp],
+      socket,
+    };
+    const proxy = startChild('atelier proxy', process.execPath, [
+      ...(prof ? ['--cpu-prof', `--cpu-prof-dir=${prof}`] : []),
+      '--input-type=module',
+      '-e',
+      PROXY_JS,
+      JSON.stringify(proxyCfg),
+    ]);
+    children.push(proxy);
+    await firstLine(proxy);
+
+    const variants: Variant[] = [
+      { who: 'direct', what: 'node:http origin, no proxy', key: 'direct', target: { port: ports.http }, proxied: false },
+    ];
+    let production: string | undefined;
+    if (hasCommand('socat')) {
+      const socatPort = await freePort();
+      // The same forwarder (and buffer size) as the sandbox's: socat's default 8 KiB buffer would cap tunnels.
+      const socat = startChild('socat', 'socat', [
+        '-b',
+        '65536',
+        `TCP-LISTEN:${socatPort},bind=127.0.0.1,fork,reuseaddr`,
+        `UNIX-CONNECT:${socket}`,
+      ]);
+      children.push(socat);
+      await waitForPort(socatPort, socat);
+      variants.push({
+        who: 'atelier',
+        what: 'via socat TCP → unix socket (production)',
+        key: 'atelierSocat',
+        target: { port: socatPort },
+        proxied: true,
+        pid: proxy.proc.pid,
+      });
+      production = 'atelierSocat';
+    } else {
+      line('socat    skipped: socat is not installed (apt-get install socat); goals use the unix socket');
+    }
+    variants.push({
+      who: 'atelier',
+      what: 'unix socket directly (no socat)',
+      key: 'atelierUnix',
+      target: { path: socket },
+      proxied: true,
+      pid: proxy.proc.pid,
+    });
+    production ??= 'atelierUnix';
+
+    if (!hasCommand('squid')) {
+      line('squid    skipped: squid is not installed (apt-get install squid)');
+    } else {
+      try {
+        const sq = await startSquid(join(dir, 'squid'), [ports.http, ports.tcp]);
+        children.push(sq.child);
+        const version = /Version (\S+)/.exec(execFileSync('squid', ['-v'], { encoding: 'utf8' }))?.[1] ?? '?';
+        variants.push({
+          who: 'squid',
+          what: `squid ${version}, allowlist of one name, no cache`,
+          key: 'squid',
+          target: { port: sq.port },
+          proxied: true,
+          pid: sq.child.proc.pid,
+        });
+      } catch (err) {
+        line(`squid    skipped: could not be started: ${(err as Error).message}`);
+      }
+    }
+
+    // ---- (1) plain HTTP keep-alive
+    const authority = `${ORIGIN_NAME}:${ports.http}`;
+    const direct = Buffer.from(`GET / HTTP/1.1\r\nHost: ${authority}\r\nUser-Agent: atelier-bench\r\n\r\n`);
+    const absolute = Buffer.from(`GET http://${authority}/ HTTP/1.1\r\nHost: ${authority}\r\nUser-Agent: atelier-bench\r\n\r\n`);
+    for (const v of variants) await httpLoad(v.target, v.proxied ? absolute : direct, WARMUP_MS);
+    const rounds = new Map<string, number[]>(variants.map((v) => [v.key, []]));
+    const cpu = new Map(variants.map((v) => [v.key, { ms: 0, wall: 0, requests: 0 }]));
+    const lat = new Map<string, number[]>(variants.map((v) => [v.key, []]));
+    for (let r = 0; r < ROUNDS; r++) {
+      for (const v of variants) {
+        const c0 = cpuMs(v.pid);
+        const w0 = performance.now();
+        const run = {
+          ...(await httpLoad(v.target, v.proxied ? absolute : direct, ROUND_MS)),
+          cpuMs: cpuMs(v.pid) - c0,
+          wallMs: performance.now() - w0,
+        };
+        rounds.get(v.key)!.push((run.requests / run.ms) * 1000);
+        const c = cpu.get(v.key)!;
+        c.ms += run.cpuMs;
+        c.wall += run.wallMs;
+        c.requests += run.requests;
+        for (const x of run.latencies) lat.get(v.key)!.push(x);
+      }
+    }
+    line('plain HTTP keep-alive GET (absolute-form through the proxies), median of rounds; latency pooled:');
+    const http: Record<string, { rps: number; rounds: number[]; latency: Summary; proxyCpuUsPerRequest?: number }> = {};
+    for (const v of variants) {
+      const s = summarize(lat.get(v.key)!);
+      const r = median(rounds.get(v.key)!);
+      const c = cpu.get(v.key)!;
+      http[v.key] = { rps: r, rounds: rounds.get(v.key)!, latency: s };
+      if (Number.isFinite(c.ms)) http[v.key]!.proxyCpuUsPerRequest = (c.ms * 1000) / c.requests;
+      line(
+        `${v.who.padEnd(8)} ${v.what.padEnd(44)} ${rps(r).padStart(12)}  p50 ${fmtMs(s.p50).padStart(9)}  p99 ${fmtMs(s.p99).padStart(9)}${cpuText(c.ms, c.wall, c.requests, 'req')}`,
+      );
+    }
+    result.http = http;
+
+    // ---- (2) CONNECT throughput
+    const tput: Record<
+      string,
+      { down: number[]; up: number[]; downMiBps: number; upMiBps: number; cpu: { ms: number; wall: number; mib: number } }
+    > = {};
+    const open = (v: Variant): Promise<net.Socket> => (v.proxied ? openTunnel(v.target, ports.tcp) : connectTo({ port: ports.tcp }));
+    const once = async (v: Variant, d: 'down' | 'up', bytes: number): Promise<number> => {
+      const s = await open(v);
+      try {
+        const c0 = cpuMs(v.pid);
+        const ms = await transfer(s, d, bytes);
+        const c = tput[v.key]!.cpu;
+        c.ms += cpuMs(v.pid) - c0;
+        c.wall += ms;
+        c.mib += bytes / 2 ** 20;
+        return ((bytes / 2 ** 20) * 1000) / ms;
+      } finally {
+        s.destroy();
+      }
+    };
+    for (const v of variants) {
+      tput[v.key] = { down: [], up: [], downMiBps: 0, upMiBps: 0, cpu: { ms: 0, wall: 0, mib: 0 } };
+      await once(v, 'down', 16 * 2 ** 20);
+      await once(v, 'up', 16 * 2 ** 20);
+    }
+    for (const v of variants) tput[v.key]!.cpu = { ms: 0, wall: 0, mib: 0 };
+    for (let i = 0; i < TRANSFERS; i++) {
+      for (const v of variants) {
+        tput[v.key]!.down.push(await once(v, 'down', TRANSFER_BYTES));
+        tput[v.key]!.up.push(await once(v, 'up', TRANSFER_BYTES));
+      }
+    }
+    line(`one TCP stream, ${TRANSFER_BYTES / 2 ** 20} MiB, median of ${TRANSFERS} (direct: plain TCP; proxies: CONNECT tunnel):`);
+    for (const v of variants) {
+      const t = tput[v.key]!;
+      t.downMiBps = median(t.down);
+      t.upMiBps = median(t.up);
+      line(
+        `${v.who.padEnd(8)} ${v.what.padEnd(44)} download ${mibps(t.downMiBps).padStart(11)}  upload ${mibps(t.upMiBps).padStart(11)}${cpuText(t.cpu.ms, t.cpu.wall, t.cpu.mib, 'MiB')}`,
+      );
+    }
+    result.connect = tput;
+
+    // ---- ratios and goals (on the production path)
+    const p = http[production]!;
+    const d = http.direct!;
+    const sq = http.squid;
+    ratioLine(`atelier (${production}) / direct req/s`, p.rps, d.rps);
+    if (http.atelierUnix && production !== 'atelierUnix') ratioLine('atelier (unix socket) / direct req/s', http.atelierUnix.rps, d.rps);
+    if (sq) {
+      ratioLine(`atelier (${production}) / squid req/s`, p.rps, sq.rps);
+      ratioLine(`atelier (${production}) / squid p99`, p.latency.p99, sq.latency.p99);
+      ratioLine('squid / direct req/s', sq.rps, d.rps);
+    }
+    const pt = tput[production]!;
+    const dt = tput.direct!;
+    ratioLine(`atelier (${production}) / direct MiB/s download`, pt.downMiBps, dt.downMiBps);
+    ratioLine(`atelier (${production}) / direct MiB/s upload`, pt.upMiBps, dt.upMiBps);
+    if (production !== 'atelierUnix') {
+      ratioLine('atelier (unix socket) / direct MiB/s download', tput.atelierUnix!.downMiBps, dt.downMiBps);
+      ratioLine('atelier (unix socket) / direct MiB/s upload', tput.atelierUnix!.upMiBps, dt.upMiBps);
+    }
+    if (tput.squid) {
+      ratioLine('squid / direct MiB/s download', tput.squid.downMiBps, dt.downMiBps);
+      ratioLine('squid / direct MiB/s upload', tput.squid.upMiBps, dt.upMiBps);
+    }
+    goalAtLeast(`req/s ≥ ${GOAL_RPS_OF_DIRECT * 100} % of direct`, p.rps, GOAL_RPS_OF_DIRECT * d.rps, rps);
+    if (sq) goalAtLeast('req/s ≥ squid', p.rps, sq.rps, rps);
+    else line('goal: req/s ≥ squid -> NOT MEASURED (no squid)');
+    goalAtLeast(`CONNECT download ≥ ${GOAL_MBPS_OF_DIRECT * 100} % of direct`, pt.downMiBps, GOAL_MBPS_OF_DIRECT * dt.downMiBps, mibps);
+    goalAtLeast(`CONNECT upload ≥ ${GOAL_MBPS_OF_DIRECT * 100} % of direct`, pt.upMiBps, GOAL_MBPS_OF_DIRECT * dt.upMiBps, mibps);
+    result.production = production;
+    for (const c of children) {
+      const err = c.stderr.join('').trim();
+      if (err && c.name !== 'squid') line(`${c.name} stderr: ${err.slice(-300)}`);
+    }
+  } finally {
+    for (const c of children.reverse()) await stopChild(c);
+  }
+  return result;
+}

@@ -1,0 +1,73 @@
+import { call, raiseFor, request } from '../../client.js';
+import type { CommandContext } from '../../context.js';
+import { table } from '../../output.js';
+
+/** One decision of a workshop's egress proxy (GET /v1/workshops/:id/egress). */
+export interface EgressRecord {
+  id: number;
+  at: string;
+  protocol: string;
+  host: string;
+  port: number;
+  allowed: boolean;
+  outcome: string;
+  reason: string;
+  message: string;
+  entry: string | null;
+  address: string | null;
+  approvalId: string | null;
+}
+
+function path(id: string, q: Record<string, string>): string {
+  return `/v1/workshops/${encodeURIComponent(id)}/egress?${new URLSearchParams(q).toString()}`;
+}
+
+/** `atelier workshops egress ID [--limit N]`: the last decisions, oldest first. */
+export async function listEgress(ctx: CommandContext, id: string, flags: { limit?: string }): Promise<EgressRecord[]> {
+  const q: Record<string, string> = {};
+  if (flags.limit !== undefined) q.limit = flags.limit;
+  return (await call<{ items: EgressRecord[] }>(await ctx.target(), { method: 'GET', path: path(id, q) })).items;
+}
+
+/** `--follow`: prints each decision as it is made, until Ctrl-C. */
+export async function followEgress(
+  ctx: CommandContext,
+  id: string,
+  flags: { limit?: string },
+  print: (d: EgressRecord) => void,
+): Promise<void> {
+  const q: Record<string, string> = { follow: 'true' };
+  if (flags.limit !== undefined) q.limit = flags.limit;
+  const res = await request(await ctx.target(), { method: 'GET', path: path(id, q), accept: 'application/x-ndjson' });
+  await raiseFor(res);
+  let pending = '';
+  res.setEncoding('utf8');
+  for await (const chunk of res) {
+    pending += chunk as string;
+    let nl: number;
+    while ((nl = pending.indexOf('\n')) >= 0) {
+      const line = pending.slice(0, nl);
+      pending = pending.slice(nl + 1);
+      if (line) print(JSON.parse(line) as EgressRecord);
+    }
+  }
+}
+
+const COLUMNS = [
+  { header: 'TIME', get: (d: EgressRecord) => d.at },
+  { header: 'DECISION', get: (d: EgressRecord) => (d.allowed ? 'allowed' : d.outcome === 'unknown' ? 'denied (unknown)' : 'denied') },
+  { header: 'HOST', get: (d: EgressRecord) => d.host || '(invalid)' },
+  { header: 'PORT', get: (d: EgressRecord) => String(d.port) },
+  { header: 'VIA', get: (d: EgressRecord) => d.protocol },
+  { header: 'WHY', get: (d: EgressRecord) => `${d.reason}${d.entry ? ` (${d.entry})` : ''}` },
+];
+
+export function egressTable(items: EgressRecord[]): string {
+  if (items.length === 0) return 'No egress decisions yet.';
+  return table(items, COLUMNS);
+}
+
+/** One line per decision for --follow (no column alignment across lines). */
+export function egressLine(d: EgressRecord): string {
+  return COLUMNS.map((c) => c.get(d)).join('  ');
+}

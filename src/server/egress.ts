@@ -1,0 +1,89 @@
+import { readFileSync } from 'node:fs';
+import type { FastifyBaseLogger } from 'fastify';
+import type { Config } from '../core/index.js';
+import type { Pool } from '../db/index.js';
+import {
+  EgressJournal,
+  EgressProxy,
+  ResolveError,
+  createDnsResolver,
+  createHostsResolver,
+  type HostsEntry,
+  type Resolver,
+} from '../egress/index.js';
+import type { EgressWiring } from '../workshops/index.js';
+
+/** The nameservers of /etc/resolv.conf: the proxy resolves with them, never through the workshop. */
+function systemNameservers(): string[] {
+  try {
+    return readFileSync('/etc/resolv.conf', 'utf8')
+      .split('\n')
+      .map((l) => /^\s*nameserver\s+(\S+)/.exec(l)?.[1])
+      .filter((x): x is string => Boolean(x));
+  } catch {
+    return [];
+  }
+}
+
+/** A hosts-format file (`ADDRESS NAME...`), for air-gapped sites and tests. */
+function readHostsFile(path: string): Map<string, HostsEntry> {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new Error(`cannot read ATELIER_EGRESS_HOSTS ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+  }
+  const map = new Map<string, string[]>();
+  for (const line of text.split('\n')) {
+    const [address, ...names] = line.replace(/#.*/, '').trim().split(/\s+/);
+    if (!address) continue;
+    for (const n of names) map.set(n.toLowerCase(), [...(map.get(n.toLowerCase()) ?? []), address]);
+  }
+  return map;
+}
+
+/** Names from the hosts file first, then DNS. */
+function chain(first: Resolver | undefined, then: Resolver): Resolver {
+  if (!first) return then;
+  return {
+    async resolve(name, signal) {
+      try {
+        return await first.resolve(name, signal);
+      } catch {
+        return then.resolve(name, signal);
+      }
+    },
+  };
+}
+
+export interface EgressRuntime {
+  wiring: EgressWiring;
+  close(): Promise<void>;
+}
+
+/** One proxy for all of this server's workshops, each on its own unix socket with its own policy. */
+export async function startEgress(config: Config, pool: Pool, logger: FastifyBaseLogger): Promise<EgressRuntime> {
+  const servers = config.egressDns ?? systemNameservers();
+  const hosts = config.egressHosts ? createHostsResolver(readHostsFile(config.egressHosts)) : undefined;
+  const dns = servers.length > 0 ? createDnsResolver({ servers }) : undefined;
+  const resolver: Resolver = dns
+    ? chain(hosts, dns)
+    : (hosts ?? {
+        resolve: async (name) => {
+          throw new ResolveError('DNS_FAILED', `no nameserver is configured to resolve ${name}: set ATELIER_EGRESS_DNS`);
+        },
+      });
+  const journal = new EgressJournal(pool, logger);
+  const proxy = new EgressProxy({
+    resolver,
+    onDecision: (workshopId, d) => journal.record(workshopId, d),
+    onError: (workshopId, err) => logger.error({ workshop: workshopId, err: String(err) }, 'egress proxy internal error'),
+  });
+  return {
+    wiring: { proxy, journal, defaults: config.egressDefaults, allowRanges: config.egressAllowRanges },
+    async close() {
+      await proxy.closeAll();
+      await journal.close();
+    },
+  };
+}

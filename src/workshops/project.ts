@@ -1,0 +1,70 @@
+import { lstatSync, readFileSync, realpathSync } from 'node:fs';
+import { join, sep } from 'node:path';
+import { parse } from 'yaml';
+import { z } from 'zod';
+import { AtelierError, describeZodError } from '../core/index.js';
+import { createEgressPolicy } from '../egress/index.js';
+
+/**
+ * The project's own settings, `atelier.yaml` at the repository root. This issue reads its
+ * `egress:` block; other top-level keys (simulators, agent, actions…) belong to other parts of
+ * Atelier and are left alone here.
+ *
+ *   egress:
+ *     allow: [api.stripe.com, "*.example.com", "api.example.com:8443"]
+ *     deny: [uploads.example.com]
+ *     askHoldSeconds: 30        # how long a request to an unknown host waits for a human (0: answer at once)
+ */
+const Egress = z.strictObject({
+  allow: z.array(z.string().min(1).max(300)).max(1000).default([]),
+  deny: z.array(z.string().min(1).max(300)).max(1000).default([]),
+  askHoldSeconds: z.number().int().min(0).max(600).default(30),
+});
+
+export type ProjectEgress = z.infer<typeof Egress>;
+
+export interface ProjectSettings {
+  path: string | null;
+  egress: ProjectEgress;
+}
+
+const FILE = 'atelier.yaml';
+
+/** Reads atelier.yaml from the cloned workspace; it must resolve inside the workspace. */
+export function readProjectSettings(workspace: string): ProjectSettings {
+  const none: ProjectSettings = { path: null, egress: Egress.parse({}) };
+  const full = join(workspace, FILE);
+  let real: string;
+  try {
+    lstatSync(full);
+    real = realpathSync(full);
+  } catch {
+    return none;
+  }
+  if (!real.startsWith(realpathSync(workspace) + sep))
+    throw new AtelierError('INVALID_ARGUMENT', `${FILE} points outside the repository`, { field: FILE });
+  if (lstatSync(real).size > 1 << 20) throw new AtelierError('INVALID_ARGUMENT', `${FILE} is larger than 1 MiB`, { field: FILE });
+  let doc: unknown;
+  try {
+    doc = parse(readFileSync(real, 'utf8'));
+  } catch (err) {
+    throw new AtelierError('INVALID_ARGUMENT', `${FILE} is not valid YAML: ${(err as Error).message.split('\n')[0]}`, { field: FILE });
+  }
+  if (doc === null || doc === undefined) return none;
+  if (typeof doc !== 'object' || Array.isArray(doc))
+    throw new AtelierError('INVALID_ARGUMENT', `${FILE} must be a mapping`, { field: FILE });
+  const r = Egress.safeParse((doc as Record<string, unknown>).egress ?? {});
+  if (!r.success) {
+    const { message, field } = describeZodError(r.error);
+    throw new AtelierError('INVALID_ARGUMENT', `${FILE}: egress${field ? `.${field}` : ''}: ${message}`, {
+      field: `egress${field ? `.${field}` : ''}`,
+    });
+  }
+  // Refused entries (`*`, `*.com`, malformed names) are reported now, naming the entry.
+  try {
+    createEgressPolicy({ allow: r.data.allow, deny: r.data.deny });
+  } catch (err) {
+    throw new AtelierError('INVALID_ARGUMENT', `${FILE}: ${(err as Error).message}`, { field: 'egress' });
+  }
+  return { path: FILE, egress: r.data };
+}
