@@ -67,6 +67,14 @@ describe('rootless server (started by an ordinary user)', () => {
       `${paths.map((p) => `[ -e '${p}' ] && echo "VISIBLE ${p}"`).join('; ')}; for p in / /etc /usr; do touch "$p/x" 2>/dev/null && echo "WROTE $p"; done; touch /workspace/ok /tmp/ok /home/atelier/ok && echo fine; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d " "`,
     ]);
     assert.equal(r.stdout, 'fine\nlo\n');
+    // The way out is the egress proxy, bridged in as in root mode: it answers (and refuses a host
+    // no policy names), direct connections fail.
+    const out = await server.exec(w.id, [
+      'sh',
+      '-c',
+      "curl -sS -m 10 -o /dev/null -w '%{http_code}' http://not-allowed.example/; echo; curl -sS -m 5 --noproxy '*' http://192.0.2.1/ >/dev/null 2>&1 || echo direct-failed",
+    ]);
+    assert.equal(out.stdout, '403\ndirect-failed\n', out.stderr);
     // Other workshops' processes are invisible.
     const other = await server.createWorkshop({ repo });
     await server.exec(other.id, ['sh', '-c', 'sleep 300 >/dev/null 2>&1 &']);

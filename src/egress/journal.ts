@@ -33,6 +33,26 @@ interface Row {
 }
 
 const FLUSH_MS = 100;
+const RETRY_MS = 2000;
+const PRUNE_EVERY_MS = 10 * 60_000;
+/** Decisions are kept this long (then removed), and always removed with their workshop. */
+export const RETENTION_DAYS = 14;
+
+const cut = (v: string, n: number): string => (v.length > n ? `${v.slice(0, n - 1)}…` : v);
+
+/** What the database will take whatever the proxy saw: an integer port, bounded texts. */
+function clean(d: EgressDecision): EgressDecision {
+  const port = Number.isInteger(d.port) && d.port >= 0 && d.port <= 65535 ? d.port : 0;
+  return {
+    ...d,
+    port,
+    host: cut(d.host, 300),
+    message: cut(d.message, 1000),
+    ...(d.entry !== undefined ? { entry: cut(d.entry, 300) } : {}),
+    ...(d.address !== undefined ? { address: cut(d.address, 100) } : {}),
+    ...(d.approvalId !== undefined ? { approvalId: cut(d.approvalId, 100) } : {}),
+  };
+}
 const MAX_BATCH = 500;
 /** Beyond this many unwritten decisions (database down), the oldest are dropped and counted. */
 const MAX_PENDING = 20_000;
@@ -47,6 +67,8 @@ export class EgressJournal {
   private timer: NodeJS.Timeout | undefined;
   private flushing: Promise<void> | undefined;
   private dropped = 0;
+  private failing = false;
+  private pruned = 0;
 
   constructor(
     private readonly pool: Pool,
@@ -54,7 +76,7 @@ export class EgressJournal {
   ) {}
 
   record(workshopId: string, d: EgressDecision): void {
-    this.pending.push({ workshopId, d });
+    this.pending.push({ workshopId, d: clean(d) });
     if (this.pending.length > MAX_PENDING) {
       this.dropped += this.pending.length - MAX_PENDING;
       this.pending.splice(0, this.pending.length - MAX_PENDING);
@@ -71,7 +93,8 @@ export class EgressJournal {
     const batch = this.pending.splice(0, MAX_BATCH);
     this.flushing = this.write(batch).finally(() => (this.flushing = undefined));
     await this.flushing;
-    if (this.pending.length > 0) this.timer ??= setTimeout(() => void this.flush(), FLUSH_MS);
+    // After a failure (database away) the next attempt waits longer, so the log is not flooded.
+    if (this.pending.length > 0) this.timer ??= setTimeout(() => void this.flush(), this.failing ? RETRY_MS : FLUSH_MS);
   }
 
   private async write(batch: { workshopId: string; d: EgressDecision }[]): Promise<void> {
@@ -104,15 +127,37 @@ export class EgressJournal {
          WHERE EXISTS (SELECT 1 FROM workshops w WHERE w.id = v.workshop_id)`,
         values,
       );
+      this.failing = false;
       if (this.dropped > 0) {
         this.log.warn({ dropped: this.dropped }, 'egress decisions were dropped while the database was unavailable');
         this.dropped = 0;
       }
+      await this.prune();
     } catch (err) {
-      // Put them back (oldest first) for the next attempt; the cap above bounds memory.
+      const code = String((err as { code?: unknown }).code ?? '');
+      if (/^2[23]/.test(code)) {
+        // A row the database refuses (data error): never retried as is, or it would block every
+        // workshop's decisions behind it. Write the rows one by one and drop the refused ones.
+        if (batch.length > 1) {
+          for (const one of batch) await this.write([one]);
+        } else
+          this.log.warn({ err: (err as Error).message, workshop: batch[0]?.workshopId }, 'an egress decision was refused by the database');
+        return;
+      }
+      // The database is away: put them back (oldest first) for a later attempt; the cap above bounds memory.
       this.pending.unshift(...batch);
-      this.log.warn({ err: (err as Error).message }, 'egress decisions not written yet');
+      if (!this.failing) this.log.warn({ err: (err as Error).message }, 'egress decisions not written yet (database unavailable)');
+      this.failing = true;
     }
+  }
+
+  /** Keeps RETENTION_DAYS of decisions (checked at most every 10 minutes). */
+  private async prune(): Promise<void> {
+    if (Date.now() - this.pruned < PRUNE_EVERY_MS) return;
+    this.pruned = Date.now();
+    await this.pool
+      .query(`DELETE FROM egress_decisions WHERE at < now() - make_interval(days => $1)`, [RETENTION_DAYS])
+      .catch((err: Error) => this.log.warn({ err: err.message }, 'could not prune old egress decisions'));
   }
 
   /**
@@ -153,7 +198,14 @@ export class EgressJournal {
     }));
   }
 
+  /** Writes everything pending (for at most 3 s) before the server stops. */
   async close(): Promise<void> {
-    await this.flush().catch(() => undefined);
+    const deadline = Date.now() + 3000;
+    while (this.pending.length > 0 && Date.now() < deadline) {
+      await this.flush().catch(() => undefined);
+      if (this.failing) break;
+    }
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
   }
 }

@@ -80,6 +80,12 @@ export interface EgressLimits {
   /** Extra time the ask hook gets beyond the hold to report its approval id. */
   askGraceMs: number;
   maxConnectionsPerWorkshop: number;
+  /**
+   * How long an allowed plain-HTTP decision (policy entry, resolved and checked addresses) is
+   * reused for the same workshop policy, host, port and protocol; 0 resolves every request.
+   * Tunnels (CONNECT, SOCKS5) are always decided afresh.
+   */
+  decisionCacheMs: number;
 }
 
 export const DEFAULT_EGRESS_LIMITS: EgressLimits = {
@@ -90,6 +96,7 @@ export const DEFAULT_EGRESS_LIMITS: EgressLimits = {
   dnsTimeoutMs: 5_000,
   askGraceMs: 2_000,
   maxConnectionsPerWorkshop: 1024,
+  decisionCacheMs: 2_000,
 };
 
 export interface EgressProxyOptions {
@@ -112,6 +119,42 @@ interface Listener {
   /** Every client and upstream socket, destroyed by close(). */
   sockets: Set<net.Socket>;
   clients: number;
+  /** Allowed plain-HTTP decisions by `host|port`, valid only for the policy they were made under. */
+  decisions: Map<string, CachedAllow>;
+}
+
+interface CachedAllow {
+  policy: EgressPolicy;
+  expires: number;
+  host: string;
+  reason: EgressReason;
+  entry: string | undefined;
+  message: string;
+  /** The checked answers, re-checked against the policy's ranges on every use. */
+  answers: Uint8Array[];
+}
+
+const MAX_CACHED_DECISIONS = 1024;
+
+/**
+ * An abort signal made only when something asks for it (the ask hook, a resolver): fired when
+ * the client's socket closes. Requests decided from the cache never pay for one.
+ */
+class LazySignal {
+  private ctl: AbortController | undefined;
+  private readonly onClose = (): void => this.ctl?.abort();
+  constructor(private readonly socket: net.Socket) {}
+  get signal(): AbortSignal {
+    if (!this.ctl) {
+      this.ctl = new AbortController();
+      if (this.socket.destroyed) this.ctl.abort();
+      else this.socket.once('close', this.onClose);
+    }
+    return this.ctl.signal;
+  }
+  dispose(): void {
+    if (this.ctl) this.socket.off('close', this.onClose);
+  }
 }
 
 /** A decision plus, when allowed, the checked addresses that may be dialed (and only those). */
@@ -254,7 +297,10 @@ export class EgressProxy {
   setPolicy(workshopId: string, policy: EgressPolicy): void {
     this.policies.set(workshopId, policy);
     const l = this.listeners.get(workshopId);
-    if (l) l.policy = policy;
+    if (l) {
+      l.policy = policy;
+      l.decisions.clear();
+    }
   }
 
   /** The policy a workshop's next request will be judged by. */
@@ -290,6 +336,7 @@ export class EgressProxy {
       policy: this.policies.get(workshopId),
       sockets: new Set(),
       clients: 0,
+      decisions: new Map(),
     };
     this.setupHttp(l);
     l.server.on('connection', (s) => this.onConnection(l, s));
@@ -307,6 +354,8 @@ export class EgressProxy {
 
   /** Stop serving a workshop: its listener, every connection and tunnel, its socket file. */
   async close(workshopId: string): Promise<void> {
+    // The workshop's policy goes with its listener (deleted and failed workshops leave nothing).
+    this.policies.delete(workshopId);
     const l = this.listeners.get(workshopId);
     if (!l) return;
     this.listeners.delete(workshopId);
@@ -504,14 +553,14 @@ export class EgressProxy {
       this.deny(res, d);
       return;
     }
-    const ac = new AbortController();
-    const onGone = () => ac.abort();
-    req.socket.once('close', onGone);
-    let v: Verdict;
-    try {
-      v = await this.decide(l, 'http', parsed.host, parsed.port, target, ac.signal);
-    } finally {
-      req.socket.off('close', onGone);
+    let v = this.cachedDecision(l, parsed.host, parsed.port, target);
+    if (!v) {
+      const gone = new LazySignal(req.socket);
+      try {
+        v = await this.decide(l, 'http', parsed.host, parsed.port, target, gone);
+      } finally {
+        gone.dispose();
+      }
     }
     if (!v.decision.allowed) {
       this.deny(res, v.decision);
@@ -628,13 +677,11 @@ export class EgressProxy {
       v = { decision: this.badRequest('connect', target, 'CONNECT needs host:port'), dial: [] };
       this.record(l, v.decision);
     } else {
-      const ac = new AbortController();
-      const onGone = () => ac.abort();
-      s.once('close', onGone);
+      const gone = new LazySignal(s);
       try {
-        v = await this.decide(l, 'connect', a.host, a.port, target, ac.signal);
+        v = await this.decide(l, 'connect', a.host, a.port, target, gone);
       } finally {
-        s.off('close', onGone);
+        gone.dispose();
       }
     }
     if (s.destroyed) return;
@@ -646,7 +693,7 @@ export class EgressProxy {
       s.destroySoon();
       return;
     }
-    let up: net.Socket;
+    let up: Upstream;
     try {
       up = await this.dial(l, v.dial, v.decision.port);
     } catch (err) {
@@ -656,11 +703,11 @@ export class EgressProxy {
       return;
     }
     if (s.destroyed) {
-      up.destroy();
+      up.socket.destroy();
       return;
     }
     s.write('HTTP/1.1 200 Connection Established\r\n\r\n');
-    if (head.length > 0) up.write(head);
+    if (head.length > 0) up.socket.write(head);
     this.splice(s, up);
   }
 
@@ -747,14 +794,12 @@ export class EgressProxy {
 
   private async socksConnect(l: Listener, s: net.Socket, host: string, port: number, rest: Buffer): Promise<void> {
     const target = boundTarget(`${host}:${port}`);
-    const ac = new AbortController();
-    const onGone = () => ac.abort();
-    s.once('close', onGone);
+    const gone = new LazySignal(s);
     let v: Verdict;
     try {
-      v = await this.decide(l, 'socks5', host, port, target, ac.signal);
+      v = await this.decide(l, 'socks5', host, port, target, gone);
     } finally {
-      s.off('close', onGone);
+      gone.dispose();
     }
     if (s.destroyed) return;
     const reply = (code: number) => Buffer.from([0x05, code, 0x00, 0x01, 0, 0, 0, 0, 0, 0]);
@@ -765,7 +810,7 @@ export class EgressProxy {
       s.destroySoon();
       return;
     }
-    let up: net.Socket;
+    let up: Upstream;
     try {
       up = await this.dial(l, v.dial, port);
     } catch (err) {
@@ -775,11 +820,11 @@ export class EgressProxy {
       return;
     }
     if (s.destroyed) {
-      up.destroy();
+      up.socket.destroy();
       return;
     }
     s.write(reply(0x00));
-    if (rest.length > 0) up.write(rest);
+    if (rest.length > 0) up.socket.write(rest);
     this.splice(s, up);
   }
 
@@ -803,7 +848,7 @@ export class EgressProxy {
     rawHost: string,
     port: number,
     target: string,
-    signal: AbortSignal,
+    gone: LazySignal,
   ): Promise<Verdict> {
     const base = { at: new Date(), protocol, target, port };
     const done = (d: EgressDecision, dial: string[] = []): Verdict => {
@@ -847,7 +892,7 @@ export class EgressProxy {
         entry = p.entry;
         break;
       case 'unknown': {
-        const asked = await this.askHuman(l, policy, h, port, protocol, signal);
+        const asked = await this.askHuman(l, policy, h, port, protocol, gone.signal);
         approvalId = asked.approvalId;
         if (asked.decision !== 'allow') {
           const extra: Partial<EgressDecision> = {};
@@ -868,12 +913,13 @@ export class EgressProxy {
     }
 
     let dial: string[];
+    let dialBytes: Uint8Array[];
     if (h.kind === 'name') {
       let answers: Uint8Array[];
       try {
         const raw = await withDeadline(
           this.limits.dnsTimeoutMs,
-          signal,
+          gone.signal,
           (sig) => this.resolver.resolve(h.value, sig),
           () => new ResolveError('DNS_TIMEOUT', `no answer for ${h.value} within ${this.limits.dnsTimeoutMs} ms`),
         );
@@ -884,6 +930,7 @@ export class EgressProxy {
         return refuse(code, h.value, `${(err as Error).message}`);
       }
       dial = [];
+      dialBytes = answers;
       for (const b of answers) {
         const a = checkAddress(b, policy.allowRanges);
         // One forbidden answer condemns the name: a name that points at both a public and an
@@ -897,6 +944,7 @@ export class EgressProxy {
       }
     } else {
       dial = [checkAddress(h.bytes, policy.allowRanges).address];
+      dialBytes = [h.bytes];
     }
     const d: EgressDecision = {
       ...base,
@@ -909,7 +957,62 @@ export class EgressProxy {
     };
     if (entry !== undefined) d.entry = entry;
     if (approvalId !== undefined) d.approvalId = approvalId;
+    // Only list-allowed plain-HTTP decisions are reused: an asked host is asked again, and a
+    // tunnel is long-lived enough that deciding it afresh costs nothing.
+    if (protocol === 'http' && reason === 'ALLOW_LISTED' && this.limits.decisionCacheMs > 0 && l.policy === policy) {
+      if (l.decisions.size >= MAX_CACHED_DECISIONS) l.decisions.clear();
+      l.decisions.set(`${rawHost}|${port}`, {
+        policy,
+        expires: performance.now() + this.limits.decisionCacheMs,
+        host: h.value,
+        reason,
+        entry,
+        message: d.message,
+        answers: dialBytes,
+      });
+    }
     return done(d, dial);
+  }
+
+  /**
+   * A plain-HTTP decision from the cache: same policy object (setPolicy clears the cache
+   * anyway), not expired, and every cached answer still passes the address check. Recorded
+   * like any other decision. Undefined when the request must be decided afresh.
+   */
+  private cachedDecision(l: Listener, rawHost: string, port: number, target: string): Verdict | undefined {
+    if (l.decisions.size === 0) return undefined;
+    const key = `${rawHost}|${port}`;
+    const c = l.decisions.get(key);
+    if (!c) return undefined;
+    const policy = l.policy;
+    if (c.policy !== policy || performance.now() > c.expires) {
+      l.decisions.delete(key);
+      return undefined;
+    }
+    const dial: string[] = [];
+    for (const b of c.answers) {
+      const a = checkAddress(b, policy.allowRanges);
+      if (!a.allowed) {
+        l.decisions.delete(key);
+        return undefined;
+      }
+      if (!dial.includes(a.address)) dial.push(a.address);
+    }
+    const d: EgressDecision = {
+      at: new Date(),
+      protocol: 'http',
+      target,
+      port,
+      host: c.host,
+      allowed: true,
+      outcome: 'allowed',
+      reason: c.reason,
+      message: c.message,
+      address: dial[0]!,
+    };
+    if (c.entry !== undefined) d.entry = c.entry;
+    this.record(l, d);
+    return { decision: d, dial };
   }
 
   private async askHuman(
@@ -953,12 +1056,21 @@ export class EgressProxy {
   // ---- dialing and tunnels -------------------------------------------------------------
 
   /** Connect to the first checked address that answers; never anything else. */
-  private async dial(l: Listener, addresses: readonly string[], port: number): Promise<net.Socket> {
+  private async dial(l: Listener, addresses: readonly string[], port: number): Promise<Upstream> {
     let last: unknown = new Error('no address');
     for (const address of addresses) {
       try {
-        return await new Promise<net.Socket>((resolve, reject) => {
-          const up = net.connect({ host: address, port, allowHalfOpen: true, lookup: pinnedLookup(address) });
+        return await new Promise<Upstream>((resolve, reject) => {
+          const reader = new RelayReader();
+          const up = net.connect({
+            host: address,
+            port,
+            allowHalfOpen: true,
+            lookup: pinnedLookup(address),
+            onread: { buffer: reader.buffer, callback: reader.callback },
+          });
+          // Nothing is read before splice() has somewhere to put it.
+          up.pause();
           this.track(l, up);
           const t = setTimeout(() => {
             const e: NodeJS.ErrnoException = new Error(`connect to ${address}:${port} timed out`);
@@ -967,7 +1079,7 @@ export class EgressProxy {
           }, this.limits.connectTimeoutMs);
           up.once('connect', () => {
             clearTimeout(t);
-            resolve(up);
+            resolve({ socket: up, reader });
           });
           up.once('error', (err) => {
             clearTimeout(t);
@@ -985,16 +1097,18 @@ export class EgressProxy {
   /**
    * Join a client and an upstream. A FIN from one side is passed on (half-close) while the
    * other direction keeps flowing; an error or reset on either side ends both; no traffic
-   * either way for idleTimeoutMs ends both.
+   * either way for idleTimeoutMs ends both. Either direction stops reading while the other
+   * side's write buffer is full (backpressure).
    */
-  private splice(a: net.Socket, b: net.Socket): void {
+  private splice(a: net.Socket, up: Upstream): void {
+    const b = up.socket;
     const kill = () => {
       a.destroy();
       b.destroy();
     };
     a.on('error', kill);
     b.on('error', kill);
-    // A side that closes after a clean FIN has already passed it on (pipe ends the other
+    // A side that closes after a clean FIN has already passed it on (its 'end' ended the other
     // side, which then closes by itself once flushed); any other close ends the other side now.
     a.once('close', (hadError) => {
       if (hadError || !a.readableEnded) b.destroy();
@@ -1004,10 +1118,81 @@ export class EgressProxy {
     });
     a.setTimeout(this.limits.idleTimeoutMs, kill);
     b.setTimeout(this.limits.idleTimeoutMs, kill);
-    a.pipe(b);
-    b.pipe(a);
+    // client → upstream: node's own read buffers (an accepted socket cannot be given reused
+    // buffers through a public API; the upstream side, which we connect, can: see dial()).
+    a.on('data', (chunk: Buffer) => {
+      if (!b.write(chunk)) a.pause();
+    });
+    b.on('drain', () => a.resume());
+    a.once('end', () => b.end());
+    // upstream → client: reused buffers (RelayReader, set up in dial()).
+    up.reader.attach(b, a);
+    a.on('drain', () => b.resume());
+    b.once('end', () => a.end());
+    b.resume();
     a.resume();
   }
+}
+
+/** A connected upstream of a tunnel and the reader that owns its read buffer. */
+interface Upstream {
+  socket: net.Socket;
+  reader: RelayReader;
+}
+
+/** Bytes read at once on either side of a tunnel. */
+const RELAY_BUFFER_BYTES = 128 * 1024;
+/** Read buffers a tunnel direction keeps for reuse once the writes holding them complete. */
+const RELAY_SPARE_BUFFERS = 2;
+
+interface RelaySlot {
+  buf: Buffer;
+  release: () => void;
+}
+
+/**
+ * Reads a socket into reused buffers (net's `onread`) and writes each chunk to the other side
+ * of the tunnel: a fresh 64 KiB buffer per read is what made tunnels spend their time in GC.
+ * A chunk the kernel took at once leaves its buffer free for the next read; a chunk that had
+ * to be queued keeps its buffer until that write completes, and the next read gets a spare.
+ * When the other side's write buffer is full, reading stops until it drains.
+ */
+class RelayReader {
+  private to: net.Socket | undefined;
+  private from: net.Socket | undefined;
+  private slot: RelaySlot | undefined;
+  private readonly spare: RelaySlot[] = [];
+
+  attach(from: net.Socket, to: net.Socket): void {
+    this.from = from;
+    this.to = to;
+  }
+
+  private newSlot(): RelaySlot {
+    const slot: RelaySlot = {
+      buf: Buffer.allocUnsafeSlow(RELAY_BUFFER_BYTES),
+      release: () => {
+        if (this.spare.length < RELAY_SPARE_BUFFERS) this.spare.push(slot);
+      },
+    };
+    return slot;
+  }
+
+  readonly buffer = (): Buffer => (this.slot ??= this.spare.pop() ?? this.newSlot()).buf;
+
+  readonly callback = (n: number, buf: Uint8Array): boolean => {
+    const to = this.to;
+    const slot = this.slot;
+    if (!to || !slot || to.destroyed || to.writableEnded || buf !== slot.buf) {
+      // Only after the tunnel is gone (reading starts in splice()): nowhere to put the bytes.
+      this.from?.destroy();
+      return false;
+    }
+    const ok = to.write(Buffer.from(slot.buf.buffer, slot.buf.byteOffset, n), slot.release);
+    // Queued rather than written: the queue holds this buffer until its write completes.
+    if (to.writableLength > 0) this.slot = undefined;
+    return ok;
+  };
 }
 
 function hostFor(value: string): string {

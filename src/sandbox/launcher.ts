@@ -164,7 +164,7 @@ mkdir "$R/.oldroot"; cd "$R"; pivot_root . .oldroot; umount -l /.oldroot; rmdir 
 # The root and /dev are ours (uid 0 of this namespace): make them read-only, as bwrap's are to the workshop uid.
 mount -o remount,bind,ro /dev; mount -o remount,bind,ro /
 cd /workspace
-${EGRESS_FORWARDER}
+/usr/bin/setpriv --inh-caps=-all --bounding-set=-all --no-new-privs -- ${EGRESS_FORWARDER}
 exec perl -e '$SIG{CHLD} = sub { 1 while waitpid(-1, 1) > 0 }; sleep while 1'`;
 
 function rootlessArgs(spec: SandboxSpec, layout: SandboxLayout, plan: MountStep[]): string[] {
@@ -304,6 +304,16 @@ async function firstChild(pid: number, log: string): Promise<number> {
   }
 }
 
+/** 127.0.0.1:EGRESS_PORT in LISTEN state in the sandbox's network namespace (seen through its PID 1). */
+const EGRESS_LISTEN = `0100007F:${EGRESS_PORT.toString(16).toUpperCase().padStart(4, '0')} 00000000:0000 0A`;
+function egressListening(pid: number): boolean {
+  try {
+    return readFileSync(`/proc/${pid}/net/tcp`, 'utf8').includes(EGRESS_LISTEN);
+  } catch {
+    return false;
+  }
+}
+
 function comm(pid: string | number): string {
   try {
     return readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
@@ -321,7 +331,8 @@ async function waitReady(pid: number, rootless: boolean, log: string): Promise<v
   const deadline = Date.now() + 10_000;
   for (;;) {
     if (processStartTime(pid) === undefined) throw new Error(`sandbox exited during start: ${logTail(log) || 'no output'}`);
-    if (rootless ? comm(pid) === 'perl' : children(pid).some((c) => comm(c) === 'sleep')) return;
+    // Ready once idle and once the egress forwarder listens (a first command may need the network).
+    if ((rootless ? comm(pid) === 'perl' : children(pid).some((c) => comm(c) === 'sleep')) && egressListening(pid)) return;
     if (Date.now() > deadline) throw new Error('sandbox did not become ready within 10 s');
     await new Promise((r) => setTimeout(r, 1));
   }

@@ -1,4 +1,6 @@
 import { readFileSync } from 'node:fs';
+import { isIP } from 'node:net';
+import { join } from 'node:path';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Config } from '../core/index.js';
 import type { Pool } from '../db/index.js';
@@ -7,6 +9,7 @@ import {
   EgressProxy,
   ResolveError,
   createDnsResolver,
+  createEgressPolicy,
   createHostsResolver,
   type HostsEntry,
   type Resolver,
@@ -62,8 +65,26 @@ export interface EgressRuntime {
 }
 
 /** One proxy for all of this server's workshops, each on its own unix socket with its own policy. */
-export async function startEgress(config: Config, pool: Pool, logger: FastifyBaseLogger): Promise<EgressRuntime> {
+export async function startEgress(config: Config, dataDir: string, pool: Pool, logger: FastifyBaseLogger): Promise<EgressRuntime> {
+  // The platform's part of every policy is checked now, not at the first workshop it would fail.
+  try {
+    createEgressPolicy({ allow: config.egressDefaults, allowRanges: config.egressAllowRanges });
+  } catch (err) {
+    throw new Error(`ATELIER_EGRESS_DEFAULTS / ATELIER_EGRESS_ALLOW_RANGES: ${(err as Error).message}`);
+  }
+  const badServer = config.egressDns?.find((s) => isIP(s) === 0);
+  if (badServer !== undefined) throw new Error(`ATELIER_EGRESS_DNS must list IP addresses; "${badServer}" is not one`);
+  // DATA_DIR/workshops/ws-xxxxxxxx/egress/proxy.sock must fit a unix socket path (107 bytes).
+  const longest = join(dataDir, 'workshops', 'ws-xxxxxxxx', 'egress', 'proxy.sock');
+  if (Buffer.byteLength(longest) > 107)
+    throw new Error(
+      `the data directory ${dataDir} is too long for the workshops' egress sockets (at most ${107 - (longest.length - dataDir.length)} bytes): choose a shorter --data-dir`,
+    );
   const servers = config.egressDns ?? systemNameservers();
+  if (servers.length === 0)
+    logger.warn(
+      'egress: no nameserver in /etc/resolv.conf and no ATELIER_EGRESS_DNS: workshops can reach only names of ATELIER_EGRESS_HOSTS',
+    );
   const hosts = config.egressHosts ? createHostsResolver(readHostsFile(config.egressHosts)) : undefined;
   const dns = servers.length > 0 ? createDnsResolver({ servers }) : undefined;
   const resolver: Resolver = dns

@@ -34,12 +34,19 @@ const FILE = 'atelier.yaml';
 export function readProjectSettings(workspace: string): ProjectSettings {
   const none: ProjectSettings = { path: null, egress: Egress.parse({}) };
   const full = join(workspace, FILE);
-  let real: string;
   try {
     lstatSync(full);
-    real = realpathSync(full);
   } catch {
     return none;
+  }
+  let real: string;
+  try {
+    real = realpathSync(full);
+  } catch (err) {
+    // A dangling or looping link: refused, not skipped (its deny entries would be lost silently).
+    throw new AtelierError('INVALID_ARGUMENT', `${FILE} cannot be read (${(err as NodeJS.ErrnoException).code ?? 'error'})`, {
+      field: FILE,
+    });
   }
   if (!real.startsWith(realpathSync(workspace) + sep))
     throw new AtelierError('INVALID_ARGUMENT', `${FILE} points outside the repository`, { field: FILE });

@@ -257,7 +257,12 @@ export class WorkshopService {
   private async restartSandbox(row: WorkshopRow, reason: string): Promise<WorkshopRow> {
     await this.driver.stop(row.id, row.sandbox);
     const handle = await this.startSandbox(row);
-    await this.openEgress(row);
+    try {
+      await this.openEgress(row);
+    } catch (err) {
+      await this.driver.stop(row.id, handle).catch(() => undefined);
+      throw err;
+    }
     return this.setStatus(row.id, 'Running', reason, handle);
   }
 
@@ -274,6 +279,8 @@ export class WorkshopService {
 
   /** Opens (or reopens, after a server restart) the workshop's proxy socket with its policy. */
   private async openEgress(row: WorkshopRow): Promise<void> {
+    // A listener left from earlier in this process (a sandbox restarted on resume) is replaced.
+    await this.opts.egress.proxy.close(row.id);
     await this.opts.egress.proxy.listen(row.id, join(this.driver.layout(row.id).egress, 'proxy.sock'), this.egressPolicy(row));
   }
 
@@ -803,6 +810,10 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
         }
       } catch (err) {
         this.opts.log.error({ workshop: id, err: String(err) }, 'reconcile failed for a workshop');
+        // Failed without a handle: its processes must not be left running untracked.
+        const current = await this.query<WorkshopRow>('SELECT * FROM workshops WHERE id = $1', [id]).catch(() => []);
+        await this.driver.stop(id, current[0]?.sandbox ?? row.sandbox).catch(() => undefined);
+        await this.opts.egress.proxy.close(id).catch(() => undefined);
         await this.setStatus(
           id,
           'Failed',

@@ -24,6 +24,7 @@ function parse<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
 type IdParams = { Params: { id: string } };
 
 const FOLLOW_POLL_MS = 250;
+const FOLLOW_MAX_MS = 60_000;
 
 /** An optional integer query parameter, given once, within bounds. */
 function intParam(value: unknown, name: string, min: number, max: number): number | undefined {
@@ -167,33 +168,50 @@ export function workshopRoutes(app: FastifyInstance, service: WorkshopService): 
       const id = request.params.id;
       const after = intParam(request.query.after, 'after', 0, Number.MAX_SAFE_INTEGER);
       const limit = intParam(request.query.limit, 'limit', 1, 1000) ?? 100;
-      const follow = request.query.follow === 'true' || request.query.follow === '1';
+      const f = request.query.follow;
+      if (f !== undefined && f !== 'true' && f !== 'false' && f !== '1' && f !== '0')
+        throw new AtelierError('INVALID_ARGUMENT', 'query parameter follow must be true or false, given once', { field: 'follow' });
+      const follow = f === 'true' || f === '1';
+      // Watched from the start: a client gone during the first query stops everything.
+      let stopped = false;
+      reply.raw.on('close', () => (stopped = true));
       const first = await service.egressLog(id, actor, { ...(after !== undefined ? { afterId: after } : {}), limit });
       if (!follow) return { items: first };
-      // NDJSON: what there is, then each new decision as it is recorded, until the client goes
-      // away or the workshop is deleted.
+      if (stopped || request.raw.destroyed) return reply.hijack();
+      // NDJSON: what there is, then each new decision as it is recorded. A stream lasts at most
+      // FOLLOW_MAX_MS (and never past the token's expiry): the CLI reconnects with `after`, which
+      // authenticates again, so a revoked or expired token stops a follower within a minute.
       const stream = new PassThrough();
-      let last = first.at(-1)?.id ?? after ?? 0;
-      for (const d of first) stream.write(`${JSON.stringify(d)}\n`);
-      let stopped = false;
       const stop = (): void => {
         stopped = true;
         stream.end();
       };
       reply.raw.on('close', stop);
+      const tokenEnds = actor.expiresAt ? Date.parse(actor.expiresAt) : Infinity;
+      const ends = Math.min(Date.now() + FOLLOW_MAX_MS, tokenEnds);
+      let last = first.at(-1)?.id ?? after ?? 0;
+      const send = async (items: { id: number }[]): Promise<void> => {
+        for (const d of items) {
+          // Backpressure: a client that does not read is not buffered for without limit.
+          if (!stream.write(`${JSON.stringify(d)}\n`)) await new Promise((r) => stream.once('drain', r).once('close', r));
+          if (stopped) return;
+        }
+      };
       const tick = async (): Promise<void> => {
-        while (!stopped) {
+        await send(first);
+        while (!stopped && Date.now() < ends) {
           await new Promise((r) => setTimeout(r, FOLLOW_POLL_MS));
           if (stopped) return;
           try {
             const next = await service.egressLog(id, actor, { afterId: last, limit: 500 });
-            for (const d of next) stream.write(`${JSON.stringify(d)}\n`);
+            await send(next);
             last = next.at(-1)?.id ?? last;
           } catch (err) {
             if (err instanceof AtelierError && err.code === 'DATABASE_UNAVAILABLE') continue;
-            return stop();
+            break;
           }
         }
+        stop();
       };
       void tick();
       return reply.header('content-type', 'application/x-ndjson').header('cache-control', 'no-store').send(stream);

@@ -29,27 +29,39 @@ export async function listEgress(ctx: CommandContext, id: string, flags: { limit
   return (await call<{ items: EgressRecord[] }>(await ctx.target(), { method: 'GET', path: path(id, q) })).items;
 }
 
-/** `--follow`: prints each decision as it is made, until Ctrl-C. */
+/**
+ * `--follow`: prints each decision as it is made, until Ctrl-C. The server ends a follow after a
+ * minute (or when the token expires); it is then resumed after the last decision seen, which
+ * authenticates again (a refreshed token, or a clear error once it is revoked).
+ */
 export async function followEgress(
   ctx: CommandContext,
   id: string,
   flags: { limit?: string },
   print: (d: EgressRecord) => void,
 ): Promise<void> {
-  const q: Record<string, string> = { follow: 'true' };
-  if (flags.limit !== undefined) q.limit = flags.limit;
-  const res = await request(await ctx.target(), { method: 'GET', path: path(id, q), accept: 'application/x-ndjson' });
-  await raiseFor(res);
-  let pending = '';
-  res.setEncoding('utf8');
-  for await (const chunk of res) {
-    pending += chunk as string;
-    let nl: number;
-    while ((nl = pending.indexOf('\n')) >= 0) {
-      const line = pending.slice(0, nl);
-      pending = pending.slice(nl + 1);
-      if (line) print(JSON.parse(line) as EgressRecord);
+  let last: number | undefined;
+  for (;;) {
+    const q: Record<string, string> = { follow: 'true' };
+    if (last !== undefined) q.after = String(last);
+    else if (flags.limit !== undefined) q.limit = flags.limit;
+    const res = await request(await ctx.target(), { method: 'GET', path: path(id, q), accept: 'application/x-ndjson' });
+    await raiseFor(res);
+    let pending = '';
+    res.setEncoding('utf8');
+    for await (const chunk of res) {
+      pending += chunk as string;
+      let nl: number;
+      while ((nl = pending.indexOf('\n')) >= 0) {
+        const line = pending.slice(0, nl);
+        pending = pending.slice(nl + 1);
+        if (!line) continue;
+        const d = JSON.parse(line) as EgressRecord;
+        last = d.id;
+        print(d);
+      }
     }
+    last ??= 0;
   }
 }
 
