@@ -1,18 +1,7 @@
 import type { FastifyInstance } from 'fastify';
-import type { z } from 'zod';
-import { AtelierError, describeZodError } from '../../core/index.js';
 import { AddUserRequest, CreateTokenRequest, type AccountService } from '../../identity/index.js';
 import type { WorkshopService } from '../../workshops/index.js';
-import { principalOf } from './workshops.js';
-
-function parse<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
-  const r = schema.safeParse(body ?? {});
-  if (!r.success) {
-    const { message, field } = describeZodError(r.error);
-    throw new AtelierError('INVALID_ARGUMENT', message, { field });
-  }
-  return r.data;
-}
+import { parse, principalOf } from './common.js';
 
 /** Who am I, users of the tenant (admins), and API tokens (everyone, for themselves). */
 export function identityRoutes(app: FastifyInstance, accounts: AccountService, workshops: WorkshopService): void {

@@ -1,24 +1,15 @@
 import { PassThrough } from 'node:stream';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import type { z } from 'zod';
-import { AtelierError, CreateWorkshopRequest, ExecRequest, describeZodError, type ExecFrame } from '../../core/index.js';
-import type { Principal, RouteAccess } from '../../identity/index.js';
+import { AtelierError, CreateWorkshopRequest, ExecRequest, type ExecFrame } from '../../core/index.js';
+import type { RouteAccess } from '../../identity/index.js';
 import type { WorkshopService } from '../../workshops/index.js';
+import { parse, principalOf } from './common.js';
 
 /** `?path=` given once, as a string (a repeated parameter arrives as an array). */
 function pathParam(value: unknown): string {
   if (typeof value !== 'string' || value === '')
     throw new AtelierError('INVALID_ARGUMENT', 'query parameter path is required, once', { field: 'path' });
   return value;
-}
-
-function parse<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
-  const r = schema.safeParse(body ?? {});
-  if (!r.success) {
-    const { message, field } = describeZodError(r.error);
-    throw new AtelierError('INVALID_ARGUMENT', message, { field });
-  }
-  return r.data;
 }
 
 type IdParams = { Params: { id: string } };
@@ -41,12 +32,6 @@ function intParam(value: unknown, name: string, min: number, max: number): numbe
 const READ: RouteAccess = { role: 'viewer', agent: true };
 const OPERATE: RouteAccess = { role: 'member', agent: true };
 const MEMBER: RouteAccess = { role: 'member' };
-
-/** The caller, set by the onRequest hook on every non-public route. */
-export function principalOf(request: FastifyRequest): Principal {
-  if (!request.principal) throw new AtelierError('UNAUTHENTICATED', 'this route needs a bearer token');
-  return request.principal;
-}
 
 const MAX_BUFFERED = 16 << 20;
 

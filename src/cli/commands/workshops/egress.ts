@@ -1,22 +1,10 @@
+import type { EgressRecord } from '../../../egress/index.js';
 import { call, raiseFor, request } from '../../client.js';
 import type { CommandContext } from '../../context.js';
 import { table } from '../../output.js';
 
-/** One decision of a workshop's egress proxy (GET /v1/workshops/:id/egress). */
-export interface EgressRecord {
-  id: number;
-  at: string;
-  protocol: string;
-  host: string;
-  port: number;
-  allowed: boolean;
-  outcome: string;
-  reason: string;
-  message: string;
-  entry: string | null;
-  address: string | null;
-  approvalId: string | null;
-}
+/** One decision of a workshop's egress proxy (GET /v1/workshops/:id/egress), as the server records it. */
+export type { EgressRecord };
 
 function path(id: string, q: Record<string, string>): string {
   return `/v1/workshops/${encodeURIComponent(id)}/egress?${new URLSearchParams(q).toString()}`;
