@@ -1,0 +1,65 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { EgressJournal, type EgressDecision } from '../src/egress/index.js';
+import { createPool, migrate, type Pool } from '../src/db/index.js';
+import { ExternalPostgres } from './helpers/postgres.js';
+
+// The decisions journal on a real PostgreSQL: a decision the database refuses (a malformed port
+// from a hostile client, a NUL byte) must never block the others, nor be retried forever.
+describe('egress decisions journal', () => {
+  let db: ExternalPostgres;
+  let pool: Pool;
+  const warnings: string[] = [];
+  const log = { warn: (_o: object, msg?: string) => void warnings.push(msg ?? '') };
+
+  before(async () => {
+    db = ExternalPostgres.start();
+    pool = createPool(db.url, () => undefined);
+    await migrate(pool);
+    await pool.query(
+      `INSERT INTO workshops (id, name, tenant_id, node_id, status, repo, uid, cpus, memory_bytes, pids)
+       VALUES ('ws-journal1', 'j', 'tn-default', 'node-test', 'Running', '/tmp/r', 1, 1, 1, 1)`,
+    );
+  });
+  after(async () => {
+    await pool?.end();
+    db?.stop();
+  });
+
+  const decision = (over: Partial<EgressDecision>): EgressDecision => ({
+    at: new Date(),
+    protocol: 'connect',
+    target: 'x',
+    host: 'example.com',
+    port: 443,
+    allowed: false,
+    outcome: 'unknown',
+    reason: 'NOT_ALLOWLISTED',
+    message: 'not allowed',
+    ...over,
+  });
+
+  it('keeps recording after a malformed port and a NUL byte, and writes what it can', async () => {
+    const j = new EgressJournal(pool, log);
+    j.record('ws-journal1', decision({ host: 'before.test' }));
+    j.record('ws-journal1', decision({ host: 'bad-port.test', port: Number.NaN }));
+    j.record('ws-journal1', decision({ host: 'nul\u0000.test' }));
+    j.record('ws-journal1', decision({ host: 'after.test' }));
+    j.record('ws-gone', decision({ host: 'deleted-workshop.test' }));
+    const rows = await j.list('ws-journal1');
+    const hosts = rows.map((r) => r.host);
+    assert.deepEqual(hosts, ['before.test', 'bad-port.test', 'after.test']);
+    assert.equal(rows[1]!.port, 0, 'a port the database cannot store is recorded as 0');
+    assert.ok(
+      warnings.some((w) => /refused by the database/.test(w)),
+      warnings.join('; '),
+    );
+    // Nothing stays queued to be retried.
+    j.record('ws-journal1', decision({ host: 'later.test' }));
+    assert.deepEqual(
+      (await j.list('ws-journal1', { afterId: rows.at(-1)!.id })).map((r) => r.host),
+      ['later.test'],
+    );
+    await j.close();
+  });
+});
