@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
-PACKAGES=(bubblewrap socat util-linux mount git perl iproute2 postgresql postgresql-client python3 ca-certificates curl)
+PACKAGES=(bubblewrap socat util-linux mount git perl iproute2 postgresql postgresql-client python3 ca-certificates curl redis-server)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -17,8 +17,16 @@ if [ "${#missing[@]}" -gt 0 ]; then
   # Atelier runs its own PostgreSQL cluster: do not let the package create and start a system one.
   $SUDO mkdir -p /etc/postgresql-common/createcluster.d
   echo "create_main_cluster = false" | $SUDO tee /etc/postgresql-common/createcluster.d/atelier.conf >/dev/null
+  # Nor a system redis: simulators start their own redis-server per workshop. While apt runs,
+  # packages may not start services (policy-rc.d, removed afterwards if it was ours).
+  ours=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null && $SUDO chmod 755 /usr/sbin/policy-rc.d && ours=1
+    trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
+  fi
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  if [ -n "$ours" ]; then $SUDO rm -f /usr/sbin/policy-rc.d; trap - EXIT; fi
 fi
 
 node -e 'const [maj, min] = process.versions.node.split(".").map(Number); if (maj < 20 || (maj === 20 && min < 10)) { console.error("atelier needs Node.js 20.10 or newer, found " + process.version); process.exit(1); }'

@@ -1,0 +1,85 @@
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { AtelierError } from '../../core/index.js';
+import { SIMULATOR_ENV } from '../process.js';
+import type { SimulatorHandle, SimulatorSpec } from '../types.js';
+
+/** A simulator before its process exists: everything of the handle but the pid. */
+export type SimulatorInstance = Omit<SimulatorHandle, 'pid' | 'startTime'>;
+
+/** What one simulator type provides to the lifecycle (one file per type in this folder). */
+export interface CatalogEntry {
+  /**
+   * Checks the request against what is installed and prepares `spec.dir` (fresh state); starts
+   * nothing. `sockDir` is this instance's own directory under `spec.socketDir`.
+   */
+  prepare(spec: SimulatorSpec, sockDir: string): Promise<SimulatorInstance>;
+  /** The command line of the server process. */
+  command(instance: SimulatorInstance): string[];
+  /** One real round trip (a query, a PING); throws while the server is not ready. */
+  probe(handle: SimulatorHandle): Promise<void>;
+  /** Runs once after the first successful probe (postgres: the role and database asked for). */
+  initialise(handle: SimulatorHandle): Promise<void>;
+  /** First signal of a stop, before SIGKILL. */
+  stopSignal: NodeJS.Signals;
+  /** Empties a running instance without restarting it (redis). */
+  resetInPlace?(handle: SimulatorHandle): Promise<void>;
+  /** Puts fresh state in place while the instance is stopped (postgres: a new copy of the template). */
+  refresh?(instance: SimulatorInstance): Promise<void>;
+}
+
+export function invalid(message: string, details?: Record<string, unknown>): AtelierError {
+  return new AtelierError('INVALID_ARGUMENT', message, details);
+}
+
+/** Refuses env keys and option keys that the type does not know, naming the ones it does. */
+export function checkKeys(spec: SimulatorSpec, envKeys: readonly string[], optionKeys: readonly string[]): void {
+  for (const key of Object.keys(spec.env ?? {})) {
+    if (!envKeys.includes(key)) {
+      throw invalid(
+        `${spec.type} simulator ${spec.name}: unknown env ${key}` +
+          (envKeys.length > 0 ? ` (known: ${envKeys.join(', ')})` : ` (a ${spec.type} simulator takes no env)`),
+        { field: `env.${key}` },
+      );
+    }
+  }
+  for (const key of Object.keys(spec.options ?? {})) {
+    if (!optionKeys.includes(key)) {
+      throw invalid(
+        `${spec.type} simulator ${spec.name}: unknown option ${key}` +
+          (optionKeys.length > 0 ? ` (known: ${optionKeys.join(', ')})` : ` (a ${spec.type} simulator takes no options)`),
+        { field: `options.${key}` },
+      );
+    }
+  }
+}
+
+/** Major number of a requested version ("16", "16-alpine", "15.4", "7.0"), or undefined when none was asked. */
+export function requestedMajor(spec: SimulatorSpec): number | undefined {
+  if (spec.version === undefined || spec.version === '' || spec.version === 'latest') return undefined;
+  const m = /^(\d+)(?:\.\d+)*(?:-[A-Za-z0-9.]+)?$/.exec(spec.version);
+  if (!m) {
+    throw invalid(
+      `${spec.type} simulator ${spec.name}: version ${JSON.stringify(spec.version)} is not a version number like "15" or "15.4"`,
+      {
+        field: 'version',
+      },
+    );
+  }
+  return Number(m[1]);
+}
+
+/** First `name` found in the simulators' PATH. */
+export function findProgram(name: string): string | undefined {
+  for (const dir of SIMULATOR_ENV.PATH!.split(':')) if (existsSync(join(dir, name))) return join(dir, name);
+  return undefined;
+}
+
+/** Unix socket paths are limited to 107 bytes by the kernel: say so before the server fails obscurely. */
+export function checkSocketPath(path: string): void {
+  if (Buffer.byteLength(path) > 107) {
+    throw invalid(`the socket path ${path} is longer than the 107 bytes a unix socket allows: use a shorter socket directory or name`, {
+      field: 'socketDir',
+    });
+  }
+}

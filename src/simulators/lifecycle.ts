@@ -1,0 +1,187 @@
+import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
+import { connect } from 'node:net';
+import { isAbsolute, join } from 'node:path';
+import { AtelierError } from '../core/index.js';
+import type { CatalogEntry, SimulatorInstance } from './catalog/entry.js';
+import { postgres, warmPostgresTemplate } from './catalog/postgres.js';
+import { redis } from './catalog/redis.js';
+import { processStartTime, readTail, spawnDetached, stopGroup, type Started } from './process.js';
+import { SIMULATOR_TYPES, type RunAs, type SimulatorHandle, type SimulatorSpec, type SimulatorType } from './types.js';
+
+const CATALOG: Record<SimulatorType, CatalogEntry> = { postgres, redis };
+
+const DEFAULT_START_TIMEOUT_MS = 20_000;
+const DEFAULT_STOP_GRACE_MS = 5_000;
+/** A DNS label: the simulator is reached as `<name>.atelier.internal`. */
+const NAME = /^[a-z](?:[a-z0-9-]{0,30}[a-z0-9])?$/;
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+function invalid(message: string, field: string): AtelierError {
+  return new AtelierError('INVALID_ARGUMENT', message, { field });
+}
+
+function checkSpec(spec: SimulatorSpec): CatalogEntry {
+  if (!(SIMULATOR_TYPES as readonly string[]).includes(spec.type)) {
+    throw invalid(`unknown simulator type ${JSON.stringify(spec.type)}: known types are ${SIMULATOR_TYPES.join(', ')}`, 'type');
+  }
+  if (!NAME.test(spec.name)) {
+    throw invalid(
+      `simulator name ${JSON.stringify(spec.name)} must be a DNS label: lower-case letters, digits and '-', at most 32 characters, starting with a letter`,
+      'name',
+    );
+  }
+  for (const field of ['dir', 'socketDir', 'cacheDir'] as const) {
+    if (!isAbsolute(spec[field])) throw invalid(`${field} must be an absolute path`, field);
+  }
+  const isRoot = process.getuid?.() === 0;
+  if (spec.runAs?.uid === 0 || (isRoot && !spec.runAs)) {
+    throw invalid("simulators run as an unprivileged user: give runAs with a uid other than 0 (the workshop's own uid)", 'runAs');
+  }
+  return CATALOG[spec.type];
+}
+
+/** True when something accepts connections on the unix socket `path`. */
+function socketAnswers(path: string): Promise<boolean> {
+  if (!existsSync(path)) return Promise.resolve(false);
+  return new Promise((resolve) => {
+    const s = connect(path);
+    s.once('connect', () => {
+      s.destroy();
+      resolve(true);
+    });
+    s.once('error', () => resolve(false));
+  });
+}
+
+/** Refuses a name whose socket directory has a live listener (before anything of it is touched). */
+async function assertNameFree(sockDir: string, name: string): Promise<void> {
+  const entries = existsSync(sockDir) ? readdirSync(sockDir) : [];
+  for (const entry of entries) {
+    if (await socketAnswers(join(sockDir, entry))) {
+      throw new AtelierError(
+        'ALREADY_EXISTS',
+        `a simulator named ${name} is already running in this workshop: stop it or choose another name`,
+        {
+          field: 'name',
+          name,
+        },
+      );
+    }
+  }
+}
+
+/**
+ * Creates `<socketDir>/<name>/`, the instance's own socket directory. One directory per
+ * simulator, not one socket file per simulator in `socketDir`: two postgres simulators of a
+ * workshop would both want `.s.PGSQL.5432` (PostgreSQL names its socket after the port).
+ */
+async function prepareSocketDir(sockDir: string, runAs: RunAs | undefined): Promise<void> {
+  mkdirSync(sockDir, { recursive: true, mode: 0o755 });
+  // Sockets and lock files left by a killed instance would make the new one refuse to start.
+  for (const entry of readdirSync(sockDir)) rmSync(join(sockDir, entry), { recursive: true, force: true });
+  if (runAs) chownSync(sockDir, runAs.uid, runAs.gid);
+  chmodSync(sockDir, 0o755);
+}
+
+/** Waits for a real round trip, failing early if the process exits. */
+async function waitReady(entry: CatalogEntry, handle: SimulatorHandle, started: Started, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      await Promise.race([entry.probe(handle), started.exited]);
+      return;
+    } catch (err) {
+      if (processStartTime(handle.pid) !== handle.startTime) throw err;
+      last = err;
+    }
+    if (Date.now() > deadline) {
+      throw new Error(`no answer within ${timeoutMs} ms: ${(last as Error).message}`);
+    }
+    await sleep(5);
+  }
+}
+
+/** Starts the process of a prepared instance and waits until it answers; kills it and says why when it does not. */
+async function launch(entry: CatalogEntry, instance: SimulatorInstance, timeoutMs: number): Promise<SimulatorHandle> {
+  await prepareSocketDir(join(instance.socketDir, instance.name), instance.runAs);
+  let started: Started | undefined;
+  try {
+    started = await spawnDetached({ argv: entry.command(instance), cwd: instance.dir, logFile: instance.logFile, runAs: instance.runAs });
+    const handle: SimulatorHandle = { ...instance, pid: started.pid, startTime: started.startTime };
+    await waitReady(entry, handle, started, timeoutMs);
+    await entry.initialise(handle);
+    return handle;
+  } catch (err) {
+    if (started?.startTime !== undefined) await stopGroup(started.pid, started.startTime, 'SIGKILL', 0).catch(() => undefined);
+    const log = (await readTail(instance.logFile, 2000)).trim();
+    throw new AtelierError(
+      'UNAVAILABLE',
+      `${instance.type} simulator ${instance.name} did not start: ${(err as Error).message}` +
+        (log ? `\n--- last lines of ${instance.logFile}:\n${log}` : ''),
+      { type: instance.type, name: instance.name, logFile: instance.logFile, log },
+      { cause: err },
+    );
+  }
+}
+
+/**
+ * Starts one simulator (fresh state) for a workshop: a detached process in its own process
+ * group, running as `spec.runAs`, listening only on a unix socket under `spec.socketDir`.
+ * Resolves once a real round trip (a query, a PING) succeeded.
+ */
+export async function startSimulator(spec: SimulatorSpec): Promise<SimulatorHandle> {
+  const entry = checkSpec(spec);
+  await assertNameFree(join(spec.socketDir, spec.name), spec.name);
+  const instance = await entry.prepare(spec, join(spec.socketDir, spec.name));
+  return launch(entry, instance, spec.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS);
+}
+
+/** True while the simulator's process is the very one that was started (a reused pid is not). */
+export function isAlive(handle: SimulatorHandle): boolean {
+  return processStartTime(handle.pid) === handle.startTime;
+}
+
+/** Stops the simulator and every process of its group: its own signal first, SIGKILL after `graceMs`. */
+export async function stopSimulator(handle: SimulatorHandle, opts: { graceMs?: number } = {}): Promise<void> {
+  await stopGroup(handle.pid, handle.startTime, CATALOG[handle.type].stopSignal, opts.graceMs ?? DEFAULT_STOP_GRACE_MS);
+}
+
+/**
+ * Returns the simulator to its initial state: redis is emptied in place (connections stay);
+ * postgres is stopped, given a fresh copy of the template and started again with its role and
+ * database. A simulator that had died is started again. Returns the handle to keep (the pid
+ * changes when the process was restarted).
+ */
+export async function resetSimulator(handle: SimulatorHandle, opts: { startTimeoutMs?: number } = {}): Promise<SimulatorHandle> {
+  const entry = CATALOG[handle.type];
+  if (entry.resetInPlace && isAlive(handle)) {
+    await entry.resetInPlace(handle);
+    return handle;
+  }
+  await stopSimulator(handle);
+  // The old pid and start time are replaced by the new process's in launch().
+  if (entry.refresh) await entry.refresh(handle);
+  return launch(entry, handle, opts.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS);
+}
+
+/** Stops the simulator and deletes its directory and its socket directory: nothing of it is left. */
+export async function removeSimulator(handle: SimulatorHandle): Promise<void> {
+  await stopSimulator(handle);
+  rmSync(handle.dir, { recursive: true, force: true });
+  rmSync(join(handle.socketDir, handle.name), { recursive: true, force: true });
+}
+
+/** The end of the simulator's log (its server's own output), `tailBytes` at most (default 64 KiB). */
+export function simulatorLogs(handle: SimulatorHandle, opts: { tailBytes?: number } = {}): Promise<string> {
+  return readTail(handle.logFile, opts.tailBytes ?? 65_536);
+}
+
+/**
+ * Prepares what makes the first start of each type fast (the PostgreSQL template cluster), so
+ * that a server can do it at boot rather than during a workshop's first request.
+ */
+export async function warmSimulators(opts: { cacheDir: string; runAs?: RunAs | undefined }): Promise<void> {
+  await warmPostgresTemplate(opts);
+}

@@ -1,0 +1,64 @@
+/** The simulator types this server can run. Adding one means adding `catalog/<type>.ts` and its test. */
+export const SIMULATOR_TYPES = ['postgres', 'redis'] as const;
+export type SimulatorType = (typeof SIMULATOR_TYPES)[number];
+
+/** The unprivileged host user a simulator runs as (the workshop's own uid when the server is root). */
+export interface RunAs {
+  uid: number;
+  gid: number;
+}
+
+/** What the caller asks for: one simulator of one workshop. */
+export interface SimulatorSpec {
+  type: SimulatorType;
+  /** DNS label, unique in the workshop: reachable inside it as `<name>.atelier.internal`. */
+  name: string;
+  /** Requested version ("15", "16-alpine", "7.0"): only its major number is matched against what is installed. */
+  version?: string | undefined;
+  /** Container-style settings (postgres: POSTGRES_DB, POSTGRES_USER, POSTGRES_PASSWORD). */
+  env?: Record<string, string> | undefined;
+  /** Type-specific options (postgres: database, user, password, superuser); they win over `env`. */
+  options?: Record<string, unknown> | undefined;
+  /** Host directory owned by this instance (data, log); created if missing. */
+  dir: string;
+  /**
+   * Host directory of the workshop's service sockets (bound into the sandbox); the simulator
+   * listens on a socket in `<socketDir>/<name>/` and nowhere else.
+   */
+  socketDir: string;
+  /** Host directory for shared, pre-initialised templates (postgres clusters), e.g. DATA_DIR/simulators. */
+  cacheDir: string;
+  /** Unprivileged user to run as; undefined runs as the current user (which must not be root). */
+  runAs?: RunAs | undefined;
+  /** How long the start (process up and a real round trip answered) may take; default 20 s. */
+  startTimeoutMs?: number | undefined;
+}
+
+/**
+ * A running simulator. Plain JSON: the caller may persist it and act on it after a server
+ * restart (the process is detached and outlives the server).
+ */
+export interface SimulatorHandle {
+  type: SimulatorType;
+  name: string;
+  /** Version actually running, e.g. "15.18" or "7.0.15". */
+  version: string;
+  pid: number;
+  /** Start time of `pid` (field 22 of /proc/PID/stat): a reused pid is never mistaken for it. */
+  startTime: string;
+  dir: string;
+  socketDir: string;
+  /** Host path of the unix socket. */
+  socket: string;
+  /** The same path relative to `socketDir` (what an in-workshop forwarder dials under the bind). */
+  socketName: string;
+  cacheDir: string;
+  runAs?: RunAs | undefined;
+  logFile: string;
+  /** Where the workshop reaches it, through the caller's forwarder and hosts entry. */
+  endpoint: { host: string; port: number };
+  /** Connection details for the workshop's environment (DATABASE_URL, PG*, REDIS_URL…). */
+  env: Record<string, string>;
+  /** Type-specific settings needed to reset it (postgres: database, user, password, superuser). */
+  settings: Record<string, string>;
+}

@@ -1,0 +1,162 @@
+// The redis simulator against real peers: `redis-cli` over its unix socket, run as an
+// unprivileged uid when the tests run as root.
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import type { AtelierError } from '../src/core/index.js';
+import {
+  isAlive,
+  removeSimulator,
+  resetSimulator,
+  simulatorLogs,
+  startSimulator,
+  stopSimulator,
+  type SimulatorHandle,
+  type SimulatorSpec,
+} from '../src/simulators/index.js';
+
+const run = promisify(execFile);
+const RUN_AS = process.getuid?.() === 0 ? { uid: 65534, gid: 65534 } : undefined;
+
+async function cli(h: SimulatorHandle, ...args: string[]): Promise<string> {
+  return (await run('redis-cli', ['-s', h.socket, ...args])).stdout.trim();
+}
+
+/** TCP sockets in LISTEN state held by `pid` (via the socket inodes of its fds). */
+function tcpListeners(pid: number): string[] {
+  const listening = new Set<string>();
+  for (const file of ['tcp', 'tcp6']) {
+    for (const line of readFileSync(`/proc/${pid}/net/${file}`, 'utf8').split('\n').slice(1)) {
+      const f = line.trim().split(/\s+/);
+      if (f[3] === '0A') listening.add(f[9]!);
+    }
+  }
+  return readdirSync(`/proc/${pid}/fd`)
+    .map((fd) => {
+      try {
+        return /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`))?.[1];
+      } catch {
+        return undefined;
+      }
+    })
+    .filter((inode): inode is string => inode !== undefined && listening.has(inode));
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)]!;
+}
+
+describe('redis simulator', () => {
+  let base = '';
+  const handles: SimulatorHandle[] = [];
+
+  const spec = (name: string, extra: Partial<SimulatorSpec> = {}): SimulatorSpec => ({
+    type: 'redis',
+    name,
+    dir: join(base, 'services', name),
+    socketDir: join(base, 'sock'),
+    cacheDir: join(base, 'cache'),
+    runAs: RUN_AS,
+    ...extra,
+  });
+
+  const start = async (s: SimulatorSpec): Promise<SimulatorHandle> => {
+    const h = await startSimulator(s);
+    handles.push(h);
+    return h;
+  };
+
+  before(() => {
+    base = mkdtempSync(join(tmpdir(), 'atelier-sim-redis-'));
+    chmodSync(base, 0o755);
+  });
+
+  after(async () => {
+    for (const h of handles) await stopSimulator(h).catch(() => undefined);
+    rmSync(base, { recursive: true, force: true });
+  });
+
+  it('answers redis-cli on its unix socket only, as the unprivileged uid, with the host-reaching commands disabled', async () => {
+    const h = await start(spec('redis', { version: '7' }));
+    assert.deepEqual(h.endpoint, { host: 'redis.atelier.internal', port: 6379 });
+    assert.equal(h.env.REDIS_URL, 'redis://redis.atelier.internal:6379');
+    assert.equal(h.socketName, 'redis/redis.sock');
+    assert.equal(await cli(h, 'PING'), 'PONG');
+    assert.equal(await cli(h, 'SET', 'greeting', 'bonjour'), 'OK');
+    assert.equal(await cli(h, 'GET', 'greeting'), 'bonjour');
+
+    assert.match(await cli(h, 'INFO', 'server'), /tcp_port:0/);
+    assert.deepEqual(tcpListeners(h.pid), []);
+    if (RUN_AS) assert.equal(Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${h.pid}/status`, 'utf8'))![1]), RUN_AS.uid);
+    // It runs outside the sandbox: no writing files where the workshop chooses, no loading code.
+    assert.match(await cli(h, 'CONFIG', 'SET', 'dir', '/tmp'), /protected config/);
+    assert.match(await cli(h, 'MODULE', 'LOAD', '/tmp/x.so'), /MODULE command not allowed/);
+    assert.match(await cli(h, 'CONFIG', 'GET', 'save'), /^save\s*$/);
+    assert.equal(await cli(h, 'CONFIG', 'GET', 'appendonly'), 'appendonly\nno');
+  });
+
+  it('reset empties it in place; a dead one is started again', async (t) => {
+    const h = await start(spec('cache'));
+    await cli(h, 'SET', 'k', 'v');
+    await cli(h, 'FUNCTION', 'LOAD', "#!lua name=lib\nredis.register_function('f', function() return 1 end)");
+    const same = await resetSimulator(h);
+    assert.equal(same.pid, h.pid, 'emptied in place, not restarted');
+    assert.equal(await cli(h, 'EXISTS', 'k'), '0');
+    assert.equal(await cli(h, 'DBSIZE'), '0');
+    assert.equal(await cli(h, 'FUNCTION', 'LIST'), '');
+
+    process.kill(h.pid, 'SIGKILL');
+    for (let i = 0; i < 200 && isAlive(h); i++) await new Promise((r) => setTimeout(r, 5));
+    assert.equal(isAlive(h), false);
+    const r0 = performance.now();
+    const again = await resetSimulator(h);
+    t.diagnostic(`reset of a dead redis (restart): ${(performance.now() - r0).toFixed(0)} ms`);
+    handles.push(again);
+    assert.notEqual(again.pid, h.pid);
+    assert.equal(await cli(again, 'PING'), 'PONG');
+  });
+
+  it('runs two instances without sharing data, refuses a name in use, and stop leaves nothing (start times logged)', async (t) => {
+    const times: number[] = [];
+    for (let i = 0; i < 10; i++) {
+      const s0 = performance.now();
+      const h = await start(spec(`t${i}`));
+      times.push(performance.now() - s0);
+      await removeSimulator(h);
+      assert.equal(existsSync(h.dir), false);
+    }
+    t.diagnostic(`redis start to PONG, 10 starts: p50 ${median(times).toFixed(0)} ms, max ${Math.max(...times).toFixed(0)} ms`);
+
+    const a = await start(spec('a'));
+    const b = await start(spec('b'));
+    await cli(a, 'SET', 'only', 'a');
+    assert.equal(await cli(b, 'EXISTS', 'only'), '0');
+    await assert.rejects(start(spec('a')), (err: AtelierError) => err.code === 'ALREADY_EXISTS');
+    assert.equal(await cli(a, 'GET', 'only'), 'a');
+
+    await stopSimulator(a);
+    assert.equal(isAlive(a), false);
+    assert.equal(existsSync(`/proc/${a.pid}`) && !/^State:\s+Z/m.test(readFileSync(`/proc/${a.pid}/status`, 'utf8')), false);
+    assert.equal(existsSync(a.socket), false);
+    assert.match(await simulatorLogs(a), /ready to accept connections[\s\S]*bye bye/);
+    assert.equal(await cli(b, 'PING'), 'PONG');
+  });
+
+  it('refuses versions it does not have and settings it does not know', async () => {
+    await assert.rejects(startSimulator(spec('old', { version: '6.2' })), (err: AtelierError) => {
+      assert.equal(err.code, 'UNSUPPORTED');
+      assert.match(err.message, /Redis 6\.2 is not installed on this server; installed: 7\.\d+\.\d+/);
+      return true;
+    });
+    await assert.rejects(
+      startSimulator(spec('pw', { env: { REDIS_PASSWORD: 'x' } })),
+      /unknown env REDIS_PASSWORD \(a redis simulator takes no env\)/,
+    );
+    assert.equal(existsSync(join(base, 'services', 'old')), false);
+  });
+});
