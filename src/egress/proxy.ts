@@ -114,13 +114,21 @@ interface Listener {
   socketPath: string;
   server: net.Server;
   http: http.Server;
-  agent: http.Agent;
+  agent: UpstreamAgent;
   policy: EgressPolicy | undefined;
   /** Every client and upstream socket, destroyed by close(). */
   sockets: Set<net.Socket>;
   clients: number;
   /** Allowed plain-HTTP decisions by `host|port`, valid only for the policy they were made under. */
   decisions: Map<string, CachedAllow>;
+}
+
+interface ClientConn {
+  /** Waiting for a request head: the deadline timer's firing ends the connection. */
+  armed: boolean;
+  timer: NodeJS.Timeout | undefined;
+  /** Plain-HTTP requests received and not yet answered (pipelining). */
+  inflight: number;
 }
 
 interface CachedAllow {
@@ -332,12 +340,17 @@ export class EgressProxy {
       socketPath,
       server: net.createServer({ allowHalfOpen: true }),
       http: http.createServer({ maxHeaderSize: this.limits.maxHeaderBytes, requireHostHeader: false }),
-      agent: new http.Agent({ keepAlive: true, maxSockets: 64, maxFreeSockets: 16, timeout: this.limits.idleTimeoutMs }),
+      agent: undefined as unknown as UpstreamAgent,
       policy: this.policies.get(workshopId),
       sockets: new Set(),
       clients: 0,
       decisions: new Map(),
     };
+    l.agent = new UpstreamAgent(
+      { keepAlive: true, maxSockets: 64, maxFreeSockets: 16, scheduling: 'lifo', timeout: this.limits.idleTimeoutMs },
+      this.limits,
+      (sock) => this.track(l, sock),
+    );
     this.setupHttp(l);
     l.server.on('connection', (s) => this.onConnection(l, s));
     l.server.on('error', (err) => this.onError(workshopId, err));
@@ -388,26 +401,34 @@ export class EgressProxy {
 
   // ---- connection and protocol detection -------------------------------------------------
 
-  private headerTimers = new WeakMap<net.Socket, NodeJS.Timeout>();
+  /** Per client connection: its one head-deadline timer and the requests it has in flight. */
+  private readonly conns = new WeakMap<net.Socket, ClientConn>();
 
-  /** Total-time limit on a request head (slowloris): byte-by-byte dribbling does not reset it. */
+  /**
+   * Total-time limit on a request head (slowloris): byte-by-byte dribbling does not reset it.
+   * One timer per connection, restarted with refresh() when the connection waits for a head
+   * again; while it is disarmed its firing does nothing.
+   */
   private armHeaderDeadline(s: net.Socket): void {
-    this.clearHeaderDeadline(s);
-    const t = setTimeout(() => {
-      if (!s.destroyed) {
+    const c = this.conns.get(s);
+    if (!c) return;
+    c.armed = true;
+    if (c.timer) c.timer.refresh();
+    else {
+      const t = setTimeout(() => {
+        if (!c.armed || s.destroyed) return;
         // Best effort: the client is told, then dropped.
         if (s.writable) s.write(rawAnswer(408, 'BAD_REQUEST', 'atelier egress: the request head was not complete in time'));
         s.destroy();
-      }
-    }, this.limits.headerTimeoutMs);
-    t.unref();
-    this.headerTimers.set(s, t);
+      }, this.limits.headerTimeoutMs);
+      t.unref();
+      c.timer = t;
+    }
   }
 
   private clearHeaderDeadline(s: net.Socket): void {
-    const t = this.headerTimers.get(s);
-    if (t) clearTimeout(t);
-    this.headerTimers.delete(s);
+    const c = this.conns.get(s);
+    if (c) c.armed = false;
   }
 
   private onConnection(l: Listener, s: net.Socket): void {
@@ -417,9 +438,12 @@ export class EgressProxy {
     }
     l.clients++;
     this.track(l, s);
+    const c: ClientConn = { armed: false, timer: undefined, inflight: 0 };
+    this.conns.set(s, c);
     s.once('close', () => {
       l.clients--;
-      this.clearHeaderDeadline(s);
+      c.armed = false;
+      if (c.timer) clearTimeout(c.timer);
     });
     this.armHeaderDeadline(s);
     s.once('data', (first: Buffer) => {
@@ -447,23 +471,12 @@ export class EgressProxy {
     h.keepAliveTimeout = Math.min(5_000, this.limits.headerTimeoutMs);
     h.headersTimeout = this.limits.headerTimeoutMs;
     h.requestTimeout = 0;
-    const inflight = new WeakMap<net.Socket, number>();
-
     h.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
-      const s = req.socket;
-      this.clearHeaderDeadline(s);
-      inflight.set(s, (inflight.get(s) ?? 0) + 1);
-      res.once('close', () => {
-        const n = (inflight.get(s) ?? 1) - 1;
-        inflight.set(s, n);
-        // Waiting for the next request on a kept-alive connection: the head deadline again.
-        if (n === 0 && !s.destroyed) this.armHeaderDeadline(s);
-      });
-      this.serveHttp(l, req, res).catch((err: unknown) => {
-        this.onError(l.workshopId, err);
-        if (!res.headersSent) res.writeHead(502).end();
-        else res.destroy();
-      });
+      try {
+        this.serveHttp(l, req, res);
+      } catch (err) {
+        this.httpFailed(l, res, err);
+      }
     });
 
     h.on('connect', (req: http.IncomingMessage, s: net.Socket, head: Buffer) => {
@@ -538,7 +551,26 @@ export class EgressProxy {
     return { host: a.host, port, path };
   }
 
-  private async serveHttp(l: Listener, req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+  private httpFailed(l: Listener, res: http.ServerResponse, err: unknown): void {
+    this.onError(l.workshopId, err);
+    if (!res.headersSent) res.writeHead(502).end();
+    else res.destroy();
+  }
+
+  private serveHttp(l: Listener, req: http.IncomingMessage, res: http.ServerResponse): void {
+    const s = req.socket;
+    const c = this.conns.get(s);
+    if (c) {
+      c.armed = false;
+      c.inflight++;
+    }
+    const ex: Exchange = { up: undefined };
+    // One listener per request: the next head's deadline once nothing is in flight, and the
+    // upstream request ended when the client went away before its answer was complete.
+    res.once('close', () => {
+      if (c && --c.inflight === 0 && !s.destroyed) this.armHeaderDeadline(s);
+      if (ex.up && !res.writableFinished) ex.up.destroy();
+    });
     const url = req.url ?? '';
     const target = boundTarget(url);
     const parsed = this.parseAbsolute(url);
@@ -553,33 +585,52 @@ export class EgressProxy {
       this.deny(res, d);
       return;
     }
-    let v = this.cachedDecision(l, parsed.host, parsed.port, target);
-    if (!v) {
-      const gone = new LazySignal(req.socket);
-      try {
-        v = await this.decide(l, 'http', parsed.host, parsed.port, target, gone);
-      } finally {
-        gone.dispose();
-      }
+    const v = this.cachedDecision(l, parsed.host, parsed.port, target);
+    if (v) {
+      this.forward(l, req, res, parsed, v, ex);
+      return;
     }
+    const gone = new LazySignal(s);
+    this.decide(l, 'http', parsed.host, parsed.port, target, gone).then(
+      (v) => {
+        gone.dispose();
+        this.forward(l, req, res, parsed, v, ex);
+      },
+      (err: unknown) => {
+        gone.dispose();
+        this.httpFailed(l, res, err);
+      },
+    );
+  }
+
+  /** Send an allowed (or answer a refused) plain-HTTP request upstream and relay the answer. */
+  private forward(
+    l: Listener,
+    req: http.IncomingMessage,
+    res: http.ServerResponse,
+    parsed: { host: string; port: number; path: string },
+    v: Verdict,
+    ex: Exchange,
+  ): void {
     if (!v.decision.allowed) {
       this.deny(res, v.decision);
       return;
     }
     if (req.socket.destroyed) return;
 
+    const raw = req.rawHeaders;
+    const connectionTokens = connectionHeaderTokens(raw);
     const headers: string[] = [];
-    const connectionTokens = new Set(
-      String(req.headers.connection ?? '')
-        .toLowerCase()
-        .split(',')
-        .map((x) => x.trim()),
-    );
-    for (let i = 0; i < req.rawHeaders.length; i += 2) {
-      const k = req.rawHeaders[i]!;
+    // Whether the request has a body to relay (node's parser frames it by these two headers).
+    let body = false;
+    for (let i = 0; i < raw.length; i += 2) {
+      const k = raw[i]!;
       const lk = k.toLowerCase();
-      if (HOP_BY_HOP.has(lk) || connectionTokens.has(lk) || lk === 'host') continue;
-      headers.push(k, req.rawHeaders[i + 1]!);
+      if (lk === 'content-length') {
+        if (raw[i + 1]!.trim() !== '0') body = true;
+      } else if (lk === 'transfer-encoding') body = true;
+      if (HOP_BY_HOP.has(lk) || lk === 'host' || (connectionTokens !== undefined && connectionTokens.has(lk))) continue;
+      headers.push(k, raw[i + 1]!);
     }
     // RFC 9112 §3.2.2: a proxy replaces Host with the authority of the absolute URL, so a
     // request checked for one name cannot be routed by the origin to another (domain fronting).
@@ -587,6 +638,8 @@ export class EgressProxy {
     const authority = parsed.port === 80 ? hostFor(host) : `${hostFor(host)}:${parsed.port}`;
     headers.push('Host', authority);
 
+    // The agent dials only this address (its createConnection pins the lookup to it, tracks
+    // the socket and bounds connect and idle time).
     const address = v.dial[0]!;
     const up = http.request({
       host: address,
@@ -596,34 +649,16 @@ export class EgressProxy {
       headers,
       setHost: false,
       agent: l.agent,
-      // Belt and braces: the address is a literal, but should anything ask, it gets the checked one.
-      lookup: pinnedLookup(address),
     });
-    up.setTimeout(this.limits.idleTimeoutMs, () => up.destroy(new Error('upstream idle timeout')));
-    up.on('socket', (sock: net.Socket) => {
-      if (!l.sockets.has(sock)) this.track(l, sock);
-      if (sock.connecting) {
-        const t = setTimeout(() => sock.destroy(new Error('connect timeout')), this.limits.connectTimeoutMs);
-        sock.once('connect', () => clearTimeout(t));
-        sock.once('close', () => clearTimeout(t));
-      }
-    });
-    req.on('aborted', () => up.destroy());
-    res.on('close', () => {
-      if (!res.writableFinished) up.destroy();
-    });
+    ex.up = up;
     up.on('response', (ur: http.IncomingMessage) => {
+      const uraw = ur.rawHeaders;
+      const tokens = connectionHeaderTokens(uraw);
       const out: string[] = [];
-      const tokens = new Set(
-        String(ur.headers.connection ?? '')
-          .toLowerCase()
-          .split(',')
-          .map((x) => x.trim()),
-      );
-      for (let i = 0; i < ur.rawHeaders.length; i += 2) {
-        const lk = ur.rawHeaders[i]!.toLowerCase();
-        if (HOP_BY_HOP.has(lk) || tokens.has(lk)) continue;
-        out.push(ur.rawHeaders[i]!, ur.rawHeaders[i + 1]!);
+      for (let i = 0; i < uraw.length; i += 2) {
+        const lk = uraw[i]!.toLowerCase();
+        if (HOP_BY_HOP.has(lk) || (tokens !== undefined && tokens.has(lk))) continue;
+        out.push(uraw[i]!, uraw[i + 1]!);
       }
       try {
         res.writeHead(ur.statusCode ?? 502, ur.statusMessage, out);
@@ -635,7 +670,7 @@ export class EgressProxy {
         if (!res.headersSent) res.writeHead(502, { 'x-atelier-egress-reason': 'UPSTREAM_FAILED', connection: 'close' }).end();
         return;
       }
-      ur.pipe(res);
+      relay(ur, res);
       ur.on('error', () => res.destroy());
     });
     up.on('error', (err: NodeJS.ErrnoException) => {
@@ -643,16 +678,17 @@ export class EgressProxy {
         res.destroy();
         return;
       }
-      const body = `atelier egress: ${host}:${parsed.port} (${address}) could not be reached: ${err.code ?? err.message}\n`;
+      const text = `atelier egress: ${host}:${parsed.port} (${address}) could not be reached: ${err.code ?? err.message}\n`;
       res.writeHead(502, {
         'content-type': 'text/plain; charset=utf-8',
-        'content-length': Buffer.byteLength(body),
+        'content-length': Buffer.byteLength(text),
         'x-atelier-egress-reason': 'UPSTREAM_FAILED',
         connection: 'close',
       });
-      res.end(body);
+      res.end(text);
     });
-    req.pipe(up);
+    if (body) relay(req, up);
+    else up.end();
   }
 
   private deny(res: http.ServerResponse, d: EgressDecision): void {
@@ -1134,6 +1170,48 @@ export class EgressProxy {
   }
 }
 
+/**
+ * The keep-alive agent for plain-HTTP upstreams. Its connections are made once per socket,
+ * not per request: dialed only to the address the request names (a checked literal; the
+ * lookup is pinned to it as well), tracked for close(), given a connect deadline, and
+ * destroyed after idleTimeoutMs without traffic whether in use or free.
+ */
+class UpstreamAgent extends http.Agent {
+  constructor(
+    options: http.AgentOptions,
+    private readonly limits: EgressLimits,
+    private readonly onSocket: (s: net.Socket) => void,
+  ) {
+    super(options);
+  }
+
+  override createConnection(options: http.ClientRequestArgs): net.Socket {
+    const address = String(options.host);
+    const sock = net.connect({
+      host: address,
+      port: Number(options.port),
+      lookup: pinnedLookup(address),
+      keepAlive: true,
+      timeout: this.limits.idleTimeoutMs,
+    });
+    sock.setNoDelay(true);
+    this.onSocket(sock);
+    sock.on('timeout', () => sock.destroy(new Error('upstream idle timeout')));
+    const t = setTimeout(() => sock.destroy(new Error('connect timeout')), this.limits.connectTimeoutMs);
+    const clear = (): void => clearTimeout(t);
+    sock.once('connect', clear);
+    sock.once('close', clear);
+    return sock;
+  }
+
+  // A free socket's timeout follows the origin's Keep-Alive hint (node's keepSocketAlive); a
+  // socket taken for a request gets the idle limit again.
+  override reuseSocket(sock: net.Socket, req: http.ClientRequest): void {
+    super.reuseSocket(sock, req);
+    if (sock.timeout !== this.limits.idleTimeoutMs) sock.setTimeout(this.limits.idleTimeoutMs);
+  }
+}
+
 /** A connected upstream of a tunnel and the reader that owns its read buffer. */
 interface Upstream {
   socket: net.Socket;
@@ -1193,6 +1271,37 @@ class RelayReader {
     if (to.writableLength > 0) this.slot = undefined;
     return ok;
   };
+}
+
+/** The in-flight upstream request of one plain-HTTP exchange, once there is one. */
+interface Exchange {
+  up: http.ClientRequest | undefined;
+}
+
+/** Lower-cased tokens of every Connection header in a raw header list; undefined when none. */
+function connectionHeaderTokens(raw: readonly string[]): Set<string> | undefined {
+  let tokens: Set<string> | undefined;
+  for (let i = 0; i < raw.length; i += 2) {
+    const k = raw[i]!;
+    if (k.length !== 10 || k.toLowerCase() !== 'connection') continue;
+    tokens ??= new Set();
+    for (const t of raw[i + 1]!.split(',')) tokens.add(t.trim().toLowerCase());
+  }
+  return tokens;
+}
+
+/**
+ * A minimal pipe (fewer listeners than stream.pipe): chunks are written on, reading pauses
+ * while the destination's buffer is full, and the end is passed on.
+ */
+function relay(from: http.IncomingMessage, to: http.ServerResponse | http.ClientRequest): void {
+  from.on('data', (chunk: Buffer) => {
+    if (!to.write(chunk)) {
+      from.pause();
+      to.once('drain', () => from.resume());
+    }
+  });
+  from.once('end', () => to.end());
 }
 
 function hostFor(value: string): string {
