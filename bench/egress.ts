@@ -9,8 +9,9 @@
  * - MiB/s through a CONNECT tunnel: one TCP stream of TRANSFER_BYTES, origin → client
  *   (download) and client → origin (upload), TRANSFERS times each, median.
  *
- * Atelier's proxy is measured the way a workshop reaches it in production, through `socat -b 65536
- * TCP-LISTEN:…,fork UNIX-CONNECT:<socket>`, and also on its unix socket directly (no socat).
+ * Atelier's proxy is measured the way a workshop reaches it in production: a TCP socket handed
+ * to the proxy (in production opened inside the workshop's network namespace), and also on a
+ * unix socket.
  * The origin, the proxy and squid each run in a process of their own; the load comes from
  * this process, with a minimal HTTP/1.1 client (no node:http parser on the client side).
  * Every process is started here and stopped at the end; their files live under the run's
@@ -96,7 +97,12 @@ const proxy = new EgressProxy({
 });
 const policy = createEgressPolicy({ allow: cfg.ports.map((p) => cfg.name + ':' + p), allowRanges: ['127.0.0.1/32'] });
 await proxy.listen('ws-bench', cfg.socket, policy);
-process.stdout.write('ready\\n');
+// As for a workshop: a TCP socket already listening (there, opened inside its network namespace).
+const net = await import('node:net');
+const tcp = net.createServer();
+await new Promise((resolve) => tcp.listen({ host: '127.0.0.1', port: 0, backlog: 511 }, resolve));
+await proxy.listen('ws-bench-tcp', tcp, policy);
+process.stdout.write(JSON.stringify({ tcpPort: tcp.address().port }) + '\\n');
 process.stdin.resume();
 process.stdin.on('end', async () => { await proxy.closeAll(); process.exit(0); });
 `;
@@ -421,7 +427,7 @@ interface Variant {
   target: Target;
   /** Absolute-form requests (through a proxy) or origin-form (direct). */
   proxied: boolean;
-  /** The proxy's process, whose CPU time is reported (socat's forked children are not counted). */
+  /** The proxy's process, whose CPU time is reported. */
   pid?: number;
 }
 
@@ -473,44 +479,30 @@ export async function egress(server: BenchServer): Promise<Record<string, unknow
       JSON.stringify(proxyCfg),
     ]);
     children.push(proxy);
-    await firstLine(proxy);
+    const { tcpPort } = JSON.parse(await firstLine(proxy)) as { tcpPort: number };
 
     const variants: Variant[] = [
       { who: 'direct', what: 'node:http origin, no proxy', key: 'direct', target: { port: ports.http }, proxied: false },
     ];
-    let production: string | undefined;
-    if (hasCommand('socat')) {
-      const socatPort = await freePort();
-      // The same forwarder (and buffer size) as the sandbox's: socat's default 8 KiB buffer would cap tunnels.
-      const socat = startChild('socat', 'socat', [
-        '-b',
-        '65536',
-        `TCP-LISTEN:${socatPort},bind=127.0.0.1,fork,reuseaddr`,
-        `UNIX-CONNECT:${socket}`,
-      ]);
-      children.push(socat);
-      await waitForPort(socatPort, socat);
-      variants.push({
-        who: 'atelier',
-        what: 'via socat TCP → unix socket (production)',
-        key: 'atelierSocat',
-        target: { port: socatPort },
-        proxied: true,
-        pid: proxy.proc.pid,
-      });
-      production = 'atelierSocat';
-    } else {
-      line('socat    skipped: socat is not installed (apt-get install socat); goals use the unix socket');
-    }
+    // Production: the proxy accepts on a TCP socket it opened inside the workshop's network
+    // namespace (sandbox/netns.ts); here the same kind of socket, on the host's loopback.
     variants.push({
       who: 'atelier',
-      what: 'unix socket directly (no socat)',
+      what: 'TCP listener handed to the proxy (production)',
+      key: 'atelierTcp',
+      target: { port: tcpPort },
+      proxied: true,
+      pid: proxy.proc.pid,
+    });
+    const production = 'atelierTcp';
+    variants.push({
+      who: 'atelier',
+      what: 'unix socket (the library can listen on one)',
       key: 'atelierUnix',
       target: { path: socket },
       proxied: true,
       pid: proxy.proc.pid,
     });
-    production ??= 'atelierUnix';
 
     if (!hasCommand('squid')) {
       line('squid    skipped: squid is not installed (apt-get install squid)');
@@ -619,7 +611,7 @@ export async function egress(server: BenchServer): Promise<Record<string, unknow
     const d = http.direct!;
     const sq = http.squid;
     ratioLine(`atelier (${production}) / direct req/s`, p.rps, d.rps);
-    if (http.atelierUnix && production !== 'atelierUnix') ratioLine('atelier (unix socket) / direct req/s', http.atelierUnix.rps, d.rps);
+    if (http.atelierUnix) ratioLine('atelier (unix socket) / direct req/s', http.atelierUnix.rps, d.rps);
     if (sq) {
       ratioLine(`atelier (${production}) / squid req/s`, p.rps, sq.rps);
       ratioLine(`atelier (${production}) / squid p99`, p.latency.p99, sq.latency.p99);
@@ -629,9 +621,9 @@ export async function egress(server: BenchServer): Promise<Record<string, unknow
     const dt = tput.direct!;
     ratioLine(`atelier (${production}) / direct MiB/s download`, pt.downMiBps, dt.downMiBps);
     ratioLine(`atelier (${production}) / direct MiB/s upload`, pt.upMiBps, dt.upMiBps);
-    if (production !== 'atelierUnix') {
-      ratioLine('atelier (unix socket) / direct MiB/s download', tput.atelierUnix!.downMiBps, dt.downMiBps);
-      ratioLine('atelier (unix socket) / direct MiB/s upload', tput.atelierUnix!.upMiBps, dt.upMiBps);
+    if (tput.atelierUnix) {
+      ratioLine('atelier (unix socket) / direct MiB/s download', tput.atelierUnix.downMiBps, dt.downMiBps);
+      ratioLine('atelier (unix socket) / direct MiB/s upload', tput.atelierUnix.upMiBps, dt.upMiBps);
     }
     if (tput.squid) {
       ratioLine('squid / direct MiB/s download', tput.squid.downMiBps, dt.downMiBps);

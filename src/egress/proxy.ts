@@ -325,20 +325,25 @@ export class EgressProxy {
    * Serve a workshop on a unix socket (mode 0666: the directory, which the caller controls,
    * is the access boundary). A stale socket file at the path is replaced; any other file is refused.
    */
-  async listen(workshopId: string, socketPath: string, policy?: EgressPolicy): Promise<void> {
+  async listen(workshopId: string, target: string | net.Server, policy?: EgressPolicy): Promise<void> {
     if (this.listeners.has(workshopId)) throw new AtelierError('ALREADY_EXISTS', `the egress proxy already serves workshop ${workshopId}`);
     if (policy) this.policies.set(workshopId, policy);
-    try {
-      const st = await lstat(socketPath);
-      if (!st.isSocket()) throw new AtelierError('CONFLICT', `${socketPath} exists and is not a socket: refusing to replace it`);
-      await unlink(socketPath);
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    // A unix socket path to listen on, or a server already listening (the workshops' case: a TCP
+    // socket opened inside the workshop's network namespace, see sandbox/netns.ts).
+    const socketPath = typeof target === 'string' ? target : '';
+    if (socketPath) {
+      try {
+        const st = await lstat(socketPath);
+        if (!st.isSocket()) throw new AtelierError('CONFLICT', `${socketPath} exists and is not a socket: refusing to replace it`);
+        await unlink(socketPath);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+      }
     }
     const l: Listener = {
       workshopId,
       socketPath,
-      server: net.createServer({ allowHalfOpen: true }),
+      server: typeof target === 'string' ? net.createServer({ allowHalfOpen: true }) : target,
       http: http.createServer({ maxHeaderSize: this.limits.maxHeaderBytes, requireHostHeader: false }),
       agent: undefined as unknown as UpstreamAgent,
       policy: this.policies.get(workshopId),
@@ -352,17 +357,23 @@ export class EgressProxy {
       (sock) => this.track(l, sock),
     );
     this.setupHttp(l);
-    l.server.on('connection', (s) => this.onConnection(l, s));
-    l.server.on('error', (err) => this.onError(workshopId, err));
-    await new Promise<void>((resolve, reject) => {
-      l.server.once('error', reject);
-      l.server.listen(socketPath, () => {
-        l.server.off('error', reject);
-        resolve();
-      });
+    l.server.on('connection', (s) => {
+      // A handed-over server was made without allowHalfOpen: the tunnel logic needs it.
+      s.allowHalfOpen = true;
+      this.onConnection(l, s);
     });
+    l.server.on('error', (err) => this.onError(workshopId, err));
+    if (socketPath) {
+      await new Promise<void>((resolve, reject) => {
+        l.server.once('error', reject);
+        l.server.listen(socketPath, () => {
+          l.server.off('error', reject);
+          resolve();
+        });
+      });
+      await chmod(socketPath, 0o666);
+    }
     this.listeners.set(workshopId, l);
-    await chmod(socketPath, 0o666);
   }
 
   /** Stop serving a workshop: its listener, every connection and tunnel, its socket file. */

@@ -11,5 +11,6 @@ export {
   startSandbox,
 } from './launcher.js';
 export type { ExecSpec, SandboxHandle, SandboxLayout, SandboxSpec } from './launcher.js';
+export { listenInSandbox } from './netns.js';
 export { inspectIsolation } from './privileges.js';
 export type { IsolationReport } from './privileges.js';

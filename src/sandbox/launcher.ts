@@ -1,17 +1,14 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { chmodSync, mkdirSync, openSync, closeSync, readFileSync, writeFileSync, chownSync } from 'node:fs';
+import { mkdirSync, openSync, closeSync, readFileSync, writeFileSync, chownSync } from 'node:fs';
 import { join } from 'node:path';
 import { procsFiles, destroyCgroups, type CgroupPaths } from './cgroups.js';
-import { EGRESS_DIR, identityFiles, mountPlan, type MountStep } from './rootfs.js';
-
-/** Inside the workshop, the proxy is at 127.0.0.1:EGRESS_PORT (HTTP, CONNECT and SOCKS5 on one port). */
-export const EGRESS_PORT = 3128;
+import { identityFiles, mountPlan, type MountStep } from './rootfs.js';
 
 /**
- * The sandbox's network namespace has only loopback: its one way out is this forwarder from
- * 127.0.0.1:3128 to the egress proxy's unix socket, bound in from the host. The proxy decides.
+ * Inside the workshop, the egress proxy is at 127.0.0.1:EGRESS_PORT (HTTP, CONNECT and SOCKS5 on
+ * one port): a socket the server opens in the sandbox's loopback-only namespace (netns.ts).
  */
-const EGRESS_FORWARDER = `socat -b 65536 TCP-LISTEN:${EGRESS_PORT},bind=127.0.0.1,fork,reuseaddr,backlog=256 UNIX-CONNECT:${EGRESS_DIR}/proxy.sock </dev/null >/dev/null 2>&1 &`;
+export const EGRESS_PORT = 3128;
 
 /** Where a workshop's files live on the host; all of it goes away with the workshop. */
 export interface SandboxLayout {
@@ -22,8 +19,6 @@ export interface SandboxLayout {
   etc: string;
   /** Empty mount point for the rootless sandbox's root. */
   rootfs: string;
-  /** Holds the egress proxy's unix socket, bound read-only at /run/atelier/egress. */
-  egress: string;
   log: string;
 }
 
@@ -35,7 +30,6 @@ export function sandboxLayout(root: string): SandboxLayout {
     home: join(root, 'home'),
     etc: join(root, 'etc'),
     rootfs: join(root, 'rootfs'),
-    egress: join(root, 'egress'),
     log: join(root, 'sandbox.log'),
   };
 }
@@ -85,9 +79,6 @@ function dropPrivileges(uid: number | null): string[] {
 export function prepareLayout(spec: SandboxSpec): SandboxLayout {
   const layout = sandboxLayout(spec.root);
   for (const dir of [layout.tmp, layout.home, layout.etc, layout.rootfs]) mkdirSync(dir, { recursive: true, mode: 0o700 });
-  // Entered by the workshop user to reach the proxy's socket (mode 0666), nothing else in it.
-  mkdirSync(layout.egress, { recursive: true, mode: 0o755 });
-  chmodSync(layout.egress, 0o755);
   const uid = spec.rootless ? 0 : spec.uid;
   for (const [name, content] of Object.entries(identityFiles({ uid, gid: uid, hostname: spec.hostname }))) {
     writeFileSync(join(layout.etc, name), content, { mode: 0o644 });
@@ -127,7 +118,7 @@ function bwrapArgs(spec: SandboxSpec, plan: MountStep[]): string[] {
   args.push('--chdir', '/workspace', '--info-fd', '3');
   // bwrap runs as root to build the namespaces (no user namespace), then setpriv drops to the
   // workshop's own host uid with no capabilities, an empty bounding set and no_new_privs.
-  args.push('--', ...dropPrivileges(spec.uid), '/bin/sh', '-c', `${EGRESS_FORWARDER} exec sleep infinity`);
+  args.push('--', ...dropPrivileges(spec.uid), 'sleep', 'infinity');
   return args;
 }
 
@@ -164,7 +155,6 @@ mkdir "$R/.oldroot"; cd "$R"; pivot_root . .oldroot; umount -l /.oldroot; rmdir 
 # The root and /dev are ours (uid 0 of this namespace): make them read-only, as bwrap's are to the workshop uid.
 mount -o remount,bind,ro /dev; mount -o remount,bind,ro /
 cd /workspace
-/usr/bin/setpriv --inh-caps=-all --bounding-set=-all --no-new-privs -- ${EGRESS_FORWARDER}
 exec perl -e '$SIG{CHLD} = sub { 1 while waitpid(-1, 1) > 0 }; sleep while 1'`;
 
 function rootlessArgs(spec: SandboxSpec, layout: SandboxLayout, plan: MountStep[]): string[] {
@@ -304,16 +294,6 @@ async function firstChild(pid: number, log: string): Promise<number> {
   }
 }
 
-/** 127.0.0.1:EGRESS_PORT in LISTEN state in the sandbox's network namespace (seen through its PID 1). */
-const EGRESS_LISTEN = `0100007F:${EGRESS_PORT.toString(16).toUpperCase().padStart(4, '0')} 00000000:0000 0A`;
-function egressListening(pid: number): boolean {
-  try {
-    return readFileSync(`/proc/${pid}/net/tcp`, 'utf8').includes(EGRESS_LISTEN);
-  } catch {
-    return false;
-  }
-}
-
 function comm(pid: string | number): string {
   try {
     return readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
@@ -331,8 +311,7 @@ async function waitReady(pid: number, rootless: boolean, log: string): Promise<v
   const deadline = Date.now() + 10_000;
   for (;;) {
     if (processStartTime(pid) === undefined) throw new Error(`sandbox exited during start: ${logTail(log) || 'no output'}`);
-    // Ready once idle and once the egress forwarder listens (a first command may need the network).
-    if ((rootless ? comm(pid) === 'perl' : children(pid).some((c) => comm(c) === 'sleep')) && egressListening(pid)) return;
+    if (rootless ? comm(pid) === 'perl' : children(pid).some((c) => comm(c) === 'sleep')) return;
     if (Date.now() > deadline) throw new Error('sandbox did not become ready within 10 s');
     await new Promise((r) => setTimeout(r, 1));
   }

@@ -36,10 +36,10 @@ export function inspectIsolation(isRoot: boolean): IsolationReport {
   const cg = isRoot ? cgroupSupport() : { ok: false, reason: undefined };
   if (!cg.ok && cg.reason) missing.push(cg.reason);
   missing.push('no seccomp filter yet: the kernel system-call surface is the default one');
-  // socat is the workshop's only way out (the egress forwarder); ip brings up a rootless sandbox's loopback.
+  // ip brings up a rootless sandbox's loopback (the egress proxy listens there).
   const tools = isRoot
-    ? ['bwrap', 'nsenter', 'setpriv', 'git', 'socat']
-    : ['unshare', 'nsenter', 'setpriv', 'git', 'perl', 'mount', 'pivot_root', 'socat', 'ip'];
+    ? ['bwrap', 'nsenter', 'setpriv', 'git']
+    : ['unshare', 'nsenter', 'setpriv', 'git', 'perl', 'mount', 'pivot_root', 'ip'];
   const missingTools = tools.filter((t) => !hasCommand(t));
   return { rootless: !isRoot, cgroups: cg.ok, missing, missingTools };
 }

@@ -56,7 +56,7 @@ export type MountStep =
   | { kind: 'dir' | 'tmpfs' | 'proc' | 'dev'; dest: string };
 
 /** The whole root of a workshop: curated read-only system, identity files, and its own writable dirs. */
-export function mountPlan(own: { workspace: string; tmp: string; home: string; etc: string; egress: string }): MountStep[] {
+export function mountPlan(own: { workspace: string; tmp: string; home: string; etc: string }): MountStep[] {
   const plan: MountStep[] = [
     { kind: 'dir', dest: '/etc' },
     { kind: 'dir', dest: '/home' },
@@ -85,17 +85,11 @@ export function mountPlan(own: { workspace: string; tmp: string; home: string; e
     { kind: 'rw', src: own.tmp, dest: '/tmp' },
     { kind: 'rw', src: own.home, dest: '/home/atelier' },
     { kind: 'tmpfs', dest: '/run' },
-    // The egress proxy's socket for this workshop (the only way out; see launcher.ts).
-    { kind: 'dir', dest: '/run/atelier' },
-    { kind: 'ro', src: own.egress, dest: EGRESS_DIR },
     { kind: 'dir', dest: '/var' },
     { kind: 'link', target: '../tmp', dest: '/var/tmp' },
   );
   return plan;
 }
-
-/** Where the workshop sees its egress socket directory; the proxy listens on `proxy.sock` in it. */
-export const EGRESS_DIR = '/run/atelier/egress';
 
 export const IDENTITY_FILES = ['passwd', 'group', 'hosts', 'hostname', 'resolv.conf'] as const;
 

@@ -1,6 +1,5 @@
 import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
-import { join } from 'node:path';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Config } from '../core/index.js';
 import type { Pool } from '../db/index.js';
@@ -64,8 +63,8 @@ export interface EgressRuntime {
   close(): Promise<void>;
 }
 
-/** One proxy for all of this server's workshops, each on its own unix socket with its own policy. */
-export async function startEgress(config: Config, dataDir: string, pool: Pool, logger: FastifyBaseLogger): Promise<EgressRuntime> {
+/** One proxy for all of this server's workshops, each with its own listener (in its sandbox) and policy. */
+export async function startEgress(config: Config, pool: Pool, logger: FastifyBaseLogger): Promise<EgressRuntime> {
   // The platform's part of every policy is checked now, not at the first workshop it would fail.
   try {
     createEgressPolicy({ allow: config.egressDefaults, allowRanges: config.egressAllowRanges });
@@ -74,12 +73,6 @@ export async function startEgress(config: Config, dataDir: string, pool: Pool, l
   }
   const badServer = config.egressDns?.find((s) => isIP(s) === 0);
   if (badServer !== undefined) throw new Error(`ATELIER_EGRESS_DNS must list IP addresses; "${badServer}" is not one`);
-  // DATA_DIR/workshops/ws-xxxxxxxx/egress/proxy.sock must fit a unix socket path (107 bytes).
-  const longest = join(dataDir, 'workshops', 'ws-xxxxxxxx', 'egress', 'proxy.sock');
-  if (Buffer.byteLength(longest) > 107)
-    throw new Error(
-      `the data directory ${dataDir} is too long for the workshops' egress sockets (at most ${107 - (longest.length - dataDir.length)} bytes): choose a shorter --data-dir`,
-    );
   const servers = config.egressDns ?? systemNameservers();
   if (servers.length === 0)
     logger.warn(

@@ -258,7 +258,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const nodeId = nodeIdOf(dataDir);
     const driver = new LocalDriver(dataDir, nodeId, isolation.rootless, isolation.cgroups);
     const sudoHome = config.sudoUser ? homeOf(config.sudoUser.uid) : undefined;
-    const egress = await startEgress(config, dataDir, pool, logger);
+    const egress = await startEgress(config, pool, logger);
     cleanups.push(() => egress.close());
     const workshops = new WorkshopService(pool, driver, {
       nodeId,

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { constants as osConstants, cpus as hostCpus, totalmem } from 'node:os';
-import { join, posix } from 'node:path';
+import { posix } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
 import { type Readable } from 'node:stream';
 import {
@@ -16,7 +16,7 @@ import {
 } from '../core/index.js';
 import { asDatabaseError, withTransaction, type Pool } from '../db/index.js';
 import { checkWorkshopAccess, type Principal, type WorkshopAction } from '../identity/index.js';
-import { EGRESS_PORT, type SandboxHandle } from '../sandbox/index.js';
+import { EGRESS_PORT, listenInSandbox, type SandboxHandle } from '../sandbox/index.js';
 import { createEgressPolicy, type EgressJournal, type EgressPolicy, type EgressProxy, type EgressRecord } from '../egress/index.js';
 import { readDevcontainer } from './devcontainer.js';
 import { readProjectSettings } from './project.js';
@@ -258,7 +258,7 @@ export class WorkshopService {
     await this.driver.stop(row.id, row.sandbox);
     const handle = await this.startSandbox(row);
     try {
-      await this.openEgress(row);
+      await this.openEgress(row, handle);
     } catch (err) {
       await this.driver.stop(row.id, handle).catch(() => undefined);
       throw err;
@@ -277,11 +277,20 @@ export class WorkshopService {
     });
   }
 
-  /** Opens (or reopens, after a server restart) the workshop's proxy socket with its policy. */
-  private async openEgress(row: WorkshopRow): Promise<void> {
+  /**
+   * Opens (or reopens, after a server restart) the workshop's way out: the proxy's listener on
+   * 127.0.0.1:3128 inside the sandbox's own network namespace, with the workshop's policy.
+   */
+  private async openEgress(row: WorkshopRow, handle: SandboxHandle): Promise<void> {
     // A listener left from earlier in this process (a sandbox restarted on resume) is replaced.
     await this.opts.egress.proxy.close(row.id);
-    await this.opts.egress.proxy.listen(row.id, join(this.driver.layout(row.id).egress, 'proxy.sock'), this.egressPolicy(row));
+    const server = await listenInSandbox(handle, EGRESS_PORT);
+    try {
+      await this.opts.egress.proxy.listen(row.id, server, this.egressPolicy(row));
+    } catch (err) {
+      server.close();
+      throw err;
+    }
   }
 
   /** What the workshop's proxy decided, oldest first (see EgressJournal.list). */
@@ -353,7 +362,7 @@ export class WorkshopService {
         JSON.stringify(project.egress),
       ]);
       handle = await this.startSandbox(row);
-      await this.openEgress(row);
+      await this.openEgress(row, handle);
       await this.query('UPDATE workshops SET sandbox = $2 WHERE id = $1', [id, JSON.stringify(handle)]);
       const current = { ...row, env, sandbox: handle };
       for (const step of dev.createCommands) {
@@ -795,7 +804,7 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
         } else if (row.status === 'Running' || row.status === 'Suspended') {
           const alive = row.sandbox !== null && this.driver.alive(row.sandbox);
           if (alive) {
-            await this.openEgress(row);
+            await this.openEgress(row, row.sandbox!);
             const orphans = this.driver.killOrphanExecs(row.sandbox!);
             if (orphans > 0) this.opts.log.warn({ workshop: id, orphans }, 'killed commands left running by a previous server process');
             const frozen = this.driver.frozen(row.sandbox!);

@@ -1,0 +1,42 @@
+import { spawn } from 'node:child_process';
+import type { Server } from 'node:net';
+import { fileURLToPath } from 'node:url';
+import type { SandboxHandle } from './launcher.js';
+
+const HELPER = fileURLToPath(new URL('./netnsListen.js', import.meta.url));
+
+/**
+ * A TCP listener on 127.0.0.1:`port` INSIDE the sandbox's network namespace, owned by this
+ * process: a short-lived helper enters the namespace (nsenter), listens, and passes the socket
+ * back over Node's IPC channel. Connections from inside the workshop then reach the server
+ * directly: no forwarder process in the sandbox, no extra copy. The workshop cannot reach
+ * anything else: its namespace still has loopback only.
+ */
+export function listenInSandbox(handle: SandboxHandle, port: number, timeoutMs = 10_000): Promise<Server> {
+  const ns = ['-t', String(handle.pid), ...(handle.rootless ? ['-U', '--preserve-credentials'] : []), '-n'];
+  const child = spawn('/usr/bin/nsenter', [...ns, '--', process.execPath, HELPER, String(port)], {
+    stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
+    env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C.UTF-8' },
+  });
+  let stderr = '';
+  child.stderr!.on('data', (c: Buffer) => (stderr = (stderr + c.toString()).slice(-2000)));
+  return new Promise<Server>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`the egress listener did not open within ${timeoutMs} ms in workshop pid ${handle.pid}`));
+    }, timeoutMs);
+    child.on('message', (m: unknown, server?: Server) => {
+      clearTimeout(timer);
+      if (m === 'listening' && server) resolve(server);
+      else reject(new Error(`the egress listener could not open in the workshop: ${(m as { error?: string })?.error ?? 'no socket'}`));
+    });
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`the egress listener helper exited (${code}) before handing its socket over${stderr ? `: ${stderr.trim()}` : ''}`));
+    });
+    child.on('error', (err) => {
+      clearTimeout(timer);
+      reject(err);
+    });
+  });
+}
