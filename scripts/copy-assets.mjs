@@ -1,4 +1,4 @@
-// After tsc: copies the SQL migrations beside the compiled code, then bundles the CLI client.
+// After tsc: copies the SQL migrations and the netns helper beside the compiled code, then bundles the CLI client.
 // The bundle makes every client command start about 2x faster than loading hundreds of ES
 // modules one by one. The server (`atelier server start`) is not bundled: the bundle imports
 // dist/server/index.js as it is, so its dependencies load exactly as npm installed them.
@@ -6,6 +6,8 @@ import { cpSync, rmSync } from 'node:fs';
 import { build } from 'esbuild';
 
 cpSync('src/db/migrations', 'dist/db/migrations', { recursive: true });
+// The helper that opens each workshop's egress listener inside its network namespace.
+cpSync('src/sandbox/netns-listen.py', 'dist/sandbox/netns-listen.py');
 rmSync('dist/bundle', { recursive: true, force: true });
 await build({
   entryPoints: ['dist/cli/main.js'],

@@ -3,18 +3,18 @@ import type { Server } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import type { SandboxHandle } from './launcher.js';
 
-const HELPER = fileURLToPath(new URL('./netnsListen.js', import.meta.url));
+const HELPER = fileURLToPath(new URL('./netns-listen.py', import.meta.url));
 
 /**
  * A TCP listener on 127.0.0.1:`port` INSIDE the sandbox's network namespace, owned by this
- * process: a short-lived helper enters the namespace (nsenter), listens, and passes the socket
- * back over Node's IPC channel. Connections from inside the workshop then reach the server
+ * process: a short-lived helper (netns-listen.py) enters the namespace (nsenter), listens, and
+ * passes the socket back over Node's IPC channel. Connections from inside the workshop then reach the server
  * directly: no forwarder process in the sandbox, no extra copy. The workshop cannot reach
  * anything else: its namespace still has loopback only.
  */
 export function listenInSandbox(handle: SandboxHandle, port: number, timeoutMs = 10_000): Promise<Server> {
   const ns = ['-t', String(handle.pid), ...(handle.rootless ? ['-U', '--preserve-credentials'] : []), '-n'];
-  const child = spawn('/usr/bin/nsenter', [...ns, '--', process.execPath, HELPER, String(port)], {
+  const child = spawn('/usr/bin/nsenter', [...ns, '--', '/usr/bin/python3', '-I', '-S', HELPER, String(port)], {
     stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
     env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C.UTF-8' },
   });

@@ -36,10 +36,11 @@ export function inspectIsolation(isRoot: boolean): IsolationReport {
   const cg = isRoot ? cgroupSupport() : { ok: false, reason: undefined };
   if (!cg.ok && cg.reason) missing.push(cg.reason);
   missing.push('no seccomp filter yet: the kernel system-call surface is the default one');
-  // ip brings up a rootless sandbox's loopback (the egress proxy listens there).
+  // python3 opens each workshop's egress listener in its namespace (sandbox/netns.ts); ip brings
+  // up a rootless sandbox's loopback.
   const tools = isRoot
-    ? ['bwrap', 'nsenter', 'setpriv', 'git']
-    : ['unshare', 'nsenter', 'setpriv', 'git', 'perl', 'mount', 'pivot_root', 'ip'];
+    ? ['bwrap', 'nsenter', 'setpriv', 'git', 'python3']
+    : ['unshare', 'nsenter', 'setpriv', 'git', 'perl', 'mount', 'pivot_root', 'ip', 'python3'];
   const missingTools = tools.filter((t) => !hasCommand(t));
   return { rootless: !isRoot, cgroups: cg.ok, missing, missingTools };
 }

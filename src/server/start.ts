@@ -233,7 +233,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const isolation = inspectIsolation(config.isRoot);
     if (isolation.missingTools.length > 0) {
       throw new Error(
-        `missing system tools: ${isolation.missingTools.join(', ')}: run \`sudo apt-get install -y bubblewrap util-linux mount git perl iproute2\``,
+        `missing system tools: ${isolation.missingTools.join(', ')}: run \`sudo apt-get install -y bubblewrap util-linux mount git perl iproute2 python3\``,
       );
     }
     for (const m of isolation.missing) opts.say(`isolation: ${m}`);

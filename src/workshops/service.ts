@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { constants as osConstants, cpus as hostCpus, totalmem } from 'node:os';
 import { posix } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
@@ -281,12 +281,12 @@ export class WorkshopService {
    * Opens (or reopens, after a server restart) the workshop's way out: the proxy's listener on
    * 127.0.0.1:3128 inside the sandbox's own network namespace, with the workshop's policy.
    */
-  private async openEgress(row: WorkshopRow, handle: SandboxHandle): Promise<void> {
+  private async openEgress(row: WorkshopRow, handle: SandboxHandle, policy: EgressPolicy | null = this.egressPolicy(row)): Promise<void> {
     // A listener left from earlier in this process (a sandbox restarted on resume) is replaced.
     await this.opts.egress.proxy.close(row.id);
     const server = await listenInSandbox(handle, EGRESS_PORT);
     try {
-      await this.opts.egress.proxy.listen(row.id, server, this.egressPolicy(row));
+      await this.opts.egress.proxy.listen(row.id, server, policy ?? undefined);
     } catch (err) {
       server.close();
       throw err;
@@ -347,10 +347,22 @@ export class WorkshopService {
     let handle: SandboxHandle | null = null;
     try {
       const layout = this.driver.prepareRoot(id);
-      await cloneRepo(source, layout.workspace);
+      // The sandbox (bound to the workspace directory, not its contents) and its egress listener
+      // start while the repository is cloned: neither needs the files. Until the project's policy
+      // is read, the listener has none (every request is refused); nothing runs inside yet anyway.
+      mkdirSync(layout.workspace, { mode: 0o700 });
+      const started = this.startSandbox(row).then(async (h) => {
+        handle = h;
+        await this.openEgress(row, h, null);
+        return h;
+      });
+      const [sandbox, clone] = await Promise.allSettled([started, cloneRepo(source, layout.workspace)]);
+      if (clone.status === 'rejected') throw clone.reason;
+      if (sandbox.status === 'rejected') throw sandbox.reason;
       const dev = readDevcontainer(layout.workspace, req.devcontainer, BASE_ENV);
       const project = readProjectSettings(layout.workspace);
       row.egress = project.egress;
+      this.opts.egress.proxy.setPolicy(id, this.egressPolicy(row));
       await this.driver.adoptWorkspace(id, row.uid);
       const env: Record<string, string> = { ...dev.env };
       if (req.budgetUsd !== undefined) env.ATELIER_MAX_BUDGET_USD = String(req.budgetUsd);
@@ -361,10 +373,8 @@ export class WorkshopService {
         JSON.stringify(dev.warnings),
         JSON.stringify(project.egress),
       ]);
-      handle = await this.startSandbox(row);
-      await this.openEgress(row, handle);
       await this.query('UPDATE workshops SET sandbox = $2 WHERE id = $1', [id, JSON.stringify(handle)]);
-      const current = { ...row, env, sandbox: handle };
+      const current = { ...row, env, sandbox: handle! };
       for (const step of dev.createCommands) {
         const result = await this.collectOutput(
           this.spawn(current, step.command, '/workspace', {}, undefined, CREATE_COMMAND_TIMEOUT_SECONDS),
