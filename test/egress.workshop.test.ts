@@ -151,6 +151,11 @@ describe('egress from inside a workshop', () => {
     assert.ok(items.some((d) => d.host === 'allowed.test' && d.protocol === 'socks5'));
     assert.ok(items.some((d) => d.host === 'denied.test' && !d.allowed && d.reason === 'NOT_ALLOWLISTED'));
     assert.ok(items.some((d) => d.host === 'allowed.test' && d.port === HTTP_PORT + 5 && d.reason === 'PORT_NOT_ALLOWED'));
+    const status = await server.cli(['workshops', 'status', ws]);
+    assert.match(
+      status.stdout,
+      new RegExp(`egress allow:\\s+allowed\\.test:${HTTP_PORT}, tunnel\\.test:${TUNNEL_PORT} \\(\\+ the server's defaults\\)`),
+    );
     const table = await server.cli(['workshops', 'egress', ws]);
     assert.match(table.stdout, /TIME\s+DECISION\s+HOST/);
 

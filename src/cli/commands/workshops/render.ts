@@ -35,6 +35,12 @@ export function workshopDetail(w: Workshop): string {
     ['budget', w.budgetUsd === null ? 'none' : `$${w.budgetUsd.toFixed(2)} (enforced by the LLM gateway)`],
   );
   if (w.forwardPorts.length > 0) pairs.push(['forward ports', w.forwardPorts.join(', ')]);
+  // The project's own entries (atelier.yaml), on top of the server's default list.
+  pairs.push([
+    'egress allow',
+    w.egress.allow.length > 0 ? `${w.egress.allow.join(', ')} (+ the server's defaults)` : "the server's defaults only",
+  ]);
+  if (w.egress.deny.length > 0) pairs.push(['egress deny', w.egress.deny.join(', ')]);
   pairs.push(['created', w.createdAt]);
   let out = keyValues(pairs);
   for (const warning of w.warnings) out += `\nwarning: ${warning}`;
