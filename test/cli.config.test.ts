@@ -1,25 +1,16 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { BIN, type CliResult } from './helpers/server.js';
+import { runCli, type CliResult } from './helpers/server.js';
 
 // The CLI's own files, no server: each test gets a fresh config directory. No D-Bus session
 // address is passed, so on Linux no Secret Service answers and the file store is used.
 function cli(dir: string, args: string[], opts: { input?: string; env?: NodeJS.ProcessEnv; uid?: number } = {}): Promise<CliResult> {
-  return new Promise((resolve) => {
-    const p = spawn(process.execPath, [BIN, ...args], {
-      env: { PATH: process.env.PATH, HOME: dir, ATELIER_CONFIG_DIR: join(dir, 'config'), ...opts.env },
-      stdio: ['pipe', 'pipe', 'pipe'],
-      ...(opts.uid !== undefined ? { uid: opts.uid, gid: opts.uid, cwd: '/' } : {}),
-    });
-    let stdout = '';
-    let stderr = '';
-    p.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-    p.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-    p.stdin.end(opts.input ?? '');
-    p.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
+  return runCli(args, {
+    env: { PATH: process.env.PATH, HOME: dir, ATELIER_CONFIG_DIR: join(dir, 'config'), ...opts.env },
+    ...(opts.input !== undefined ? { input: opts.input } : {}),
+    ...(opts.uid !== undefined ? { uid: opts.uid } : {}),
   });
 }
 

@@ -3,7 +3,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -20,6 +20,7 @@ import {
   type SimulatorSpec,
   warmSimulators,
 } from '../src/simulators/index.js';
+import { median, tcpListeners } from './helpers/proc.js';
 import { REPO_ROOT } from './helpers/server.js';
 
 const run = promisify(execFile);
@@ -55,31 +56,6 @@ function processesMentioning(text: string): number[] {
   return out;
 }
 
-/** TCP sockets in LISTEN state held by `pid` or its children (via the socket inodes of their fds). */
-function tcpListeners(pid: number): string[] {
-  const listening = new Map<string, string>();
-  for (const file of ['tcp', 'tcp6']) {
-    for (const line of readFileSync(`/proc/${pid}/net/${file}`, 'utf8').split('\n').slice(1)) {
-      const f = line.trim().split(/\s+/);
-      if (f[3] === '0A') listening.set(f[9]!, `${file} ${f[1]}`);
-    }
-  }
-  const found: string[] = [];
-  for (const p of withChildren(pid)) {
-    for (const fd of readdirSync(`/proc/${p}/fd`)) {
-      let target = '';
-      try {
-        target = readlinkSync(`/proc/${p}/fd/${fd}`);
-      } catch {
-        continue;
-      }
-      const inode = /^socket:\[(\d+)\]$/.exec(target)?.[1];
-      if (inode && listening.has(inode)) found.push(`pid ${p}: ${listening.get(inode)}`);
-    }
-  }
-  return found;
-}
-
 /** The real uid of a process, or undefined once it has exited (backends come and go). */
 function uidOf(pid: number): number | undefined {
   try {
@@ -87,11 +63,6 @@ function uidOf(pid: number): number | undefined {
   } catch {
     return undefined;
   }
-}
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.floor(s.length / 2)]!;
 }
 
 describe('postgres simulator', () => {
@@ -261,7 +232,7 @@ describe('postgres simulator', () => {
         if (uid !== undefined) assert.equal(uid, RUN_AS.uid);
       }
     assert.ok(withChildren(h.pid).length > 1, 'the postmaster has started its workers');
-    assert.deepEqual(tcpListeners(h.pid), []);
+    assert.deepEqual(tcpListeners(withChildren(h.pid)), []);
     assert.equal((await query(h, 'SHOW listen_addresses')).rows[0].listen_addresses, '');
     assert.equal((await query(h, 'SHOW fsync')).rows[0].fsync, 'off');
 

@@ -3,7 +3,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -18,37 +18,13 @@ import {
   type SimulatorHandle,
   type SimulatorSpec,
 } from '../src/simulators/index.js';
+import { median, tcpListeners } from './helpers/proc.js';
 
 const run = promisify(execFile);
 const RUN_AS = process.getuid?.() === 0 ? { uid: 65534, gid: 65534 } : undefined;
 
 async function cli(h: SimulatorHandle, ...args: string[]): Promise<string> {
   return (await run('redis-cli', ['-s', h.socket, ...args])).stdout.trim();
-}
-
-/** TCP sockets in LISTEN state held by `pid` (via the socket inodes of its fds). */
-function tcpListeners(pid: number): string[] {
-  const listening = new Set<string>();
-  for (const file of ['tcp', 'tcp6']) {
-    for (const line of readFileSync(`/proc/${pid}/net/${file}`, 'utf8').split('\n').slice(1)) {
-      const f = line.trim().split(/\s+/);
-      if (f[3] === '0A') listening.add(f[9]!);
-    }
-  }
-  return readdirSync(`/proc/${pid}/fd`)
-    .map((fd) => {
-      try {
-        return /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`))?.[1];
-      } catch {
-        return undefined;
-      }
-    })
-    .filter((inode): inode is string => inode !== undefined && listening.has(inode));
-}
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.floor(s.length / 2)]!;
 }
 
 describe('redis simulator', () => {
@@ -91,7 +67,7 @@ describe('redis simulator', () => {
     assert.equal(await cli(h, 'GET', 'greeting'), 'bonjour');
 
     assert.match(await cli(h, 'INFO', 'server'), /tcp_port:0/);
-    assert.deepEqual(tcpListeners(h.pid), []);
+    assert.deepEqual(tcpListeners([h.pid]), []);
     if (RUN_AS) assert.equal(Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${h.pid}/status`, 'utf8'))![1]), RUN_AS.uid);
     // It runs outside the sandbox: no writing files where the workshop chooses, no loading code.
     assert.match(await cli(h, 'CONFIG', 'SET', 'dir', '/tmp'), /protected config/);

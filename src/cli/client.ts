@@ -173,6 +173,21 @@ export async function raiseFor(res: http.IncomingMessage, target?: Target): Prom
   );
 }
 
+/** The lines of an NDJSON response, as they arrive (the last one may lack its newline). */
+export async function* ndjsonLines(res: http.IncomingMessage): AsyncGenerator<string> {
+  let pending = '';
+  res.setEncoding('utf8');
+  for await (const chunk of res) {
+    pending += chunk as string;
+    let nl: number;
+    while ((nl = pending.indexOf('\n')) >= 0) {
+      yield pending.slice(0, nl);
+      pending = pending.slice(nl + 1);
+    }
+  }
+  if (pending) yield pending;
+}
+
 /** JSON request → parsed JSON response. */
 export async function call<T>(target: Target, opts: RequestOptions): Promise<T> {
   const res = await request(target, opts);

@@ -17,20 +17,8 @@ export interface EgressRecord {
   approvalId: string | null;
 }
 
-interface Row {
-  id: string;
-  at: Date;
-  protocol: string;
-  host: string;
-  port: number;
-  allowed: boolean;
-  outcome: string;
-  reason: string;
-  message: string;
-  entry: string | null;
-  address: string | null;
-  approval_id: string | null;
-}
+/** The table's row: the record's fields, with the database's types and names where they differ. */
+type Row = Omit<EgressRecord, 'id' | 'at' | 'approvalId'> & { id: string; at: Date; approval_id: string | null };
 
 const FLUSH_MS = 100;
 const RETRY_MS = 2000;

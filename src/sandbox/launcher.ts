@@ -335,11 +335,17 @@ const CHDIR_THEN_EXEC = 'cd -- "$1" || exit 126; shift; exec "$@"';
  * nsenter, then drops privileges. The process leads its own process group so that the whole
  * tree (inside the sandbox too) can be signalled at once.
  */
+/**
+ * `nsenter` options that enter the sandbox's `namespaces`. Rootless: its user namespace first
+ * (nsenter orders it), keeping our uid (0 inside).
+ */
+export function nsenterArgs(handle: SandboxHandle, namespaces: string[]): string[] {
+  return ['-t', String(handle.pid), ...(handle.rootless ? ['-U', '--preserve-credentials'] : []), ...namespaces];
+}
+
 export function execInSandbox(handle: SandboxHandle, spec: ExecSpec): ChildProcess {
-  const ns = ['/usr/bin/nsenter', '-t', String(handle.pid)];
-  // Rootless: the user namespace first (nsenter orders it), keeping our uid (0 inside).
-  if (handle.rootless) ns.push('-U', '--preserve-credentials', '-m', '-p', '-n', '-i', '-u');
-  else ns.push('-m', '-p', '-n', '-i', '-u', '-C');
+  // The cgroup namespace only as root: a rootless sandbox has none of its own.
+  const ns = ['/usr/bin/nsenter', ...nsenterArgs(handle, ['-m', '-p', '-n', '-i', '-u', ...(handle.rootless ? [] : ['-C'])])];
   // The sandbox's PID 1 sits in /workspace: `-w` starts there with no extra shell to cd.
   const inWorkspace = spec.cwd === '/workspace';
   if (inWorkspace) ns.push('-w');

@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import type { Server } from 'node:net';
 import { fileURLToPath } from 'node:url';
-import type { SandboxHandle } from './launcher.js';
+import { nsenterArgs, type SandboxHandle } from './launcher.js';
 
 const HELPER = fileURLToPath(new URL('./netns-listen.py', import.meta.url));
 
@@ -13,8 +13,7 @@ const HELPER = fileURLToPath(new URL('./netns-listen.py', import.meta.url));
  * anything else: its namespace still has loopback only.
  */
 export function listenInSandbox(handle: SandboxHandle, port: number, timeoutMs = 10_000): Promise<Server> {
-  const ns = ['-t', String(handle.pid), ...(handle.rootless ? ['-U', '--preserve-credentials'] : []), '-n'];
-  const child = spawn('/usr/bin/nsenter', [...ns, '--', '/usr/bin/python3', '-I', '-S', HELPER, String(port)], {
+  const child = spawn('/usr/bin/nsenter', [...nsenterArgs(handle, ['-n']), '--', '/usr/bin/python3', '-I', '-S', HELPER, String(port)], {
     stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
     env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C.UTF-8' },
   });

@@ -135,15 +135,7 @@ export class TestServer {
 
   /** Runs the real CLI against this server. */
   cli(args: string[], opts: { input?: string; env?: NodeJS.ProcessEnv } = {}): Promise<CliResult> {
-    return new Promise((resolve) => {
-      const p = spawn(process.execPath, [BIN, ...args], { env: { ...this.env(), ...opts.env }, stdio: ['pipe', 'pipe', 'pipe'] });
-      let stdout = '';
-      let stderr = '';
-      p.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-      p.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-      p.stdin.end(opts.input ?? '');
-      p.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
-    });
+    return runCli(args, { env: { ...this.env(), ...opts.env }, ...(opts.input !== undefined ? { input: opts.input } : {}) });
   }
 
   async createWorkshop(
@@ -200,6 +192,23 @@ export function killStrays(dataDir: string): void {
   } catch {
     // nothing left
   }
+}
+
+/** Runs the real CLI with exactly this environment (and uid), feeding `input` on stdin. */
+export function runCli(args: string[], opts: { env: NodeJS.ProcessEnv; input?: string; uid?: number }): Promise<CliResult> {
+  return new Promise((resolve) => {
+    const p = spawn(process.execPath, [BIN, ...args], {
+      env: opts.env,
+      stdio: ['pipe', 'pipe', 'pipe'],
+      ...(opts.uid !== undefined ? { uid: opts.uid, gid: opts.uid, cwd: '/' } : {}),
+    });
+    let stdout = '';
+    let stderr = '';
+    p.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+    p.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    p.stdin.end(opts.input ?? '');
+    p.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
+  });
 }
 
 /** A git repository in a temporary directory under /tmp, with the given files committed. */

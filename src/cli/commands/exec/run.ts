@@ -1,5 +1,5 @@
 import { AtelierError, loadYaml, type ExecFrame, type ExecResult } from '../../../core/index.js';
-import { raiseFor, request } from '../../client.js';
+import { ndjsonLines, raiseFor, request } from '../../client.js';
 import type { CommandContext } from '../../context.js';
 
 export interface ExecFlags {
@@ -47,7 +47,6 @@ export async function execCommand(ctx: CommandContext, id: string, command: stri
   }
   const res = await request(target, { method: 'POST', path, body, accept: 'application/x-ndjson' });
   await raiseFor(res);
-  let pending = '';
   let exitCode: number | undefined;
   const handle = async (line: string): Promise<void> => {
     if (!line) return;
@@ -58,16 +57,7 @@ export async function execCommand(ctx: CommandContext, id: string, command: stri
     } else if ('exitCode' in frame) exitCode = frame.exitCode;
     else throw new AtelierError(frame.error.code === 'WORKSHOP_NOT_RUNNING' ? 'WORKSHOP_NOT_RUNNING' : 'INTERNAL', frame.error.message);
   };
-  res.setEncoding('utf8');
-  for await (const chunk of res) {
-    pending += chunk as string;
-    let nl: number;
-    while ((nl = pending.indexOf('\n')) >= 0) {
-      await handle(pending.slice(0, nl));
-      pending = pending.slice(nl + 1);
-    }
-  }
-  await handle(pending);
+  for await (const line of ndjsonLines(res)) await handle(line);
   if (exitCode === undefined) throw new AtelierError('UNAVAILABLE', 'the connection to the server ended before the command finished');
   return exitCode;
 }

@@ -1,5 +1,5 @@
 import type { EgressRecord } from '../../../egress/index.js';
-import { call, raiseFor, request } from '../../client.js';
+import { call, ndjsonLines, raiseFor, request } from '../../client.js';
 import type { CommandContext } from '../../context.js';
 import { table } from '../../output.js';
 
@@ -35,19 +35,11 @@ export async function followEgress(
     else if (flags.limit !== undefined) q.limit = flags.limit;
     const res = await request(await ctx.target(), { method: 'GET', path: path(id, q), accept: 'application/x-ndjson' });
     await raiseFor(res);
-    let pending = '';
-    res.setEncoding('utf8');
-    for await (const chunk of res) {
-      pending += chunk as string;
-      let nl: number;
-      while ((nl = pending.indexOf('\n')) >= 0) {
-        const line = pending.slice(0, nl);
-        pending = pending.slice(nl + 1);
-        if (!line) continue;
-        const d = JSON.parse(line) as EgressRecord;
-        last = d.id;
-        print(d);
-      }
+    for await (const line of ndjsonLines(res)) {
+      if (!line) continue;
+      const d = JSON.parse(line) as EgressRecord;
+      last = d.id;
+      print(d);
     }
     last ??= 0;
   }
