@@ -4,6 +4,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { stat, writeFile } from 'node:fs/promises';
+import http from 'node:http';
 import net from 'node:net';
 import { join } from 'node:path';
 import { AtelierError } from '../src/core/index.js';
@@ -250,6 +251,51 @@ describe('egress proxy', () => {
     assert.deepEqual([...(await auth.read(2))], [0x05, 0xff]);
     assert.ok(await auth.closed());
     await proxy.close('ws-misc');
+  });
+
+  it('routes .atelier.internal names of the workshop to their targets whatever the policy, and refuses other internal names', async () => {
+    // A service on a unix socket (a simulator's) and one on a host loopback port (the API's).
+    const unixPath = join(dir.path, 'svc.sock');
+    const svc = http.createServer((req, res) => res.end(`svc ${req.method} ${req.url} host=${req.headers.host}`));
+    await new Promise<void>((r) => svc.listen(unixPath, () => r()));
+    try {
+      // A policy that allows nothing at all: internal names do not depend on it.
+      const sock = await workshop('ws-internal', []);
+      await workshop('ws-neighbour', []);
+      proxy.setInternalServices('ws-internal', [
+        { host: 'mock.atelier.internal', port: 8080, target: { path: unixPath } },
+        { host: 'api.atelier.internal', port: 80, target: { host: IP, port: origin.port } },
+      ]);
+      const http1 = await viaHttp(sock, 'http://mock.atelier.internal:8080/x');
+      assert.equal(http1.status, 200);
+      assert.equal(http1.origin?.body, 'svc GET /x host=mock.atelier.internal:8080');
+      const tunnel = await viaConnect(sock, 'MOCK.atelier.internal.:8080', { path: '/y' });
+      assert.equal(tunnel.status, 200);
+      assert.match(tunnel.origin?.body ?? '', /^svc GET \/y/);
+      const socks = await viaSocks(sock, 'api.atelier.internal', 80, { path: '/z' });
+      assert.equal(socks.status, 0);
+      assert.match(socks.origin?.body ?? '', /"url":"\/z"/);
+      assert.equal(last('ws-internal').reason, 'INTERNAL_SERVICE');
+      // Another port, another name, or another workshop: refused, with what exists.
+      const port = await viaConnect(sock, 'mock.atelier.internal:9999');
+      assert.equal(port.status, 502);
+      assert.equal(port.reason, 'INTERNAL_UNKNOWN');
+      assert.match(
+        port.proxyBody,
+        /mock\.atelier\.internal:9999 is not a service of this workshop \(it has api\.atelier\.internal:80, mock\.atelier\.internal:8080\)/,
+      );
+      assert.equal((await viaHttp(sock, 'http://atelier.internal/')).reason, 'INTERNAL_UNKNOWN');
+      assert.equal((await viaSocks(sock, 'db.atelier.internal', 5432)).status, 0x04);
+      const neighbour = await viaHttp(join(dir.path, 'ws-neighbour.sock'), 'http://mock.atelier.internal:8080/x');
+      assert.equal(neighbour.reason, 'INTERNAL_UNKNOWN');
+      // Replaced as a whole: a name removed is refused at once.
+      proxy.setInternalServices('ws-internal', []);
+      assert.equal((await viaHttp(sock, 'http://mock.atelier.internal:8080/x')).reason, 'INTERNAL_UNKNOWN');
+    } finally {
+      await proxy.close('ws-internal');
+      await proxy.close('ws-neighbour');
+      await new Promise<void>((r) => svc.close(() => r()));
+    }
   });
 
   it('keeps workshops apart, refuses everything without a policy, and owns its socket file', async () => {

@@ -65,6 +65,18 @@ const interactionPost = (step: string): Call => form(`/oidc/interaction/unknown/
 let seq = 0;
 const unique = (p: string): string => `${p}${++seq}`;
 
+/** A redis simulator in the fixture's workshop, made once by the admin. */
+let matrixSim: Promise<string> | undefined;
+function matrixSimulator(f: Fixture): Promise<string> {
+  matrixSim ??= as(f, 'admin', { method: 'POST', path: `/v1/workshops/${f.ws}/simulators`, body: { type: 'redis', name: 'matrix' } }).then(
+    (r) => {
+      assert.equal(r.status, 201, JSON.stringify(r.body));
+      return 'matrix';
+    },
+  );
+  return matrixSim;
+}
+
 const TABLE: Record<string, Row> = {
   'GET /healthz': { expect: all(200), call: () => ({ method: 'GET', path: '/healthz' }) },
   'GET /metrics': { expect: all(200), call: () => ({ method: 'GET', path: '/metrics' }) },
@@ -159,6 +171,22 @@ const TABLE: Record<string, Row> = {
   'GET /v1/workshops/:id/egress': {
     expect: e(401, 404, 200, 200, 200, 200, 200, 404),
     call: (f) => ({ method: 'GET', path: `/v1/workshops/${f.ws}/egress` }),
+  },
+  'GET /v1/workshops/:id/simulators': {
+    expect: e(401, 404, 200, 200, 200, 200, 200, 404),
+    call: (f) => ({ method: 'GET', path: `/v1/workshops/${f.ws}/simulators` }),
+  },
+  'POST /v1/workshops/:id/simulators': {
+    expect: e(401, 404, 403, 403, 201, 201, 201, 404),
+    call: (f) => ({ method: 'POST', path: `/v1/workshops/${f.ws}/simulators`, body: { type: 'redis', name: unique('kv-') } }),
+  },
+  'GET /v1/workshops/:id/simulators/:name/logs': {
+    expect: e(401, 404, 200, 200, 200, 200, 200, 404),
+    call: async (f) => ({ method: 'GET', path: `/v1/workshops/${f.ws}/simulators/${await matrixSimulator(f)}/logs` }),
+  },
+  'POST /v1/workshops/:id/simulators/:name/reset': {
+    expect: e(401, 404, 403, 403, 200, 200, 200, 404),
+    call: async (f) => ({ method: 'POST', path: `/v1/workshops/${f.ws}/simulators/${await matrixSimulator(f)}/reset` }),
   },
   'GET /v1/workshops/:id/git/diff': {
     expect: e(401, 404, 200, 200, 200, 200, 200, 404),

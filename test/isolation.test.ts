@@ -64,7 +64,18 @@ describe('isolation from inside a workshop', () => {
     assert.doesNotMatch(ps.stdout, /sleep 300/);
     assert.doesNotMatch(ps.stdout, /atelier server|postgres/);
     const env = await sh(a.id, 'env');
-    assert.doesNotMatch(env.stdout, /ATELIER_TOKEN|ATELIER_CONFIG_DIR|ATELIER_DATA_DIR|atl_/);
+    assert.doesNotMatch(env.stdout, /ATELIER_CONFIG_DIR|ATELIER_DATA_DIR/);
+    // The only token inside is the workshop's own agent token: not the server's, and good for
+    // this workshop alone (another workshop does not exist for it).
+    const tokens = env.stdout.match(/atl_[A-Za-z0-9_-]+/g) ?? [];
+    const own = /^ATELIER_TOKEN=(atl_[A-Za-z0-9_-]+)$/m.exec(env.stdout)?.[1];
+    assert.ok(own, 'ATELIER_TOKEN is set');
+    assert.deepEqual([...new Set(tokens)], [own]);
+    assert.notEqual(own, server.token);
+    const asAgent = async (path: string) => (await fetch(`${server.url}${path}`, { headers: { authorization: `Bearer ${own}` } })).status;
+    assert.equal(await asAgent(`/v1/workshops/${a.id}`), 200);
+    assert.equal(await asAgent(`/v1/workshops/${b.id}`), 404);
+    assert.equal(await asAgent('/v1/tokens'), 403);
   });
 
   it('can write only to /workspace, /tmp and its home', async () => {

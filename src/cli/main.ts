@@ -77,6 +77,12 @@ async function main(argv: string[]): Promise<number> {
     .option('--cpus <n>', 'CPU limit (cores)')
     .option('--memory <size>', 'memory limit, for example 2g')
     .option('--pids <n>', 'process limit')
+    .option(
+      '--simulator <type[:arg]>',
+      'start a simulator with it (repeatable): postgres, postgres:15, redis, wiremock:./tests/mocks',
+      (v: string, acc: string[]) => [...acc, v],
+      [] as string[],
+    )
     .action(async (flags) => {
       const c = ctx();
       const { createWorkshop } = await import('./commands/workshops/create.js');
@@ -115,6 +121,63 @@ async function main(argv: string[]): Promise<number> {
         await render(c.output, w, () => workshopDetail(w));
       });
   }
+  const sims = program
+    .command('simulators')
+    .alias('sims')
+    .description("a workshop's throwaway services (postgres, redis…), reachable inside it at <name>.atelier.internal");
+  sims
+    .command('list <id>')
+    .alias('ls')
+    .description('each simulator: state, endpoint inside the workshop, memory')
+    .action(async (id: string) => {
+      const c = ctx();
+      const { listSimulators, simulatorTable } = await import('./commands/simulators/manage.js');
+      const items = await listSimulators(c, id);
+      await render(c.output, items, () => simulatorTable(items));
+    });
+  sims
+    .command('request <id> <type>')
+    .description('start one more simulator in a running workshop (reachable at once, no restart)')
+    .option('--name <name>', 'its name inside the workshop (default: the type, e.g. postgres.atelier.internal)')
+    .option('--version <version>', 'major version wanted (refused clearly when not installed)')
+    .option(
+      '--env <KEY=VALUE>',
+      'container-style setting (repeatable), e.g. POSTGRES_DB=orders',
+      (v: string, a: string[]) => [...a, v],
+      [] as string[],
+    )
+    .option(
+      '--option <key=value>',
+      'type-specific option (repeatable), e.g. database=orders_test',
+      (v: string, a: string[]) => [...a, v],
+      [] as string[],
+    )
+    .action(async (id: string, type: string, flags) => {
+      const c = ctx();
+      const { requestSimulator, simulatorDetail } = await import('./commands/simulators/manage.js');
+      const s = await requestSimulator(c, id, type, flags as Record<string, never>);
+      await render(c.output, s, () => simulatorDetail(s));
+      if (s.status === 'Failed') exitCode = 1;
+    });
+  sims
+    .command('logs <id> <name>')
+    .description("the end of a simulator's own log")
+    .option('--tail <bytes>', 'how much of the end to show (default 64 KiB)')
+    .action(async (id: string, name: string, flags: { tail?: string }) => {
+      const c = ctx();
+      const { simulatorLogs } = await import('./commands/simulators/manage.js');
+      process.stdout.write(await simulatorLogs(c, id, name, flags.tail));
+    });
+  sims
+    .command('reset <id> <name>')
+    .description('return a simulator to its initial state (fresh database, no keys)')
+    .action(async (id: string, name: string) => {
+      const c = ctx();
+      const { resetSimulator, simulatorDetail } = await import('./commands/simulators/manage.js');
+      const s = await resetSimulator(c, id, name);
+      await render(c.output, s, () => simulatorDetail(s));
+    });
+
   ws.command('egress <id>')
     .description("what the workshop's egress proxy allowed and denied (time, host, port, why)")
     .option('--follow', 'keep printing decisions as they are made (Ctrl-C to stop)')

@@ -30,6 +30,7 @@ import { z } from 'zod';
  * | ATELIER_EGRESS_ALLOW_RANGES | egressAllowRanges| (none) CIDR ranges of private/loopback addresses workshops may reach (`,`-separated) |
  * | ATELIER_EGRESS_DNS          | egressDns        | the nameservers of /etc/resolv.conf (`,`-separated addresses) |
  * | ATELIER_EGRESS_HOSTS        | egressHosts      | (none) a hosts-format file whose names the proxy resolves first (air-gapped sites, tests) |
+ * | ATELIER_SIMULATORS_WARM     | simulatorsWarm   | 1: prepare the PostgreSQL simulator template at start (0: on first use) |
  * | ATELIER_TRUST_PROXY         | trustProxy       | (none) addresses/CIDRs of reverse proxies whose X-Forwarded-For is believed (client addresses for login rate limits) |
  * | DISPLAY, WAYLAND_DISPLAY    | canOpenBrowser   | `atelier auth login` opens a browser only in a graphical session |
  *
@@ -47,6 +48,7 @@ const Env = z.object({
   ATELIER_DEFAULT_MEMORY: z.string().min(1).optional(),
   ATELIER_DEFAULT_PIDS: z.coerce.number().int().positive().optional(),
   ATELIER_UID_BASE: z.coerce.number().int().min(10000).optional(),
+  ATELIER_SIMULATORS_WARM: z.enum(['0', '1']).optional(),
   ATELIER_CONFIG_DIR: z.string().min(1).optional(),
   ATELIER_CONTEXT: z.string().min(1).optional(),
   ATELIER_TOKEN: z.string().min(1).optional(),
@@ -92,6 +94,8 @@ export interface Config {
   /** A graphical session (DISPLAY / WAYLAND_DISPLAY, or macOS): `auth login` may open a browser. */
   canOpenBrowser: boolean;
   egressDefaults: string[];
+  /** Prepare the simulators' templates at start rather than on first use. */
+  simulatorsWarm: boolean;
   trustProxy: string[];
   egressAllowRanges: string[];
   egressDns: string[] | undefined;
@@ -149,6 +153,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     defaultMemory: e.ATELIER_DEFAULT_MEMORY ?? '2g',
     defaultPids: e.ATELIER_DEFAULT_PIDS ?? 1024,
     uidBase: e.ATELIER_UID_BASE ?? 600000,
+    simulatorsWarm: e.ATELIER_SIMULATORS_WARM !== '0',
     configDir: resolve(e.ATELIER_CONFIG_DIR ?? join(configHome, 'atelier')),
     context: e.ATELIER_CONTEXT,
     token: e.ATELIER_TOKEN,

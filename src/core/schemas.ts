@@ -6,6 +6,25 @@ export type WorkshopStatus = (typeof WORKSHOP_STATUSES)[number];
 
 const envName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'environment variable names are letters, digits and _');
 
+/**
+ * One simulator, as `atelier.yaml` declares it (`simulators:`), `workshops create --simulator`
+ * gives it, or an agent asks for it live. `name` alone names the type (the specification's
+ * shape: `- name: postgres`); with `type`, `name` is its own label (`orders.atelier.internal`).
+ */
+export const SimulatorRequest = z
+  .object({
+    type: z.string().min(1).max(40).optional(),
+    name: z.string().min(1).max(63).optional(),
+    version: z.string().min(1).max(40).optional(),
+    env: z.record(z.string().max(128), z.string().max(4096)).optional(),
+    options: z.record(z.string().max(128), z.unknown()).optional(),
+    services: z.array(z.string().min(1).max(40)).max(20).optional(),
+    stubsDirectory: z.string().min(1).max(4096).optional(),
+  })
+  .strict()
+  .refine((s) => s.type !== undefined || s.name !== undefined, 'give type (and optionally name)');
+export type SimulatorRequest = z.infer<typeof SimulatorRequest>;
+
 export const CreateWorkshopRequest = z
   .object({
     repo: z.string().min(1, 'repo is required: a local path, file://, https://, ssh:// or git@ URL').max(4096),
@@ -18,6 +37,7 @@ export const CreateWorkshopRequest = z
     cpus: z.number().min(0.05, 'cpus must be at least 0.05').max(256).optional(),
     memory: z.string().min(1).max(32).optional(),
     pids: z.number().int().min(16, 'pids must be at least 16').max(1_000_000).optional(),
+    simulators: z.array(SimulatorRequest).max(16).optional(),
   })
   .strict();
 export type CreateWorkshopRequest = z.infer<typeof CreateWorkshopRequest>;

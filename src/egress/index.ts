@@ -6,7 +6,7 @@ export { createEgressPolicy, defaultPort, EgressPolicy } from './policy.js';
 export type { EgressPolicyConfig, EgressProtocol, PolicyOutcome } from './policy.js';
 export { createDnsResolver, createHostsResolver, ResolveError } from './resolver.js';
 export type { DnsResolverOptions, HostsEntry, Resolver, ResolveErrorCode } from './resolver.js';
-export { DEFAULT_EGRESS_LIMITS, EgressProxy } from './proxy.js';
+export { DEFAULT_EGRESS_LIMITS, EgressProxy, INTERNAL_SUFFIX } from './proxy.js';
 export type {
   AskAnswer,
   AskContext,
@@ -16,6 +16,8 @@ export type {
   EgressLimits,
   EgressProxyOptions,
   EgressReason,
+  InternalService,
+  InternalTarget,
 } from './proxy.js';
 export { EgressJournal } from './journal.js';
 export type { EgressRecord } from './journal.js';

@@ -27,7 +27,26 @@ export type EgressReason =
   | 'UPGRADE_REFUSED'
   | 'BAD_REQUEST'
   | 'UNSUPPORTED'
-  | 'NO_POLICY';
+  | 'NO_POLICY'
+  | 'INTERNAL_SERVICE'
+  | 'INTERNAL_UNKNOWN';
+
+/** The suffix of the names a workshop's own services answer to (simulators, the API). */
+export const INTERNAL_SUFFIX = '.atelier.internal';
+
+/**
+ * Where an internal name of a workshop leads, chosen by the server (never by the workshop): a
+ * unix socket on the host, or a port on the host's loopback. It is dialed without the address
+ * checks that protect the host from the workshop, since the server itself put it there.
+ */
+export type InternalTarget = { path: string } | { host: string; port: number };
+
+/** One internal service of a workshop: `<label>.atelier.internal:port`. */
+export interface InternalService {
+  host: string;
+  port: number;
+  target: InternalTarget;
+}
 
 /** One decision about one request; the lead stores these per workshop. */
 export interface EgressDecision {
@@ -169,6 +188,17 @@ class LazySignal {
 interface Verdict {
   decision: EgressDecision;
   dial: string[];
+  /** Set for an internal name: the server's own target, dialed instead of any address. */
+  internal?: InternalTarget;
+}
+
+function describeTarget(t: InternalTarget): string {
+  return 'path' in t ? `unix:${t.path}` : `${t.host}:${t.port}`;
+}
+
+function connectTarget(t: InternalTarget, onread?: net.OnReadOpts): net.Socket {
+  const common = { allowHalfOpen: true, ...(onread ? { onread } : {}) };
+  return 'path' in t ? net.connect({ ...common, path: t.path }) : net.connect({ ...common, host: t.host, port: t.port });
 }
 
 // Hop-by-hop headers (RFC 9110 §7.6.1) plus the proxy's own: never forwarded either way.
@@ -204,6 +234,8 @@ const STATUS: Record<EgressReason, number> = {
   DNS_NOT_FOUND: 502,
   DNS_FAILED: 502,
   DNS_TIMEOUT: 504,
+  INTERNAL_SERVICE: 200,
+  INTERNAL_UNKNOWN: 502,
 };
 
 const PHRASE: Record<number, string> = {
@@ -292,6 +324,8 @@ export class EgressProxy {
   readonly limits: EgressLimits;
   private readonly listeners = new Map<string, Listener>();
   private readonly policies = new Map<string, EgressPolicy>();
+  /** Per workshop: `host:port` of each internal service → where it leads. */
+  private readonly internal = new Map<string, Map<string, InternalTarget>>();
 
   constructor(options: EgressProxyOptions) {
     this.resolver = options.resolver;
@@ -309,6 +343,16 @@ export class EgressProxy {
       l.policy = policy;
       l.decisions.clear();
     }
+  }
+
+  /**
+   * Replace a workshop's internal services (`<label>.atelier.internal:port` → target). They are
+   * reached whatever the policy says, and only they: any other internal name is refused.
+   */
+  setInternalServices(workshopId: string, services: readonly InternalService[]): void {
+    const m = new Map<string, InternalTarget>();
+    for (const s of services) m.set(`${s.host.toLowerCase()}:${s.port}`, s.target);
+    this.internal.set(workshopId, m);
   }
 
   /** The policy a workshop's next request will be judged by. */
@@ -380,6 +424,7 @@ export class EgressProxy {
   async close(workshopId: string): Promise<void> {
     // The workshop's policy goes with its listener (deleted and failed workshops leave nothing).
     this.policies.delete(workshopId);
+    this.internal.delete(workshopId);
     const l = this.listeners.get(workshopId);
     if (!l) return;
     this.listeners.delete(workshopId);
@@ -651,16 +696,31 @@ export class EgressProxy {
 
     // The agent dials only this address (its createConnection pins the lookup to it, tracks
     // the socket and bounds connect and idle time).
-    const address = v.dial[0]!;
-    const up = http.request({
-      host: address,
-      port: parsed.port,
-      method: req.method,
-      path: parsed.path,
-      headers,
-      setHost: false,
-      agent: l.agent,
-    });
+    const internal = v.internal;
+    const address = internal ? describeTarget(internal) : v.dial[0]!;
+    const up = internal
+      ? // An internal service gets a connection of its own per request (no pooling across targets).
+        http.request({
+          method: req.method,
+          path: parsed.path,
+          headers,
+          setHost: false,
+          // No agent: with createConnection given, node then dials through it (agent: false would not).
+          createConnection: () => {
+            const sock = connectTarget(internal);
+            this.track(l, sock);
+            return sock;
+          },
+        })
+      : http.request({
+          host: address,
+          port: parsed.port,
+          method: req.method,
+          path: parsed.path,
+          headers,
+          setHost: false,
+          agent: l.agent,
+        });
     ex.up = up;
     up.on('response', (ur: http.IncomingMessage) => {
       const uraw = ur.rawHeaders;
@@ -742,7 +802,7 @@ export class EgressProxy {
     }
     let up: Upstream;
     try {
-      up = await this.dial(l, v.dial, v.decision.port);
+      up = await this.dial(l, v.dial, v.decision.port, v.internal);
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
       s.end(rawAnswer(502, 'UPSTREAM_FAILED', `atelier egress: ${target} could not be reached: ${code}`));
@@ -853,13 +913,13 @@ export class EgressProxy {
     if (!v.decision.allowed) {
       const r = v.decision.reason;
       // 0x02 "not allowed by ruleset"; 0x04 "host unreachable" for names that do not resolve.
-      s.end(reply(r === 'DNS_NOT_FOUND' || r === 'DNS_FAILED' || r === 'DNS_TIMEOUT' ? 0x04 : 0x02));
+      s.end(reply(r === 'DNS_NOT_FOUND' || r === 'INTERNAL_UNKNOWN' || r === 'DNS_FAILED' || r === 'DNS_TIMEOUT' ? 0x04 : 0x02));
       s.destroySoon();
       return;
     }
     let up: Upstream;
     try {
-      up = await this.dial(l, v.dial, port);
+      up = await this.dial(l, v.dial, port, v.internal);
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
       s.end(reply(code === 'ECONNREFUSED' ? 0x05 : code === 'ETIMEDOUT' ? 0x06 : 0x01));
@@ -911,6 +971,35 @@ export class EgressProxy {
     const h = canonicalizeHost(rawHost);
     if (h.kind === 'refused') return refuse('HOST_INVALID', '', h.message, { hostRefusal: h.reason });
     const hostPort = `${hostFor(h.value)}:${port}`;
+
+    if (h.kind === 'name' && (h.value === INTERNAL_SUFFIX.slice(1) || h.value.endsWith(INTERNAL_SUFFIX))) {
+      // The workshop's own services: never the policy's business, never DNS, never the internet.
+      const services = this.internal.get(l.workshopId);
+      const target = services?.get(hostPort);
+      if (!target) {
+        const known = [...(services?.keys() ?? [])].sort();
+        return refuse(
+          'INTERNAL_UNKNOWN',
+          h.value,
+          `${hostPort} is not a service of this workshop` +
+            (known.length ? ` (it has ${known.join(', ')})` : ' (it has none yet: see `atelier simulators list`)'),
+        );
+      }
+      this.record(l, {
+        ...base,
+        host: h.value,
+        allowed: true,
+        outcome: 'allowed',
+        reason: 'INTERNAL_SERVICE',
+        message: `${hostPort} is a service of this workshop`,
+        address: describeTarget(target),
+      });
+      return {
+        decision: { ...base, host: h.value, allowed: true, outcome: 'allowed', reason: 'INTERNAL_SERVICE', message: '' },
+        dial: [],
+        internal: target,
+      };
+    }
 
     if (h.kind !== 'name') {
       const a = checkAddress(h.bytes, policy.allowRanges);
@@ -1103,19 +1192,16 @@ export class EgressProxy {
   // ---- dialing and tunnels -------------------------------------------------------------
 
   /** Connect to the first checked address that answers; never anything else. */
-  private async dial(l: Listener, addresses: readonly string[], port: number): Promise<Upstream> {
+  private async dial(l: Listener, addresses: readonly string[], port: number, internal?: InternalTarget): Promise<Upstream> {
     let last: unknown = new Error('no address');
-    for (const address of addresses) {
+    for (const address of internal ? [describeTarget(internal)] : addresses) {
       try {
         return await new Promise<Upstream>((resolve, reject) => {
           const reader = new RelayReader();
-          const up = net.connect({
-            host: address,
-            port,
-            allowHalfOpen: true,
-            lookup: pinnedLookup(address),
-            onread: { buffer: reader.buffer, callback: reader.callback },
-          });
+          const onread = { buffer: reader.buffer, callback: reader.callback };
+          const up = internal
+            ? connectTarget(internal, onread)
+            : net.connect({ host: address, port, allowHalfOpen: true, lookup: pinnedLookup(address), onread });
           // Nothing is read before splice() has somewhere to put it.
           up.pause();
           this.track(l, up);

@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 /** Controllers Atelier uses, each a separate hierarchy on cgroup v1. */
@@ -111,8 +111,34 @@ export function isFrozen(paths: CgroupPaths): boolean {
   }
 }
 
-/** Kills every process in the cgroups (frozen first, so that nothing forks away) and removes them. */
+/**
+ * A cgroup of its own under a workshop's (a simulator's): it counts against the workshop's
+ * limits, is frozen with it, and goes with it. Created if missing.
+ */
+export function childCgroups(paths: CgroupPaths, name: string): CgroupPaths {
+  const out = {} as CgroupPaths;
+  for (const c of CONTROLLERS) {
+    out[c] = join(paths[c], name);
+    mkdirSync(out[c], { recursive: true });
+  }
+  return out;
+}
+
+function children(paths: CgroupPaths): CgroupPaths[] {
+  const names = new Set<string>();
+  for (const c of CONTROLLERS) {
+    try {
+      for (const e of readdirSync(paths[c], { withFileTypes: true })) if (e.isDirectory()) names.add(e.name);
+    } catch {
+      // absent
+    }
+  }
+  return [...names].map((n) => Object.fromEntries(CONTROLLERS.map((c) => [c, join(paths[c], n)])) as CgroupPaths);
+}
+
+/** Kills every process in the cgroups and their children (frozen first, so that nothing forks away) and removes them. */
 export async function destroyCgroups(paths: CgroupPaths): Promise<void> {
+  for (const child of children(paths)) await destroyCgroups(child);
   if (!existsSync(paths.freezer)) {
     removeDirs(paths);
     return;

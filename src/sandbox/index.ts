@@ -1,4 +1,15 @@
-export { cgroupBase, cgroupSupport, createCgroups, destroyCgroups, freeze, isFrozen, thaw, workshopCgroups } from './cgroups.js';
+export {
+  cgroupBase,
+  cgroupSupport,
+  childCgroups,
+  createCgroups,
+  destroyCgroups,
+  freeze,
+  isFrozen,
+  procsFiles,
+  thaw,
+  workshopCgroups,
+} from './cgroups.js';
 export type { CgroupPaths } from './cgroups.js';
 export {
   EGRESS_PORT,
@@ -11,6 +22,7 @@ export {
   startSandbox,
 } from './launcher.js';
 export type { ExecSpec, SandboxHandle, SandboxLayout, SandboxSpec } from './launcher.js';
-export { listenInSandbox } from './netns.js';
+export { listenInSandbox, listenInSandboxMany, type SandboxPort } from './netns.js';
 export { inspectIsolation } from './privileges.js';
+export { hostsFile } from './rootfs.js';
 export type { IsolationReport } from './privileges.js';

@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, openSync, closeSync, readFileSync, writeFileSync, chownSync } from 'node:fs';
+import { existsSync, mkdirSync, openSync, closeSync, readFileSync, writeFileSync, chownSync } from 'node:fs';
 import { join } from 'node:path';
 import { procsFiles, destroyCgroups, type CgroupPaths } from './cgroups.js';
 import { identityFiles, mountPlan, type MountStep } from './rootfs.js';
@@ -17,6 +17,8 @@ export interface SandboxLayout {
   tmp: string;
   home: string;
   etc: string;
+  /** Server-written files seen read-only at /run/atelier inside (hosts, simulators.json). */
+  run: string;
   /** Empty mount point for the rootless sandbox's root. */
   rootfs: string;
   log: string;
@@ -29,6 +31,7 @@ export function sandboxLayout(root: string): SandboxLayout {
     tmp: join(root, 'tmp'),
     home: join(root, 'home'),
     etc: join(root, 'etc'),
+    run: join(root, 'run'),
     rootfs: join(root, 'rootfs'),
     log: join(root, 'sandbox.log'),
   };
@@ -79,9 +82,13 @@ function dropPrivileges(uid: number | null): string[] {
 export function prepareLayout(spec: SandboxSpec): SandboxLayout {
   const layout = sandboxLayout(spec.root);
   for (const dir of [layout.tmp, layout.home, layout.etc, layout.rootfs]) mkdirSync(dir, { recursive: true, mode: 0o700 });
+  mkdirSync(layout.run, { recursive: true, mode: 0o755 });
   const uid = spec.rootless ? 0 : spec.uid;
   for (const [name, content] of Object.entries(identityFiles({ uid, gid: uid, hostname: spec.hostname }))) {
-    writeFileSync(join(layout.etc, name), content, { mode: 0o644 });
+    // hosts lives in run/ (see mountPlan) unless the server already wrote it with the workshop's services.
+    const path = name === 'hosts' ? join(layout.run, name) : join(layout.etc, name);
+    if (name === 'hosts' && existsSync(path)) continue;
+    writeFileSync(path, content, { mode: 0o644 });
   }
   if (!spec.rootless) for (const dir of [layout.tmp, layout.home]) chownSync(dir, spec.uid, spec.uid);
   return layout;

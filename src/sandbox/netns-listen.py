@@ -1,5 +1,6 @@
-# Run by the server under `nsenter --net` (see netns.ts): listens on 127.0.0.1:PORT inside a
-# workshop's network namespace and hands the listening socket to the server, then exits.
+# Run by the server under `nsenter --net` (see netns.ts): listens on each ADDRESS:PORT given
+# inside a workshop's network namespace and hands the listening sockets to the server, one by
+# one in the order given, then exits.
 #
 # The hand-over uses the IPC channel Node opens for a child spawned with an 'ipc' stdio
 # (NODE_CHANNEL_FD): one JSON line {"cmd": "NODE_HANDLE", "type": "net.Server", ...} sent with
@@ -11,18 +12,25 @@ import os
 import socket
 import sys
 
-port = int(sys.argv[1])
-listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-listener.bind(("127.0.0.1", port))
-listener.listen(511)
 channel = socket.socket(fileno=int(os.environ["NODE_CHANNEL_FD"]))
-message = json.dumps({"cmd": "NODE_HANDLE", "type": "net.Server", "msg": "listening"}) + "\n"
-socket.send_fds(channel, [message.encode()], [listener.fileno()])
-# Wait for the acknowledgement: the socket is the server's once it has taken it.
 received = b""
-while b"\n" not in received:
-    chunk = channel.recv(4096)
-    if not chunk:
-        break
-    received += chunk
+for index, arg in enumerate(sys.argv[1:]):
+    address, _, port = arg.rpartition(":")
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((address or "127.0.0.1", int(port)))
+    except OSError as err:
+        sys.stderr.write("cannot listen on %s: %s\n" % (arg, err.strerror))
+        sys.exit(1)
+    listener.listen(511)
+    message = json.dumps({"cmd": "NODE_HANDLE", "type": "net.Server", "msg": "listening:%d" % index}) + "\n"
+    socket.send_fds(channel, [message.encode()], [listener.fileno()])
+    listener.close()
+    # Wait for the acknowledgement: the socket is the server's once it has taken it.
+    while b"\n" not in received:
+        chunk = channel.recv(4096)
+        if not chunk:
+            sys.exit(1)
+        received += chunk
+    received = received[received.index(b"\n") + 1 :]

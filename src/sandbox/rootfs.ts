@@ -56,7 +56,7 @@ export type MountStep =
   | { kind: 'dir' | 'tmpfs' | 'proc' | 'dev'; dest: string };
 
 /** The whole root of a workshop: curated read-only system, identity files, and its own writable dirs. */
-export function mountPlan(own: { workspace: string; tmp: string; home: string; etc: string }): MountStep[] {
+export function mountPlan(own: { workspace: string; tmp: string; home: string; etc: string; run: string }): MountStep[] {
   const plan: MountStep[] = [
     { kind: 'dir', dest: '/etc' },
     { kind: 'dir', dest: '/home' },
@@ -73,11 +73,24 @@ export function mountPlan(own: { workspace: string; tmp: string; home: string; e
     if (st.isSymbolicLink()) plan.push({ kind: 'link', target: readlinkSync(path), dest: path });
     else if (st.isDirectory()) plan.push({ kind: 'ro', src: path, dest: path });
   }
+  const parents = new Set<string>();
   for (const entry of ETC_ENTRIES) {
     const path = `/etc/${entry}`;
+    // A parent bwrap would create for a nested entry (/etc/ssl for ssl/certs) is made 0755 first,
+    // else it is 0700 root and the workshop user cannot reach the entry (OpenSSL's config, CAs).
+    const parent = path.slice(0, path.lastIndexOf('/'));
+    if (parent !== '/etc' && !parents.has(parent) && existsSync(path)) {
+      parents.add(parent);
+      plan.push({ kind: 'dir', dest: parent });
+    }
     if (existsSync(path)) plan.push({ kind: 'ro', src: path, dest: path });
   }
-  for (const name of IDENTITY_FILES) plan.push({ kind: 'ro', src: join(own.etc, name), dest: `/etc/${name}` });
+  for (const name of IDENTITY_FILES) {
+    // /etc/hosts follows the workshop's internal names (simulators added live): it is a link into
+    // /run/atelier, a directory the server rewrites by atomic rename (a bound file could not be).
+    if (name === 'hosts') plan.push({ kind: 'link', target: '/run/atelier/hosts', dest: '/etc/hosts' });
+    else plan.push({ kind: 'ro', src: join(own.etc, name), dest: `/etc/${name}` });
+  }
   plan.push(
     { kind: 'proc', dest: '/proc' },
     { kind: 'dev', dest: '/dev' },
@@ -85,6 +98,8 @@ export function mountPlan(own: { workspace: string; tmp: string; home: string; e
     { kind: 'rw', src: own.tmp, dest: '/tmp' },
     { kind: 'rw', src: own.home, dest: '/home/atelier' },
     { kind: 'tmpfs', dest: '/run' },
+    // Written by the server only: hosts, simulators.json (connection details of the workshop's services).
+    { kind: 'ro', src: own.run, dest: '/run/atelier' },
     { kind: 'dir', dest: '/var' },
     { kind: 'link', target: '../tmp', dest: '/var/tmp' },
   );
@@ -92,6 +107,13 @@ export function mountPlan(own: { workspace: string; tmp: string; home: string; e
 }
 
 export const IDENTITY_FILES = ['passwd', 'group', 'hosts', 'hostname', 'resolv.conf'] as const;
+
+/** A workshop's /etc/hosts: itself, then its internal services (`127.x.y.z  postgres.atelier.internal`). */
+export function hostsFile(hostname: string, entries: ReadonlyArray<{ address: string; name: string }> = []): string {
+  let text = `127.0.0.1\tlocalhost ${hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n`;
+  for (const e of entries) text += `${e.address}\t${e.name}\n`;
+  return text;
+}
 
 /** Identity files written per workshop and bound read-only over /etc. */
 export function identityFiles(opts: { uid: number; gid: number; hostname: string }): Record<(typeof IDENTITY_FILES)[number], string> {
@@ -104,7 +126,7 @@ export function identityFiles(opts: { uid: number; gid: number; hostname: string
   return {
     passwd,
     group,
-    hosts: `127.0.0.1\tlocalhost ${opts.hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n`,
+    hosts: hostsFile(opts.hostname),
     hostname: `${opts.hostname}\n`,
     'resolv.conf': '# no network in this workshop: egress goes through the Atelier proxy\n',
   };

@@ -14,6 +14,7 @@ import {
 import { errorHandler } from './errors.js';
 import { identityRoutes } from './routes/identity.js';
 import { workshopRoutes } from './routes/workshops.js';
+import { simulatorRoutes } from './routes/simulators.js';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -140,6 +141,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   app.get('/v1/admin/routes', { config: { access: { role: 'admin' } } }, async () => ({ items: catalog }));
 
   workshopRoutes(app, deps.workshops);
+  simulatorRoutes(app, deps.workshops);
   identityRoutes(app, deps.accounts, deps.workshops);
   for (const register of deps.extraRoutes ?? []) register(app);
   return app;

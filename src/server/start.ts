@@ -17,7 +17,8 @@ import {
 } from '../core/index.js';
 import { createPool, migrate, startEmbeddedPostgres, withTransaction, type EmbeddedPostgres, type Pool } from '../db/index.js';
 import { inspectIsolation, processStartTime } from '../sandbox/index.js';
-import { LocalDriver, WorkshopService } from '../workshops/index.js';
+import { InternalNetwork, LocalDriver, SimulatorManager, WorkshopService } from '../workshops/index.js';
+import { warmSimulators } from '../simulators/index.js';
 import { AccountService, Authenticator, MasterKey, generatePassword, hashPassword } from '../identity/index.js';
 import { buildApp } from './app.js';
 import { startEgress } from './egress.js';
@@ -260,6 +261,28 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const sudoHome = config.sudoUser ? homeOf(config.sudoUser.uid) : undefined;
     const egress = await startEgress(config, pool, logger);
     cleanups.push(() => egress.close());
+    const internal = new InternalNetwork(egress.wiring.proxy);
+    // Inside every workshop, http://api.atelier.internal reaches this server's API (ATELIER_URL).
+    // The object is shared with the listeners: its port is filled in once the server listens.
+    const apiTarget = { host: '127.0.0.1', port: 0 };
+    const simulators = new SimulatorManager(pool, {
+      dataDir,
+      rootless: isolation.rootless,
+      internal,
+      baseServices: () => [{ label: 'api', port: 80, target: apiTarget }],
+      log: logger,
+    });
+    mkdirSync(join(dataDir, 'simulators'), { recursive: true, mode: 0o711 });
+    chmodSync(join(dataDir, 'simulators'), 0o711);
+    if (config.simulatorsWarm) {
+      // initdb must not run as root: the first workshop uid runs it, the template is then the server's.
+      void warmSimulators({
+        cacheDir: simulators.cacheDir,
+        runAs: config.isRoot ? { uid: config.uidBase, gid: config.uidBase } : undefined,
+      }).catch((err: unknown) =>
+        logger.warn({ err: String(err) }, 'could not prepare the simulator templates (they are made on first use)'),
+      );
+    }
     const workshops = new WorkshopService(pool, driver, {
       nodeId,
       // Under sudo, the home of the user who ran it is allowed too (repositories live there).
@@ -268,6 +291,9 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       uidBase: config.uidBase,
       log: logger,
       egress: egress.wiring,
+      internal,
+      simulators,
+      sealer: masterKey,
     });
     await workshops.reconcile();
 
@@ -290,6 +316,8 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     await app.listen({ host: listen.host, port: listen.port });
     const addr = app.server.address();
     const port = typeof addr === 'object' && addr ? addr.port : listen.port;
+    apiTarget.port = port;
+    if (listen.host !== '0.0.0.0' && listen.host !== '::') apiTarget.host = listen.host;
     const host = listen.host.includes(':') ? `[${listen.host}]` : listen.host === '0.0.0.0' ? '127.0.0.1' : listen.host;
     const url = `http://${host}:${port}`;
     authenticator.setAuthority(await identity.ready(publicUrlFlag ?? config.publicUrl ?? url));

@@ -108,7 +108,13 @@ async function launch(entry: CatalogEntry, instance: SimulatorInstance, timeoutM
   await prepareSocketDir(join(instance.socketDir, instance.name), instance.runAs);
   let started: Started | undefined;
   try {
-    started = await spawnDetached({ argv: entry.command(instance), cwd: instance.dir, logFile: instance.logFile, runAs: instance.runAs });
+    started = await spawnDetached({
+      argv: entry.command(instance),
+      cwd: instance.dir,
+      logFile: instance.logFile,
+      runAs: instance.runAs,
+      cgroupProcs: instance.cgroupProcs,
+    });
     const handle: SimulatorHandle = { ...instance, pid: started.pid, startTime: started.startTime };
     await waitReady(entry, handle, started, timeoutMs);
     await entry.initialise(handle);
@@ -135,6 +141,7 @@ export async function startSimulator(spec: SimulatorSpec): Promise<SimulatorHand
   const entry = checkSpec(spec);
   await assertNameFree(join(spec.socketDir, spec.name), spec.name);
   const instance = await entry.prepare(spec, join(spec.socketDir, spec.name));
+  if (spec.cgroupProcs) instance.cgroupProcs = spec.cgroupProcs;
   return launch(entry, instance, spec.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS);
 }
 

@@ -80,6 +80,8 @@ export async function readTail(file: string, bytes: number): Promise<string> {
   }
 }
 
+const CGROUP_ENTER = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 111; shift; n=$((n-1)); done; exec "$@"';
+
 export interface Started {
   pid: number;
   startTime: string;
@@ -92,16 +94,37 @@ export interface Started {
  * own: it survives a server restart (like the sandboxes) and its whole tree can be signalled at
  * once. Output goes to `logFile`.
  */
-export async function spawnDetached(opts: { argv: string[]; cwd: string; logFile: string; runAs: RunAs | undefined }): Promise<Started> {
+export async function spawnDetached(opts: {
+  argv: string[];
+  cwd: string;
+  logFile: string;
+  runAs: RunAs | undefined;
+  cgroupProcs?: string[] | undefined;
+}): Promise<Started> {
   const logFd = openSync(opts.logFile, 'a', 0o640);
+  // Into the cgroups first (as root: the files are root's), then down to runAs, then exec: the
+  // process and everything it forks are in them from the first instruction. Same pid throughout.
+  const inCgroups = opts.cgroupProcs && opts.cgroupProcs.length > 0 ? opts.cgroupProcs : undefined;
+  const argv = inCgroups
+    ? [
+        '/bin/sh',
+        '-c',
+        CGROUP_ENTER,
+        'sh',
+        String(inCgroups.length),
+        ...inCgroups,
+        ...(opts.runAs ? ['/usr/bin/setpriv', `--reuid=${opts.runAs.uid}`, `--regid=${opts.runAs.gid}`, '--clear-groups', '--'] : []),
+        ...opts.argv,
+      ]
+    : opts.argv;
   let child;
   try {
-    child = spawn(opts.argv[0]!, opts.argv.slice(1), {
+    child = spawn(argv[0]!, argv.slice(1), {
       cwd: opts.cwd,
       detached: true,
       stdio: ['ignore', logFd, logFd],
       env: SIMULATOR_ENV,
-      ...(opts.runAs ? { uid: opts.runAs.uid, gid: opts.runAs.gid } : {}),
+      ...(opts.runAs && !inCgroups ? { uid: opts.runAs.uid, gid: opts.runAs.gid } : {}),
     });
   } finally {
     closeSync(logFd);

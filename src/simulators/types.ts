@@ -30,6 +30,11 @@ export interface SimulatorSpec {
   cacheDir: string;
   /** Unprivileged user to run as; undefined runs as the current user (which must not be root). */
   runAs?: RunAs | undefined;
+  /**
+   * `cgroup.procs` files the simulator's process joins before it starts (the workshop's own
+   * child cgroups: it then counts against the workshop's limits and is frozen with it). Needs root.
+   */
+  cgroupProcs?: string[] | undefined;
   /** How long the start (process up and a real round trip answered) may take; default 20 s. */
   startTimeoutMs?: number | undefined;
 }
@@ -55,6 +60,8 @@ export interface SimulatorHandle {
   cacheDir: string;
   runAs?: RunAs | undefined;
   logFile: string;
+  /** The cgroups it runs in (see SimulatorSpec.cgroupProcs). */
+  cgroupProcs?: string[] | undefined;
   /** Where the workshop reaches it, through the caller's forwarder and hosts entry. */
   endpoint: { host: string; port: number };
   /** Connection details for the workshop's environment (DATABASE_URL, PG*, REDIS_URL…). */

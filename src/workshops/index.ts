@@ -3,3 +3,5 @@ export { WorkshopService } from './service.js';
 export type { EgressWiring, RunningExec, ServiceOptions } from './service.js';
 export { readDevcontainer } from './devcontainer.js';
 export { resolveRepoSource } from './repo.js';
+export { InternalNetwork } from './internal.js';
+export { SimulatorManager, type SimulatorView } from './simulators.js';

@@ -2,7 +2,7 @@ import { lstatSync, readFileSync, realpathSync } from 'node:fs';
 import { join, sep } from 'node:path';
 import { parse } from 'yaml';
 import { z } from 'zod';
-import { AtelierError, describeZodError } from '../core/index.js';
+import { AtelierError, describeZodError, SimulatorRequest } from '../core/index.js';
 import { createEgressPolicy } from '../egress/index.js';
 
 /**
@@ -26,13 +26,25 @@ export type ProjectEgress = z.infer<typeof Egress>;
 export interface ProjectSettings {
   path: string | null;
   egress: ProjectEgress;
+  /** The `simulators:` block (checked against the catalog when they start). */
+  simulators: SimulatorRequest[];
 }
+
+/**
+ *   simulators:                 # started with the workshop, reachable as <name>.atelier.internal
+ *     - name: postgres
+ *       version: "15"
+ *       env: { POSTGRES_DB: testdb }
+ *     - type: redis
+ *       name: cache             # cache.atelier.internal
+ */
+const Simulators = z.array(SimulatorRequest).max(16).default([]);
 
 const FILE = 'atelier.yaml';
 
 /** Reads atelier.yaml from the cloned workspace; it must resolve inside the workspace. */
 export function readProjectSettings(workspace: string): ProjectSettings {
-  const none: ProjectSettings = { path: null, egress: Egress.parse({}) };
+  const none: ProjectSettings = { path: null, egress: Egress.parse({}), simulators: [] };
   const full = join(workspace, FILE);
   try {
     lstatSync(full);
@@ -67,11 +79,18 @@ export function readProjectSettings(workspace: string): ProjectSettings {
       field: `egress${field ? `.${field}` : ''}`,
     });
   }
+  const sims = Simulators.safeParse((doc as Record<string, unknown>).simulators ?? []);
+  if (!sims.success) {
+    const { message, field } = describeZodError(sims.error);
+    throw new AtelierError('INVALID_ARGUMENT', `${FILE}: simulators${field ? `.${field}` : ''}: ${message}`, {
+      field: `simulators${field ? `.${field}` : ''}`,
+    });
+  }
   // Refused entries (`*`, `*.com`, malformed names) are reported now, naming the entry.
   try {
     createEgressPolicy({ allow: r.data.allow, deny: r.data.deny });
   } catch (err) {
     throw new AtelierError('INVALID_ARGUMENT', `${FILE}: ${(err as Error).message}`, { field: 'egress' });
   }
-  return { path: FILE, egress: r.data };
+  return { path: FILE, egress: r.data, simulators: sims.data };
 }

@@ -5,11 +5,15 @@ import type { ChildProcess } from 'node:child_process';
 import { type Readable } from 'node:stream';
 import {
   AtelierError,
+  hashToken,
   isWorkshopId,
+  newApiToken,
+  newId,
   newWorkshopId,
   parseSize,
   type CreateWorkshopRequest,
   type ExecRequest,
+  type SimulatorRequest,
   type Workshop,
   type WorkshopLimits,
   type WorkshopStatus,
@@ -22,6 +26,8 @@ import { readDevcontainer } from './devcontainer.js';
 import { readProjectSettings } from './project.js';
 import type { LocalDriver } from './local/driver.js';
 import { cloneRepo, resolveRepoSource } from './repo.js';
+import type { InternalNetwork } from './internal.js';
+import { mergeSimulators, type SimulatorManager, type SimulatorView, type WorkshopContext } from './simulators.js';
 
 interface WorkshopRow {
   id: string;
@@ -42,6 +48,7 @@ interface WorkshopRow {
   egress: { allow?: string[]; deny?: string[]; askHoldSeconds?: number };
   warnings: string[];
   sandbox: SandboxHandle | null;
+  agent_token: string | null;
   created_at: Date;
   updated_at: Date;
 }
@@ -53,6 +60,11 @@ export interface ServiceOptions {
   uidBase: number;
   log: { info(obj: object, msg?: string): void; warn(obj: object, msg?: string): void; error(obj: object, msg?: string): void };
   egress: EgressWiring;
+  /** The workshops' `.atelier.internal` names and their simulators. */
+  internal: InternalNetwork;
+  simulators: SimulatorManager;
+  /** Seals the workshop's own agent token at rest (the server's master key). */
+  sealer: { encrypt(plain: string, context: string): string; decrypt(sealed: string, context: string): Buffer };
 }
 
 /** The egress proxy every workshop's traffic goes through, and the platform's part of each policy. */
@@ -259,11 +271,18 @@ export class WorkshopService {
     const handle = await this.startSandbox(row);
     try {
       await this.openEgress(row, handle);
+      // A new sandbox is a new network namespace: the internal listeners are opened again.
+      this.opts.internal.reset(row.id);
+      await this.opts.simulators.recover(this.context(row, handle));
     } catch (err) {
       await this.driver.stop(row.id, handle).catch(() => undefined);
       throw err;
     }
     return this.setStatus(row.id, 'Running', reason, handle);
+  }
+
+  private context(row: WorkshopRow, sandbox: SandboxHandle): WorkshopContext {
+    return { id: row.id, hostname: row.name, uid: row.uid, sandbox, layout: this.driver.layout(row.id) };
   }
 
   /** The workshop's live policy: the platform's allowlist, then the project's entries. */
@@ -332,7 +351,17 @@ export class WorkshopService {
             actor.tenantId,
           ],
         );
-        return r.rows[0]!;
+        // The workshop's own agent token (ATELIER_TOKEN inside it): its owner's rights capped at
+        // member, for this workshop only (an agent principal), gone with the workshop.
+        const token = newApiToken();
+        await c.query(
+          `INSERT INTO api_tokens (id, user_id, name, token_hash, tenant_id, role, workshop_id)
+           VALUES ($1, $2, $3, $4, $5, 'member', $6)`,
+          [newId('tok'), actor.userId, `workshop ${id}`, hashToken(token), actor.tenantId, id],
+        );
+        const sealed = this.opts.sealer.encrypt(token, `workshop-token:${id}`);
+        await c.query('UPDATE workshops SET agent_token = $2 WHERE id = $1', [id, sealed]);
+        return { ...r.rows[0]!, agent_token: sealed };
       });
     } catch (err) {
       if ((err as { code?: string }).code === '23505')
@@ -375,6 +404,9 @@ export class WorkshopService {
       ]);
       await this.query('UPDATE workshops SET sandbox = $2 WHERE id = $1', [id, JSON.stringify(handle)]);
       const current = { ...row, env, sandbox: handle! };
+      // Simulators start before the devcontainer's commands, which may well migrate a database.
+      // One that fails is reported Failed in `atelier simulators list`; the workshop goes on.
+      await this.opts.simulators.start(this.context(row, handle!), mergeSimulators(project.simulators, req.simulators ?? []));
       for (const step of dev.createCommands) {
         const result = await this.collectOutput(
           this.spawn(current, step.command, '/workspace', {}, undefined, CREATE_COMMAND_TIMEOUT_SECONDS),
@@ -395,6 +427,7 @@ export class WorkshopService {
     } catch (err) {
       const reason = err instanceof Error ? err.message : String(err);
       this.opts.log.warn({ workshop: id, err: reason }, 'workshop build failed');
+      await this.opts.simulators.removeAll(id).catch(() => undefined);
       await this.driver.stop(id, handle).catch(() => undefined);
       await this.opts.egress.proxy.close(id).catch(() => undefined);
       // The workshop stays, Failed with the reason, until the user deletes it.
@@ -473,6 +506,7 @@ export class WorkshopService {
     await this.locked(id, async () => {
       const row = await this.row(id);
       await this.setStatus(id, 'Deleting', null);
+      await this.opts.simulators.removeAll(id);
       await this.opts.egress.proxy.close(id);
       await this.driver.destroy(id, row.sandbox).catch((err: Error) => {
         throw new AtelierError('SANDBOX_FAILED', `workshop ${id} could not be removed completely (${err.message}); run the delete again`, {
@@ -484,7 +518,66 @@ export class WorkshopService {
   }
 
   private sandboxEnv(row: WorkshopRow, extra: Record<string, string> = {}): Record<string, string> {
-    return { ...BASE_ENV, ATELIER_WORKSHOP_ID: row.id, ATELIER_WORKSHOP_NAME: row.name, ...row.env, ...extra };
+    return {
+      ...BASE_ENV,
+      ATELIER_WORKSHOP_ID: row.id,
+      ATELIER_WORKSHOP_NAME: row.name,
+      ...this.agentEnv(row),
+      ...row.env,
+      // The simulators' connection details win over the devcontainer's (which name compose services).
+      ...this.opts.simulators.env(row.id),
+      ...extra,
+    };
+  }
+
+  /** ATELIER_URL and ATELIER_TOKEN: the API from inside, as this workshop's agent. */
+  private agentEnv(row: WorkshopRow): Record<string, string> {
+    if (!row.agent_token) return {};
+    try {
+      return {
+        ATELIER_URL: 'http://api.atelier.internal',
+        ATELIER_TOKEN: this.opts.sealer.decrypt(row.agent_token, `workshop-token:${row.id}`).toString('utf8'),
+      };
+    } catch (err) {
+      this.opts.log.warn({ workshop: row.id, err: (err as Error).message }, 'workshop token cannot be unsealed: ATELIER_TOKEN not set');
+      return {};
+    }
+  }
+
+  /** The workshop's simulators, their state, endpoint and resource use. */
+  async listSimulators(id: string, actor: Principal): Promise<SimulatorView[]> {
+    await this.row(id, { actor, action: 'read' });
+    return this.opts.simulators.list(id);
+  }
+
+  /** Starts one more simulator in a running workshop, reachable at once without a restart. */
+  async requestSimulator(id: string, req: SimulatorRequest, actor: Principal): Promise<SimulatorView> {
+    return this.locked(id, async () => {
+      const row = await this.runnable(id, { actor, action: 'operate' });
+      const [view] = await this.opts.simulators.start(this.context(row, row.sandbox), [req], true);
+      return view!;
+    });
+  }
+
+  async simulatorLogs(id: string, name: string, actor: Principal, tailBytes?: number): Promise<string> {
+    await this.row(id, { actor, action: 'read' });
+    return this.opts.simulators.logs(id, name, tailBytes);
+  }
+
+  async resetSimulator(id: string, name: string, actor: Principal): Promise<SimulatorView> {
+    return this.locked(id, async () => {
+      const row = await this.runnable(id, { actor, action: 'operate' });
+      return this.opts.simulators.reset(this.context(row, row.sandbox), name);
+    });
+  }
+
+  /** Running workshops (for the simulators' watchdog). */
+  private async runningContexts(): Promise<WorkshopContext[]> {
+    const rows = await this.query<WorkshopRow>(
+      "SELECT * FROM workshops WHERE node_id = $1 AND status = 'Running' AND sandbox IS NOT NULL",
+      [this.opts.nodeId],
+    );
+    return rows.map((r) => this.context(r, r.sandbox!));
   }
 
   private async runnable(id: string, access: Access): Promise<WorkshopRow & { sandbox: SandboxHandle }> {
@@ -591,6 +684,8 @@ export class WorkshopService {
 
   /** Kills the commands this server process started and still waits for (at shutdown). */
   async close(): Promise<void> {
+    this.opts.simulators.stopWatchdog();
+    this.opts.internal.closeAll();
     await this.killExecs();
     this.driver.releaseCgroupBase();
   }
@@ -815,6 +910,7 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
           const alive = row.sandbox !== null && this.driver.alive(row.sandbox);
           if (alive) {
             await this.openEgress(row, row.sandbox!);
+            await this.opts.simulators.recover(this.context(row, row.sandbox!));
             const orphans = this.driver.killOrphanExecs(row.sandbox!);
             if (orphans > 0) this.opts.log.warn({ workshop: id, orphans }, 'killed commands left running by a previous server process');
             const frozen = this.driver.frozen(row.sandbox!);
@@ -841,10 +937,12 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
         ).catch(() => undefined);
       }
     }
+    this.opts.simulators.startWatchdog(() => this.runningContexts());
     const known = new Set((await this.query<{ id: string }>('SELECT id FROM workshops')).map((r) => r.id));
     for (const id of this.driver.localIds()) {
       if (known.has(id)) continue;
       this.opts.log.warn({ workshop: id }, 'removing an orphan workshop directory or cgroup');
+      await this.opts.simulators.removeAll(id).catch(() => undefined);
       await this.driver
         .destroy(id, null)
         .catch((err: Error) => this.opts.log.error({ workshop: id, err: err.message }, 'could not remove an orphan workshop'));

@@ -76,6 +76,8 @@ export class TestServer {
           HOME: this.runAs?.home ?? process.env.HOME,
           ATELIER_CONFIG_DIR: this.configDir,
           ATELIER_LOG_LEVEL: 'warn',
+          // The PostgreSQL simulator template is made on first use, not at every test server's boot.
+          ATELIER_SIMULATORS_WARM: '0',
           ...this.serverEnv,
         },
         stdio: ['ignore', 'pipe', 'pipe'],
@@ -178,6 +180,11 @@ export class TestServer {
 export function killStrays(dataDir: string): void {
   try {
     execFileSync('pkill', ['-9', '-f', '--', `${dataDir}/workshops/`], { stdio: 'ignore' });
+  } catch {
+    // none
+  }
+  try {
+    execFileSync('pkill', ['-9', '-f', '--', `${dataDir}/simulators/`], { stdio: 'ignore' });
   } catch {
     // none
   }

@@ -179,7 +179,26 @@ function ensureTemplate(cacheDir: string, inst: Installation, runAs: RunAs | und
   return pending;
 }
 
-async function createTemplate(cacheDir: string, dir: string, inst: Installation, runAs: RunAs | undefined): Promise<Template> {
+/**
+ * initdb refuses a uid that has no name (getpwuid), which workshop uids (600000+) have not: the
+ * template is then made as `nobody` (it belongs to the server afterwards anyway; the servers
+ * themselves run fine under a nameless uid).
+ */
+function namedUser(runAs: RunAs | undefined): RunAs | undefined {
+  if (!runAs) return runAs;
+  try {
+    const named = readFileSync('/etc/passwd', 'utf8')
+      .split('\n')
+      .some((l) => l.split(':')[2] === String(runAs.uid));
+    if (named) return runAs;
+  } catch {
+    // no passwd file: keep what was given
+  }
+  return { uid: 65534, gid: 65534 };
+}
+
+async function createTemplate(cacheDir: string, dir: string, inst: Installation, given: RunAs | undefined): Promise<Template> {
+  const runAs = namedUser(given);
   const existing = readTemplate(dir);
   if (existing) return existing;
   mkdirSync(cacheDir, { recursive: true, mode: 0o711 });

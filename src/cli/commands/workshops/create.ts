@@ -3,6 +3,7 @@ import { resolve } from 'node:path';
 import { AtelierError, type Workshop } from '../../../core/index.js';
 import { call } from '../../client.js';
 import type { CommandContext } from '../../context.js';
+import { parseSimulatorFlag } from '../simulators/manage.js';
 
 export interface CreateFlags {
   repo: string;
@@ -12,6 +13,7 @@ export interface CreateFlags {
   cpus?: string;
   memory?: string;
   pids?: string;
+  simulator?: string[];
 }
 
 function number(flag: string, value: string | undefined): number | undefined {
@@ -37,5 +39,6 @@ export async function createWorkshop(ctx: CommandContext, flags: CreateFlags): P
   if (flags.memory !== undefined) body.memory = flags.memory;
   const pids = number('pids', flags.pids);
   if (pids !== undefined) body.pids = pids;
+  if (flags.simulator && flags.simulator.length > 0) body.simulators = flags.simulator.map(parseSimulatorFlag);
   return call<Workshop>(await ctx.target(), { method: 'POST', path: '/v1/workshops', body });
 }

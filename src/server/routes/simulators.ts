@@ -1,0 +1,49 @@
+import type { FastifyInstance } from 'fastify';
+import { AtelierError, SimulatorRequest } from '../../core/index.js';
+import type { RouteAccess } from '../../identity/index.js';
+import type { WorkshopService } from '../../workshops/index.js';
+import { parse, principalOf } from './common.js';
+
+// Route-level rules; the per-workshop rule (tenant, owner, agent's own workshop) is the service's.
+// An agent asks for simulators for its own workshop (request_simulator).
+const READ: RouteAccess = { role: 'viewer', agent: true };
+const OPERATE: RouteAccess = { role: 'member', agent: true };
+
+type Params = { Params: { id: string; name: string } };
+
+/** `?tail=` bytes of log, once, 1 B – 1 MiB. */
+function tailParam(value: unknown): number | undefined {
+  if (value === undefined) return undefined;
+  const n = typeof value === 'string' && /^\d{1,8}$/.test(value) ? Number(value) : NaN;
+  if (!(n >= 1 && n <= 1 << 20))
+    throw new AtelierError('INVALID_ARGUMENT', 'query parameter tail must be a number of bytes from 1 to 1048576, given once', {
+      field: 'tail',
+    });
+  return n;
+}
+
+/** A workshop's simulators: list, live request, logs, reset. */
+export function simulatorRoutes(app: FastifyInstance, service: WorkshopService): void {
+  app.get<{ Params: { id: string } }>('/v1/workshops/:id/simulators', { config: { access: READ } }, async (request) => ({
+    items: await service.listSimulators(request.params.id, principalOf(request)),
+  }));
+
+  app.post<{ Params: { id: string } }>('/v1/workshops/:id/simulators', { config: { access: OPERATE } }, async (request, reply) => {
+    const body = parse(SimulatorRequest, request.body);
+    const view = await service.requestSimulator(request.params.id, body, principalOf(request));
+    return reply.status(201).send(view);
+  });
+
+  app.get<Params & { Querystring: { tail?: unknown } }>(
+    '/v1/workshops/:id/simulators/:name/logs',
+    { config: { access: READ } },
+    async (request, reply) => {
+      const text = await service.simulatorLogs(request.params.id, request.params.name, principalOf(request), tailParam(request.query.tail));
+      return reply.type('text/plain; charset=utf-8').send(text);
+    },
+  );
+
+  app.post<Params>('/v1/workshops/:id/simulators/:name/reset', { config: { access: OPERATE } }, async (request) =>
+    service.resetSimulator(request.params.id, request.params.name, principalOf(request)),
+  );
+}

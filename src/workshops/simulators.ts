@@ -1,0 +1,481 @@
+import { existsSync, lstatSync, mkdirSync, readFileSync, realpathSync, rmSync } from 'node:fs';
+import { join, sep } from 'node:path';
+import { AtelierError, type SimulatorRequest } from '../core/index.js';
+import { asDatabaseError, type Pool } from '../db/index.js';
+import { INTERNAL_SUFFIX } from '../egress/index.js';
+import { childCgroups, procsFiles, type SandboxHandle, type SandboxLayout } from '../sandbox/index.js';
+import {
+  isAlive,
+  processTree,
+  removeSimulator,
+  resetSimulator,
+  SIMULATOR_TYPES,
+  simulatorLogs,
+  startSimulator,
+  stopSimulator,
+  type RunAs,
+  type SimulatorHandle,
+  type SimulatorSpec,
+  type SimulatorType,
+} from '../simulators/index.js';
+import { writeAtomically, type InternalNetwork, type InternalServiceSpec } from './internal.js';
+
+/** How many simulators one workshop may run at once. */
+export const MAX_SIMULATORS_PER_WORKSHOP = 8;
+
+/** The label a type answers to when the request names no other (the specification's names). */
+const DEFAULT_LABEL: Record<string, string> = { localstack: 'aws', wiremock: 'mock' };
+
+export type SimulatorStatus = 'Starting' | 'Running' | 'Failed';
+
+/** What `atelier simulators list` shows of one simulator. */
+export interface SimulatorView {
+  name: string;
+  type: string;
+  version: string | null;
+  status: SimulatorStatus;
+  statusReason: string | null;
+  /** Where the workshop reaches it. */
+  endpoint: { host: string; port: number } | null;
+  /** Connection details (also in the workshop's environment and /run/atelier/simulators.json). */
+  env: Record<string, string>;
+  restarts: number;
+  /** Resident memory of its processes, when running. */
+  memoryBytes: number | null;
+  processes: number | null;
+  createdAt: string;
+}
+
+interface SimRow {
+  workshop_id: string;
+  name: string;
+  type: string;
+  request: SimulatorRequest;
+  handle: SimulatorHandle | null;
+  status: SimulatorStatus;
+  status_reason: string | null;
+  restarts: number;
+  created_at: Date;
+}
+
+/** What the manager needs of a running workshop. */
+export interface WorkshopContext {
+  id: string;
+  /** Its hostname (for /etc/hosts). */
+  hostname: string;
+  uid: number;
+  sandbox: SandboxHandle;
+  layout: SandboxLayout;
+}
+
+export interface SimulatorManagerOptions {
+  dataDir: string;
+  /** The server is an ordinary user: simulators run as that user, not as the workshop's uid. */
+  rootless: boolean;
+  internal: InternalNetwork;
+  /** Internal services every workshop has besides its simulators (the API). */
+  baseServices: () => InternalServiceSpec[];
+  log: { warn(obj: object, msg?: string): void; error(obj: object, msg?: string): void };
+}
+
+function memoryOf(handle: SimulatorHandle): { memoryBytes: number; processes: number } | null {
+  if (!isAlive(handle)) return null;
+  let memoryBytes = 0;
+  const tree = processTree(handle.pid);
+  for (const p of tree) {
+    try {
+      const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${p.pid}/status`, 'utf8'));
+      if (m) memoryBytes += Number(m[1]) * 1024;
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return { memoryBytes, processes: tree.length };
+}
+
+/** The name a request gets: its own, else its type's label (`localstack` → `aws`). */
+export function simulatorName(req: SimulatorRequest): string {
+  const type = (req.type ?? req.name)!;
+  return req.type === undefined ? (DEFAULT_LABEL[type] ?? type) : (req.name ?? DEFAULT_LABEL[type] ?? type);
+}
+
+/** atelier.yaml's simulators, with those given at create time replacing any of the same name. */
+export function mergeSimulators(project: SimulatorRequest[], given: SimulatorRequest[]): SimulatorRequest[] {
+  const names = new Set(given.map(simulatorName));
+  return [...project.filter((r) => !names.has(simulatorName(r))), ...given];
+}
+
+function envPrefix(name: string): string {
+  return name.toUpperCase().replace(/-/g, '_');
+}
+
+/**
+ * The simulators of every workshop of this server: started with the workshop (atelier.yaml,
+ * `--simulator`) or live (`request`), reachable inside it at `<name>.atelier.internal`
+ * (InternalNetwork), restarted after a crash, gone with the workshop.
+ */
+export class SimulatorManager {
+  /** Per workshop: the environment new execs get (kept in memory, rebuilt from the rows). */
+  private readonly envs = new Map<string, Record<string, string>>();
+  /** Workshops being started or stopped here, so the watchdog leaves them alone. */
+  private readonly busy = new Set<string>();
+  private watchdog: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly pool: Pool,
+    private readonly opts: SimulatorManagerOptions,
+  ) {}
+
+  get cacheDir(): string {
+    return join(this.opts.dataDir, 'simulators', 'cache');
+  }
+
+  private workshopDir(id: string): string {
+    return join(this.opts.dataDir, 'simulators', id);
+  }
+
+  private async query<T extends object>(sql: string, params: unknown[] = []): Promise<T[]> {
+    try {
+      return (await this.pool.query<T>(sql, params)).rows;
+    } catch (err) {
+      throw asDatabaseError(err);
+    }
+  }
+
+  private runAs(ctx: { uid: number }): RunAs | undefined {
+    return this.opts.rootless ? undefined : { uid: ctx.uid, gid: ctx.uid };
+  }
+
+  /** Checks one request and makes it a spec (nothing starts). */
+  resolve(ctx: { id: string; uid: number; layout: SandboxLayout; sandbox?: SandboxHandle }, req: SimulatorRequest): SimulatorSpec {
+    const type = (req.type ?? req.name)!;
+    if (!(SIMULATOR_TYPES as readonly string[]).includes(type)) {
+      throw new AtelierError(
+        'INVALID_ARGUMENT',
+        `unknown simulator type ${JSON.stringify(type)}: this server runs ${SIMULATOR_TYPES.join(', ')}` +
+          (req.type === undefined ? ' (give `type:` to name a simulator freely)' : ''),
+        { field: 'type' },
+      );
+    }
+    const name = simulatorName(req);
+    const base = this.workshopDir(ctx.id);
+    const spec: SimulatorSpec & { services?: string[]; stubsDirectory?: string } = {
+      type: type as SimulatorType,
+      name,
+      version: req.version,
+      env: req.env,
+      options: req.options,
+      dir: join(base, name),
+      socketDir: join(base, 'sock'),
+      cacheDir: this.cacheDir,
+      runAs: this.runAs(ctx),
+    };
+    // Its own cgroups under the workshop's: it counts against the workshop's memory, CPU and
+    // process limits, and is frozen and thawed with it (suspend, resume).
+    const cgroups = ctx.sandbox?.cgroups;
+    if (cgroups) spec.cgroupProcs = procsFiles(childCgroups(cgroups, `sim-${name}`));
+    if (req.services !== undefined) spec.services = req.services;
+    if (req.stubsDirectory !== undefined) spec.stubsDirectory = this.insideWorkspace(ctx.layout.workspace, req.stubsDirectory);
+    return spec;
+  }
+
+  /** A workspace-relative directory, refused when it leaves the workspace (`..`, absolute, a link out). */
+  private insideWorkspace(workspace: string, path: string): string {
+    const bad = (why: string): AtelierError =>
+      new AtelierError('INVALID_ARGUMENT', `stubsDirectory ${JSON.stringify(path)} ${why}`, { field: 'stubsDirectory' });
+    if (path.startsWith('/')) throw bad('must be relative to the repository (like ./tests/mocks)');
+    const full = join(workspace, path);
+    if (!existsSync(full)) throw bad('does not exist in the repository');
+    const real = realpathSync(full);
+    const root = realpathSync(workspace);
+    if (real !== root && !real.startsWith(root + sep)) throw bad('points outside the repository');
+    if (!lstatSync(real).isDirectory()) throw bad('is not a directory');
+    return real;
+  }
+
+  private async rows(workshopId: string): Promise<SimRow[]> {
+    return this.query<SimRow>('SELECT * FROM workshop_simulators WHERE workshop_id = $1 ORDER BY created_at, name', [workshopId]);
+  }
+
+  private view(r: SimRow): SimulatorView {
+    const h = r.handle;
+    const mem = h && r.status === 'Running' ? memoryOf(h) : null;
+    return {
+      name: r.name,
+      type: r.type,
+      version: h?.version ?? null,
+      status: r.status,
+      statusReason: r.status_reason,
+      endpoint: h ? h.endpoint : null,
+      env: h && r.status === 'Running' ? h.env : {},
+      restarts: r.restarts,
+      memoryBytes: mem?.memoryBytes ?? null,
+      processes: mem?.processes ?? null,
+      createdAt: r.created_at.toISOString(),
+    };
+  }
+
+  async list(workshopId: string): Promise<SimulatorView[]> {
+    return (await this.rows(workshopId)).map((r) => this.view(r));
+  }
+
+  private async one(workshopId: string, name: string): Promise<SimRow> {
+    const [r] = await this.query<SimRow>('SELECT * FROM workshop_simulators WHERE workshop_id = $1 AND name = $2', [workshopId, name]);
+    if (!r)
+      throw new AtelierError(
+        'NOT_FOUND',
+        `workshop ${workshopId} has no simulator named ${JSON.stringify(name)}: run \`atelier simulators list ${workshopId}\``,
+        { name },
+      );
+    return r;
+  }
+
+  /** The environment new execs of the workshop get from its running simulators. */
+  env(workshopId: string): Record<string, string> {
+    return this.envs.get(workshopId) ?? {};
+  }
+
+  /**
+   * Publishes the workshop's current simulators: listeners and hosts entries (InternalNetwork),
+   * the environment of new execs and /run/atelier/simulators.json.
+   */
+  async publish(ctx: WorkshopContext): Promise<void> {
+    const rows = await this.rows(ctx.id);
+    const services: InternalServiceSpec[] = [...this.opts.baseServices()];
+    const env: Record<string, string> = {};
+    const seenTypes = new Set<string>();
+    const doc: Array<Record<string, unknown>> = [];
+    for (const r of rows) {
+      const h = r.handle;
+      doc.push({
+        name: r.name,
+        type: r.type,
+        status: r.status,
+        ...(r.status_reason ? { reason: r.status_reason } : {}),
+        ...(h ? { host: h.endpoint.host, port: h.endpoint.port, version: h.version, env: r.status === 'Running' ? h.env : {} } : {}),
+      });
+      if (!h || r.status !== 'Running') continue;
+      const label = h.endpoint.host.endsWith(INTERNAL_SUFFIX) ? h.endpoint.host.slice(0, -INTERNAL_SUFFIX.length) : h.name;
+      const tcp = (h as SimulatorHandle & { tcp?: { host: string; port: number } }).tcp;
+      services.push({ label, port: h.endpoint.port, target: tcp ? { host: tcp.host, port: tcp.port } : { path: h.socket } });
+      // The first simulator of each type gets the usual names (DATABASE_URL…); each one whose
+      // name is not its type's also gets them prefixed with its name (ORDERS_DATABASE_URL…).
+      if (!seenTypes.has(r.type)) {
+        seenTypes.add(r.type);
+        Object.assign(env, h.env);
+      }
+      if (r.name !== r.type) for (const [k, v] of Object.entries(h.env)) env[`${envPrefix(r.name)}_${k}`] = v;
+    }
+    this.envs.set(ctx.id, env);
+    await this.opts.internal.apply(ctx.id, ctx.sandbox, ctx.layout, ctx.hostname, services);
+    writeAtomically(join(ctx.layout.run, 'simulators.json'), JSON.stringify({ simulators: doc }, null, 2) + '\n');
+  }
+
+  /**
+   * Starts simulators for a workshop and publishes them. A simulator that fails is recorded
+   * Failed with the reason; the workshop is not affected (nor are the others). Bad requests
+   * (unknown type, same name twice, too many) are refused before anything starts.
+   */
+  async start(ctx: WorkshopContext, requests: SimulatorRequest[], live = false): Promise<SimulatorView[]> {
+    const specs = requests.map((r) => ({ req: r, spec: this.resolve(ctx, r) }));
+    const existing = await this.rows(ctx.id);
+    const names = new Set(existing.map((r) => r.name));
+    for (const { spec } of specs) {
+      if (names.has(spec.name))
+        throw new AtelierError(
+          'ALREADY_EXISTS',
+          `workshop ${ctx.id} already has a simulator named ${spec.name}: give another name (\`name\`) or reset it with \`atelier simulators reset ${ctx.id} ${spec.name}\``,
+          { field: 'name', name: spec.name },
+        );
+      names.add(spec.name);
+    }
+    if (names.size > MAX_SIMULATORS_PER_WORKSHOP)
+      throw new AtelierError(
+        'INVALID_ARGUMENT',
+        `a workshop runs at most ${MAX_SIMULATORS_PER_WORKSHOP} simulators (this would make ${names.size}): remove some from atelier.yaml or the request`,
+        { field: 'simulators' },
+      );
+    if (specs.length === 0) {
+      await this.publish(ctx);
+      return [];
+    }
+    for (const { req, spec } of specs) {
+      try {
+        await this.query("INSERT INTO workshop_simulators (workshop_id, name, type, request, status) VALUES ($1, $2, $3, $4, 'Starting')", [
+          ctx.id,
+          spec.name,
+          spec.type,
+          JSON.stringify(req),
+        ]);
+      } catch (err) {
+        if ((err as AtelierError).code === 'ALREADY_EXISTS' || (err as { code?: string }).code === '23505')
+          throw new AtelierError('ALREADY_EXISTS', `workshop ${ctx.id} already has a simulator named ${spec.name}`, { field: 'name' });
+        throw err;
+      }
+    }
+    mkdirSync(this.workshopDir(ctx.id), { recursive: true, mode: 0o711 });
+    this.busy.add(ctx.id);
+    try {
+      const refused = (await Promise.all(specs.map(({ spec }) => this.launch(ctx.id, spec, false, live)))).find((e) => e !== undefined);
+      // A live request with bad input (an unsupported version, an unknown option) is the
+      // caller's error to fix, not a Failed simulator to keep.
+      if (refused) throw refused;
+    } finally {
+      this.busy.delete(ctx.id);
+    }
+    await this.publish(ctx);
+    const rows = await this.rows(ctx.id);
+    return rows.filter((r) => specs.some((s) => s.spec.name === r.name)).map((r) => this.view(r));
+  }
+
+  private async launch(workshopId: string, spec: SimulatorSpec, restarted = false, live = false): Promise<AtelierError | undefined> {
+    try {
+      const handle = await startSimulator(spec);
+      await this.query(
+        `UPDATE workshop_simulators SET handle = $3, status = 'Running', updated_at = now(),
+           status_reason = $4, restarts = restarts + $5 WHERE workshop_id = $1 AND name = $2`,
+        [
+          workshopId,
+          spec.name,
+          JSON.stringify(handle),
+          restarted ? `restarted by the server at ${new Date().toISOString()} after its process ended (its data was reset)` : null,
+          restarted ? 1 : 0,
+        ],
+      );
+    } catch (err) {
+      if (live && err instanceof AtelierError && err.code !== 'UNAVAILABLE') {
+        await this.query('DELETE FROM workshop_simulators WHERE workshop_id = $1 AND name = $2', [workshopId, spec.name]);
+        return err;
+      }
+      const reason = err instanceof Error ? err.message.split('\n')[0]! : String(err);
+      this.opts.log.warn({ workshop: workshopId, simulator: spec.name, err: reason }, 'simulator failed to start');
+      await this.query(
+        "UPDATE workshop_simulators SET status = 'Failed', status_reason = $3, handle = NULL, updated_at = now() WHERE workshop_id = $1 AND name = $2",
+        [workshopId, spec.name, reason],
+      ).catch(() => undefined);
+    }
+    return undefined;
+  }
+
+  async logs(workshopId: string, name: string, tailBytes?: number): Promise<string> {
+    const r = await this.one(workshopId, name);
+    if (!r.handle) return r.status_reason ?? '';
+    return simulatorLogs(r.handle, tailBytes === undefined ? {} : { tailBytes });
+  }
+
+  /** Back to its initial state (fresh database, empty keys…); a Failed one is started again. */
+  async reset(ctx: WorkshopContext, name: string): Promise<SimulatorView> {
+    const r = await this.one(ctx.id, name);
+    this.busy.add(ctx.id);
+    try {
+      if (r.handle) {
+        const handle = await resetSimulator(r.handle);
+        await this.query(
+          "UPDATE workshop_simulators SET handle = $3, status = 'Running', status_reason = NULL, updated_at = now() WHERE workshop_id = $1 AND name = $2",
+          [ctx.id, name, JSON.stringify(handle)],
+        );
+      } else {
+        const spec = this.resolve(ctx, r.request);
+        rmSync(spec.dir, { recursive: true, force: true });
+        await this.launch(ctx.id, spec);
+      }
+    } finally {
+      this.busy.delete(ctx.id);
+    }
+    await this.publish(ctx);
+    return this.view(await this.one(ctx.id, name));
+  }
+
+  /** Stops every simulator of the workshop and removes their files (delete, failed build). */
+  async removeAll(workshopId: string): Promise<void> {
+    this.busy.add(workshopId);
+    try {
+      for (const r of await this.rows(workshopId)) {
+        if (r.handle) await removeSimulator(r.handle);
+      }
+      rmSync(this.workshopDir(workshopId), { recursive: true, force: true });
+      await this.query('DELETE FROM workshop_simulators WHERE workshop_id = $1', [workshopId]);
+      this.envs.delete(workshopId);
+      this.opts.internal.close(workshopId);
+    } finally {
+      this.busy.delete(workshopId);
+    }
+  }
+
+  /** Stops the processes (files kept) when the workshop's sandbox is stopped. */
+  async stopAll(workshopId: string): Promise<void> {
+    for (const r of await this.rows(workshopId)) if (r.handle) await stopSimulator(r.handle).catch(() => undefined);
+  }
+
+  /**
+   * After a server start, or a sandbox started afresh: simulators whose process is still the one
+   * started are kept; the others are started again (fresh state, said in their status).
+   */
+  async recover(ctx: WorkshopContext): Promise<void> {
+    this.busy.add(ctx.id);
+    try {
+      for (const r of await this.rows(ctx.id)) {
+        if (r.status === 'Failed') continue;
+        if (r.handle && isAlive(r.handle)) continue;
+        await this.relaunch(ctx, r);
+      }
+    } finally {
+      this.busy.delete(ctx.id);
+    }
+    await this.publish(ctx);
+  }
+
+  private async relaunch(ctx: WorkshopContext, r: SimRow): Promise<void> {
+    let spec: SimulatorSpec;
+    try {
+      spec = this.resolve(ctx, r.request);
+    } catch (err) {
+      await this.query(
+        "UPDATE workshop_simulators SET status = 'Failed', status_reason = $3, handle = NULL WHERE workshop_id = $1 AND name = $2",
+        [ctx.id, r.name, (err as Error).message],
+      );
+      return;
+    }
+    if (r.handle) await removeSimulator(r.handle).catch(() => undefined);
+    await this.launch(ctx.id, spec, true);
+  }
+
+  /**
+   * Every few seconds: a simulator whose process ended (crash, OOM) is started again and its
+   * status says so. `contexts` gives the running, unsuspended workshops.
+   */
+  startWatchdog(contexts: () => Promise<WorkshopContext[]>, everyMs = 2000): void {
+    let running = false;
+    this.watchdog = setInterval(() => {
+      if (running) return;
+      running = true;
+      void (async () => {
+        for (const ctx of await contexts()) {
+          if (this.busy.has(ctx.id)) continue;
+          const rows = await this.rows(ctx.id);
+          const dead = rows.filter((r) => r.status === 'Running' && r.handle && !isAlive(r.handle));
+          if (dead.length === 0) continue;
+          this.busy.add(ctx.id);
+          try {
+            for (const r of dead) {
+              this.opts.log.warn({ workshop: ctx.id, simulator: r.name }, 'simulator process ended: restarting it');
+              await this.relaunch(ctx, r);
+            }
+            await this.publish(ctx);
+          } finally {
+            this.busy.delete(ctx.id);
+          }
+        }
+      })()
+        .catch((err: unknown) => this.opts.log.error({ err: String(err) }, 'simulator watchdog failed'))
+        .finally(() => {
+          running = false;
+        });
+    }, everyMs);
+    this.watchdog.unref();
+  }
+
+  stopWatchdog(): void {
+    if (this.watchdog) clearInterval(this.watchdog);
+  }
+}

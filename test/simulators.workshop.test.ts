@@ -1,0 +1,313 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { join } from 'node:path';
+import { TestServer, makeRepo } from './helpers/server.js';
+
+// Simulators wired into real workshops: declared in atelier.yaml or given at create, requested
+// live, reached from inside the sandbox by name (plain TCP through /etc/hosts, and through the
+// egress proxy) with the real psql, redis-cli and pg clients; listed, logged, reset, restarted
+// after a crash, and gone with the workshop.
+
+interface Sim {
+  name: string;
+  type: string;
+  status: string;
+  statusReason: string | null;
+  endpoint: { host: string; port: number } | null;
+  env: Record<string, string>;
+  restarts: number;
+  memoryBytes: number | null;
+}
+
+/** A live process (a zombie waiting for init to reap it is not). */
+const alive = (pid: number): boolean => {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return !/^[ZX]$/.test(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0]!);
+  } catch {
+    return false;
+  }
+};
+
+/** Pids of the live processes working under `dir` (a simulator runs in its own directory). */
+function pidsIn(dir: string): number[] {
+  const out: number[] = [];
+  for (const e of readdirSync('/proc')) {
+    if (!/^\d+$/.test(e)) continue;
+    try {
+      const cwd = readlinkSync(`/proc/${e}/cwd`);
+      if ((cwd === dir || cwd.startsWith(`${dir}/`)) && alive(Number(e))) out.push(Number(e));
+    } catch {
+      // gone
+    }
+  }
+  return out;
+}
+
+describe('simulators in a workshop', () => {
+  let server: TestServer;
+  let ws: string;
+
+  before(async () => {
+    server = await TestServer.start();
+    const repo = makeRepo({
+      'atelier.yaml': ['simulators:', '  - name: postgres', '    env:', '      POSTGRES_DB: testdb', '      POSTGRES_USER: dev', ''].join(
+        '\n',
+      ),
+    });
+    const r = await server.cli(['workshops', 'create', '--repo', repo, '--name', 'sims', '--simulator', 'redis', '-o', 'json']);
+    assert.equal(r.code, 0, r.stderr);
+    const w = JSON.parse(r.stdout) as { id: string; status: string; statusReason: string | null };
+    assert.equal(w.status, 'Running', w.statusReason ?? '');
+    ws = w.id;
+  });
+
+  after(async () => {
+    await server?.dispose();
+  });
+
+  async function list(): Promise<Sim[]> {
+    const r = await server.api<{ items: Sim[] }>('GET', `/v1/workshops/${ws}/simulators`);
+    assert.equal(r.status, 200);
+    return r.body.items;
+  }
+
+  it('starts the declared and given simulators with the workshop and lists them', async () => {
+    const items = await list();
+    assert.deepEqual(
+      items.map((s) => [s.name, s.type, s.status]),
+      [
+        ['postgres', 'postgres', 'Running'],
+        ['redis', 'redis', 'Running'],
+      ],
+      JSON.stringify(items),
+    );
+    assert.deepEqual(items[0]!.endpoint, { host: 'postgres.atelier.internal', port: 5432 });
+    assert.ok((items[0]!.memoryBytes ?? 0) > 0, 'memory use is reported');
+    const cli = await server.cli(['simulators', 'list', ws]);
+    assert.equal(cli.code, 0, cli.stderr);
+    assert.match(cli.stdout, /postgres\s+postgres\s+\S+\s+Running\s+postgres\.atelier\.internal:5432/);
+  });
+
+  it('psql and redis-cli reach them by name from inside, with the connection details in the environment', async () => {
+    const pg = await server.exec(ws, ['sh', '-c', 'psql "$DATABASE_URL" -Atc "select current_database(), current_user, 6*7"']);
+    assert.equal(pg.exitCode, 0, pg.stderr);
+    assert.equal(pg.stdout.trim(), 'testdb|dev|42');
+    const byName = await server.exec(ws, [
+      'sh',
+      '-c',
+      'PGPASSWORD="$PGPASSWORD" psql -h postgres.atelier.internal -U dev -d testdb -Atc "select 1"',
+    ]);
+    assert.equal(byName.exitCode, 0, byName.stderr);
+    const redis = await server.exec(ws, [
+      'sh',
+      '-c',
+      'redis-cli -h redis.atelier.internal PING && redis-cli -h redis.atelier.internal SET k v && redis-cli -h redis.atelier.internal GET k',
+    ]);
+    assert.equal(redis.exitCode, 0, redis.stderr);
+    assert.equal(redis.stdout.trim().split('\n').join(' '), 'PONG OK v');
+    // The API from inside, as this workshop's agent (ATELIER_URL, ATELIER_TOKEN).
+    const who = await server.exec(ws, ['sh', '-c', 'curl -sf -H "authorization: Bearer $ATELIER_TOKEN" "$ATELIER_URL/v1/auth/whoami"']);
+    assert.equal(who.exitCode, 0, who.stderr);
+    assert.deepEqual((({ kind, workshopId }) => ({ kind, workshopId }))(JSON.parse(who.stdout) as { kind: string; workshopId: string }), {
+      kind: 'agent',
+      workshopId: ws,
+    });
+    const json = await server.exec(ws, ['cat', '/run/atelier/simulators.json']);
+    const doc = JSON.parse(json.stdout) as { simulators: Array<{ name: string; host: string; port: number; env: Record<string, string> }> };
+    assert.deepEqual(
+      doc.simulators.map((s) => `${s.name}@${s.host}:${s.port}`),
+      ['postgres@postgres.atelier.internal:5432', 'redis@redis.atelier.internal:6379'],
+    );
+    assert.equal(doc.simulators[1]!.env.REDIS_URL, 'redis://redis.atelier.internal:6379');
+  });
+
+  it('the pg client (node) reaches postgres.atelier.internal from inside', async () => {
+    // The repository's own `pg` package, copied into the workspace as an agent's project would have it.
+    const pgDir = join(process.cwd(), 'node_modules');
+    const files: string[] = [];
+    for (const p of [
+      'pg',
+      'pg-protocol',
+      'pg-types',
+      'pg-connection-string',
+      'pg-pool',
+      'pgpass',
+      'pg-int8',
+      'postgres-array',
+      'postgres-bytea',
+      'postgres-date',
+      'postgres-interval',
+      'split2',
+      'xtend',
+      'pg-cloudflare',
+    ])
+      if (existsSync(join(pgDir, p))) files.push(p);
+    const tar = execFileSync('tar', ['-C', pgDir, '-cf', '-', ...files], { maxBuffer: 64 << 20 });
+    const up = await server.exec(ws, ['sh', '-c', 'mkdir -p node_modules && tar -C node_modules -xf -'], { stdin: tar.toString('base64') });
+    assert.equal(up.exitCode, 0, up.stderr);
+    const script =
+      "const {Client}=require('pg');const c=new Client({connectionString:process.env.DATABASE_URL});" +
+      "c.connect().then(()=>c.query('select $1::int + 1 as n',[41])).then(r=>{console.log(r.rows[0].n);return c.end()}).catch(e=>{console.error(e.message);process.exit(1)})";
+    const r = await server.exec(ws, ['node', '-e', script]);
+    assert.equal(r.exitCode, 0, r.stderr);
+    assert.equal(r.stdout.trim(), '42');
+  });
+
+  it('internal names also work through the egress proxy (CONNECT), and unknown ones are refused there', async () => {
+    const py = [
+      'import socket,sys',
+      's=socket.create_connection(("127.0.0.1",3128))',
+      's.sendall(("CONNECT %s HTTP/1.1\\r\\nHost: %s\\r\\n\\r\\n" % (sys.argv[1],sys.argv[1])).encode())',
+      'head=s.recv(4096).decode()',
+      'print(head.split("\\r\\n")[0])',
+      'if " 200 " in head:',
+      '  s.sendall(b"PING\\r\\n"); print(s.recv(100).decode().strip())',
+    ].join('\n');
+    const ok = await server.exec(ws, ['/usr/bin/python3', '-c', py, 'redis.atelier.internal:6379']);
+    assert.equal(ok.exitCode, 0, ok.stderr);
+    assert.deepEqual(ok.stdout.trim().split('\n'), ['HTTP/1.1 200 Connection Established', '+PONG']);
+    const bad = await server.exec(ws, ['/usr/bin/python3', '-c', py, 'nothing.atelier.internal:6379']);
+    assert.match(bad.stdout, /HTTP\/1.1 502/);
+    const log = await server.api<{ items: Array<{ host: string; reason: string }> }>('GET', `/v1/workshops/${ws}/egress`);
+    assert.ok(
+      log.body.items.some((d) => d.host === 'redis.atelier.internal' && d.reason === 'INTERNAL_SERVICE'),
+      'the CONNECT is recorded',
+    );
+    assert.ok(
+      log.body.items.some((d) => d.host === 'nothing.atelier.internal' && d.reason === 'INTERNAL_UNKNOWN'),
+      'the refusal is recorded',
+    );
+  });
+
+  it('a live request starts one more, reachable at once by name, with its variables in new execs', async () => {
+    const r = await server.cli([
+      'simulators',
+      'request',
+      ws,
+      'postgres',
+      '--name',
+      'orders',
+      '--option',
+      'database=orders_test',
+      '-o',
+      'json',
+    ]);
+    assert.equal(r.code, 0, r.stderr);
+    const s = JSON.parse(r.stdout) as Sim;
+    assert.equal(s.status, 'Running');
+    assert.deepEqual(s.endpoint, { host: 'orders.atelier.internal', port: 5432 });
+    const q = await server.exec(ws, [
+      'sh',
+      '-c',
+      'psql "$ORDERS_DATABASE_URL" -Atc "select current_database()" && getent hosts orders.atelier.internal',
+    ]);
+    assert.equal(q.exitCode, 0, q.stderr);
+    assert.match(q.stdout, /^orders_test\n127\.0\.100\.\d+\s+orders\.atelier\.internal/);
+    // The first postgres keeps the plain names.
+    const plain = await server.exec(ws, ['sh', '-c', 'echo "$DATABASE_URL"']);
+    assert.match(plain.stdout, /@postgres\.atelier\.internal:5432\/testdb/);
+  });
+
+  it('bad requests are refused clearly and change nothing', async () => {
+    const before = (await list()).map((s) => s.name);
+    const unknown = await server.api<{ code: string; message: string }>('POST', `/v1/workshops/${ws}/simulators`, { type: 'mongodb' });
+    assert.equal(unknown.status, 400);
+    assert.match(unknown.body.message, /unknown simulator type "mongodb": this server runs postgres, redis/);
+    const twice = await server.api<{ code: string }>('POST', `/v1/workshops/${ws}/simulators`, { type: 'redis' });
+    assert.equal(twice.status, 409);
+    const version = await server.api<{ message: string }>('POST', `/v1/workshops/${ws}/simulators`, {
+      type: 'postgres',
+      name: 'old',
+      version: '9',
+    });
+    assert.ok(version.status >= 400 && version.status < 500, JSON.stringify(version.body));
+    assert.match(version.body.message, /installed/);
+    const env = await server.api('POST', `/v1/workshops/${ws}/simulators`, { type: 'redis', name: 'r2', env: { 'BAD NAME': 'x' } });
+    assert.equal(env.status, 400);
+    const label = await server.api('POST', `/v1/workshops/${ws}/simulators`, { type: 'redis', name: 'Not_A_Label' });
+    assert.equal(label.status, 400);
+    assert.deepEqual(
+      (await list()).map((s) => s.name),
+      before,
+    );
+  });
+
+  it('reset returns a simulator to its initial state; logs show its own output', async () => {
+    await server.exec(ws, ['redis-cli', '-h', 'redis.atelier.internal', 'SET', 'gone', '1']);
+    const r = await server.cli(['simulators', 'reset', ws, 'redis']);
+    assert.equal(r.code, 0, r.stderr);
+    const get = await server.exec(ws, ['redis-cli', '-h', 'redis.atelier.internal', 'EXISTS', 'gone']);
+    assert.equal(get.stdout.trim(), '0');
+    await server.exec(ws, ['sh', '-c', 'psql "$DATABASE_URL" -c "create table t(x int)"']);
+    assert.equal((await server.cli(['simulators', 'reset', ws, 'postgres'])).code, 0);
+    const t = await server.exec(ws, ['sh', '-c', 'psql "$DATABASE_URL" -Atc "select count(*) from pg_tables where tablename = \'t\'"']);
+    assert.equal(t.stdout.trim(), '0', t.stderr);
+    const logs = await server.cli(['simulators', 'logs', ws, 'postgres']);
+    assert.equal(logs.code, 0, logs.stderr);
+    assert.match(logs.stdout, /database system is ready to accept connections/);
+    const missing = await server.cli(['simulators', 'logs', ws, 'nope']);
+    assert.equal(missing.code, 1);
+    assert.match(missing.stderr, /no simulator named "nope"/);
+  });
+
+  it('a simulator whose process dies is restarted by the server, and its status says so', async () => {
+    const dir = join(server.dataDir, 'simulators', ws);
+    const [pid] = pidsIn(join(dir, 'redis'));
+    assert.ok(pid, 'the redis simulator process is found');
+    process.kill(pid, 'SIGKILL');
+    let s: Sim | undefined;
+    for (let i = 0; i < 100; i++) {
+      s = (await list()).find((x) => x.name === 'redis');
+      if (s?.restarts === 1 && s.status === 'Running') break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.equal(s?.restarts, 1, JSON.stringify(s));
+    assert.match(s!.statusReason ?? '', /restarted by the server/);
+    const ping = await server.exec(ws, ['redis-cli', '-h', 'redis.atelier.internal', 'PING']);
+    assert.equal(ping.stdout.trim(), 'PONG');
+  });
+
+  it('simulators run in cgroups of their own under the workshop, frozen and thawed with it', async () => {
+    const [pid] = pidsIn(join(server.dataDir, 'simulators', ws, 'redis'));
+    assert.ok(pid, 'the redis simulator process is found');
+    const line = readFileSync(`/proc/${pid}/cgroup`, 'utf8')
+      .split('\n')
+      .find((l) => l.split(':')[1] === 'freezer');
+    assert.ok(line?.endsWith(`/${ws}/sim-redis`), `freezer cgroup: ${line}`);
+    const state = join('/sys/fs/cgroup/freezer', line!.split(':')[2]!, 'freezer.state');
+    assert.equal((await server.api('POST', `/v1/workshops/${ws}/stop`)).status, 200);
+    assert.equal(readFileSync(state, 'utf8').trim(), 'FROZEN');
+    assert.equal((await server.api('POST', `/v1/workshops/${ws}/resume`)).status, 200);
+    assert.equal(readFileSync(state, 'utf8').trim(), 'THAWED');
+    const ping = await server.exec(ws, ['redis-cli', '-h', 'redis.atelier.internal', 'PING']);
+    assert.equal(ping.stdout.trim(), 'PONG');
+  });
+
+  it('simulators and their names survive a server restart', async () => {
+    await server.stop();
+    await server.boot();
+    const ping = await server.exec(ws, ['redis-cli', '-h', 'redis.atelier.internal', 'PING']);
+    assert.equal(ping.stdout.trim(), 'PONG', ping.stderr);
+    const pg = await server.exec(ws, ['sh', '-c', 'psql "$ORDERS_DATABASE_URL" -Atc "select 1"']);
+    assert.equal(pg.stdout.trim(), '1', pg.stderr);
+  });
+
+  it('delete removes every simulator process and file', async () => {
+    const dir = join(server.dataDir, 'simulators', ws);
+    assert.ok(existsSync(dir), `${dir} exists`);
+    // Every process of every simulator: the servers and the workers they forked (in their directory).
+    const pids = pidsIn(dir);
+    assert.ok(pids.length >= 3, `simulator processes: ${pids}`);
+    const r = await server.api('DELETE', `/v1/workshops/${ws}`);
+    assert.equal(r.status, 200);
+    assert.equal(existsSync(dir), false);
+    for (const pid of pids) assert.equal(alive(pid), false, `pid ${pid} still alive`);
+    assert.deepEqual(
+      readdirSync(join(server.dataDir, 'simulators')).filter((e) => e !== 'cache'),
+      [],
+    );
+  });
+});
