@@ -468,7 +468,7 @@ export class BenchServer {
   }
 
   /** POST /v1/workshops; the id is remembered for clean-up whatever happens next. */
-  async createWorkshop(opts: { memory?: string; cpus?: number } = {}): Promise<WorkshopJson> {
+  async createWorkshop(opts: { memory?: string; cpus?: number; simulators?: unknown[] } = {}): Promise<WorkshopJson> {
     const name = `bench-${process.pid}-${++this.nameSeq}`;
     let ws: WorkshopJson;
     try {
@@ -477,6 +477,7 @@ export class BenchServer {
         name,
         memory: opts.memory ?? '256m',
         ...(opts.cpus !== undefined ? { cpus: opts.cpus } : {}),
+        ...(opts.simulators !== undefined ? { simulators: opts.simulators } : {}),
       });
     } catch (err) {
       // A create that failed on the wire may still have made the workshop: find it by name.

@@ -233,6 +233,19 @@ describe('simulators in a workshop', () => {
       (await list()).map((s) => s.name),
       before,
     );
+    // At create time, before anything is made: unknown type, a name twice, more than 8.
+    const repo = makeRepo();
+    for (const [simulators, message] of [
+      [[{ type: 'mongodb' }], /unknown simulator type "mongodb"/],
+      [[{ type: 'redis' }, { name: 'redis' }], /two simulators are named redis/],
+      [Array.from({ length: 9 }, (_, i) => ({ type: 'redis', name: `r${i}` })), /at most 8 simulators \(9 asked\)/],
+    ] as const) {
+      const r = await server.api<{ message: string }>('POST', '/v1/workshops', { repo, simulators });
+      assert.equal(r.status, 400);
+      assert.match(r.body.message, message);
+    }
+    const all = await server.api<{ items: unknown[] }>('GET', '/v1/workshops');
+    assert.equal(all.body.items.length, 1);
   });
 
   it('reset returns a simulator to its initial state; logs show its own output', async () => {

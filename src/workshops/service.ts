@@ -27,7 +27,7 @@ import { readProjectSettings } from './project.js';
 import type { LocalDriver } from './local/driver.js';
 import { cloneRepo, resolveRepoSource } from './repo.js';
 import type { InternalNetwork } from './internal.js';
-import { mergeSimulators, type SimulatorManager, type SimulatorView, type WorkshopContext } from './simulators.js';
+import { mergeSimulators, precheckSimulators, type SimulatorManager, type SimulatorView, type WorkshopContext } from './simulators.js';
 
 interface WorkshopRow {
   id: string;
@@ -322,6 +322,7 @@ export class WorkshopService {
   async create(req: CreateWorkshopRequest, actor: Principal): Promise<Workshop> {
     const source = resolveRepoSource(req.repo, this.opts.allowRepoRoots);
     const limits = this.limits(req);
+    if (req.simulators) precheckSimulators(req.simulators);
     const id = newWorkshopId();
     const baseName =
       (posix.basename(source.display.replace(/\.git$/, '').replace(/[/:]+$/, '')) || 'workshop')
@@ -885,6 +886,48 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
     return { diff: d.stdout.toString('utf8'), untracked: u.stdout.toString('utf8').split('\0').filter(Boolean), truncated: d.truncated };
   }
 
+  /** One workshop of reconcile(): never throws (a workshop that cannot be recovered ends Failed). */
+  private async reconcileOne(row: WorkshopRow): Promise<void> {
+    const id = row.id;
+    try {
+      if (row.status === 'Building') {
+        await this.driver.stop(id, row.sandbox);
+        await this.setStatus(id, 'Failed', 'the server stopped while this workshop was being created: delete it and create it again', null);
+      } else if (row.status === 'Deleting') {
+        await this.driver.destroy(id, row.sandbox);
+        await this.query('DELETE FROM workshops WHERE id = $1', [id]);
+      } else if (row.status === 'Running' || row.status === 'Suspended') {
+        const alive = row.sandbox !== null && this.driver.alive(row.sandbox);
+        if (alive) {
+          await this.openEgress(row, row.sandbox!);
+          await this.opts.simulators.recover(this.context(row, row.sandbox!));
+          const orphans = this.driver.killOrphanExecs(row.sandbox!);
+          if (orphans > 0) this.opts.log.warn({ workshop: id, orphans }, 'killed commands left running by a previous server process');
+          const frozen = this.driver.frozen(row.sandbox!);
+          if (frozen && row.status === 'Running') await this.setStatus(id, 'Suspended', null);
+          if (!frozen && row.status === 'Suspended') await this.setStatus(id, 'Running', null);
+        } else if (row.status === 'Running') {
+          await this.restartSandbox(row, 'its processes had stopped (host restart?): started afresh, files kept');
+        }
+      } else if (row.status === 'Failed' && row.sandbox) {
+        await this.driver.stop(id, row.sandbox);
+        await this.setStatus(id, 'Failed', row.status_reason, null);
+      }
+    } catch (err) {
+      this.opts.log.error({ workshop: id, err: String(err) }, 'reconcile failed for a workshop');
+      // Failed without a handle: its processes must not be left running untracked.
+      const current = await this.query<WorkshopRow>('SELECT * FROM workshops WHERE id = $1', [id]).catch(() => []);
+      await this.driver.stop(id, current[0]?.sandbox ?? row.sandbox).catch(() => undefined);
+      await this.opts.egress.proxy.close(id).catch(() => undefined);
+      await this.setStatus(
+        id,
+        'Failed',
+        `could not be recovered after a restart: ${err instanceof Error ? err.message : String(err)}`,
+        null,
+      ).catch(() => undefined);
+    }
+  }
+
   /**
    * Brings the database and this host into agreement after a start (also after `kill -9`):
    * half-built workshops fail cleanly, half-deleted ones finish, lost sandboxes restart, and
@@ -892,51 +935,12 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
    */
   async reconcile(): Promise<void> {
     const rows = await this.query<WorkshopRow>('SELECT * FROM workshops WHERE node_id = $1', [this.opts.nodeId]);
-    for (const row of rows) {
-      const id = row.id;
-      try {
-        if (row.status === 'Building') {
-          await this.driver.stop(id, row.sandbox);
-          await this.setStatus(
-            id,
-            'Failed',
-            'the server stopped while this workshop was being created: delete it and create it again',
-            null,
-          );
-        } else if (row.status === 'Deleting') {
-          await this.driver.destroy(id, row.sandbox);
-          await this.query('DELETE FROM workshops WHERE id = $1', [id]);
-        } else if (row.status === 'Running' || row.status === 'Suspended') {
-          const alive = row.sandbox !== null && this.driver.alive(row.sandbox);
-          if (alive) {
-            await this.openEgress(row, row.sandbox!);
-            await this.opts.simulators.recover(this.context(row, row.sandbox!));
-            const orphans = this.driver.killOrphanExecs(row.sandbox!);
-            if (orphans > 0) this.opts.log.warn({ workshop: id, orphans }, 'killed commands left running by a previous server process');
-            const frozen = this.driver.frozen(row.sandbox!);
-            if (frozen && row.status === 'Running') await this.setStatus(id, 'Suspended', null);
-            if (!frozen && row.status === 'Suspended') await this.setStatus(id, 'Running', null);
-          } else if (row.status === 'Running') {
-            await this.restartSandbox(row, 'its processes had stopped (host restart?): started afresh, files kept');
-          }
-        } else if (row.status === 'Failed' && row.sandbox) {
-          await this.driver.stop(id, row.sandbox);
-          await this.setStatus(id, 'Failed', row.status_reason, null);
-        }
-      } catch (err) {
-        this.opts.log.error({ workshop: id, err: String(err) }, 'reconcile failed for a workshop');
-        // Failed without a handle: its processes must not be left running untracked.
-        const current = await this.query<WorkshopRow>('SELECT * FROM workshops WHERE id = $1', [id]).catch(() => []);
-        await this.driver.stop(id, current[0]?.sandbox ?? row.sandbox).catch(() => undefined);
-        await this.opts.egress.proxy.close(id).catch(() => undefined);
-        await this.setStatus(
-          id,
-          'Failed',
-          `could not be recovered after a restart: ${err instanceof Error ? err.message : String(err)}`,
-          null,
-        ).catch(() => undefined);
-      }
-    }
+    // Workshops are independent: several at once (each reopens listeners in its namespace, ~40 ms).
+    const queue = [...rows];
+    const worker = async (): Promise<void> => {
+      for (let row = queue.shift(); row; row = queue.shift()) await this.reconcileOne(row);
+    };
+    await Promise.all(Array.from({ length: Math.min(8, queue.length) }, worker));
     this.opts.simulators.startWatchdog(() => this.runningContexts());
     const known = new Set((await this.query<{ id: string }>('SELECT id FROM workshops')).map((r) => r.id));
     for (const id of this.driver.localIds()) {

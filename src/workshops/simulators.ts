@@ -105,6 +105,30 @@ export function mergeSimulators(project: SimulatorRequest[], given: SimulatorReq
   return [...project.filter((r) => !names.has(simulatorName(r))), ...given];
 }
 
+/** What can be refused before anything is made: unknown types, a name twice, too many. */
+export function precheckSimulators(requests: SimulatorRequest[], field = 'simulators'): void {
+  const names = new Set<string>();
+  for (const r of requests) {
+    const type = (r.type ?? r.name)!;
+    if (!(SIMULATOR_TYPES as readonly string[]).includes(type))
+      throw new AtelierError(
+        'INVALID_ARGUMENT',
+        `unknown simulator type ${JSON.stringify(type)}: this server runs ${SIMULATOR_TYPES.join(', ')}`,
+        {
+          field,
+        },
+      );
+    const name = simulatorName(r);
+    if (names.has(name))
+      throw new AtelierError('INVALID_ARGUMENT', `two simulators are named ${name}: give one of them another name`, { field });
+    names.add(name);
+  }
+  if (names.size > MAX_SIMULATORS_PER_WORKSHOP)
+    throw new AtelierError('INVALID_ARGUMENT', `a workshop runs at most ${MAX_SIMULATORS_PER_WORKSHOP} simulators (${names.size} asked)`, {
+      field,
+    });
+}
+
 function envPrefix(name: string): string {
   return name.toUpperCase().replace(/-/g, '_');
 }
