@@ -301,10 +301,20 @@ export class SimulatorManager {
    * (unknown type, same name twice, too many) are refused before anything starts.
    */
   async start(ctx: WorkshopContext, requests: SimulatorRequest[], live = false): Promise<SimulatorView[]> {
-    const specs = requests.map((r) => ({ req: r, spec: this.resolve(ctx, r) }));
+    // A declared simulator that cannot be made (unknown type, a stubs directory outside the
+    // repository) is recorded Failed with the reason; the workshop goes on. A live request is refused.
+    const specs = requests.map((req) => {
+      const name = simulatorName(req);
+      try {
+        return { req, name, spec: this.resolve(ctx, req) as SimulatorSpec | undefined, error: undefined as string | undefined };
+      } catch (err) {
+        if (live || !(err instanceof AtelierError)) throw err;
+        return { req, name, spec: undefined, error: err.message };
+      }
+    });
     const existing = await this.rows(ctx.id);
     const names = new Set(existing.map((r) => r.name));
-    for (const { spec } of specs) {
+    for (const spec of specs) {
       if (names.has(spec.name))
         throw new AtelierError(
           'ALREADY_EXISTS',
@@ -323,24 +333,24 @@ export class SimulatorManager {
       await this.publish(ctx);
       return [];
     }
-    for (const { req, spec } of specs) {
+    for (const { req, name, spec, error } of specs) {
       try {
-        await this.query("INSERT INTO workshop_simulators (workshop_id, name, type, request, status) VALUES ($1, $2, $3, $4, 'Starting')", [
-          ctx.id,
-          spec.name,
-          spec.type,
-          JSON.stringify(req),
-        ]);
+        await this.query(
+          'INSERT INTO workshop_simulators (workshop_id, name, type, request, status, status_reason) VALUES ($1, $2, $3, $4, $5, $6)',
+          [ctx.id, name, req.type ?? req.name, JSON.stringify(req), spec ? 'Starting' : 'Failed', error ?? null],
+        );
       } catch (err) {
         if ((err as AtelierError).code === 'ALREADY_EXISTS' || (err as { code?: string }).code === '23505')
-          throw new AtelierError('ALREADY_EXISTS', `workshop ${ctx.id} already has a simulator named ${spec.name}`, { field: 'name' });
+          throw new AtelierError('ALREADY_EXISTS', `workshop ${ctx.id} already has a simulator named ${name}`, { field: 'name' });
         throw err;
       }
     }
     mkdirSync(this.workshopDir(ctx.id), { recursive: true, mode: 0o711 });
     this.busy.add(ctx.id);
     try {
-      const refused = (await Promise.all(specs.map(({ spec }) => this.launch(ctx.id, spec, false, live)))).find((e) => e !== undefined);
+      const refused = (await Promise.all(specs.map(({ spec }) => (spec ? this.launch(ctx.id, spec, false, live) : undefined)))).find(
+        (e) => e !== undefined,
+      );
       // A live request with bad input (an unsupported version, an unknown option) is the
       // caller's error to fix, not a Failed simulator to keep.
       if (refused) throw refused;
@@ -349,7 +359,7 @@ export class SimulatorManager {
     }
     await this.publish(ctx);
     const rows = await this.rows(ctx.id);
-    return rows.filter((r) => specs.some((s) => s.spec.name === r.name)).map((r) => this.view(r));
+    return rows.filter((r) => specs.some((s) => s.name === r.name)).map((r) => this.view(r));
   }
 
   private async launch(workshopId: string, spec: SimulatorSpec, restarted = false, live = false): Promise<AtelierError | undefined> {
