@@ -134,14 +134,22 @@ function checkStubs(spec: { name: string }, root: string): void {
   if (!existsSync(mappings) && !existsSync(join(root, '__files'))) {
     throw bad(spec, `${root} has neither a mappings/ nor a __files/ folder: put the stub mappings (JSON) in ${mappings}/`);
   }
-  const walk = (dir: string): void => {
+  // Every entry of the root: links and special files are refused (the copy takes regular files
+  // only), JSON files under mappings/ must be stub mappings.
+  const walk = (dir: string, inMappings: boolean): void => {
     for (const entry of readdirSync(dir, { withFileTypes: true })) {
       const path = join(dir, entry.name);
-      if (entry.isDirectory()) walk(path);
-      else if (entry.isFile() && entry.name.toLowerCase().endsWith('.json')) checkMapping(spec, root, path);
+      if (entry.isDirectory()) walk(path, inMappings || (dir === root && entry.name === 'mappings'));
+      else if (!entry.isFile()) {
+        throw bad(
+          spec,
+          `${relative(root, path)} in ${root} is a ${entry.isSymbolicLink() ? 'symbolic link' : 'special file'}: stubs are copied as regular files only, replace it with the file itself`,
+          relative(root, path),
+        );
+      } else if (inMappings && entry.name.toLowerCase().endsWith('.json')) checkMapping(spec, root, path);
     }
   };
-  if (existsSync(mappings)) walk(mappings);
+  walk(root, false);
 }
 
 function checkMapping(spec: { name: string }, root: string, path: string): void {
