@@ -159,7 +159,7 @@ describe('wiremock simulator', () => {
     assert.equal((await curl(h, '/added')).status, 202);
   });
 
-  it('reset reloads the stubs from the workspace and clears the request journal, in place; remove leaves nothing', async () => {
+  it('reset reloads the stubs from the workspace and clears the request journal, in place; a dead one is started again; remove leaves nothing', async () => {
     const dir = stubDir('editable', {
       'mappings/greet.json': JSON.stringify({ request: { url: '/greet' }, response: { body: 'v1' } }),
     });
@@ -194,12 +194,23 @@ describe('wiremock simulator', () => {
     assert.equal((await curl(h, '/greet')).body, 'v2');
 
     await assert.rejects(start(spec('editable', { stubsDirectory: dir })), (err: AtelierError) => err.code === 'ALREADY_EXISTS');
-    await removeSimulator(h);
-    assert.equal(isAlive(h), false);
-    assert.equal(existsSync(h.dir), false);
-    assert.equal(existsSync(join(h.socketDir, h.name)), false);
-    assert.deepEqual(processesMentioning(h.dir), []);
-    await assert.rejects(fetch(adminUrl(h, '/health')));
+
+    // Killed: a reset starts it again, with the stubs as they are now.
+    writeFileSync(join(dir, 'mappings', 'greet.json'), JSON.stringify({ request: { url: '/greet' }, response: { body: 'v3' } }));
+    process.kill(h.pid, 'SIGKILL');
+    for (let i = 0; i < 400 && isAlive(h); i++) await new Promise((r) => setTimeout(r, 5));
+    const again = await resetSimulator(h);
+    handles.push(again);
+    assert.notEqual(again.pid, h.pid);
+    assert.deepEqual(JSON.parse(readFileSync(again.socket, 'utf8')), again.tcp);
+    assert.equal((await curl(again, '/greet')).body, 'v3');
+
+    await removeSimulator(again);
+    assert.equal(isAlive(again), false);
+    assert.equal(existsSync(again.dir), false);
+    assert.equal(existsSync(join(again.socketDir, again.name)), false);
+    assert.deepEqual(processesMentioning(again.dir), []);
+    await assert.rejects(fetch(adminUrl(again, '/health')));
   });
 
   it('never opens a connection for a stub: proxying, webhooks and files outside its root are refused', async () => {

@@ -70,6 +70,8 @@ function log(line: string): void {
 // Backends, each behind a handler the edge calls in-process. A reset makes each one anew.
 
 let s3: S3rverApp | undefined;
+/** s3rver's Koa handler, made once (callback() composes the middleware anew at each call). */
+let s3Handler: Handler | undefined;
 let sqs: Handler | undefined;
 let dynamodb: Handler | undefined;
 
@@ -108,7 +110,10 @@ function makeDynamo(): Handler {
 }
 
 function start(): void {
-  if (services.has('s3')) s3 = makeS3();
+  if (services.has('s3')) {
+    s3 = makeS3();
+    s3Handler = s3.callback();
+  }
   if (services.has('sqs')) sqs = makeSqs();
   if (services.has('dynamodb')) dynamodb = makeDynamo();
 }
@@ -284,11 +289,11 @@ function edge(req: IncomingMessage, res: ServerResponse): void {
     );
   });
   try {
-    if (service === 's3' && s3) {
+    if (service === 's3' && s3Handler) {
       if (accessKey && !s3Accounts.registry.has(accessKey) && s3Accounts.registry.size < MAX_KEYS) {
         s3Accounts.DUMMY_ACCOUNT.createKeyPair(accessKey, accessKey);
       }
-      s3.callback()(adaptS3(req, url), res);
+      s3Handler(adaptS3(req, url), res);
     } else if (service === 'sqs' && sqs) sqs(req, res);
     else if (service === 'dynamodb' && dynamodb) dynamodb(req, res);
     else {

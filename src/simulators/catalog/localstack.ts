@@ -45,11 +45,14 @@ function backendVersion(service: AwsService): string {
  * How to run the edge: the compiled `awsEdge.js` beside this folder, or, when Atelier runs from
  * its TypeScript sources (the tests), `awsEdge.ts` through tsx.
  */
-function edgeCommand(): string[] {
+function edgeScript(): string {
   const here = fileURLToPath(import.meta.url);
-  const ext = here.endsWith('.ts') ? '.ts' : '.js';
-  const script = join(dirname(here), '..', `awsEdge${ext}`);
-  if (ext === '.js') return [process.execPath, script];
+  return join(dirname(here), '..', `awsEdge${here.endsWith('.ts') ? '.ts' : '.js'}`);
+}
+
+function edgeCommand(): string[] {
+  const script = edgeScript();
+  if (script.endsWith('.js')) return [process.execPath, script];
   return [process.execPath, '--import', import.meta.resolve('tsx'), script];
 }
 
@@ -165,6 +168,9 @@ export const localstack: CatalogEntry = {
       await chownTree(join(spec.dir, sub), spec.runAs);
     }
     assertReachable(join(spec.dir, 's3', 'x'), spec.runAs, 'S3 directory');
+    // The edge runs as the workshop's uid: it must be able to read Atelier's own files.
+    assertReachable(edgeScript(), spec.runAs, 'edge script');
+    for (const service of services) assertReachable(require.resolve(`${BACKENDS[service]}/package.json`), spec.runAs, `${service} backend`);
     const host = `${spec.name}.atelier.internal`;
     const endpoint = `http://${host}:${PORT}`;
     return {

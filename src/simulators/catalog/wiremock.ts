@@ -41,6 +41,9 @@ import { checkKeys, invalid, requestedMajor, type CatalogEntry, type SimulatorIn
 const PORT = 8080;
 const JAVA = '/usr/bin/java';
 const STUBS = 'root';
+/** What one copy of the stubs may hold: they are copied at every start and reset. */
+const MAX_STUB_BYTES = 256 * 2 ** 20;
+const MAX_STUB_FILES = 10_000;
 /** Every IPv4 address and every name: no stub may make the host's JVM open a connection. */
 const DENY_ALL = '0.0.0.0-255.255.255.255,*';
 
@@ -135,10 +138,22 @@ function checkStubs(spec: { name: string }, root: string): void {
     throw bad(spec, `${root} has neither a mappings/ nor a __files/ folder: put the stub mappings (JSON) in ${mappings}/`);
   }
   // Every entry of the root: links and special files are refused (the copy takes regular files
-  // only), JSON files under mappings/ must be stub mappings.
+  // only), JSON files under mappings/ must be stub mappings, and the whole stays small.
+  let bytes = 0;
+  let files = 0;
   const walk = (dir: string, inMappings: boolean): void => {
     for (const entry of readdirSync(dir, { withFileTypes: true })) {
       const path = join(dir, entry.name);
+      if (entry.isFile()) {
+        bytes += lstatSync(path).size;
+        files++;
+        if (bytes > MAX_STUB_BYTES || files > MAX_STUB_FILES) {
+          throw bad(
+            spec,
+            `the stubs directory ${root} holds more than ${MAX_STUB_FILES} files or ${MAX_STUB_BYTES / 2 ** 20} MiB: it is copied at each start and reset, keep only the stubs there`,
+          );
+        }
+      }
       if (entry.isDirectory()) walk(path, inMappings || (dir === root && entry.name === 'mappings'));
       else if (!entry.isFile()) {
         throw bad(
@@ -239,6 +254,8 @@ export const wiremock: CatalogEntry = {
     checkKeys(spec, [], []);
     const inst = installation();
     checkVersion(spec, inst);
+    // The JVM runs as the workshop's uid: it must be able to read the jar.
+    assertReachable(inst.jar, spec.runAs, 'WireMock jar');
     if (spec.stubsDirectory !== undefined) checkStubs(spec, spec.stubsDirectory);
     await checkJava();
     mkdirSync(spec.dir, { recursive: true, mode: 0o711 });
@@ -329,6 +346,9 @@ export const wiremock: CatalogEntry = {
   },
 
   async refresh(instance) {
+    // A restart after a crash: the old port may have been taken since. The caller's handle is
+    // updated in place, and the handle it gets back carries the new port too.
+    instance.tcp = { host: '127.0.0.1', port: await freePort() };
     await placeStubs(instance);
   },
 };
