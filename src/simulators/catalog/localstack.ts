@@ -16,6 +16,11 @@ import { checkKeys, checkSocketPath, invalid, type CatalogEntry } from './entry.
  *
  * State: S3 objects in `<dir>/s3` (files), queues and tables in memory. A reset empties all
  * three in place through a control socket in `<dir>/run/`, which the workshop cannot reach.
+ *
+ * Confinement: s3rver maps object keys, copy sources and upload ids to file paths without
+ * refusing `..`, so the edge runs under bubblewrap with the host's root read-only, a private
+ * /tmp, and only its own three directories (S3 data, control socket, workshop socket) writable:
+ * a key like `../../x` cannot create or remove anything outside them.
  */
 
 const PORT = 4566;
@@ -24,6 +29,7 @@ const REGION = 'us-east-1';
 const BACKENDS: Record<AwsService, string> = { s3: 's3rver', sqs: 'local-aws-sqs', dynamodb: 'dynalite' };
 
 const require = createRequire(import.meta.url);
+const BWRAP = '/usr/bin/bwrap';
 
 /** Versions of the installed backends, read from their package.json. */
 function backendVersion(service: AwsService): string {
@@ -54,6 +60,22 @@ function edgeCommand(): string[] {
   const script = edgeScript();
   if (script.endsWith('.js')) return [process.execPath, script];
   return [process.execPath, '--import', import.meta.resolve('tsx'), script];
+}
+
+/** The directory holding Atelier's code and node_modules (what the edge loads). */
+function codeRoot(): string {
+  return dirname(dirname(dirname(require.resolve('s3rver/package.json'))));
+}
+
+/** bubblewrap around the edge: read-only host, private /tmp, writable only where it keeps its state. */
+function confine(instance: { dir: string; socketDir: string; name: string }, argv: string[]): string[] {
+  const args = [BWRAP, '--unshare-user', '--unshare-ipc', '--ro-bind', '/', '/', '--dev', '/dev', '--tmpfs', '/tmp'];
+  // Code under /tmp (a checkout there) would be hidden by the private /tmp: show it again, read-only.
+  for (const code of new Set([codeRoot(), dirname(edgeScript())])) if (code.startsWith('/tmp/')) args.push('--ro-bind', code, code);
+  for (const writable of [join(instance.dir, 's3'), join(instance.dir, 'run'), join(instance.socketDir, instance.name)]) {
+    args.push('--bind', writable, writable);
+  }
+  return [...args, '--', ...argv];
 }
 
 function servicesOf(spec: SimulatorSpec): AwsService[] {
@@ -156,6 +178,15 @@ export const localstack: CatalogEntry = {
     checkKeys(spec, ['SERVICES'], []);
     const services = servicesOf(spec);
     const version = versionOf(spec, services);
+    if (!existsSync(BWRAP)) {
+      throw new AtelierError(
+        'UNSUPPORTED',
+        `the localstack simulator runs under bubblewrap, missing at ${BWRAP}: install it with \`apt-get install -y bubblewrap\``,
+        {
+          type: 'localstack',
+        },
+      );
+    }
     checkSocketPath(join(sockDir, SOCKET));
     mkdirSync(spec.dir, { recursive: true, mode: 0o711 });
     chmodSync(spec.dir, 0o711);
@@ -198,7 +229,7 @@ export const localstack: CatalogEntry = {
   },
 
   command(instance) {
-    return [
+    return confine(instance, [
       ...edgeCommand(),
       '--socket',
       instance.socket,
@@ -214,7 +245,7 @@ export const localstack: CatalogEntry = {
       String(instance.endpoint.port),
       '--region',
       instance.settings.region!,
-    ];
+    ]);
   },
 
   async probe(handle) {
