@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
-PACKAGES=(bubblewrap socat util-linux mount git perl iproute2 postgresql postgresql-client python3 ca-certificates curl redis-server)
+# openjdk-17-jre-headless: the wiremock simulator runs the WireMock jar on the system Java.
+PACKAGES=(bubblewrap socat util-linux mount git perl iproute2 postgresql postgresql-client python3 ca-certificates curl redis-server openjdk-17-jre-headless)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -24,6 +25,8 @@ if [ "${#missing[@]}" -gt 0 ]; then
     printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null && $SUDO chmod 755 /usr/sbin/policy-rc.d && ours=1
     trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
   fi
+  # Slim Debian images drop /usr/share/man, where the JRE's postinst links java.1.gz.
+  $SUDO mkdir -p /usr/share/man/man1
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   if [ -n "$ours" ]; then $SUDO rm -f /usr/sbin/policy-rc.d; trap - EXIT; fi

@@ -1,4 +1,4 @@
 export { isAlive, removeSimulator, resetSimulator, simulatorLogs, startSimulator, stopSimulator, warmSimulators } from './lifecycle.js';
 export { processTree } from './process.js';
-export { SIMULATOR_TYPES } from './types.js';
-export type { RunAs, SimulatorHandle, SimulatorSpec, SimulatorType } from './types.js';
+export { AWS_SERVICES, DEFAULT_SIMULATOR_NAMES, SIMULATOR_TYPES } from './types.js';
+export type { AwsService, RunAs, SimulatorHandle, SimulatorSpec, SimulatorType } from './types.js';

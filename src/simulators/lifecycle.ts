@@ -1,14 +1,16 @@
-import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
 import { isAbsolute, join } from 'node:path';
 import { AtelierError } from '../core/index.js';
 import type { CatalogEntry, SimulatorInstance } from './catalog/entry.js';
+import { localstack } from './catalog/localstack.js';
 import { postgres, warmPostgresTemplate } from './catalog/postgres.js';
 import { redis } from './catalog/redis.js';
+import { wiremock } from './catalog/wiremock.js';
 import { processStartTime, readTail, spawnDetached, stopGroup, type Started } from './process.js';
 import { SIMULATOR_TYPES, type RunAs, type SimulatorHandle, type SimulatorSpec, type SimulatorType } from './types.js';
 
-const CATALOG: Record<SimulatorType, CatalogEntry> = { postgres, redis };
+const CATALOG: Record<SimulatorType, CatalogEntry> = { postgres, redis, localstack, wiremock };
 
 const DEFAULT_START_TIMEOUT_MS = 20_000;
 const DEFAULT_STOP_GRACE_MS = 5_000;
@@ -34,6 +36,13 @@ function checkSpec(spec: SimulatorSpec): CatalogEntry {
   for (const field of ['dir', 'socketDir', 'cacheDir'] as const) {
     if (!isAbsolute(spec[field])) throw invalid(`${field} must be an absolute path`, field);
   }
+  // Fields of one type only: silently ignoring them would start something else than asked.
+  if (spec.services !== undefined && spec.type !== 'localstack') {
+    throw invalid(`services applies to localstack simulators only, not to ${spec.type}`, 'services');
+  }
+  if (spec.stubsDirectory !== undefined && spec.type !== 'wiremock') {
+    throw invalid(`stubsDirectory applies to wiremock simulators only, not to ${spec.type}`, 'stubsDirectory');
+  }
   const isRoot = process.getuid?.() === 0;
   if (spec.runAs?.uid === 0 || (isRoot && !spec.runAs)) {
     throw invalid("simulators run as an unprivileged user: give runAs with a uid other than 0 (the workshop's own uid)", 'runAs');
@@ -54,11 +63,31 @@ function socketAnswers(path: string): Promise<boolean> {
   });
 }
 
+/** True when something accepts connections at the loopback address recorded in `path` (a TCP-only simulator's `tcp.json`). */
+function tcpRecordAnswers(path: string): Promise<boolean> {
+  let port: unknown;
+  try {
+    port = (JSON.parse(readFileSync(path, 'utf8')) as { port?: unknown }).port;
+  } catch {
+    return Promise.resolve(false);
+  }
+  if (typeof port !== 'number') return Promise.resolve(false);
+  return new Promise((resolve) => {
+    const s = connect(port, '127.0.0.1');
+    s.once('connect', () => {
+      s.destroy();
+      resolve(true);
+    });
+    s.once('error', () => resolve(false));
+  });
+}
+
 /** Refuses a name whose socket directory has a live listener (before anything of it is touched). */
 async function assertNameFree(sockDir: string, name: string): Promise<void> {
   const entries = existsSync(sockDir) ? readdirSync(sockDir) : [];
   for (const entry of entries) {
-    if (await socketAnswers(join(sockDir, entry))) {
+    const path = join(sockDir, entry);
+    if (entry === 'tcp.json' ? await tcpRecordAnswers(path) : await socketAnswers(path)) {
       throw new AtelierError(
         'ALREADY_EXISTS',
         `a simulator named ${name} is already running in this workshop: stop it or choose another name`,

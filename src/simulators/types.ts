@@ -1,6 +1,22 @@
 /** The simulator types this server can run. Adding one means adding `catalog/<type>.ts` and its test. */
-export const SIMULATOR_TYPES = ['postgres', 'redis'] as const;
+export const SIMULATOR_TYPES = ['postgres', 'redis', 'localstack', 'wiremock'] as const;
 export type SimulatorType = (typeof SIMULATOR_TYPES)[number];
+
+/**
+ * The name each type gets when none is given: the workshop reaches a simulator at
+ * `<name>.atelier.internal`, so these are the names of the specification (`aws.atelier.internal`
+ * for localstack, `mock.atelier.internal` for wiremock).
+ */
+export const DEFAULT_SIMULATOR_NAMES: Record<SimulatorType, string> = {
+  postgres: 'postgres',
+  redis: 'redis',
+  localstack: 'aws',
+  wiremock: 'mock',
+};
+
+/** The AWS services a `localstack` simulator can run behind its one edge endpoint. */
+export const AWS_SERVICES = ['s3', 'sqs', 'dynamodb'] as const;
+export type AwsService = (typeof AWS_SERVICES)[number];
 
 /** The unprivileged host user a simulator runs as (the workshop's own uid when the server is root). */
 export interface RunAs {
@@ -19,6 +35,13 @@ export interface SimulatorSpec {
   env?: Record<string, string> | undefined;
   /** Type-specific options (postgres: database, user, password, superuser); they win over `env`. */
   options?: Record<string, unknown> | undefined;
+  /** localstack only: the AWS services to run (default: all of AWS_SERVICES). */
+  services?: string[] | undefined;
+  /**
+   * wiremock only: absolute host path of a WireMock root (`mappings/`, `__files/`), already
+   * checked by the caller to lie inside the workshop's workspace. Copied at each start and reset.
+   */
+  stubsDirectory?: string | undefined;
   /** Host directory owned by this instance (data, log); created if missing. */
   dir: string;
   /**
@@ -53,8 +76,13 @@ export interface SimulatorHandle {
   startTime: string;
   dir: string;
   socketDir: string;
-  /** Host path of the unix socket. */
+  /** Host path of the unix socket (when `tcp` is set, only a marker of the instance's socket directory). */
   socket: string;
+  /**
+   * Set when the server can only listen on TCP (WireMock's Jetty): it listens on this loopback
+   * address of the host, and the relay dials it instead of `socket`.
+   */
+  tcp?: { host: '127.0.0.1'; port: number } | undefined;
   /** The same path relative to `socketDir` (what an in-workshop forwarder dials under the bind). */
   socketName: string;
   cacheDir: string;

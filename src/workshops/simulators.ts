@@ -9,6 +9,7 @@ import {
   processTree,
   removeSimulator,
   resetSimulator,
+  DEFAULT_SIMULATOR_NAMES,
   SIMULATOR_TYPES,
   simulatorLogs,
   startSimulator,
@@ -24,7 +25,7 @@ import { writeAtomically, type InternalNetwork, type InternalServiceSpec } from 
 export const MAX_SIMULATORS_PER_WORKSHOP = 8;
 
 /** The label a type answers to when the request names no other (the specification's names). */
-const DEFAULT_LABEL: Record<string, string> = { localstack: 'aws', wiremock: 'mock' };
+const DEFAULT_LABEL: Record<string, string> = DEFAULT_SIMULATOR_NAMES;
 
 export type SimulatorStatus = 'Starting' | 'Running' | 'Failed';
 

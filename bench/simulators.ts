@@ -1,0 +1,133 @@
+/**
+ * 7. Postgres simulator: request → first successful query (`startSimulator` of src/simulators
+ * as built in dist/, then `SELECT 1` by the `pg` client as the workshop's user over the
+ * simulator's socket), beside the peer "from scratch" in the same run: `initdb` + `postgres`
+ * start + the same first query, with the same settings (no fsync, unix socket only, the same
+ * unprivileged uid). Rounds alternate between the two so that a busy moment on the machine hits
+ * both. The one-off template cluster (made at server boot by `warmSimulators`) is shown apart.
+ */
+import { spawn } from 'node:child_process';
+import { chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import pg from 'pg';
+import type * as Simulators from '../src/simulators/index.js';
+import { goalLine, heading, line, ms, ratioLine, REPO_ROOT, statLine, summarize, timedSpawn, type BenchServer } from './lib.js';
+
+const ROUNDS = 15;
+const GOAL_P50_MS = 250;
+const GOAL_OF_SCRATCH = 0.25;
+const PG_BIN = '/usr/lib/postgresql/15/bin';
+
+/**
+ * `SELECT 1` over the socket directory, retried until the server answers (the from-scratch
+ * peer's readiness); gives up when `gone()` says the server exited.
+ */
+async function firstQuery(
+  socketDir: string,
+  user: string,
+  password: string | undefined,
+  database: string,
+  gone = (): boolean => false,
+): Promise<void> {
+  for (;;) {
+    const client = new pg.Client({ host: socketDir, port: 5432, user, password, database, connectionTimeoutMillis: 2000 });
+    try {
+      await client.connect();
+    } catch (err) {
+      if (gone()) throw new Error(`the server exited before answering: ${(err as Error).message}`);
+      await new Promise((r) => setTimeout(r, 2));
+      continue;
+    }
+    try {
+      await client.query('SELECT 1');
+      return;
+    } finally {
+      await client.end();
+    }
+  }
+}
+
+export async function postgresSimulator(_server: BenchServer): Promise<Record<string, unknown>> {
+  heading(`7. postgres simulator: request -> first query (${ROUNDS} rounds; goal p50 < ${GOAL_P50_MS} ms and < 1/4 of initdb + start)`);
+  const sim = (await import(pathToFileURL(join(REPO_ROOT, 'dist', 'simulators', 'index.js')).href)) as typeof Simulators;
+  const runAs = process.getuid?.() === 0 ? { uid: 65534, gid: 65534 } : undefined;
+  const base = mkdtempSync('/tmp/atelier-bench-sim-');
+  chmodSync(base, 0o711);
+  const cacheDir = join(base, 'cache');
+  const socketDir = join(base, 'sock');
+  const atelier: number[] = [];
+  const scratch: number[] = [];
+  try {
+    const w0 = performance.now();
+    await sim.warmSimulators({ cacheDir, runAs });
+    const warm = performance.now() - w0;
+
+    for (let i = 0; i < ROUNDS; i++) {
+      // Atelier: the request a workshop makes, up to its first query.
+      const name = `pg${i}`;
+      const t0 = performance.now();
+      const h = await sim.startSimulator({
+        type: 'postgres',
+        name,
+        env: { POSTGRES_DB: 'orders_test', POSTGRES_USER: 'dev', POSTGRES_PASSWORD: 'devpassword' },
+        dir: join(base, 'services', name),
+        socketDir,
+        cacheDir,
+        runAs,
+      });
+      try {
+        await firstQuery(join(socketDir, name), 'dev', 'devpassword', 'orders_test');
+        atelier.push(performance.now() - t0);
+      } finally {
+        await sim.removeSimulator(h);
+      }
+
+      // From scratch: initdb, start, the same first query.
+      const dir = join(base, `scratch${i}`);
+      mkdirSync(dir, { mode: 0o700 });
+      if (runAs) chownSync(dir, runAs.uid, runAs.gid);
+      const ids = runAs ? { uid: runAs.uid, gid: runAs.gid } : {};
+      const env = { PATH: '/usr/bin:/bin', LANG: 'C.UTF-8' };
+      const s0 = performance.now();
+      const init = await timedSpawn(
+        join(PG_BIN, 'initdb'),
+        ['-D', join(dir, 'data'), '-U', 'dev', '--auth=trust', '--encoding=UTF8', '--no-locale', '--no-sync', '--no-instructions'],
+        { cwd: dir, env, ...ids },
+      );
+      if (init.code !== 0) throw new Error(`initdb failed: ${init.stderr.trim().slice(0, 300)}`);
+      const server = spawn(
+        join(PG_BIN, 'postgres'),
+        ['-D', join(dir, 'data'), '-k', dir, '-p', '5432', '-c', 'listen_addresses=', '-c', 'fsync=off', '-c', 'synchronous_commit=off'],
+        { cwd: dir, env, stdio: ['ignore', 'ignore', 'pipe'], ...ids },
+      );
+      let stderr = '';
+      server.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+      const exited = new Promise((r) => server.once('exit', r));
+      let gone = false;
+      void exited.then(() => (gone = true));
+      try {
+        await firstQuery(dir, 'dev', undefined, 'postgres', () => gone).catch((err: Error) => {
+          throw new Error(`${err.message}\n${stderr.trim().slice(-500)}`);
+        });
+        scratch.push(performance.now() - s0);
+      } finally {
+        server.kill('SIGINT');
+        await exited;
+        rmSync(dir, { recursive: true, force: true });
+      }
+    }
+
+    const a = summarize(atelier);
+    const s = summarize(scratch);
+    line(`template cluster, once per server (warmSimulators): ${ms(warm)}`);
+    statLine('atelier', 'startSimulator(postgres) -> first SELECT 1', a, ['p50', 'p95']);
+    statLine('scratch', 'initdb + postgres start -> first SELECT 1', s, ['p50', 'p95']);
+    ratioLine('atelier / from scratch (p50)', a.p50, s.p50);
+    goalLine(`p50 < ${GOAL_P50_MS} ms`, a.p50, GOAL_P50_MS);
+    goalLine('p50 < 1/4 of from scratch', a.p50, s.p50 * GOAL_OF_SCRATCH);
+    return { atelier: a, scratch: s, warmMs: warm, ratio: a.p50 / s.p50 };
+  } finally {
+    rmSync(base, { recursive: true, force: true });
+  }
+}

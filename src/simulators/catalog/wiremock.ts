@@ -1,0 +1,354 @@
+import {
+  chmodSync,
+  copyFileSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
+import { request } from 'node:http';
+import { createRequire } from 'node:module';
+import { createServer } from 'node:net';
+import { dirname, isAbsolute, join, relative } from 'node:path';
+import { AtelierError } from '../../core/index.js';
+import { assertReachable, chownTree, run, SIMULATOR_ENV } from '../process.js';
+import type { SimulatorHandle, SimulatorSpec } from '../types.js';
+import { checkKeys, invalid, requestedMajor, type CatalogEntry, type SimulatorInstance } from './entry.js';
+
+/**
+ * `wiremock` simulator: the real WireMock standalone jar (shipped by the npm package
+ * `wiremock`), run by the system Java as the workshop's uid.
+ *
+ * Where it listens: Jetty cannot listen on a unix socket, so it binds 127.0.0.1 on a free port
+ * of the host (never another interface); the handle's `tcp` says where, and the workshop's relay
+ * dials it (workshops have a network namespace of their own: their 127.0.0.1 is not the host's).
+ *
+ * Stubs: `stubsDirectory` (a WireMock root: `mappings/`, `__files/`) is copied into the
+ * instance directory at each start and reset, regular files only, after every mapping file was
+ * parsed: the JVM runs on the host, outside the sandbox, and must not follow a link out of the
+ * workspace. A reset copies the stubs again (edits made in the workspace since are picked up)
+ * and POSTs `/__admin/reset`: stubs reloaded, request journal and scenarios cleared.
+ *
+ * What WireMock could do on the host is switched off: proxying and webhooks to any address
+ * (`--deny-proxy-targets` everything, IPv6 disabled in the JVM so no address escapes the list),
+ * templates reading the JVM's properties or environment, browser proxying.
+ */
+
+const PORT = 8080;
+const JAVA = '/usr/bin/java';
+const STUBS = 'root';
+/** What one copy of the stubs may hold: they are copied at every start and reset. */
+const MAX_STUB_BYTES = 256 * 2 ** 20;
+const MAX_STUB_FILES = 10_000;
+/** Every IPv4 address and every name: no stub may make the host's JVM open a connection. */
+const DENY_ALL = '0.0.0.0-255.255.255.255,*';
+
+const require = createRequire(import.meta.url);
+
+interface Installation {
+  jar: string;
+  version: string;
+}
+
+let installed: Installation | undefined;
+
+function installation(): Installation {
+  if (installed) return installed;
+  let pkgFile: string;
+  try {
+    pkgFile = require.resolve('wiremock/package.json');
+  } catch {
+    throw new AtelierError('UNSUPPORTED', "the npm package wiremock is not installed: run `npm ci` in Atelier's directory", {
+      type: 'wiremock',
+    });
+  }
+  const version = (JSON.parse(readFileSync(pkgFile, 'utf8')) as { version: string }).version;
+  const jar = join(dirname(pkgFile), 'build', `wiremock-standalone-${version}.jar`);
+  if (!existsSync(jar))
+    throw new AtelierError('UNSUPPORTED', `the WireMock jar ${jar} is missing: run \`npm ci\` in Atelier's directory`, {
+      type: 'wiremock',
+    });
+  installed = { jar, version };
+  return installed;
+}
+
+let javaChecked: Promise<void> | undefined;
+
+function checkJava(): Promise<void> {
+  javaChecked ??= (async () => {
+    if (!existsSync(JAVA)) throw new Error('missing');
+    await run(JAVA, ['-version'], { env: SIMULATOR_ENV });
+  })();
+  return javaChecked.catch(() => {
+    javaChecked = undefined;
+    throw new AtelierError(
+      'UNSUPPORTED',
+      `the wiremock simulator needs Java 11 or later at ${JAVA}: install it with \`apt-get install -y openjdk-17-jre-headless\``,
+      { type: 'wiremock' },
+    );
+  });
+}
+
+function checkVersion(spec: SimulatorSpec, inst: Installation): void {
+  const major = requestedMajor(spec);
+  if (major !== undefined && String(major) !== inst.version.split('.')[0]) {
+    throw new AtelierError(
+      'UNSUPPORTED',
+      `WireMock ${spec.version} is not installed on this server; installed: ${inst.version}. Ask for version "${inst.version.split('.')[0]}" or leave the version out`,
+      { field: 'version', requested: spec.version, installed: [inst.version] },
+    );
+  }
+}
+
+/** A free TCP port on 127.0.0.1 (the kernel's choice; WireMock binds it a moment later). */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const addr = srv.address();
+      srv.close(() => (addr && typeof addr === 'object' ? resolve(addr.port) : reject(new Error('no port'))));
+    });
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stubs: checked, then copied.
+
+function bad(spec: { name: string }, message: string, file?: string): AtelierError {
+  return invalid(`wiremock simulator ${spec.name}: ${message}`, { field: 'stubsDirectory', ...(file ? { file } : {}) });
+}
+
+/** Checks that `root` is a WireMock root whose mapping files all parse; throws naming the first bad file. */
+function checkStubs(spec: { name: string }, root: string): void {
+  if (!isAbsolute(root)) throw bad(spec, `stubsDirectory ${root} must be an absolute path`);
+  let st;
+  try {
+    st = lstatSync(root);
+  } catch {
+    throw bad(spec, `the stubs directory ${root} does not exist: create it with a mappings/ folder, or leave stubsDirectory out`);
+  }
+  if (!st.isDirectory()) throw bad(spec, `the stubs directory ${root} is not a directory`);
+  const mappings = join(root, 'mappings');
+  if (!existsSync(mappings) && !existsSync(join(root, '__files'))) {
+    throw bad(spec, `${root} has neither a mappings/ nor a __files/ folder: put the stub mappings (JSON) in ${mappings}/`);
+  }
+  // Every entry of the root: links and special files are refused (the copy takes regular files
+  // only), JSON files under mappings/ must be stub mappings, and the whole stays small.
+  let bytes = 0;
+  let files = 0;
+  const walk = (dir: string, inMappings: boolean): void => {
+    for (const entry of readdirSync(dir, { withFileTypes: true })) {
+      const path = join(dir, entry.name);
+      if (entry.isFile()) {
+        bytes += lstatSync(path).size;
+        files++;
+        if (bytes > MAX_STUB_BYTES || files > MAX_STUB_FILES) {
+          throw bad(
+            spec,
+            `the stubs directory ${root} holds more than ${MAX_STUB_FILES} files or ${MAX_STUB_BYTES / 2 ** 20} MiB: it is copied at each start and reset, keep only the stubs there`,
+          );
+        }
+      }
+      if (entry.isDirectory()) walk(path, inMappings || (dir === root && entry.name === 'mappings'));
+      else if (!entry.isFile()) {
+        throw bad(
+          spec,
+          `${relative(root, path)} in ${root} is a ${entry.isSymbolicLink() ? 'symbolic link' : 'special file'}: stubs are copied as regular files only, replace it with the file itself`,
+          relative(root, path),
+        );
+      } else if (inMappings && entry.name.toLowerCase().endsWith('.json')) checkMapping(spec, root, path);
+    }
+  };
+  walk(root, false);
+}
+
+function checkMapping(spec: { name: string }, root: string, path: string): void {
+  const name = relative(root, path);
+  let doc: unknown;
+  try {
+    doc = JSON.parse(readFileSync(path, 'utf8'));
+  } catch (err) {
+    throw bad(spec, `the mapping file ${name} is not valid JSON (${(err as Error).message}): fix it or remove it`, name);
+  }
+  const isMapping = (m: unknown): boolean =>
+    typeof m === 'object' && m !== null && !Array.isArray(m) && typeof (m as { request?: unknown }).request === 'object';
+  const ok =
+    typeof doc === 'object' && doc !== null && 'mappings' in doc
+      ? Array.isArray((doc as { mappings: unknown }).mappings) && (doc as { mappings: unknown[] }).mappings.every(isMapping)
+      : isMapping(doc);
+  if (!ok) {
+    throw bad(
+      spec,
+      `the mapping file ${name} is not a WireMock stub mapping: it must be an object with "request" and "response", or {"mappings": [ … ]} of them`,
+      name,
+    );
+  }
+}
+
+/** Copies regular files and folders of `from` to `to`; refuses links and special files, naming them. */
+function copyStubs(spec: { name: string }, from: string, to: string): void {
+  mkdirSync(to, { recursive: true, mode: 0o700 });
+  for (const entry of readdirSync(from, { withFileTypes: true })) {
+    const src = join(from, entry.name);
+    const dst = join(to, entry.name);
+    if (entry.isDirectory()) copyStubs(spec, src, dst);
+    else if (entry.isFile()) copyFileSync(src, dst);
+    else {
+      throw bad(
+        spec,
+        `${src} is a ${entry.isSymbolicLink() ? 'symbolic link' : 'special file'}: stubs are copied as regular files only, replace it with the file itself`,
+        src,
+      );
+    }
+  }
+}
+
+/** Puts a fresh copy of the stubs (or an empty root) at `<dir>/root`, owned by the simulator's user. */
+async function placeStubs(instance: Pick<SimulatorInstance, 'name' | 'dir' | 'runAs' | 'settings'>): Promise<void> {
+  const target = join(instance.dir, STUBS);
+  const next = `${target}.next`;
+  rmSync(next, { recursive: true, force: true });
+  const source = instance.settings.stubsDirectory;
+  try {
+    if (source) {
+      checkStubs(instance, source);
+      copyStubs(instance, source, next);
+    }
+    for (const sub of ['mappings', '__files']) mkdirSync(join(next, sub), { recursive: true, mode: 0o700 });
+    await chownTree(next, instance.runAs);
+    chmodSync(next, 0o700);
+  } catch (err) {
+    rmSync(next, { recursive: true, force: true });
+    throw err;
+  }
+  // Swapped in whole: a failed copy leaves the stubs in use as they were.
+  rmSync(`${target}.old`, { recursive: true, force: true });
+  if (existsSync(target)) renameSync(target, `${target}.old`);
+  renameSync(next, target);
+  rmSync(`${target}.old`, { recursive: true, force: true });
+}
+
+function admin(handle: SimulatorHandle, method: string, path: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: '127.0.0.1', port: handle.tcp!.port, method, path, timeout: 2000 }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
+      res.on('error', reject);
+    });
+    req.on('timeout', () => req.destroy(new Error('no answer within 2 s')));
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+export const wiremock: CatalogEntry = {
+  stopSignal: 'SIGTERM',
+
+  async prepare(spec, sockDir) {
+    checkKeys(spec, [], []);
+    const inst = installation();
+    checkVersion(spec, inst);
+    // The JVM runs as the workshop's uid: it must be able to read the jar.
+    assertReachable(inst.jar, spec.runAs, 'WireMock jar');
+    if (spec.stubsDirectory !== undefined) checkStubs(spec, spec.stubsDirectory);
+    await checkJava();
+    mkdirSync(spec.dir, { recursive: true, mode: 0o711 });
+    chmodSync(spec.dir, 0o711);
+    const tmp = join(spec.dir, 'tmp');
+    rmSync(tmp, { recursive: true, force: true });
+    mkdirSync(tmp, { mode: 0o700 });
+    await chownTree(tmp, spec.runAs);
+    assertReachable(join(spec.dir, STUBS), spec.runAs, 'stubs directory');
+    const host = `${spec.name}.atelier.internal`;
+    const port = await freePort();
+    const instance: SimulatorInstance = {
+      type: 'wiremock',
+      name: spec.name,
+      version: inst.version,
+      dir: spec.dir,
+      socketDir: spec.socketDir,
+      // Nothing listens here: a record of where it does, for the relay and for the name check.
+      socket: join(sockDir, 'tcp.json'),
+      socketName: `${spec.name}/tcp.json`,
+      tcp: { host: '127.0.0.1', port },
+      cacheDir: spec.cacheDir,
+      runAs: spec.runAs,
+      logFile: join(spec.dir, 'wiremock.log'),
+      endpoint: { host, port: PORT },
+      env: { WIREMOCK_URL: `http://${host}:${PORT}`, WIREMOCK_HOST: host, WIREMOCK_PORT: String(PORT) },
+      settings: { jar: inst.jar, ...(spec.stubsDirectory !== undefined ? { stubsDirectory: spec.stubsDirectory } : {}) },
+    };
+    await placeStubs(instance);
+    return instance;
+  },
+
+  command(instance) {
+    // The relay's record of the port, written when the process is (re)started with it.
+    writeFileSync(instance.socket, `${JSON.stringify(instance.tcp)}\n`, { mode: 0o644 });
+    return [
+      JAVA,
+      // A small heap and the quick JIT: a mock server, started often, serving little.
+      '-Xms32m',
+      '-Xmx256m',
+      '-XX:+UseSerialGC',
+      '-XX:TieredStopAtLevel=1',
+      '-Xshare:auto',
+      // Without IPv6 no address can slip past the IPv4 deny list below.
+      '-Djava.net.preferIPv4Stack=true',
+      `-Djava.io.tmpdir=${join(instance.dir, 'tmp')}`,
+      '-jar',
+      instance.settings.jar!,
+      '--bind-address',
+      '127.0.0.1',
+      '--port',
+      String(instance.tcp!.port),
+      '--root-dir',
+      join(instance.dir, STUBS),
+      '--disable-banner',
+      '--deny-proxy-targets',
+      DENY_ALL,
+      '--permitted-system-keys',
+      'wiremock\\..*',
+      '--max-request-journal-entries',
+      '10000',
+    ];
+  },
+
+  async probe(handle) {
+    const res = await admin(handle, 'GET', '/__admin/health');
+    if (res.status !== 200 || !/"status"\s*:\s*"healthy"/.test(res.body)) {
+      throw new Error(`/__admin/health answered ${res.status}: ${res.body.slice(0, 200)}`);
+    }
+  },
+
+  async initialise() {
+    // The stubs were loaded from the root directory at start.
+  },
+
+  async resetInPlace(handle) {
+    await placeStubs(handle);
+    const res = await admin(handle, 'POST', '/__admin/reset');
+    if (res.status !== 200) {
+      throw new AtelierError(
+        'UNAVAILABLE',
+        `wiremock simulator ${handle.name}: /__admin/reset answered ${res.status}: ${res.body.slice(0, 200)}`,
+        {
+          name: handle.name,
+        },
+      );
+    }
+  },
+
+  async refresh(instance) {
+    // A restart after a crash: the old port may have been taken since. The caller's handle is
+    // updated in place, and the handle it gets back carries the new port too.
+    instance.tcp = { host: '127.0.0.1', port: await freePort() };
+    await placeStubs(instance);
+  },
+};
