@@ -31,6 +31,7 @@ import { z } from 'zod';
  * | ATELIER_EGRESS_DNS          | egressDns        | the nameservers of /etc/resolv.conf (`,`-separated addresses) |
  * | ATELIER_EGRESS_HOSTS        | egressHosts      | (none) a hosts-format file whose names the proxy resolves first (air-gapped sites, tests) |
  * | ATELIER_TRUST_PROXY         | trustProxy       | (none) addresses/CIDRs of reverse proxies whose X-Forwarded-For is believed (client addresses for login rate limits) |
+ * | ATELIER_APPROVAL_TTL        | approvalTtl      | 15m for every category; `15m,SECRET_REQUEST=5m,PR_GATEWAY=1h` (the default first, then per category) |
  * | DISPLAY, WAYLAND_DISPLAY    | canOpenBrowser   | `atelier auth login` opens a browser only in a graphical session |
  *
  * The root data dir is not under /root because the embedded PostgreSQL runs as the
@@ -60,6 +61,7 @@ const Env = z.object({
   ATELIER_EGRESS_DNS: z.string().min(1).optional(),
   ATELIER_EGRESS_HOSTS: z.string().min(1).optional(),
   ATELIER_TRUST_PROXY: z.string().min(1).optional(),
+  ATELIER_APPROVAL_TTL: z.string().min(1).optional(),
   DISPLAY: z.string().min(1).optional(),
   WAYLAND_DISPLAY: z.string().min(1).optional(),
   SUDO_UID: z.coerce.number().int().nonnegative().optional(),
@@ -96,6 +98,8 @@ export interface Config {
   egressAllowRanges: string[];
   egressDns: string[] | undefined;
   egressHosts: string | undefined;
+  /** How long an approval request waits for a decision (ATELIER_APPROVAL_TTL, parsed by approvals). */
+  approvalTtl: string | undefined;
   /** The user who ran `sudo atelier server start`, whose CLI gets the `local` context too. */
   sudoUser: { uid: number; gid: number } | undefined;
 }
@@ -176,6 +180,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       .map((x) => x.trim())
       .filter(Boolean),
     egressHosts: e.ATELIER_EGRESS_HOSTS ? resolve(e.ATELIER_EGRESS_HOSTS) : undefined,
+    approvalTtl: e.ATELIER_APPROVAL_TTL,
     canOpenBrowser: process.platform === 'darwin' || Boolean(e.DISPLAY ?? e.WAYLAND_DISPLAY),
     sudoUser: isRoot && e.SUDO_UID !== undefined && e.SUDO_UID !== 0 ? { uid: e.SUDO_UID, gid: e.SUDO_GID ?? e.SUDO_UID } : undefined,
   };

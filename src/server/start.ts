@@ -20,6 +20,7 @@ import { inspectIsolation, processStartTime } from '../sandbox/index.js';
 import { LocalDriver, WorkshopService } from '../workshops/index.js';
 import { AccountService, Authenticator, MasterKey, generatePassword, hashPassword } from '../identity/index.js';
 import { buildApp } from './app.js';
+import { createApprovals } from './approvals.js';
 import { startEgress } from './egress.js';
 import { startIdentity } from './identity.js';
 
@@ -258,7 +259,8 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const nodeId = nodeIdOf(dataDir);
     const driver = new LocalDriver(dataDir, nodeId, isolation.rootless, isolation.cgroups);
     const sudoHome = config.sudoUser ? homeOf(config.sudoUser.uid) : undefined;
-    const egress = await startEgress(config, pool, logger);
+    const approvals = createApprovals({ ttl: config.approvalTtl, pool, databaseUrl: databaseUrl ?? embedded!.connectionString, logger });
+    const egress = await startEgress(config, pool, logger, approvals.ask);
     cleanups.push(() => egress.close());
     const workshops = new WorkshopService(pool, driver, {
       nodeId,
@@ -269,6 +271,8 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       log: logger,
       egress: egress.wiring,
     });
+    await approvals.start(workshops);
+    cleanups.push(() => approvals.close());
     await workshops.reconcile();
 
     const authenticator = new Authenticator(pool);
@@ -283,6 +287,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       version: opts.version,
       trustProxy: config.trustProxy,
       extraRoutes: identity.routes,
+      approvals: approvals.service,
     });
     cleanups.push(() => app.close());
     // Runs before app.close (cleanups run in reverse): in-flight execs end, so their requests do.

@@ -39,7 +39,8 @@ interface WorkshopRow {
   budget_usd: string | null;
   env: Record<string, string>;
   forward_ports: number[];
-  egress: { allow?: string[]; deny?: string[]; askHoldSeconds?: number };
+  /** `approved`: entries added by approved ALLOWLIST_EXPANSION requests (kept across restarts). */
+  egress: { allow?: string[]; deny?: string[]; askHoldSeconds?: number; approved?: string[] };
   warnings: string[];
   sandbox: SandboxHandle | null;
   created_at: Date;
@@ -270,7 +271,7 @@ export class WorkshopService {
   private egressPolicy(row: WorkshopRow): EgressPolicy {
     const e = this.opts.egress;
     return createEgressPolicy({
-      allow: [...e.defaults, ...(row.egress.allow ?? [])],
+      allow: [...e.defaults, ...(row.egress.allow ?? []), ...(row.egress.approved ?? [])],
       deny: row.egress.deny ?? [],
       allowRanges: e.allowRanges,
       askHoldSeconds: row.egress.askHoldSeconds ?? DEFAULT_ASK_HOLD_SECONDS,
@@ -291,6 +292,27 @@ export class WorkshopService {
       server.close();
       throw err;
     }
+  }
+
+  /** True when the workshop runs on this server (its proxy and sandbox are here). */
+  async isLocal(id: string): Promise<boolean> {
+    const [r] = await this.query<{ node_id: string }>('SELECT node_id FROM workshops WHERE id = $1', [id]);
+    return r?.node_id === this.opts.nodeId;
+  }
+
+  /**
+   * Adds an approved egress entry to the workshop's policy: stored with the workshop (once,
+   * whatever the number of calls) and applied to its live proxy at once.
+   */
+  async addApprovedEgress(id: string, entry: string): Promise<void> {
+    await this.query(
+      `UPDATE workshops SET egress = jsonb_set(egress, '{approved}', coalesce(egress->'approved', '[]'::jsonb) || to_jsonb($2::text))
+        WHERE id = $1 AND NOT coalesce(egress->'approved', '[]'::jsonb) ? $2`,
+      [id, entry],
+    );
+    const [row] = await this.query<WorkshopRow>('SELECT * FROM workshops WHERE id = $1', [id]);
+    if (row && row.node_id === this.opts.nodeId && this.opts.egress.proxy.getPolicy(id))
+      this.opts.egress.proxy.setPolicy(id, this.egressPolicy(row));
   }
 
   /** What the workshop's proxy decided, oldest first (see EgressJournal.list). */
