@@ -1,7 +1,7 @@
 /**
  * Atelier benchmarks, each beside its peer measured in the same run (DESIGN.md, "Peers to
  * measure against"). Usage: `npm run bench [-- NAME]` with NAME one of create, exec, resume,
- * memory, cli, egress (or 1-6); without it, all of them. Needs root (cgroups, freezer) and `npm run
+ * memory, cli, egress, approvals (or 1-7); without it, all of them. Needs root (cgroups, freezer) and `npm run
  * build` first: the server and the CLI run from dist/.
  *
  * One server is started for the run with a data dir under /tmp; every workshop it made is
@@ -11,6 +11,7 @@
 import { existsSync, mkdirSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
+import { approvals } from './approvals.js';
 import { createExec } from './create-exec.js';
 import { cliStart } from './cli-start.js';
 import { egress } from './egress.js';
@@ -28,6 +29,7 @@ const BENCHES: { name: string; aliases: string[]; fn: Bench }[] = [
   { name: 'memory', aliases: ['4', 'mem'], fn: memory },
   { name: 'cli', aliases: ['5', 'cli-start'], fn: cliStart },
   { name: 'egress', aliases: ['6', 'proxy'], fn: egress },
+  { name: 'approvals', aliases: ['7', 'hitl'], fn: approvals },
 ];
 
 function newestMtime(dir: string): number {
