@@ -264,7 +264,8 @@ describe('approvals', () => {
   });
 
   it('a rejected host is answered 403 with the approval id', async () => {
-    const held = server.exec(ws, ['sh', '-c', `curl -sS -m 90 -o /dev/null -D - http://refused.test:${PORT}/`]);
+    // Through the CLI: the terminal that runs the command is told what waits and how to approve it.
+    const held = server.cli(['exec', ws, '--', 'sh', '-c', `curl -sS -m 90 -o /dev/null -D - http://refused.test:${PORT}/`]);
     let pending: Approval | undefined;
     const until = Date.now() + 30_000;
     while (!pending && Date.now() < until) {
@@ -275,9 +276,75 @@ describe('approvals', () => {
     assert.ok(pending);
     assert.equal((await cliAs('lead', ['approvals', 'reject', pending.id, '--reason', 'exfiltration risk'])).code, 0);
     const r = await held;
+    assert.match(
+      r.stderr,
+      new RegExp(
+        `waiting for approval of ALLOWLIST_EXPANSION refused\\.test:${PORT} \\(request ${pending.id}\\): run \`atelier approve ${pending.id}\``,
+      ),
+    );
     assert.match(r.stdout, /^HTTP\/1\.1 403/m);
     assert.match(r.stdout, new RegExp(`^x-atelier-approval: ${pending.id}`, 'mi'));
     assert.match(r.stdout, /^x-atelier-egress-reason: ASK_DENIED/im);
+  });
+
+  it('a command named in approvals.commands runs only once approved, and never when rejected', async () => {
+    const guarded = makeRepo({ 'atelier.yaml': 'approvals:\n  commands: ["touch /workspace/gated*", "git push*"]\n' });
+    try {
+      const w = await as<{ id: string; status: string; statusReason: string }>('owner', 'POST', '/v1/workshops', {
+        repo: guarded,
+        name: 'gated',
+      });
+      assert.equal(w.body.status, 'Running', w.body.statusReason);
+      const id = w.body.id;
+      const agentToken = (await as<{ token: string }>('owner', 'POST', '/v1/tokens', { workshopId: id, expiresInSeconds: 600 })).body.token;
+      const exists = async (f: string) => (await server.exec(id, ['test', '-e', `/workspace/${f}`])).exitCode === 0;
+      // Not named: runs at once.
+      assert.equal((await server.exec(id, ['touch', '/workspace/free'])).exitCode, 0);
+      // Named (also inside sh -c): the agent's terminal waits and says so.
+      const run = server.cli(['exec', id, '--', 'sh', '-c', 'echo start && touch /workspace/gated-1'], {
+        env: { ATELIER_TOKEN: agentToken },
+      });
+      let pending: Approval | undefined;
+      const until = Date.now() + 30_000;
+      while (!pending && Date.now() < until) {
+        const l = await as<{ items: Approval[] }>('owner', 'GET', `/v1/approvals?status=PENDING&category=SHELL_COMMAND&workshop=${id}`);
+        pending = l.body.items[0];
+        if (!pending) await new Promise((r) => setTimeout(r, 100));
+      }
+      assert.ok(pending, 'the exec filed a SHELL_COMMAND request');
+      assert.equal(pending.payload.pattern, 'touch /workspace/gated*');
+      assert.equal(await exists('gated-1'), false, 'nothing ran before the decision');
+      assert.equal((await cliAs('owner', ['approve', pending.id, '--reason', 'fine'])).code, 0);
+      const r = await run;
+      assert.equal(r.code, 0, r.stderr);
+      assert.match(r.stderr, new RegExp(`waiting for approval .*request ${pending.id}.*atelier approve ${pending.id}`));
+      assert.equal(r.stdout, 'start\n');
+      assert.equal(await exists('gated-1'), true);
+      // Rejected: never runs; the caller is told it was rejected.
+      const agentCall = server.api<{ code: string; message: string }>(
+        'POST',
+        `/v1/workshops/${id}/exec`,
+        { command: ['touch', '/workspace/gated-2'] },
+        {
+          authorization: `Bearer ${agentToken}`,
+        },
+      );
+      let second: Approval | undefined;
+      while (!second && Date.now() < until + 30_000) {
+        const l = await as<{ items: Approval[] }>('owner', 'GET', `/v1/approvals?status=PENDING&category=SHELL_COMMAND&workshop=${id}`);
+        second = l.body.items[0];
+        if (!second) await new Promise((r) => setTimeout(r, 100));
+      }
+      assert.ok(second);
+      assert.equal((await cliAs('lead', ['approvals', 'reject', second.id, '--reason', 'no'])).code, 0);
+      const res = await agentCall;
+      assert.equal(res.status, 403, JSON.stringify(res.body));
+      assert.match(res.body.message, /rejected/);
+      assert.equal(await exists('gated-2'), false);
+      await as('owner', 'DELETE', `/v1/workshops/${id}`);
+    } finally {
+      rmSync(guarded, { recursive: true, force: true });
+    }
   });
 
   it('audit verify reports an intact chain covering every event', async () => {

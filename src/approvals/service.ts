@@ -506,6 +506,34 @@ export class ApprovalService {
     }
   }
 
+  /**
+   * Marks an approved request as used, once: true for the one caller that consumed it (an
+   * approved command runs once, however many execs race for it).
+   */
+  async consume(id: string): Promise<boolean> {
+    const r = await this.query<{ request_id: string }>(
+      `UPDATE hitl_request_context c SET effect_applied_at = now() FROM hitl_requests r
+        WHERE c.request_id = $1 AND r.id = c.request_id AND r.status = 'APPROVED' AND c.effect_applied_at IS NULL
+        RETURNING c.request_id`,
+      [id],
+    );
+    return r.length > 0;
+  }
+
+  /** An approved, not yet used request of this workshop and category whose payload contains `match`. */
+  async findApprovedUnused(
+    workshopId: string,
+    category: ApprovalCategory,
+    match: Record<string, unknown>,
+  ): Promise<ApprovalRequest | undefined> {
+    const [row] = await this.query<Row>(
+      `${SELECT} WHERE r.workshop_id = $1 AND r.category = $2 AND r.status = 'APPROVED' AND c.effect_applied_at IS NULL
+         AND r.payload @> $3::jsonb ORDER BY r.decided_at LIMIT 1`,
+      [workshopId, category, JSON.stringify(match)],
+    );
+    return row ? toApproval(row) : undefined;
+  }
+
   // ---- audit -----------------------------------------------------------------------------
 
   /**

@@ -66,6 +66,8 @@ export const PAYLOADS = {
   SHELL_COMMAND: z.strictObject({
     command: z.array(z.string().max(16384).refine(noNul, 'may not contain NUL bytes')).min(1).max(256),
     cwd: z.string().max(4096).refine(noNul, 'may not contain NUL bytes').optional(),
+    /** The atelier.yaml `approvals.commands` entry it matched (filled in by the server). */
+    pattern: z.string().max(500).optional(),
     justification,
   }),
   PR_GATEWAY: z.strictObject({

@@ -146,7 +146,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
 
   app.get('/v1/admin/routes', { config: { access: { role: 'admin' } } }, async () => ({ items: catalog }));
 
-  workshopRoutes(app, deps.workshops);
+  workshopRoutes(app, deps.workshops, deps.approvals);
   identityRoutes(app, deps.accounts, deps.workshops);
   for (const register of deps.extraRoutes ?? []) register(app);
   // WebSocket routes live in a plugin registered after @fastify/websocket (it must see them).

@@ -3,18 +3,51 @@ import { AtelierError } from '../core/index.js';
 import type { Pool } from '../db/index.js';
 import { ApprovalService, parseTtls } from '../approvals/index.js';
 import { canonicalizeHost, createEgressPolicy, hostForAuthority, type AskHook, type CanonicalHost } from '../egress/index.js';
-import type { WorkshopService } from '../workshops/index.js';
+import type { ExecGate, WorkshopService } from '../workshops/index.js';
 
 export interface ApprovalsRuntime {
   service: ApprovalService;
   /** The egress proxy's ask hook: files (or joins) an ALLOWLIST_EXPANSION request and holds the request for its decision. */
   ask: AskHook;
+  /** The exec gate for SHELL_COMMAND (atelier.yaml `approvals.commands`). */
+  execGate: ExecGate;
   /** Wires each category to its effect once the workshop service exists, then starts listening and sweeping. */
   start(workshops: WorkshopService): Promise<void>;
   close(): Promise<void>;
 }
 
 /** The allowlist entry an approval adds: the bare host for the default ports (80, 443), else host:port. */
+/** `*` matches anything; everything else literally; the whole text must match. */
+function globRegExp(pattern: string): RegExp {
+  return new RegExp(
+    `^${pattern
+      .split('*')
+      .map((p) => p.replace(/[\\^$.*+?()[\]{}|/]/g, '\\$&'))
+      .join('.*')}$`,
+    's',
+  );
+}
+
+const SHELLS = new Set(['sh', 'bash', 'dash', 'zsh', 'ash', 'ksh']);
+
+/**
+ * The first pattern an exec matches: its arguments joined by spaces, and for `sh -c SCRIPT`
+ * also the script and each of its `;`/`&&`/`||`/newline-separated parts.
+ */
+export function matchCommand(patterns: string[], command: string[]): string | undefined {
+  const texts = [command.join(' ')];
+  const shell = command[0]?.split('/').pop() ?? '';
+  const c = command.indexOf('-c');
+  if (SHELLS.has(shell) && c > 0 && command[c + 1] !== undefined) {
+    const script = command[c + 1]!;
+    texts.push(script.trim(), ...script.split(/;|&&|\|\||\n/).map((x) => x.trim()));
+  }
+  return patterns.find((p) => {
+    const re = globRegExp(p);
+    return texts.some((t) => re.test(t));
+  });
+}
+
 function entryFor(host: CanonicalHost, port: number | undefined): string {
   const h = hostForAuthority(host);
   return port === undefined || port === 443 || port === 80 ? h : `${h}:${port}`;
@@ -52,9 +85,48 @@ export function createApprovals(opts: {
     return { decision, approvalId: a.id };
   };
 
+  const execGate: ExecGate = async (workshopId, patterns, req, actor, opts) => {
+    const pattern = matchCommand(patterns, req.command);
+    if (pattern === undefined) return;
+    // Approved beforehand (`atelier approvals request --category SHELL_COMMAND`): used once.
+    const before = await service.findApprovedUnused(workshopId, 'SHELL_COMMAND', { command: req.command });
+    if (before && (await service.consume(before.id))) return;
+    const a = await service.create(
+      workshopId,
+      {
+        category: 'SHELL_COMMAND',
+        payload: {
+          command: req.command,
+          ...(req.cwd !== undefined ? { cwd: req.cwd } : {}),
+          pattern,
+          justification: `an exec through the API matches "${pattern}" of approvals.commands in atelier.yaml`,
+        },
+      },
+      actor,
+      { channel: 'api', ip: null },
+    );
+    opts.onApproval?.(a.id);
+    const decided = await service.wait(a.id, null, 7 * 86400 * 1000, opts.signal);
+    if (decided.status === 'APPROVED' && (await service.consume(a.id))) return;
+    if (decided.status === 'PENDING')
+      throw new AtelierError('UNAVAILABLE', `the command was not run: the client left before request ${a.id} was decided`, {
+        approvalId: a.id,
+      });
+    throw new AtelierError(
+      'PERMISSION_DENIED',
+      decided.status === 'EXPIRED'
+        ? `the command was not run: approval request ${a.id} expired before anyone decided (it was not rejected); run it again to ask again`
+        : decided.status === 'REJECTED'
+          ? `the command was not run: ${decided.decidedBy ?? 'a human'} rejected request ${a.id}: ${decided.decisionReason ?? ''}`
+          : `the command was not run: approval ${a.id} was already used`,
+      { approvalId: a.id, status: decided.status },
+    );
+  };
+
   return {
     service,
     ask,
+    execGate,
     async start(workshops) {
       service.register('ALLOWLIST_EXPANSION', {
         async prepare(_workshopId, payload) {
@@ -74,6 +146,8 @@ export function createApprovals(opts: {
           await workshops.addApprovedEgress(a.workshopId, String(a.payload.entry));
         },
       });
+      // The effect is the exec that waited for it (it consumes the approval), nothing more.
+      service.register('SHELL_COMMAND', {});
       await service.start();
     },
     close: () => service.close(),

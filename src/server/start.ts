@@ -270,6 +270,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       uidBase: config.uidBase,
       log: logger,
       egress: egress.wiring,
+      execGate: approvals.execGate,
     });
     await approvals.start(workshops);
     cleanups.push(() => approvals.close());

@@ -42,6 +42,7 @@ interface WorkshopRow {
   /** `approved`: entries added by approved ALLOWLIST_EXPANSION requests (kept across restarts). */
   egress: { allow?: string[]; deny?: string[]; askHoldSeconds?: number; approved?: string[] };
   warnings: string[];
+  approval_commands: string[];
   sandbox: SandboxHandle | null;
   created_at: Date;
   updated_at: Date;
@@ -54,7 +55,20 @@ export interface ServiceOptions {
   uidBase: number;
   log: { info(obj: object, msg?: string): void; warn(obj: object, msg?: string): void; error(obj: object, msg?: string): void };
   egress: EgressWiring;
+  /**
+   * Called before an exec in a workshop whose atelier.yaml lists `approvals.commands`: resolves
+   * when the command may run (no pattern matches, or a human approved it), throws otherwise.
+   */
+  execGate?: ExecGate;
 }
+
+export type ExecGate = (
+  workshopId: string,
+  patterns: string[],
+  req: ExecRequest,
+  actor: Principal,
+  opts: { onApproval?: (approvalId: string) => void; signal?: AbortSignal },
+) => Promise<void>;
 
 /** The egress proxy every workshop's traffic goes through, and the platform's part of each policy. */
 export interface EgressWiring {
@@ -388,13 +402,17 @@ export class WorkshopService {
       await this.driver.adoptWorkspace(id, row.uid);
       const env: Record<string, string> = { ...dev.env };
       if (req.budgetUsd !== undefined) env.ATELIER_MAX_BUDGET_USD = String(req.budgetUsd);
-      await this.query('UPDATE workshops SET env = $2, forward_ports = $3, warnings = $4, egress = $5 WHERE id = $1', [
-        id,
-        JSON.stringify(env),
-        dev.forwardPorts,
-        JSON.stringify(dev.warnings),
-        JSON.stringify(project.egress),
-      ]);
+      await this.query(
+        'UPDATE workshops SET env = $2, forward_ports = $3, warnings = $4, egress = $5, approval_commands = $6 WHERE id = $1',
+        [
+          id,
+          JSON.stringify(env),
+          dev.forwardPorts,
+          JSON.stringify(dev.warnings),
+          JSON.stringify(project.egress),
+          JSON.stringify(project.approvalCommands),
+        ],
+      );
       await this.query('UPDATE workshops SET sandbox = $2 WHERE id = $1', [id, JSON.stringify(handle)]);
       const current = { ...row, env, sandbox: handle! };
       for (const step of dev.createCommands) {
@@ -622,8 +640,20 @@ export class WorkshopService {
     return cwd !== undefined && posix.isAbsolute(cwd) ? posix.normalize(cwd) : p;
   }
 
-  /** Starts a command in a running workshop; output streams as it is produced. */
-  async exec(id: string, req: ExecRequest, actor: Principal): Promise<RunningExec> {
+  /**
+   * Starts a command in a running workshop; output streams as it is produced. A command the
+   * project's `approvals.commands` names waits for a human's approval first (`gate`).
+   */
+  async exec(
+    id: string,
+    req: ExecRequest,
+    actor: Principal,
+    gate: { onApproval?: (approvalId: string) => void; signal?: AbortSignal } = {},
+  ): Promise<RunningExec> {
+    if (this.opts.execGate) {
+      const row = await this.row(id, { actor, action: 'operate' });
+      if (row.approval_commands.length > 0) await this.opts.execGate(id, row.approval_commands, req, actor, gate);
+    }
     const stdin = req.stdin === undefined ? undefined : Buffer.from(req.stdin, 'base64');
     return this.startLocked(
       id,

@@ -93,3 +93,6 @@ END
 $$;
 CREATE TRIGGER hitl_audit_no_update BEFORE UPDATE OR DELETE ON hitl_audit FOR EACH ROW EXECUTE FUNCTION hitl_audit_refuse();
 CREATE TRIGGER hitl_audit_no_truncate BEFORE TRUNCATE ON hitl_audit FOR EACH STATEMENT EXECUTE FUNCTION hitl_audit_refuse();
+
+-- The project's `approvals.commands` (atelier.yaml): exec commands that wait for a human.
+ALTER TABLE workshops ADD COLUMN approval_commands jsonb NOT NULL DEFAULT '[]';
