@@ -194,6 +194,11 @@ const TABLE: Record<string, Row> = {
     expect: e(401, 400, 400, 400, 400, 400, 400, 400),
     call: () => ({ method: 'GET', path: '/v1/approvals/stream' }),
   },
+  // Slack authenticates by signature, not by token: this server has no Slack secret, so every call is refused.
+  'POST /v1/webhooks/slack/interactions': {
+    expect: all(401),
+    call: () => form('/v1/webhooks/slack/interactions', 'payload=%7B%7D'),
+  },
   'GET /v1/audit/verify': {
     expect: e(401, 403, 403, 403, 403, 403, 200, 403),
     call: () => ({ method: 'GET', path: '/v1/audit/verify' }),

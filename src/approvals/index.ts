@@ -22,3 +22,4 @@ export {
   type ApprovalRequest,
   type ApprovalStatus,
 } from './types.js';
+export { SlackNotifier, slackMessage, verifySlackSignature, type SlackConfig } from './notifiers/slack.js';

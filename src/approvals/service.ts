@@ -415,6 +415,23 @@ export class ApprovalService {
     return approval;
   }
 
+  /**
+   * A decision by a person identified outside the API (a Slack user mapped to this account):
+   * their role in the request's tenant, then exactly the same rules as any other decision.
+   */
+  async decideAsUser(id: string, req: DecideApprovalRequest, userId: string, origin: CallOrigin): Promise<ApprovalRequest> {
+    const row = await this.rowById(id);
+    if (!row) throw this.notFound(id);
+    const [m] = await this.query<{ name: string; role: ApprovalActor['role'] }>(
+      `SELECT u.name, m.role FROM users u JOIN memberships m ON m.user_id = u.id
+        WHERE u.id = $1 AND m.tenant_id = $2 AND u.disabled_at IS NULL`,
+      [userId, row.tenant_id],
+    );
+    if (!m) throw this.notFound(id);
+    const actor: ApprovalActor = { kind: 'user', userId, userName: m.name, tenantId: row.tenant_id, role: m.role, workshopId: null };
+    return this.decide(id, req, actor, origin);
+  }
+
   /** Marks every due PENDING request (or only these) EXPIRED, audited, and tells every replica. */
   async expireDue(ids?: string[]): Promise<number> {
     if (this.closed) return 0;
@@ -434,6 +451,17 @@ export class ApprovalService {
         );
       return r.rows.map((x) => x.id);
     });
+    // This replica expired them: its notifiers (Slack) say so, once.
+    for (const id of n)
+      void this.rowById(id)
+        .then((row) => {
+          if (row)
+            this.localEvents.emit('event', {
+              event: { type: 'expired', approval: toApproval(row) },
+              tenantId: row.tenant_id,
+            } satisfies Scoped);
+        })
+        .catch(() => undefined);
     return n.length;
   }
 

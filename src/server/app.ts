@@ -4,7 +4,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import { AtelierError, newRequestId } from '../core/index.js';
 import type { Pool } from '../db/index.js';
 import type { WorkshopService } from '../workshops/index.js';
-import type { ApprovalService } from '../approvals/index.js';
+import type { ApprovalService, SlackNotifier } from '../approvals/index.js';
 import {
   checkRouteAccess,
   isRouteAccess,
@@ -40,6 +40,7 @@ export interface AppDeps {
   /** Routes of other areas (the embedded issuer, the auth relay), registered with the rest. */
   extraRoutes?: ((app: FastifyInstance) => void)[];
   approvals?: ApprovalService;
+  slack?: SlackNotifier;
 }
 
 export interface RouteEntry {
@@ -152,6 +153,6 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   // WebSocket routes live in a plugin registered after @fastify/websocket (it must see them).
   void app.register(websocket, { options: { maxPayload: 64 << 10 } });
   const approvals = deps.approvals;
-  if (approvals) void app.register(async (scope) => approvalRoutes(scope, approvals));
+  if (approvals) void app.register(async (scope) => approvalRoutes(scope, approvals, deps.slack));
   return app;
 }

@@ -1,12 +1,13 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { AtelierError } from '../core/index.js';
 import type { Pool } from '../db/index.js';
-import { ApprovalService, parseTtls } from '../approvals/index.js';
+import { ApprovalService, SlackNotifier, parseTtls, type SlackConfig } from '../approvals/index.js';
 import { canonicalizeHost, createEgressPolicy, hostForAuthority, type AskHook, type CanonicalHost } from '../egress/index.js';
 import type { ExecGate, WorkshopService } from '../workshops/index.js';
 
 export interface ApprovalsRuntime {
   service: ApprovalService;
+  slack: SlackNotifier;
   /** The egress proxy's ask hook: files (or joins) an ALLOWLIST_EXPANSION request and holds the request for its decision. */
   ask: AskHook;
   /** The exec gate for SHELL_COMMAND (atelier.yaml `approvals.commands`). */
@@ -55,17 +56,14 @@ function entryFor(host: CanonicalHost, port: number | undefined): string {
 
 export function createApprovals(opts: {
   ttl: string | undefined;
+  slack: SlackConfig;
   pool: Pool;
   databaseUrl: string;
   logger: FastifyBaseLogger;
 }): ApprovalsRuntime {
-  let ttls;
-  try {
-    ttls = parseTtls(opts.ttl);
-  } catch (err) {
-    throw new Error((err as Error).message);
-  }
+  const ttls = parseTtls(opts.ttl);
   const service = new ApprovalService(opts.pool, { ttls, databaseUrl: opts.databaseUrl, log: opts.logger });
+  const slack = new SlackNotifier(opts.pool, service, opts.slack, opts.logger);
 
   const ask: AskHook = async (host, port, ctx) => {
     const existing = await service.findPending(ctx.workshopId, 'ALLOWLIST_EXPANSION', { host, port });
@@ -125,6 +123,7 @@ export function createApprovals(opts: {
 
   return {
     service,
+    slack,
     ask,
     execGate,
     async start(workshops) {
@@ -149,7 +148,11 @@ export function createApprovals(opts: {
       // The effect is the exec that waited for it (it consumes the approval), nothing more.
       service.register('SHELL_COMMAND', {});
       await service.start();
+      slack.start();
     },
-    close: () => service.close(),
+    async close() {
+      await service.close();
+      await slack.close();
+    },
   };
 }

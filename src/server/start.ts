@@ -259,7 +259,13 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const nodeId = nodeIdOf(dataDir);
     const driver = new LocalDriver(dataDir, nodeId, isolation.rootless, isolation.cgroups);
     const sudoHome = config.sudoUser ? homeOf(config.sudoUser.uid) : undefined;
-    const approvals = createApprovals({ ttl: config.approvalTtl, pool, databaseUrl: databaseUrl ?? embedded!.connectionString, logger });
+    const approvals = createApprovals({
+      ttl: config.approvalTtl,
+      slack: config.slack,
+      pool,
+      databaseUrl: databaseUrl ?? embedded!.connectionString,
+      logger,
+    });
     const egress = await startEgress(config, pool, logger, approvals.ask);
     cleanups.push(() => egress.close());
     const workshops = new WorkshopService(pool, driver, {
@@ -289,6 +295,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       trustProxy: config.trustProxy,
       extraRoutes: identity.routes,
       approvals: approvals.service,
+      slack: approvals.slack,
     });
     cleanups.push(() => app.close());
     // Runs before app.close (cleanups run in reverse): in-flight execs end, so their requests do.

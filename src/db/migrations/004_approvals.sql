@@ -96,3 +96,17 @@ CREATE TRIGGER hitl_audit_no_truncate BEFORE TRUNCATE ON hitl_audit FOR EACH STA
 
 -- The project's `approvals.commands` (atelier.yaml): exec commands that wait for a human.
 ALTER TABLE workshops ADD COLUMN approval_commands jsonb NOT NULL DEFAULT '[]';
+
+-- Slack: the message posted for each request (so it can be updated once decided), and the
+-- signatures of interaction requests already accepted (a replay within the window is refused,
+-- whichever replica it reaches).
+CREATE TABLE hitl_slack_messages (
+  request_id  uuid PRIMARY KEY REFERENCES hitl_requests(id),
+  channel     text,
+  ts          text,
+  posted_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE slack_seen_signatures (
+  signature  text PRIMARY KEY,
+  seen_at    timestamptz NOT NULL DEFAULT now()
+);

@@ -10,6 +10,7 @@ import {
   type ApprovalEvent,
   type ApprovalService,
   type CallOrigin,
+  type SlackNotifier,
 } from '../../approvals/index.js';
 import type { RouteAccess } from '../../identity/index.js';
 import { parse, principalOf } from './common.js';
@@ -40,7 +41,20 @@ function oneQuery(value: unknown, name: string): string | undefined {
 }
 
 /** REST and WebSocket routes for approval requests. */
-export function approvalRoutes(app: FastifyInstance, service: ApprovalService): void {
+export function approvalRoutes(app: FastifyInstance, service: ApprovalService, slack?: SlackNotifier): void {
+  // Slack's button clicks: public (Slack has no token of ours), authenticated by the request's
+  // signature over the raw body, which is kept as bytes and verified before anything is parsed.
+  // Unsigned or badly signed: 401, whether or not Slack is configured.
+  void app.register(async (scope) => {
+    scope.removeAllContentTypeParsers();
+    scope.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: 64 << 10 }, (_request, body, done) => done(null, body));
+    scope.post('/v1/webhooks/slack/interactions', { config: { access: 'public' } }, async (request) => {
+      const raw = Buffer.isBuffer(request.body) ? request.body : Buffer.alloc(0);
+      if (!slack) throw new AtelierError('UNAUTHENTICATED', 'Slack request refused: Slack is not configured on this server');
+      return slack.interaction(request.headers, raw, request.ip ?? null);
+    });
+  });
+
   app.post<IdParams>('/v1/workshops/:id/approvals', { config: { access: FILE } }, async (request, reply) => {
     const body = parse(CreateApprovalRequest, request.body);
     const a = await service.create(request.params.id, body, principalOf(request), originOf(request));
