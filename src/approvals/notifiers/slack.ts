@@ -156,7 +156,9 @@ export class SlackNotifier {
     });
     const json = (await res.json().catch(() => ({}))) as Record<string, unknown>;
     if (json.ok !== true)
-      throw new AtelierError('UNAVAILABLE', `Slack ${method} failed: ${String(json.error ?? res.status)}`, { slackError: json.error ?? null });
+      throw new AtelierError('UNAVAILABLE', `Slack ${method} failed: ${String(json.error ?? res.status)}`, {
+        slackError: json.error ?? null,
+      });
     return json;
   }
 
