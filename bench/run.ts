@@ -1,7 +1,7 @@
 /**
  * Atelier benchmarks, each beside its peer measured in the same run (DESIGN.md, "Peers to
  * measure against"). Usage: `npm run bench [-- NAME]` with NAME one of create, exec, resume,
- * memory, cli, egress, postgres-sim (or 1-7), create-sims; without it, all of them. Needs root (cgroups, freezer) and `npm run
+ * memory, cli, egress, postgres-sim (or 1-7), create-sims, approvals; without it, all of them. Needs root (cgroups, freezer) and `npm run
  * build` first: the server and the CLI run from dist/.
  *
  * One server is started for the run with a data dir under /tmp; every workshop it made is
@@ -11,6 +11,7 @@
 import { existsSync, mkdirSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
+import { approvals } from './approvals.js';
 import { createExec } from './create-exec.js';
 import { createSimulators } from './create-simulators.js';
 import { cliStart } from './cli-start.js';
@@ -32,6 +33,7 @@ const BENCHES: { name: string; aliases: string[]; fn: Bench }[] = [
   { name: 'egress', aliases: ['6', 'proxy'], fn: egress },
   { name: 'postgres-sim', aliases: ['7', 'simulators', 'pg-sim'], fn: postgresSimulator },
   { name: 'create-sims', aliases: ['create-simulators'], fn: createSimulators },
+  { name: 'approvals', aliases: ['8', 'hitl'], fn: approvals },
 ];
 
 function newestMtime(dir: string): number {

@@ -20,6 +20,8 @@ interface Fixture {
   /** An admin token another test may revoke. */
   spareTokenId: string;
   repo: string;
+  /** An agent token of `ws` (made on first use). */
+  agent?: string;
 }
 
 interface Call {
@@ -192,7 +194,62 @@ const TABLE: Record<string, Row> = {
     expect: e(401, 404, 200, 200, 200, 200, 200, 404),
     call: (f) => ({ method: 'GET', path: `/v1/workshops/${f.ws}/git/diff` }),
   },
+  // Approvals: filing needs the right to operate the workshop; reading is for the tenant (and the
+  // workshop's own agent); deciding is for its owner or a maintainer, never an agent, never the requester.
+  'POST /v1/workshops/:id/approvals': {
+    expect: e(401, 404, 403, 403, 201, 201, 201, 404),
+    call: (f) => ({ method: 'POST', path: `/v1/workshops/${f.ws}/approvals`, body: approvalBody() }),
+  },
+  'GET /v1/approvals': { expect: e(401, 200, 200, 200, 200, 200, 200, 200), call: () => ({ method: 'GET', path: '/v1/approvals' }) },
+  'GET /v1/approvals/:id': {
+    expect: e(401, 404, 200, 200, 200, 200, 200, 404),
+    call: async (f) => ({ method: 'GET', path: `/v1/approvals/${await agentRequest(f)}` }),
+  },
+  'GET /v1/approvals/:id/wait': {
+    expect: e(401, 404, 200, 200, 200, 200, 200, 404),
+    call: async (f) => ({ method: 'GET', path: `/v1/approvals/${await agentRequest(f)}/wait?timeout=0` }),
+  },
+  'POST /v1/approvals/:id/decision': {
+    expect: e(401, 403, 403, 403, 200, 200, 200, 404),
+    call: async (f) => ({
+      method: 'POST',
+      path: `/v1/approvals/${await agentRequest(f)}/decision`,
+      body: { decision: 'APPROVE', reason: 'matrix' },
+    }),
+  },
+  'GET /v1/approvals/stream': {
+    // A plain GET is told to upgrade; the WebSocket itself is tested in approvals.test.ts.
+    expect: e(401, 400, 400, 400, 400, 400, 400, 400),
+    call: () => ({ method: 'GET', path: '/v1/approvals/stream' }),
+  },
+  // Slack authenticates by signature, not by token: this server has no Slack secret, so every call is refused.
+  'POST /v1/webhooks/slack/interactions': {
+    expect: all(401),
+    call: () => form('/v1/webhooks/slack/interactions', 'payload=%7B%7D'),
+  },
+  'GET /v1/audit/verify': {
+    expect: e(401, 403, 403, 403, 403, 403, 200, 403),
+    call: () => ({ method: 'GET', path: '/v1/audit/verify' }),
+  },
 };
+
+const approvalBody = () => ({ category: 'ALLOWLIST_EXPANSION', payload: { host: `${unique('h')}.example`, justification: 'matrix' } });
+
+/** A fresh request on the owner's workshop, filed by its agent token (so nobody in the matrix is its requester). */
+async function agentRequest(f: Fixture): Promise<string> {
+  f.agent ??= (
+    (await as(f, 'owner', { method: 'POST', path: '/v1/tokens', body: { workshopId: f.ws, expiresInSeconds: 3600 } })).body as {
+      token: string;
+    }
+  ).token;
+  const r = await fetch(`${f.server.url}/v1/workshops/${f.ws}/approvals`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${f.agent}`, 'content-type': 'application/json' },
+    body: JSON.stringify(approvalBody()),
+  });
+  assert.equal(r.status, 201);
+  return ((await r.json()) as { id: string }).id;
+}
 
 async function as(f: Fixture, who: Subject, c: Call): Promise<{ status: number; body: unknown }> {
   const headers: Record<string, string> = { accept: 'application/json' };

@@ -78,7 +78,8 @@ export function bearerOf(credential: Credential | undefined): string | undefined
 function send(target: Target, opts: RequestOptions, payload: Buffer | undefined): Promise<http.IncomingMessage> {
   const url = new URL(opts.path, target.url);
   const lib = url.protocol === 'https:' ? https : http;
-  const headers: Record<string, string> = { accept: opts.accept ?? 'application/json' };
+  // The channel is kept in the approvals audit (cli, slack, dashboard, api).
+  const headers: Record<string, string> = { accept: opts.accept ?? 'application/json', 'x-atelier-channel': 'cli' };
   const bearer = opts.anonymous ? undefined : bearerOf(target.credential);
   if (bearer) headers.authorization = `Bearer ${bearer}`;
   if (target.tenant) headers['x-atelier-tenant'] = target.tenant;

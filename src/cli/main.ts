@@ -397,6 +397,95 @@ async function main(argv: string[]): Promise<number> {
       await render(c.output, r, () => `revoked ${r.id}`);
     });
 
+  const approvals = program.command('approvals').description('requests that wait for a human: list, show, approve, reject, watch, request');
+  approvals
+    .command('list')
+    .alias('ls')
+    .description('approval requests of your tenant, newest first (pending ones unless --status or --all)')
+    .option('--status <status>', 'PENDING, APPROVED, REJECTED or EXPIRED')
+    .option('--workshop <id>', 'only this workshop')
+    .option('--category <category>', 'ALLOWLIST_EXPANSION, SECRET_REQUEST, PR_GATEWAY or SHELL_COMMAND')
+    .option('--all', 'every status')
+    .action(async (flags: { status?: string; workshop?: string; category?: string; all?: boolean }) => {
+      const c = ctx();
+      const { listApprovals, approvalTable } = await import('./commands/approvals/manage.js');
+      const items = await listApprovals(c, flags);
+      await render(c.output, items, () => approvalTable(items));
+    });
+  approvals
+    .command('show <id>')
+    .description('one request: what, who asks, why, and its decision')
+    .action(async (id: string) => {
+      const c = ctx();
+      const { showApproval, approvalDetail } = await import('./commands/approvals/manage.js');
+      const a = await showApproval(c, id);
+      await render(c.output, a, () => approvalDetail(a));
+    });
+  const decide = async (id: string, decision: 'APPROVE' | 'REJECT', flags: { reason?: string }): Promise<void> => {
+    const c = ctx();
+    const { decideApproval, approvalDetail } = await import('./commands/approvals/manage.js');
+    const a = await decideApproval(c, id, decision, flags.reason);
+    await render(c.output, a, () => approvalDetail(a));
+  };
+  approvals
+    .command('approve <id>')
+    .description('approve a request (the workshop owner or a maintainer; never the one who asked)')
+    .option('--reason <text>', 'why (kept in the audit)')
+    .action((id: string, flags: { reason?: string }) => decide(id, 'APPROVE', flags));
+  approvals
+    .command('reject <id>')
+    .description('reject a request')
+    .option('--reason <text>', 'why (required, kept in the audit)')
+    .action((id: string, flags: { reason?: string }) => decide(id, 'REJECT', flags));
+  program
+    .command('approve <id>')
+    .description('alias of `atelier approvals approve`')
+    .option('--reason <text>', 'why (kept in the audit)')
+    .action((id: string, flags: { reason?: string }) => decide(id, 'APPROVE', flags));
+  approvals
+    .command('watch')
+    .description('print approval requests and decisions as they happen (Ctrl-C to stop)')
+    .action(async () => {
+      const c = ctx();
+      const { watchApprovals } = await import('./commands/approvals/watch.js');
+      const { eventLine } = await import('./commands/approvals/manage.js');
+      await watchApprovals(c, (e) => {
+        process.stdout.write(c.output === 'table' ? `${eventLine(e.type, e.approval)}\n` : `${JSON.stringify(e)}\n`);
+      });
+    });
+  approvals
+    .command('request')
+    .description('file a request for a workshop (what an agent runs, with ATELIER_URL and ATELIER_TOKEN)')
+    .requiredOption('--category <category>', 'ALLOWLIST_EXPANSION, SECRET_REQUEST, PR_GATEWAY or SHELL_COMMAND')
+    .requiredOption('--payload <json>', 'what is asked, with a justification, e.g. \'{"host":"api.stripe.com","justification":"…"}\'')
+    .option('--workshop <id>', "the workshop (default: the agent token's own)")
+    .option('--wait', 'wait for the decision; exit 1 unless approved')
+    .option('--timeout <seconds>', 'with --wait: give up after this long (the request stays pending)')
+    .action(async (flags: { category: string; payload: string; workshop?: string; wait?: boolean; timeout?: string }) => {
+      const c = ctx();
+      const { requestApproval, requireApproved, approvalDetail } = await import('./commands/approvals/manage.js');
+      const { call } = await import('./client.js');
+      const a = await requestApproval(c, flags, async () => {
+        const w = await call<{ workshopId: string | null }>(await c.target(), { method: 'GET', path: '/v1/auth/whoami' });
+        return w.workshopId;
+      });
+      await render(c.output, a, () => approvalDetail(a));
+      if (flags.wait) requireApproved(a);
+    });
+
+  program
+    .command('audit')
+    .description('the approvals audit')
+    .command('verify')
+    .description('recompute the hash chain of the approvals audit: says whether any row was changed, removed or reordered')
+    .action(async () => {
+      const c = ctx();
+      const { verifyAudit, verificationText } = await import('./commands/audit/verify.js');
+      const v = await verifyAudit(c);
+      await render(c.output, v, () => verificationText(v));
+      if (!v.ok) exitCode = 1;
+    });
+
   try {
     await program.parseAsync(argv, { from: 'user' });
   } catch (err) {

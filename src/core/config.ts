@@ -32,6 +32,12 @@ import { z } from 'zod';
  * | ATELIER_EGRESS_HOSTS        | egressHosts      | (none) a hosts-format file whose names the proxy resolves first (air-gapped sites, tests) |
  * | ATELIER_SIMULATORS_WARM     | simulatorsWarm   | 1: prepare the PostgreSQL simulator template at start (0: on first use) |
  * | ATELIER_TRUST_PROXY         | trustProxy       | (none) addresses/CIDRs of reverse proxies whose X-Forwarded-For is believed (client addresses for login rate limits) |
+ * | ATELIER_APPROVAL_TTL        | approvalTtl      | 15m for every category; `15m,SECRET_REQUEST=5m,PR_GATEWAY=1h` (the default first, then per category) |
+ * | ATELIER_SLACK_WEBHOOK_URL   | slack.webhookUrl | (none) incoming-webhook URL approval requests are posted to |
+ * | ATELIER_SLACK_BOT_TOKEN     | slack.botToken   | (none) bot token (chat.postMessage/update, users.info); with ATELIER_SLACK_CHANNEL |
+ * | ATELIER_SLACK_CHANNEL       | slack.channel    | (none) channel id the bot posts to |
+ * | ATELIER_SLACK_SIGNING_SECRET| slack.signingSecret | (none) verifies /v1/webhooks/slack/interactions (without it every call is 401) |
+ * | ATELIER_SLACK_API_URL       | slack.apiUrl     | https://slack.com/api |
  * | DISPLAY, WAYLAND_DISPLAY    | canOpenBrowser   | `atelier auth login` opens a browser only in a graphical session |
  *
  * The root data dir is not under /root because the embedded PostgreSQL runs as the
@@ -62,6 +68,12 @@ const Env = z.object({
   ATELIER_EGRESS_DNS: z.string().min(1).optional(),
   ATELIER_EGRESS_HOSTS: z.string().min(1).optional(),
   ATELIER_TRUST_PROXY: z.string().min(1).optional(),
+  ATELIER_APPROVAL_TTL: z.string().min(1).optional(),
+  ATELIER_SLACK_WEBHOOK_URL: z.url({ protocol: /^https?$/ }).optional(),
+  ATELIER_SLACK_BOT_TOKEN: z.string().min(1).optional(),
+  ATELIER_SLACK_CHANNEL: z.string().min(1).optional(),
+  ATELIER_SLACK_SIGNING_SECRET: z.string().min(1).optional(),
+  ATELIER_SLACK_API_URL: z.url({ protocol: /^https?$/ }).optional(),
   DISPLAY: z.string().min(1).optional(),
   WAYLAND_DISPLAY: z.string().min(1).optional(),
   SUDO_UID: z.coerce.number().int().nonnegative().optional(),
@@ -100,6 +112,10 @@ export interface Config {
   egressAllowRanges: string[];
   egressDns: string[] | undefined;
   egressHosts: string | undefined;
+  /** How long an approval request waits for a decision (ATELIER_APPROVAL_TTL, parsed by approvals). */
+  approvalTtl: string | undefined;
+  /** Slack notifications and interactions for approvals (all optional). */
+  slack: { webhookUrl?: string; botToken?: string; channel?: string; signingSecret?: string; apiUrl: string };
   /** The user who ran `sudo atelier server start`, whose CLI gets the `local` context too. */
   sudoUser: { uid: number; gid: number } | undefined;
 }
@@ -181,6 +197,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       .map((x) => x.trim())
       .filter(Boolean),
     egressHosts: e.ATELIER_EGRESS_HOSTS ? resolve(e.ATELIER_EGRESS_HOSTS) : undefined,
+    approvalTtl: e.ATELIER_APPROVAL_TTL,
+    slack: {
+      ...(e.ATELIER_SLACK_WEBHOOK_URL ? { webhookUrl: e.ATELIER_SLACK_WEBHOOK_URL } : {}),
+      ...(e.ATELIER_SLACK_BOT_TOKEN ? { botToken: e.ATELIER_SLACK_BOT_TOKEN } : {}),
+      ...(e.ATELIER_SLACK_CHANNEL ? { channel: e.ATELIER_SLACK_CHANNEL } : {}),
+      ...(e.ATELIER_SLACK_SIGNING_SECRET ? { signingSecret: e.ATELIER_SLACK_SIGNING_SECRET } : {}),
+      apiUrl: (e.ATELIER_SLACK_API_URL ?? 'https://slack.com/api').replace(/\/+$/, ''),
+    },
     canOpenBrowser: process.platform === 'darwin' || Boolean(e.DISPLAY ?? e.WAYLAND_DISPLAY),
     sudoUser: isRoot && e.SUDO_UID !== undefined && e.SUDO_UID !== 0 ? { uid: e.SUDO_UID, gid: e.SUDO_GID ?? e.SUDO_UID } : undefined,
   };

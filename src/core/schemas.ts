@@ -93,7 +93,9 @@ export interface Workshop {
 export type ExecFrame =
   | { stream: 'stdout' | 'stderr'; data: string }
   | { exitCode: number; signal: string | null }
-  | { error: { code: string; message: string } };
+  | { error: { code: string; message: string } }
+  /** Something waits for a human before (or while) the command runs: `atelier approve <id>`. */
+  | { approval: { id: string; waiting: true; category?: string; what?: string } };
 
 /** Buffered exec result (`Accept: application/json`). */
 export interface ExecResult {

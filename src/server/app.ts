@@ -1,8 +1,10 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import websocket from '@fastify/websocket';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { AtelierError, newRequestId } from '../core/index.js';
 import type { Pool } from '../db/index.js';
 import type { WorkshopService } from '../workshops/index.js';
+import type { ApprovalService, SlackNotifier } from '../approvals/index.js';
 import {
   checkRouteAccess,
   isRouteAccess,
@@ -12,6 +14,7 @@ import {
   type RouteAccess,
 } from '../identity/index.js';
 import { errorHandler } from './errors.js';
+import { approvalRoutes } from './routes/approvals.js';
 import { identityRoutes } from './routes/identity.js';
 import { workshopRoutes } from './routes/workshops.js';
 import { simulatorRoutes } from './routes/simulators.js';
@@ -37,6 +40,8 @@ export interface AppDeps {
   trustProxy?: string[];
   /** Routes of other areas (the embedded issuer, the auth relay), registered with the rest. */
   extraRoutes?: ((app: FastifyInstance) => void)[];
+  approvals?: ApprovalService;
+  slack?: SlackNotifier;
 }
 
 export interface RouteEntry {
@@ -117,6 +122,9 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     request.principal = principal;
   });
   app.addHook('onResponse', async (request, reply) => {
+    // An upgrade answered over HTTP (refused before the WebSocket handler: 401, 404) owns a socket
+    // the HTTP server no longer tracks: close it, or it lingers and blocks the server's shutdown.
+    if (request.headers.upgrade !== undefined) request.raw.socket?.destroy();
     const route = request.routeOptions.url ?? 'unknown';
     requests.inc({ method: request.method, route, status: String(reply.statusCode) });
     duration.observe({ method: request.method, route }, reply.elapsedTime / 1000);
@@ -140,9 +148,13 @@ export function buildApp(deps: AppDeps): FastifyInstance {
 
   app.get('/v1/admin/routes', { config: { access: { role: 'admin' } } }, async () => ({ items: catalog }));
 
-  workshopRoutes(app, deps.workshops);
+  workshopRoutes(app, deps.workshops, deps.approvals);
   simulatorRoutes(app, deps.workshops);
   identityRoutes(app, deps.accounts, deps.workshops);
   for (const register of deps.extraRoutes ?? []) register(app);
+  // WebSocket routes live in a plugin registered after @fastify/websocket (it must see them).
+  void app.register(websocket, { options: { maxPayload: 64 << 10 } });
+  const approvals = deps.approvals;
+  if (approvals) void app.register(async (scope) => approvalRoutes(scope, approvals, deps.slack));
   return app;
 }

@@ -10,6 +10,7 @@ import {
   createDnsResolver,
   createEgressPolicy,
   createHostsResolver,
+  type AskHook,
   type HostsEntry,
   type Resolver,
 } from '../egress/index.js';
@@ -64,7 +65,7 @@ export interface EgressRuntime {
 }
 
 /** One proxy for all of this server's workshops, each with its own listener (in its sandbox) and policy. */
-export async function startEgress(config: Config, pool: Pool, logger: FastifyBaseLogger): Promise<EgressRuntime> {
+export async function startEgress(config: Config, pool: Pool, logger: FastifyBaseLogger, ask?: AskHook): Promise<EgressRuntime> {
   // The platform's part of every policy is checked now, not at the first workshop it would fail.
   try {
     createEgressPolicy({ allow: config.egressDefaults, allowRanges: config.egressAllowRanges });
@@ -91,6 +92,8 @@ export async function startEgress(config: Config, pool: Pool, logger: FastifyBas
   const proxy = new EgressProxy({
     resolver,
     onDecision: (workshopId, d) => journal.record(workshopId, d),
+    // Unknown hosts are asked about (approvals): the request is held for askHoldSeconds.
+    ...(ask ? { ask } : {}),
     onError: (workshopId, err) => logger.error({ workshop: workshopId, err: String(err) }, 'egress proxy internal error'),
   });
   return {

@@ -21,6 +21,7 @@ import { InternalNetwork, LocalDriver, SimulatorManager, WorkshopService } from 
 import { warmSimulators } from '../simulators/index.js';
 import { AccountService, Authenticator, MasterKey, generatePassword, hashPassword } from '../identity/index.js';
 import { buildApp } from './app.js';
+import { createApprovals } from './approvals.js';
 import { startEgress } from './egress.js';
 import { startIdentity } from './identity.js';
 
@@ -259,7 +260,14 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const nodeId = nodeIdOf(dataDir);
     const driver = new LocalDriver(dataDir, nodeId, isolation.rootless, isolation.cgroups);
     const sudoHome = config.sudoUser ? homeOf(config.sudoUser.uid) : undefined;
-    const egress = await startEgress(config, pool, logger);
+    const approvals = createApprovals({
+      ttl: config.approvalTtl,
+      slack: config.slack,
+      pool,
+      databaseUrl: databaseUrl ?? embedded!.connectionString,
+      logger,
+    });
+    const egress = await startEgress(config, pool, logger, approvals.ask);
     cleanups.push(() => egress.close());
     const internal = new InternalNetwork(egress.wiring.proxy);
     // Inside every workshop, http://api.atelier.internal reaches this server's API (ATELIER_URL).
@@ -294,7 +302,10 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       internal,
       simulators,
       sealer: masterKey,
+      execGate: approvals.execGate,
     });
+    await approvals.start(workshops);
+    cleanups.push(() => approvals.close());
     await workshops.reconcile();
 
     const authenticator = new Authenticator(pool);
@@ -309,6 +320,8 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       version: opts.version,
       trustProxy: config.trustProxy,
       extraRoutes: identity.routes,
+      approvals: approvals.service,
+      slack: approvals.slack,
     });
     cleanups.push(() => app.close());
     // Runs before app.close (cleanups run in reverse): in-flight execs end, so their requests do.

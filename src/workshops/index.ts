@@ -1,6 +1,6 @@
 export { LocalDriver } from './local/driver.js';
 export { WorkshopService } from './service.js';
-export type { EgressWiring, RunningExec, ServiceOptions } from './service.js';
+export type { EgressWiring, ExecGate, RunningExec, ServiceOptions } from './service.js';
 export { readDevcontainer } from './devcontainer.js';
 export { resolveRepoSource } from './repo.js';
 export { InternalNetwork } from './internal.js';

@@ -23,11 +23,21 @@ const Egress = z.strictObject({
 
 export type ProjectEgress = z.infer<typeof Egress>;
 
+/**
+ *   approvals:
+ *     commands: ["git push*", "npm publish*", "rm -rf *"]   # exec commands that wait for a human (`*`: anything)
+ */
+const Approvals = z.strictObject({
+  commands: z.array(z.string().trim().min(1).max(500)).max(200).default([]),
+});
+
 export interface ProjectSettings {
   path: string | null;
   egress: ProjectEgress;
   /** The `simulators:` block (checked against the catalog when they start). */
   simulators: SimulatorRequest[];
+  /** Command patterns whose API execs wait for an approval (SHELL_COMMAND). */
+  approvalCommands: string[];
 }
 
 /**
@@ -44,7 +54,7 @@ const FILE = 'atelier.yaml';
 
 /** Reads atelier.yaml from the cloned workspace; it must resolve inside the workspace. */
 export function readProjectSettings(workspace: string): ProjectSettings {
-  const none: ProjectSettings = { path: null, egress: Egress.parse({}), simulators: [] };
+  const none: ProjectSettings = { path: null, egress: Egress.parse({}), simulators: [], approvalCommands: [] };
   const full = join(workspace, FILE);
   try {
     lstatSync(full);
@@ -92,5 +102,12 @@ export function readProjectSettings(workspace: string): ProjectSettings {
   } catch (err) {
     throw new AtelierError('INVALID_ARGUMENT', `${FILE}: ${(err as Error).message}`, { field: 'egress' });
   }
-  return { path: FILE, egress: r.data, simulators: sims.data };
+  const a = Approvals.safeParse((doc as Record<string, unknown>).approvals ?? {});
+  if (!a.success) {
+    const { message, field } = describeZodError(a.error);
+    throw new AtelierError('INVALID_ARGUMENT', `${FILE}: approvals${field ? `.${field}` : ''}: ${message}`, {
+      field: `approvals${field ? `.${field}` : ''}`,
+    });
+  }
+  return { path: FILE, egress: r.data, simulators: sims.data, approvalCommands: a.data.commands };
 }

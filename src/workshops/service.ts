@@ -45,8 +45,10 @@ interface WorkshopRow {
   budget_usd: string | null;
   env: Record<string, string>;
   forward_ports: number[];
-  egress: { allow?: string[]; deny?: string[]; askHoldSeconds?: number };
+  /** `approved`: entries added by approved ALLOWLIST_EXPANSION requests (kept across restarts). */
+  egress: { allow?: string[]; deny?: string[]; askHoldSeconds?: number; approved?: string[] };
   warnings: string[];
+  approval_commands: string[];
   sandbox: SandboxHandle | null;
   agent_token: string | null;
   created_at: Date;
@@ -65,7 +67,20 @@ export interface ServiceOptions {
   simulators: SimulatorManager;
   /** Seals the workshop's own agent token at rest (the server's master key). */
   sealer: { encrypt(plain: string, context: string): string; decrypt(sealed: string, context: string): Buffer };
+  /**
+   * Called before an exec in a workshop whose atelier.yaml lists `approvals.commands`: resolves
+   * when the command may run (no pattern matches, or a human approved it), throws otherwise.
+   */
+  execGate?: ExecGate;
 }
+
+export type ExecGate = (
+  workshopId: string,
+  patterns: string[],
+  req: ExecRequest,
+  actor: Principal,
+  opts: { onApproval?: (approvalId: string) => void; signal?: AbortSignal },
+) => Promise<void>;
 
 /** The egress proxy every workshop's traffic goes through, and the platform's part of each policy. */
 export interface EgressWiring {
@@ -289,7 +304,7 @@ export class WorkshopService {
   private egressPolicy(row: WorkshopRow): EgressPolicy {
     const e = this.opts.egress;
     return createEgressPolicy({
-      allow: [...e.defaults, ...(row.egress.allow ?? [])],
+      allow: [...e.defaults, ...(row.egress.allow ?? []), ...(row.egress.approved ?? [])],
       deny: row.egress.deny ?? [],
       allowRanges: e.allowRanges,
       askHoldSeconds: row.egress.askHoldSeconds ?? DEFAULT_ASK_HOLD_SECONDS,
@@ -310,6 +325,27 @@ export class WorkshopService {
       server.close();
       throw err;
     }
+  }
+
+  /** True when the workshop runs on this server (its proxy and sandbox are here). */
+  async isLocal(id: string): Promise<boolean> {
+    const [r] = await this.query<{ node_id: string }>('SELECT node_id FROM workshops WHERE id = $1', [id]);
+    return r?.node_id === this.opts.nodeId;
+  }
+
+  /**
+   * Adds an approved egress entry to the workshop's policy: stored with the workshop (once,
+   * whatever the number of calls) and applied to its live proxy at once.
+   */
+  async addApprovedEgress(id: string, entry: string): Promise<void> {
+    await this.query(
+      `UPDATE workshops SET egress = jsonb_set(egress, '{approved}', coalesce(egress->'approved', '[]'::jsonb) || to_jsonb($2::text))
+        WHERE id = $1 AND NOT coalesce(egress->'approved', '[]'::jsonb) ? $2`,
+      [id, entry],
+    );
+    const [row] = await this.query<WorkshopRow>('SELECT * FROM workshops WHERE id = $1', [id]);
+    if (row && row.node_id === this.opts.nodeId && this.opts.egress.proxy.getPolicy(id))
+      this.opts.egress.proxy.setPolicy(id, this.egressPolicy(row));
   }
 
   /** What the workshop's proxy decided, oldest first (see EgressJournal.list). */
@@ -396,13 +432,17 @@ export class WorkshopService {
       await this.driver.adoptWorkspace(id, row.uid);
       const env: Record<string, string> = { ...dev.env };
       if (req.budgetUsd !== undefined) env.ATELIER_MAX_BUDGET_USD = String(req.budgetUsd);
-      await this.query('UPDATE workshops SET env = $2, forward_ports = $3, warnings = $4, egress = $5 WHERE id = $1', [
-        id,
-        JSON.stringify(env),
-        dev.forwardPorts,
-        JSON.stringify(dev.warnings),
-        JSON.stringify(project.egress),
-      ]);
+      await this.query(
+        'UPDATE workshops SET env = $2, forward_ports = $3, warnings = $4, egress = $5, approval_commands = $6 WHERE id = $1',
+        [
+          id,
+          JSON.stringify(env),
+          dev.forwardPorts,
+          JSON.stringify(dev.warnings),
+          JSON.stringify(project.egress),
+          JSON.stringify(project.approvalCommands),
+        ],
+      );
       await this.query('UPDATE workshops SET sandbox = $2 WHERE id = $1', [id, JSON.stringify(handle)]);
       const current = { ...row, env, sandbox: handle! };
       // Simulators start before the devcontainer's commands, which may well migrate a database.
@@ -696,8 +736,20 @@ export class WorkshopService {
     return cwd !== undefined && posix.isAbsolute(cwd) ? posix.normalize(cwd) : p;
   }
 
-  /** Starts a command in a running workshop; output streams as it is produced. */
-  async exec(id: string, req: ExecRequest, actor: Principal): Promise<RunningExec> {
+  /**
+   * Starts a command in a running workshop; output streams as it is produced. A command the
+   * project's `approvals.commands` names waits for a human's approval first (`gate`).
+   */
+  async exec(
+    id: string,
+    req: ExecRequest,
+    actor: Principal,
+    gate: { onApproval?: (approvalId: string) => void; signal?: AbortSignal } = {},
+  ): Promise<RunningExec> {
+    if (this.opts.execGate) {
+      const row = await this.row(id, { actor, action: 'operate' });
+      if (row.approval_commands.length > 0) await this.opts.execGate(id, row.approval_commands, req, actor, gate);
+    }
     const stdin = req.stdin === undefined ? undefined : Buffer.from(req.stdin, 'base64');
     return this.startLocked(
       id,

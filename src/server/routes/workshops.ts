@@ -3,6 +3,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { AtelierError, CreateWorkshopRequest, ExecRequest, type ExecFrame } from '../../core/index.js';
 import type { RouteAccess } from '../../identity/index.js';
 import type { WorkshopService } from '../../workshops/index.js';
+import type { ApprovalEvent, ApprovalService } from '../../approvals/index.js';
 import { parse, principalOf } from './common.js';
 
 /** `?path=` given once, as a string (a repeated parameter arrives as an array). */
@@ -35,8 +36,14 @@ const MEMBER: RouteAccess = { role: 'member' };
 
 const MAX_BUFFERED = 16 << 20;
 
+/** What an approval is about, in a few words (never a secret's value: requests hold only names). */
+function approvalWhat(p: Record<string, unknown>): string {
+  const v = p.entry ?? p.host ?? p.name ?? p.branch ?? (Array.isArray(p.command) ? p.command.join(' ') : '');
+  return String(v).slice(0, 120);
+}
+
 /** REST routes for workshops under /v1 (bearer token required; see app.ts). */
-export function workshopRoutes(app: FastifyInstance, service: WorkshopService): void {
+export function workshopRoutes(app: FastifyInstance, service: WorkshopService, approvals?: ApprovalService): void {
   app.post('/v1/workshops', { config: { access: MEMBER } }, async (request, reply) => {
     const body = parse(CreateWorkshopRequest, request.body);
     const ws = await service.create(body, principalOf(request));
@@ -63,8 +70,36 @@ export function workshopRoutes(app: FastifyInstance, service: WorkshopService): 
 
   app.post<IdParams>('/v1/workshops/:id/exec', { bodyLimit: 100 << 20, config: { access: OPERATE } }, async (request, reply) => {
     const body = parse(ExecRequest, request.body);
-    const run = await service.exec(request.params.id, body, principalOf(request));
     const wantsJson = (request.headers.accept ?? '').includes('application/json') && !(request.headers.accept ?? '').includes('ndjson');
+    // A command that must be approved first (atelier.yaml approvals.commands): a streaming client
+    // gets an `approval` frame at once (the CLI prints what waits and how to approve it), then the
+    // command's frames once approved, or an error frame.
+    const gone = new AbortController();
+    reply.raw.on('close', () => {
+      if (!reply.raw.writableFinished) gone.abort();
+    });
+    let early: PassThrough | undefined;
+    const announced = new Set<string>();
+    const onApproval = wantsJson
+      ? undefined
+      : (approvalId: string): void => {
+          announced.add(approvalId);
+          early = new PassThrough();
+          early.write(`${JSON.stringify({ approval: { id: approvalId, waiting: true } } satisfies ExecFrame)}\n`);
+          void reply.header('content-type', 'application/x-ndjson').header('cache-control', 'no-store').send(early);
+        };
+    let run: Awaited<ReturnType<WorkshopService['exec']>>;
+    try {
+      run = await service.exec(request.params.id, body, principalOf(request), {
+        ...(onApproval ? { onApproval } : {}),
+        signal: gone.signal,
+      });
+    } catch (err) {
+      if (!early) throw err;
+      const e = err instanceof AtelierError ? err : new AtelierError('INTERNAL', 'exec failed');
+      early.end(`${JSON.stringify({ error: { code: e.code, message: e.message } } satisfies ExecFrame)}\n`);
+      return reply;
+    }
     reply.raw.on('close', () => {
       // The connection closed before the answer was complete: do not leave its command running,
       // nor its output paused forever behind a stream nobody reads.
@@ -90,7 +125,7 @@ export function workshopRoutes(app: FastifyInstance, service: WorkshopService): 
         truncated: r.truncated,
       };
     }
-    const stream = new PassThrough();
+    const stream = early ?? new PassThrough();
     const write = (frame: ExecFrame): boolean => stream.write(`${JSON.stringify(frame)}\n`);
     const pipeOut = (source: NodeJS.ReadableStream & { pause(): void; resume(): void }, name: 'stdout' | 'stderr'): void => {
       source.on('data', (c: Buffer) => {
@@ -103,6 +138,17 @@ export function workshopRoutes(app: FastifyInstance, service: WorkshopService): 
     };
     pipeOut(run.stdout, 'stdout');
     pipeOut(run.stderr, 'stderr');
+    // While it runs, anything the workshop asks a human for (a held egress request…) is announced
+    // to this terminal in one frame.
+    const onEvent = ({ event }: { event: ApprovalEvent }): void => {
+      const a = event.approval;
+      if (event.type !== 'created' || a.workshopId !== request.params.id || announced.has(a.id)) return;
+      announced.add(a.id);
+      write({ approval: { id: a.id, waiting: true, category: a.category, what: approvalWhat(a.payload) } });
+    };
+    approvals?.events.on('event', onEvent);
+    stream.once('close', () => approvals?.events.off('event', onEvent));
+    stream.once('finish', () => approvals?.events.off('event', onEvent));
     run.done.then(
       ({ exitCode, signal }) => {
         write({ exitCode, signal });
@@ -114,6 +160,7 @@ export function workshopRoutes(app: FastifyInstance, service: WorkshopService): 
         stream.end();
       },
     );
+    if (early) return reply;
     return reply.header('content-type', 'application/x-ndjson').header('cache-control', 'no-store').send(stream);
   });
 

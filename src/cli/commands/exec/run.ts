@@ -1,4 +1,4 @@
-import { AtelierError, loadYaml, type ExecFrame, type ExecResult } from '../../../core/index.js';
+import { AtelierError, isErrorCode, loadYaml, type ExecFrame, type ExecResult } from '../../../core/index.js';
 import { ndjsonLines, raiseFor, request } from '../../client.js';
 import type { CommandContext } from '../../context.js';
 
@@ -55,7 +55,14 @@ export async function execCommand(ctx: CommandContext, id: string, command: stri
       const out = frame.stream === 'stdout' ? process.stdout : process.stderr;
       if (!out.write(Buffer.from(frame.data, 'base64'))) await new Promise((r) => out.once('drain', r));
     } else if ('exitCode' in frame) exitCode = frame.exitCode;
-    else throw new AtelierError(frame.error.code === 'WORKSHOP_NOT_RUNNING' ? 'WORKSHOP_NOT_RUNNING' : 'INTERNAL', frame.error.message);
+    else if ('approval' in frame) {
+      const what = frame.approval.category
+        ? `${frame.approval.category}${frame.approval.what ? ` ${frame.approval.what}` : ''}`
+        : 'this command';
+      process.stderr.write(
+        `atelier: waiting for approval of ${what} (request ${frame.approval.id}): run \`atelier approve ${frame.approval.id}\`\n`,
+      );
+    } else throw new AtelierError(isErrorCode(frame.error.code) ? frame.error.code : 'INTERNAL', frame.error.message);
   };
   for await (const line of ndjsonLines(res)) await handle(line);
   if (exitCode === undefined) throw new AtelierError('UNAVAILABLE', 'the connection to the server ended before the command finished');

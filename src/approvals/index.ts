@@ -1,0 +1,25 @@
+export {
+  ApprovalService,
+  eventVisibleTo,
+  isApprovalCategory,
+  isApprovalStatus,
+  type ApprovalServiceOptions,
+  type AuditVerification,
+  type CallOrigin,
+  type CategoryHandler,
+} from './service.js';
+export {
+  APPROVAL_CATEGORIES,
+  APPROVAL_STATUSES,
+  CreateApprovalRequest,
+  DecideApprovalRequest,
+  parseDuration,
+  parseTtls,
+  type ApprovalActor,
+  type ApprovalCategory,
+  type ApprovalChannel,
+  type ApprovalEvent,
+  type ApprovalRequest,
+  type ApprovalStatus,
+} from './types.js';
+export { SlackNotifier, slackMessage, verifySlackSignature, type SlackConfig } from './notifiers/slack.js';

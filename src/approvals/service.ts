@@ -1,0 +1,622 @@
+import { EventEmitter } from 'node:events';
+import { AtelierError, describeZodError } from '../core/index.js';
+import { asDatabaseError, listenChannel, withTransaction, type NotificationBus, type Pool, type PoolClient } from '../db/index.js';
+import {
+  APPROVAL_CATEGORIES,
+  APPROVAL_STATUSES,
+  PAYLOADS,
+  type ApprovalActor,
+  type ApprovalCategory,
+  type ApprovalChannel,
+  type ApprovalEvent,
+  type ApprovalRequest,
+  type ApprovalStatus,
+  type CreateApprovalRequest,
+  type DecideApprovalRequest,
+} from './types.js';
+
+const CHANNEL = 'atelier_approvals';
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+interface Row {
+  id: string;
+  workshop_id: string;
+  category: ApprovalCategory;
+  requested_by: string;
+  payload: Record<string, unknown>;
+  status: ApprovalStatus;
+  decided_by: string | null;
+  decision_reason: string | null;
+  created_at: Date;
+  expires_at: Date;
+  decided_at: Date | null;
+  tenant_id: string;
+  requester_user_id: string | null;
+  effect_applied_at: Date | null;
+  effect_error: string | null;
+  due: boolean;
+}
+
+const SELECT = `SELECT r.*, c.tenant_id, c.requester_user_id, c.effect_applied_at, c.effect_error,
+                       (r.status = 'PENDING' AND r.expires_at <= now()) AS due
+                  FROM hitl_requests r JOIN hitl_request_context c ON c.request_id = r.id`;
+
+function toApproval(r: Row): ApprovalRequest {
+  return {
+    id: r.id,
+    workshopId: r.workshop_id,
+    category: r.category,
+    requestedBy: r.requested_by,
+    payload: r.payload,
+    status: r.status,
+    decidedBy: r.decided_by,
+    decisionReason: r.decision_reason,
+    createdAt: r.created_at.toISOString(),
+    expiresAt: r.expires_at.toISOString(),
+    decidedAt: r.decided_at?.toISOString() ?? null,
+    effect: { appliedAt: r.effect_applied_at?.toISOString() ?? null, error: r.effect_error },
+  };
+}
+
+interface WorkshopRef {
+  id: string;
+  tenant_id: string;
+  owner_id: string | null;
+  status: string;
+}
+
+/** What a category does on this server: checks its payload at creation, applies its effect once approved. */
+export interface CategoryHandler {
+  /** Checks (and may normalise) a payload for this workshop; throws an AtelierError that says what is wrong. */
+  prepare?(workshopId: string, payload: Record<string, unknown>): Promise<Record<string, unknown>>;
+  /** False when another server must apply this request's effect (its workshop runs there). */
+  local?(approval: ApprovalRequest): Promise<boolean>;
+  /**
+   * Applies an approved request's effect; must be idempotent (it runs again if the server died
+   * after applying it but before recording it).
+   */
+  apply?(approval: ApprovalRequest): Promise<void>;
+}
+
+/** Where a call came from, for the audit. */
+export interface CallOrigin {
+  channel: ApprovalChannel;
+  ip: string | null;
+}
+
+export interface ApprovalServiceOptions {
+  /** TTL in seconds per category (ATELIER_APPROVAL_TTL). */
+  ttls: Record<ApprovalCategory, number>;
+  /** Connection string for the LISTEN connection (the pool's database). */
+  databaseUrl: string;
+  log: { warn(obj: object, msg?: string): void; error(obj: object, msg?: string): void };
+  sweepIntervalMs?: number;
+}
+
+export interface AuditVerification {
+  ok: boolean;
+  rows: number;
+  problems: { seq: number | null; requestId: string | null; problem: string }[];
+}
+
+type Scoped = { event: ApprovalEvent; tenantId: string };
+
+/**
+ * Approval requests: filed by an agent (or a user, or the egress proxy), decided once by a
+ * person with the right, expired by the database clock. Waiters across replicas are woken by
+ * LISTEN/NOTIFY; every creation, decision and expiry is audited in the same transaction.
+ */
+export class ApprovalService {
+  private readonly waiters = new Map<string, Set<() => void>>();
+  private readonly handlers = new Map<ApprovalCategory, CategoryHandler>();
+  /** Every event of every replica (from NOTIFY): the WebSocket stream listens here. */
+  readonly events = new EventEmitter();
+  /** Events this server caused (Slack and terminal notifiers listen here, so one replica sends them). */
+  readonly localEvents = new EventEmitter();
+  private bus: NotificationBus | undefined;
+  private sweeper: NodeJS.Timeout | undefined;
+  private closed = false;
+
+  constructor(
+    private readonly pool: Pool,
+    private readonly opts: ApprovalServiceOptions,
+  ) {
+    this.events.setMaxListeners(0);
+    this.localEvents.setMaxListeners(0);
+  }
+
+  /** Wires a category to its effect on this server. A category without a handler cannot be requested. */
+  register(category: ApprovalCategory, handler: CategoryHandler): void {
+    this.handlers.set(category, handler);
+  }
+
+  /** Starts listening for other replicas' events and the expiry sweeper; applies effects a previous run left undone. */
+  async start(): Promise<void> {
+    this.bus = listenChannel(this.opts.databaseUrl, CHANNEL, {
+      onNotify: (payload) => this.onNotify(payload),
+      onResync: () => {
+        // Notifications may have been lost while reconnecting: every waiter re-reads its request.
+        for (const set of this.waiters.values()) for (const wake of set) wake();
+        void this.applyPendingEffects();
+      },
+      onError: (err) => this.opts.log.warn({ err: err.message }, 'approvals: notification connection lost; reconnecting'),
+    });
+    await this.bus.ready;
+    const interval = this.opts.sweepIntervalMs ?? 1000;
+    this.sweeper = setInterval(() => {
+      this.expireDue().catch((err: unknown) => this.opts.log.warn({ err: String(err) }, 'approvals: expiry sweep failed'));
+    }, interval);
+    this.sweeper.unref();
+    await this.expireDue().catch(() => undefined);
+    void this.applyPendingEffects();
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.sweeper) clearInterval(this.sweeper);
+    for (const set of this.waiters.values()) for (const wake of set) wake();
+    await this.bus?.close();
+  }
+
+  private async query<T extends object>(sql: string, params: unknown[] = [], client: Pool | PoolClient = this.pool): Promise<T[]> {
+    try {
+      return (await client.query<T>(sql, params)).rows;
+    } catch (err) {
+      throw asDatabaseError(err);
+    }
+  }
+
+  // ---- notifications ---------------------------------------------------------------------
+
+  private onNotify(payload: string): void {
+    let msg: { id?: unknown; type?: unknown };
+    try {
+      msg = JSON.parse(payload) as typeof msg;
+    } catch {
+      return;
+    }
+    if (typeof msg.id !== 'string') return;
+    const id = msg.id;
+    for (const wake of this.waiters.get(id) ?? []) wake();
+    const type = msg.type;
+    if (type !== 'created' && type !== 'decided' && type !== 'expired') return;
+    void this.rowById(id)
+      .then((row) => {
+        if (!row) return;
+        const approval = toApproval(row);
+        this.events.emit('event', { event: { type, approval }, tenantId: row.tenant_id } satisfies Scoped);
+        if (approval.status === 'APPROVED' && approval.effect.appliedAt === null) void this.applyEffect(approval);
+      })
+      .catch(() => undefined);
+  }
+
+  private subscribe(id: string, wake: () => void): () => void {
+    let set = this.waiters.get(id);
+    if (!set) this.waiters.set(id, (set = new Set()));
+    set.add(wake);
+    return () => {
+      set.delete(wake);
+      if (set.size === 0) this.waiters.delete(id);
+    };
+  }
+
+  // ---- rights ----------------------------------------------------------------------------
+
+  private notFound(id: string): AtelierError {
+    return new AtelierError('NOT_FOUND', `approval request ${id} does not exist: run \`atelier approvals list\` to see yours`, { id });
+  }
+
+  private visible(actor: ApprovalActor, row: { tenant_id: string; workshop_id: string }): boolean {
+    if (row.tenant_id !== actor.tenantId) return false;
+    return actor.kind !== 'agent' || row.workshop_id === actor.workshopId;
+  }
+
+  /** Only the workshop's owner or a maintainer/admin of its tenant; never the requester; never an agent token. */
+  private checkDecider(actor: ApprovalActor, row: Row, ownerId: string | null): void {
+    if (actor.kind === 'agent')
+      throw new AtelierError('PERMISSION_DENIED', 'an agent token can never decide an approval: a person must, with `atelier approvals`');
+    if (row.requester_user_id !== null && row.requester_user_id === actor.userId)
+      throw new AtelierError('PERMISSION_DENIED', 'you filed this request: someone else (the owner or a maintainer) must decide it', {
+        id: row.id,
+      });
+    if (actor.role === 'maintainer' || actor.role === 'admin') return;
+    if (actor.role === 'member' && ownerId !== null && ownerId === actor.userId) return;
+    throw new AtelierError(
+      'PERMISSION_DENIED',
+      `only the owner of workshop ${row.workshop_id} or a maintainer of its tenant may decide this request`,
+      { id: row.id },
+    );
+  }
+
+  private async workshop(id: string, client: Pool | PoolClient = this.pool): Promise<WorkshopRef | undefined> {
+    return (await this.query<WorkshopRef>('SELECT id, tenant_id, owner_id, status FROM workshops WHERE id = $1', [id], client))[0];
+  }
+
+  // ---- reading ---------------------------------------------------------------------------
+
+  private async rowById(id: string, client: Pool | PoolClient = this.pool): Promise<Row | undefined> {
+    if (!UUID.test(id)) return undefined;
+    return (await this.query<Row>(`${SELECT} WHERE r.id = $1`, [id], client))[0];
+  }
+
+  /** A row as it stands now: expired first if its time has passed (the database clock decides). */
+  private async current(id: string): Promise<Row | undefined> {
+    const row = await this.rowById(id);
+    if (row?.due) {
+      await this.expireDue([id]);
+      return this.rowById(id);
+    }
+    return row;
+  }
+
+  /** One request; `actor` null for the platform itself (the egress proxy's hold). */
+  async get(id: string, actor: ApprovalActor | null): Promise<ApprovalRequest> {
+    const row = await this.current(id);
+    if (!row || (actor && !this.visible(actor, row))) throw this.notFound(id);
+    return toApproval(row);
+  }
+
+  /** A PENDING request of this workshop and category whose payload contains `match` (so a retried request is filed once). */
+  async findPending(workshopId: string, category: ApprovalCategory, match: Record<string, unknown>): Promise<ApprovalRequest | undefined> {
+    const [row] = await this.query<Row>(
+      `${SELECT} WHERE r.workshop_id = $1 AND r.category = $2 AND r.status = 'PENDING' AND r.expires_at > now() AND r.payload @> $3::jsonb
+        ORDER BY r.created_at DESC LIMIT 1`,
+      [workshopId, category, JSON.stringify(match)],
+    );
+    return row ? toApproval(row) : undefined;
+  }
+
+  async list(
+    actor: ApprovalActor,
+    filter: { status?: ApprovalStatus; workshopId?: string; category?: ApprovalCategory; limit?: number },
+  ): Promise<ApprovalRequest[]> {
+    await this.expireDue();
+    const where = ['c.tenant_id = $1'];
+    const params: unknown[] = [actor.tenantId];
+    const add = (sql: string, v: unknown): void => {
+      params.push(v);
+      where.push(sql.replace('?', `$${params.length}`));
+    };
+    if (actor.kind === 'agent') add('r.workshop_id = ?', actor.workshopId);
+    if (filter.workshopId !== undefined) add('r.workshop_id = ?', filter.workshopId);
+    if (filter.status !== undefined) add('r.status = ?', filter.status);
+    if (filter.category !== undefined) add('r.category = ?', filter.category);
+    params.push(filter.limit ?? 100);
+    const rows = await this.query<Row>(`${SELECT} WHERE ${where.join(' AND ')} ORDER BY r.created_at DESC LIMIT $${params.length}`, params);
+    return rows.map(toApproval);
+  }
+
+  // ---- writing ---------------------------------------------------------------------------
+
+  private async audit(
+    c: PoolClient,
+    ids: string[],
+    event: 'CREATED' | 'APPROVED' | 'REJECTED' | 'EXPIRED',
+    subject: string,
+    origin: CallOrigin,
+  ): Promise<void> {
+    await c.query(
+      `INSERT INTO hitl_audit (seq, request_id, event, subject, channel, ip, request_hash, prev_hash, hash)
+       SELECT 0, h.id, $2, $3, $4, $5, hitl_request_digest(h), '', '' FROM hitl_requests h WHERE h.id = ANY($1::uuid[]) ORDER BY h.id`,
+      [ids, event, subject, origin.channel, origin.ip],
+    );
+    for (const id of ids) await c.query('SELECT pg_notify($1, $2)', [CHANNEL, JSON.stringify({ id, type: eventType(event) })]);
+  }
+
+  /**
+   * Files a request for a workshop. The caller must be allowed to operate the workshop (its
+   * agent token, its owner, a maintainer). The payload is checked per category.
+   */
+  async create(workshopId: string, req: CreateApprovalRequest, actor: ApprovalActor, origin: CallOrigin): Promise<ApprovalRequest> {
+    const ws = await this.workshop(workshopId);
+    const hidden =
+      !ws || ws.tenant_id !== actor.tenantId || (actor.kind === 'agent' && ws.id !== actor.workshopId) || ws.status === 'Deleting';
+    if (hidden)
+      throw new AtelierError(
+        'WORKSHOP_NOT_FOUND',
+        `workshop ${workshopId} does not exist (or was deleted): run \`atelier workshops list\``,
+        {
+          id: workshopId,
+        },
+      );
+    if (actor.role === 'viewer') throw new AtelierError('PERMISSION_DENIED', 'the viewer role cannot file approval requests');
+    if (actor.kind === 'user' && actor.role === 'member' && ws.owner_id !== actor.userId)
+      throw new AtelierError(
+        'PERMISSION_DENIED',
+        `workshop ${workshopId} belongs to someone else: only its owner or a maintainer may ask for it`,
+      );
+    return this.file(
+      ws,
+      req,
+      { kind: actor.kind, userId: actor.kind === 'user' ? actor.userId : null, name: requesterName(actor) },
+      origin,
+    );
+  }
+
+  /** Files a request on behalf of the platform itself (the egress proxy's ask hook), for a workshop it serves. */
+  async createForWorkshop(workshopId: string, req: CreateApprovalRequest, requestedBy: string): Promise<ApprovalRequest> {
+    const ws = await this.workshop(workshopId);
+    if (!ws) throw new AtelierError('WORKSHOP_NOT_FOUND', `workshop ${workshopId} does not exist`, { id: workshopId });
+    return this.file(ws, req, { kind: 'agent', userId: null, name: requestedBy }, { channel: 'system', ip: null });
+  }
+
+  private async file(
+    ws: WorkshopRef,
+    req: CreateApprovalRequest,
+    requester: { kind: 'user' | 'agent'; userId: string | null; name: string },
+    origin: CallOrigin,
+  ): Promise<ApprovalRequest> {
+    const handler = this.handlers.get(req.category);
+    if (!handler) throw new AtelierError('UNSUPPORTED', `this server does not handle ${req.category} requests`, { field: 'category' });
+    const checked = PAYLOADS[req.category].safeParse(req.payload);
+    if (!checked.success) {
+      const { message, field } = describeZodError(checked.error);
+      throw new AtelierError('INVALID_ARGUMENT', `payload: ${message}`, { field: `payload${field ? `.${field}` : ''}` });
+    }
+    let payload = checked.data as Record<string, unknown>;
+    if (handler.prepare) payload = await handler.prepare(ws.id, payload);
+    if (Buffer.byteLength(JSON.stringify(payload)) > 1 << 20)
+      throw new AtelierError('PAYLOAD_TOO_LARGE', 'payload is larger than 1 MiB', { field: 'payload' });
+    const ttl = Math.min(req.ttlSeconds ?? Infinity, this.opts.ttls[req.category]);
+    const row = await withTransaction(this.pool, async (c) => {
+      const [r] = (
+        await c.query<{ id: string }>(
+          `INSERT INTO hitl_requests (workshop_id, category, requested_by, payload, expires_at)
+           VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5)) RETURNING id`,
+          [ws.id, req.category, requester.name.slice(0, 128), JSON.stringify(payload), ttl],
+        )
+      ).rows;
+      await c.query('INSERT INTO hitl_request_context (request_id, tenant_id, requester_user_id, requester_kind) VALUES ($1, $2, $3, $4)', [
+        r!.id,
+        ws.tenant_id,
+        requester.userId,
+        requester.kind,
+      ]);
+      await this.audit(c, [r!.id], 'CREATED', requester.name, origin);
+      return (await this.rowById(r!.id, c))!;
+    });
+    const approval = toApproval(row);
+    this.localEvents.emit('event', { event: { type: 'created', approval }, tenantId: row.tenant_id } satisfies Scoped);
+    return approval;
+  }
+
+  /**
+   * One decision wins: a single conditional UPDATE (still PENDING, not yet expired by the
+   * database clock). Any later or concurrent decision gets CONFLICT with the state as it is.
+   */
+  async decide(id: string, req: DecideApprovalRequest, actor: ApprovalActor, origin: CallOrigin): Promise<ApprovalRequest> {
+    const before = await this.rowById(id);
+    if (!before || !this.visible(actor, before)) throw this.notFound(id);
+    const ws = await this.workshop(before.workshop_id);
+    this.checkDecider(actor, before, ws?.owner_id ?? null);
+    const status: ApprovalStatus = req.decision === 'APPROVE' ? 'APPROVED' : 'REJECTED';
+    const won = await withTransaction(this.pool, async (c) => {
+      const r = await c.query<{ id: string }>(
+        `UPDATE hitl_requests SET status = $2, decided_by = $3, decision_reason = $4, decided_at = now()
+          WHERE id = $1 AND status = 'PENDING' AND expires_at > now() RETURNING id`,
+        [id, status, actor.userName.slice(0, 128), req.reason],
+      );
+      if (r.rowCount === 0) return false;
+      await this.audit(c, [id], status, `user/${actor.userName}`, origin);
+      return true;
+    });
+    const after = await this.current(id);
+    if (!after) throw this.notFound(id);
+    const approval = toApproval(after);
+    if (!won)
+      throw new AtelierError(
+        'CONFLICT',
+        approval.status === 'EXPIRED'
+          ? `approval request ${id} expired at ${approval.expiresAt} before it was decided: the agent must ask again`
+          : `approval request ${id} was already decided (${approval.status} by ${approval.decidedBy ?? 'someone'})`,
+        { approval },
+      );
+    this.localEvents.emit('event', { event: { type: 'decided', approval }, tenantId: after.tenant_id } satisfies Scoped);
+    return approval;
+  }
+
+  /**
+   * A decision by a person identified outside the API (a Slack user mapped to this account):
+   * their role in the request's tenant, then exactly the same rules as any other decision.
+   */
+  async decideAsUser(id: string, req: DecideApprovalRequest, userId: string, origin: CallOrigin): Promise<ApprovalRequest> {
+    const row = await this.rowById(id);
+    if (!row) throw this.notFound(id);
+    const [m] = await this.query<{ name: string; role: ApprovalActor['role'] }>(
+      `SELECT u.name, m.role FROM users u JOIN memberships m ON m.user_id = u.id
+        WHERE u.id = $1 AND m.tenant_id = $2 AND u.disabled_at IS NULL`,
+      [userId, row.tenant_id],
+    );
+    if (!m) throw this.notFound(id);
+    const actor: ApprovalActor = { kind: 'user', userId, userName: m.name, tenantId: row.tenant_id, role: m.role, workshopId: null };
+    return this.decide(id, req, actor, origin);
+  }
+
+  /** Marks every due PENDING request (or only these) EXPIRED, audited, and tells every replica. */
+  async expireDue(ids?: string[]): Promise<number> {
+    if (this.closed) return 0;
+    const n = await withTransaction(this.pool, async (c) => {
+      const r = await c.query<{ id: string }>(
+        `UPDATE hitl_requests SET status = 'EXPIRED', decided_at = expires_at
+          WHERE status = 'PENDING' AND expires_at <= now() ${ids ? 'AND id = ANY($1::uuid[])' : ''} RETURNING id`,
+        ids ? [ids] : [],
+      );
+      if (r.rows.length > 0)
+        await this.audit(
+          c,
+          r.rows.map((x) => x.id),
+          'EXPIRED',
+          'system',
+          { channel: 'system', ip: null },
+        );
+      return r.rows.map((x) => x.id);
+    });
+    // This replica expired them: its notifiers (Slack) say so, once.
+    for (const id of n)
+      void this.rowById(id)
+        .then((row) => {
+          if (row)
+            this.localEvents.emit('event', {
+              event: { type: 'expired', approval: toApproval(row) },
+              tenantId: row.tenant_id,
+            } satisfies Scoped);
+        })
+        .catch(() => undefined);
+    return n.length;
+  }
+
+  /**
+   * Waits for a decision: subscribe first, then read, so a notification between the two is
+   * never missed; re-read on every wake (and at the expiry time). Resolves with the request as
+   * it stands when decided, expired, or when `timeoutMs` has passed (still PENDING).
+   */
+  async wait(id: string, actor: ApprovalActor | null, timeoutMs: number, signal?: AbortSignal): Promise<ApprovalRequest> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      let wake!: () => void;
+      const woken = new Promise<void>((r) => (wake = r));
+      const unsubscribe = this.subscribe(id, wake);
+      const onAbort = (): void => wake();
+      signal?.addEventListener('abort', onAbort);
+      let timer: NodeJS.Timeout | undefined;
+      try {
+        const a = await this.get(id, actor);
+        const left = deadline - Date.now();
+        if (a.status !== 'PENDING' || left <= 0 || signal?.aborted || this.closed) return a;
+        // The local clock only says when to look again; the database decides whether it expired.
+        const untilExpiry = Math.max(20, Date.parse(a.expiresAt) - Date.now() + 20);
+        await Promise.race([woken, new Promise<void>((r) => (timer = setTimeout(r, Math.min(left, untilExpiry))))]);
+      } finally {
+        if (timer) clearTimeout(timer);
+        signal?.removeEventListener('abort', onAbort);
+        unsubscribe();
+      }
+    }
+  }
+
+  // ---- effects ---------------------------------------------------------------------------
+
+  /** Applies an approved request's effect once: under a row lock, recorded in the same transaction. */
+  async applyEffect(approval: ApprovalRequest): Promise<void> {
+    const handler = this.handlers.get(approval.category);
+    if (!handler?.apply || this.closed) return;
+    if (handler.local && !(await handler.local(approval).catch(() => false))) return;
+    try {
+      await withTransaction(this.pool, async (c) => {
+        const r = await c.query(
+          'SELECT 1 FROM hitl_request_context WHERE request_id = $1 AND effect_applied_at IS NULL FOR UPDATE SKIP LOCKED',
+          [approval.id],
+        );
+        if (r.rowCount === 0) return;
+        let error: string | null = null;
+        try {
+          await handler.apply!(approval);
+        } catch (err) {
+          error = err instanceof Error ? err.message.slice(0, 2000) : String(err);
+          this.opts.log.warn({ approval: approval.id, err: error }, 'approvals: effect failed');
+        }
+        await c.query('UPDATE hitl_request_context SET effect_applied_at = now(), effect_error = $2 WHERE request_id = $1', [
+          approval.id,
+          error,
+        ]);
+      });
+    } catch (err) {
+      this.opts.log.warn({ approval: approval.id, err: String(err) }, 'approvals: could not record an effect; retried at the next start');
+    }
+  }
+
+  private async applyPendingEffects(): Promise<void> {
+    try {
+      const rows = await this.query<Row>(`${SELECT} WHERE r.status = 'APPROVED' AND c.effect_applied_at IS NULL ORDER BY r.decided_at`);
+      for (const r of rows) await this.applyEffect(toApproval(r));
+    } catch (err) {
+      this.opts.log.warn({ err: String(err) }, 'approvals: pending effects not applied yet');
+    }
+  }
+
+  /**
+   * Marks an approved request as used, once: true for the one caller that consumed it (an
+   * approved command runs once, however many execs race for it).
+   */
+  async consume(id: string): Promise<boolean> {
+    const r = await this.query<{ request_id: string }>(
+      `UPDATE hitl_request_context c SET effect_applied_at = now() FROM hitl_requests r
+        WHERE c.request_id = $1 AND r.id = c.request_id AND r.status = 'APPROVED' AND c.effect_applied_at IS NULL
+        RETURNING c.request_id`,
+      [id],
+    );
+    return r.length > 0;
+  }
+
+  /** An approved, not yet used request of this workshop and category whose payload contains `match`. */
+  async findApprovedUnused(
+    workshopId: string,
+    category: ApprovalCategory,
+    match: Record<string, unknown>,
+  ): Promise<ApprovalRequest | undefined> {
+    const [row] = await this.query<Row>(
+      `${SELECT} WHERE r.workshop_id = $1 AND r.category = $2 AND r.status = 'APPROVED' AND c.effect_applied_at IS NULL
+         AND r.payload @> $3::jsonb ORDER BY r.decided_at LIMIT 1`,
+      [workshopId, category, JSON.stringify(match)],
+    );
+    return row ? toApproval(row) : undefined;
+  }
+
+  // ---- audit -----------------------------------------------------------------------------
+
+  /**
+   * Recomputes every audit row's hash and the chain between rows, and checks that each
+   * request's last audited state is the state it is in now. Any edit made behind the triggers'
+   * back (a superuser, a restored backup) shows up here.
+   */
+  async verifyAudit(): Promise<AuditVerification> {
+    const problems: AuditVerification['problems'] = [];
+    const rows = await this.query<{ seq: string; request_id: string; prev_hash: string; hash: string; computed: string }>(
+      'SELECT seq, request_id, prev_hash, hash, hitl_audit_digest(a) AS computed FROM hitl_audit a ORDER BY seq',
+    );
+    let prev = '0'.repeat(64);
+    let expected = 1;
+    for (const r of rows) {
+      const seq = Number(r.seq);
+      if (seq !== expected) problems.push({ seq, requestId: r.request_id, problem: `row ${expected} is missing (next is ${seq})` });
+      if (r.prev_hash !== prev) problems.push({ seq, requestId: r.request_id, problem: 'does not chain to the row before it' });
+      if (r.computed !== r.hash) problems.push({ seq, requestId: r.request_id, problem: 'content does not match its hash (edited)' });
+      prev = r.hash;
+      expected = seq + 1;
+    }
+    const states = await this.query<{ id: string; last: string | null; now: string }>(
+      `SELECT h.id, (SELECT a.request_hash FROM hitl_audit a WHERE a.request_id = h.id ORDER BY a.seq DESC LIMIT 1) AS last,
+              hitl_request_digest(h) AS now
+         FROM hitl_requests h`,
+    );
+    for (const s of states) {
+      if (s.last === null) problems.push({ seq: null, requestId: s.id, problem: 'request has no audit row' });
+      else if (s.last !== s.now) problems.push({ seq: null, requestId: s.id, problem: 'request differs from its last audited state' });
+    }
+    return { ok: problems.length === 0, rows: rows.length, problems };
+  }
+}
+
+function eventType(event: 'CREATED' | 'APPROVED' | 'REJECTED' | 'EXPIRED'): ApprovalEvent['type'] {
+  return event === 'CREATED' ? 'created' : event === 'EXPIRED' ? 'expired' : 'decided';
+}
+
+function requesterName(actor: ApprovalActor): string {
+  return actor.kind === 'agent' ? `agent/${actor.workshopId ?? 'unknown'}` : `user/${actor.userName}`;
+}
+
+/** True for a status name (query parameters). */
+export function isApprovalStatus(v: unknown): v is ApprovalStatus {
+  return typeof v === 'string' && (APPROVAL_STATUSES as readonly string[]).includes(v);
+}
+
+/** True for a category name (query parameters). */
+export function isApprovalCategory(v: unknown): v is ApprovalCategory {
+  return typeof v === 'string' && (APPROVAL_CATEGORIES as readonly string[]).includes(v);
+}
+
+/** Whether an event may be shown to this caller (the WebSocket stream's filter). */
+export function eventVisibleTo(actor: ApprovalActor, scoped: { event: ApprovalEvent; tenantId: string }): boolean {
+  if (scoped.tenantId !== actor.tenantId) return false;
+  return actor.kind !== 'agent' || scoped.event.approval.workshopId === actor.workshopId;
+}

@@ -1,0 +1,149 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { AtelierError } from '../../core/index.js';
+import {
+  CreateApprovalRequest,
+  DecideApprovalRequest,
+  eventVisibleTo,
+  isApprovalCategory,
+  isApprovalStatus,
+  type ApprovalChannel,
+  type ApprovalEvent,
+  type ApprovalService,
+  type CallOrigin,
+  type SlackNotifier,
+} from '../../approvals/index.js';
+import type { RouteAccess } from '../../identity/index.js';
+import { parse, principalOf } from './common.js';
+
+// Reading and waiting: any member of the tenant, and the workshop's own agent token. Filing:
+// whoever may operate the workshop (checked by the service). Deciding: people only (the service
+// checks owner / maintainer / never the requester).
+const READ: RouteAccess = { role: 'viewer', agent: true };
+const FILE: RouteAccess = { role: 'member', agent: true };
+const DECIDE: RouteAccess = { role: 'member' };
+
+const MAX_WAIT_SECONDS = 300;
+
+type IdParams = { Params: { id: string } };
+
+/** The channel a caller says it is (the CLI and dashboard set x-atelier-channel); anything else is `api`. */
+function originOf(request: FastifyRequest): CallOrigin {
+  const h = request.headers['x-atelier-channel'];
+  const channel: ApprovalChannel = h === 'cli' || h === 'dashboard' ? h : 'api';
+  return { channel, ip: request.ip ?? null };
+}
+
+function oneQuery(value: unknown, name: string): string | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== 'string' || value === '')
+    throw new AtelierError('INVALID_ARGUMENT', `query parameter ${name} must be given once, not empty`, { field: name });
+  return value;
+}
+
+/** REST and WebSocket routes for approval requests. */
+export function approvalRoutes(app: FastifyInstance, service: ApprovalService, slack?: SlackNotifier): void {
+  // Slack's button clicks: public (Slack has no token of ours), authenticated by the request's
+  // signature over the raw body, which is kept as bytes and verified before anything is parsed.
+  // Unsigned or badly signed: 401, whether or not Slack is configured.
+  void app.register(async (scope) => {
+    scope.removeAllContentTypeParsers();
+    scope.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: 64 << 10 }, (_request, body, done) => done(null, body));
+    scope.post('/v1/webhooks/slack/interactions', { config: { access: 'public' } }, async (request) => {
+      const raw = Buffer.isBuffer(request.body) ? request.body : Buffer.alloc(0);
+      if (!slack) throw new AtelierError('UNAUTHENTICATED', 'Slack request refused: Slack is not configured on this server');
+      return slack.interaction(request.headers, raw, request.ip ?? null);
+    });
+  });
+
+  app.post<IdParams>('/v1/workshops/:id/approvals', { config: { access: FILE } }, async (request, reply) => {
+    const body = parse(CreateApprovalRequest, request.body);
+    const a = await service.create(request.params.id, body, principalOf(request), originOf(request));
+    return reply.status(201).send(a);
+  });
+
+  app.get<{ Querystring: Record<string, unknown> }>('/v1/approvals', { config: { access: READ } }, async (request) => {
+    const status = oneQuery(request.query.status, 'status');
+    const category = oneQuery(request.query.category, 'category');
+    const workshopId = oneQuery(request.query.workshop, 'workshop');
+    const limitText = oneQuery(request.query.limit, 'limit');
+    if (status !== undefined && !isApprovalStatus(status))
+      throw new AtelierError('INVALID_ARGUMENT', 'status must be PENDING, APPROVED, REJECTED or EXPIRED', { field: 'status' });
+    if (category !== undefined && !isApprovalCategory(category))
+      throw new AtelierError('INVALID_ARGUMENT', 'category must be ALLOWLIST_EXPANSION, SECRET_REQUEST, PR_GATEWAY or SHELL_COMMAND', {
+        field: 'category',
+      });
+    const limit = limitText === undefined ? 100 : /^\d{1,4}$/.test(limitText) ? Number(limitText) : NaN;
+    if (!(limit >= 1 && limit <= 1000)) throw new AtelierError('INVALID_ARGUMENT', 'limit must be 1 to 1000', { field: 'limit' });
+    return {
+      items: await service.list(principalOf(request), {
+        ...(status !== undefined ? { status } : {}),
+        ...(category !== undefined ? { category } : {}),
+        ...(workshopId !== undefined ? { workshopId } : {}),
+        limit,
+      }),
+    };
+  });
+
+  app.get<IdParams>('/v1/approvals/:id', { config: { access: READ } }, async (request) =>
+    service.get(request.params.id, principalOf(request)),
+  );
+
+  app.get<IdParams & { Querystring: { timeout?: unknown } }>(
+    '/v1/approvals/:id/wait',
+    { config: { access: READ } },
+    async (request, reply) => {
+      const t = oneQuery(request.query.timeout, 'timeout') ?? '30';
+      const seconds = /^\d{1,6}(\.\d{1,3})?$/.test(t) ? Number(t) : NaN;
+      if (!(seconds >= 0 && seconds <= MAX_WAIT_SECONDS))
+        throw new AtelierError('INVALID_ARGUMENT', `timeout must be 0 to ${MAX_WAIT_SECONDS} seconds`, { field: 'timeout' });
+      const actor = principalOf(request);
+      // A token that expires sooner ends the wait sooner: the client asks again and is refused.
+      const tokenLeft = actor.expiresAt ? Math.max(0, Date.parse(actor.expiresAt) - Date.now()) : Infinity;
+      const gone = new AbortController();
+      reply.raw.on('close', () => gone.abort());
+      return service.wait(request.params.id, actor, Math.min(seconds * 1000, tokenLeft), gone.signal);
+    },
+  );
+
+  app.post<IdParams>('/v1/approvals/:id/decision', { config: { access: DECIDE } }, async (request) => {
+    const body = parse(DecideApprovalRequest, request.body);
+    return service.decide(request.params.id, body, principalOf(request), originOf(request));
+  });
+
+  app.get('/v1/audit/verify', { config: { access: { role: 'admin', platform: true } } }, async () => service.verifyAudit());
+
+  // Live events: one JSON text frame per created, decided or expired request the caller may see.
+  // The stream ends when the token expires (the client reconnects and authenticates again).
+  app.route({
+    method: 'GET',
+    url: '/v1/approvals/stream',
+    config: { access: READ },
+    handler: async () => {
+      throw new AtelierError('INVALID_ARGUMENT', 'this is a WebSocket stream: connect with Upgrade: websocket (`atelier approvals watch`)');
+    },
+    wsHandler: (socket, request) => {
+      const actor = principalOf(request);
+      const onEvent = (scoped: { event: ApprovalEvent; tenantId: string }): void => {
+        if (!eventVisibleTo(actor, scoped)) return;
+        // A client that does not read is dropped rather than buffered for without limit.
+        if (socket.bufferedAmount > 4 << 20) {
+          socket.terminate();
+          return;
+        }
+        socket.send(JSON.stringify(scoped.event));
+      };
+      service.events.on('event', onEvent);
+      const ends = actor.expiresAt ? Date.parse(actor.expiresAt) - Date.now() : undefined;
+      const timer =
+        ends !== undefined ? setTimeout(() => socket.close(4001, 'token expired'), Math.max(0, Math.min(ends, 2 ** 31 - 1))) : undefined;
+      const ping = setInterval(() => socket.ping(), 30_000);
+      socket.on('close', () => {
+        service.events.off('event', onEvent);
+        if (timer) clearTimeout(timer);
+        clearInterval(ping);
+      });
+      socket.on('error', () => socket.terminate());
+      socket.send(JSON.stringify({ type: 'ready' }));
+    },
+  });
+}
