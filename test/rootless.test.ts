@@ -35,7 +35,8 @@ describe('rootless server (started by an ordinary user)', () => {
     server = new TestServer(join(base, 'data'));
     server.runAs = { uid: NOBODY, gid: NOBODY, home, bin };
     await server.boot();
-    repo = makeRepo({ 'README.md': '# rootless\n' });
+    // askHoldSeconds 0: a host no policy names is filed for approval and refused at once, not held.
+    repo = makeRepo({ 'README.md': '# rootless\n', 'atelier.yaml': 'egress:\n  askHoldSeconds: 0\n' });
     execFileSync('chown', ['-R', `${NOBODY}:${NOBODY}`, repo]);
   });
   after(async () => {
