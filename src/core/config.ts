@@ -31,6 +31,8 @@ import { z } from 'zod';
  * | ATELIER_EGRESS_DNS          | egressDns        | the nameservers of /etc/resolv.conf (`,`-separated addresses) |
  * | ATELIER_EGRESS_HOSTS        | egressHosts      | (none) a hosts-format file whose names the proxy resolves first (air-gapped sites, tests) |
  * | ATELIER_TRUST_PROXY         | trustProxy       | (none) addresses/CIDRs of reverse proxies whose X-Forwarded-For is believed (client addresses for login rate limits) |
+ * | ATELIER_COCKPIT_WRITES      | cockpitWrites    | copy-command: browsers get the CLI command for apply/rollback; `apply` lets a same-origin request with the CSRF token apply |
+ * | ATELIER_ACTIONS_PLAN_TTL    | actionsPlanTtl   | 600 (seconds a typed action's plan may be applied after it was made) |
  * | DISPLAY, WAYLAND_DISPLAY    | canOpenBrowser   | `atelier auth login` opens a browser only in a graphical session |
  *
  * The root data dir is not under /root because the embedded PostgreSQL runs as the
@@ -60,6 +62,8 @@ const Env = z.object({
   ATELIER_EGRESS_DNS: z.string().min(1).optional(),
   ATELIER_EGRESS_HOSTS: z.string().min(1).optional(),
   ATELIER_TRUST_PROXY: z.string().min(1).optional(),
+  ATELIER_COCKPIT_WRITES: z.enum(['apply', 'copy-command']).optional(),
+  ATELIER_ACTIONS_PLAN_TTL: z.coerce.number().int().min(1).max(86400).optional(),
   DISPLAY: z.string().min(1).optional(),
   WAYLAND_DISPLAY: z.string().min(1).optional(),
   SUDO_UID: z.coerce.number().int().nonnegative().optional(),
@@ -96,6 +100,8 @@ export interface Config {
   egressAllowRanges: string[];
   egressDns: string[] | undefined;
   egressHosts: string | undefined;
+  cockpitWrites: 'apply' | 'copy-command';
+  actionsPlanTtl: number;
   /** The user who ran `sudo atelier server start`, whose CLI gets the `local` context too. */
   sudoUser: { uid: number; gid: number } | undefined;
 }
@@ -176,6 +182,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       .map((x) => x.trim())
       .filter(Boolean),
     egressHosts: e.ATELIER_EGRESS_HOSTS ? resolve(e.ATELIER_EGRESS_HOSTS) : undefined,
+    cockpitWrites: e.ATELIER_COCKPIT_WRITES ?? 'copy-command',
+    actionsPlanTtl: e.ATELIER_ACTIONS_PLAN_TTL ?? 600,
     canOpenBrowser: process.platform === 'darwin' || Boolean(e.DISPLAY ?? e.WAYLAND_DISPLAY),
     sudoUser: isRoot && e.SUDO_UID !== undefined && e.SUDO_UID !== 0 ? { uid: e.SUDO_UID, gid: e.SUDO_GID ?? e.SUDO_UID } : undefined,
   };

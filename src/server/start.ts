@@ -19,7 +19,10 @@ import { createPool, migrate, startEmbeddedPostgres, withTransaction, type Embed
 import { inspectIsolation, processStartTime } from '../sandbox/index.js';
 import { LocalDriver, WorkshopService } from '../workshops/index.js';
 import { AccountService, Authenticator, MasterKey, generatePassword, hashPassword } from '../identity/index.js';
+import { createActionService, createProjectRegistry } from '../actions/index.js';
+import { createEgressPolicy } from '../egress/index.js';
 import { buildApp } from './app.js';
+import { actionRoutes } from './routes/actions.js';
 import { startEgress } from './egress.js';
 import { startIdentity } from './identity.js';
 
@@ -274,6 +277,19 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const authenticator = new Authenticator(pool);
     const identityConfig = opts.identityConfig ? resolve(opts.identityConfig) : config.identityConfig;
     const identity = await startIdentity(identityConfig, pool, masterKey, logger);
+    // Known once the server listens; the write guard compares browsers' Origin with it.
+    const publicOrigin: { value?: string } = {};
+    const projects = createProjectRegistry({
+      pool,
+      allowRoots: opts.allowRepoRoots ?? [...config.allowRepoRoots, ...(sudoHome ? [sudoHome] : [])],
+    });
+    const actions = createActionService({
+      pool,
+      projects,
+      isRoot: config.isRoot,
+      planTtlSeconds: config.actionsPlanTtl,
+      validateEgress: (allow, deny) => void createEgressPolicy({ allow, deny }),
+    });
     const app = buildApp({
       pool,
       workshops,
@@ -282,7 +298,10 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       logger,
       version: opts.version,
       trustProxy: config.trustProxy,
-      extraRoutes: identity.routes,
+      extraRoutes: [
+        ...identity.routes,
+        (a) => actionRoutes(a, { actions, projects, cockpitWrites: config.cockpitWrites, origin: () => publicOrigin.value }),
+      ],
     });
     cleanups.push(() => app.close());
     // Runs before app.close (cleanups run in reverse): in-flight execs end, so their requests do.
@@ -293,6 +312,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const host = listen.host.includes(':') ? `[${listen.host}]` : listen.host === '0.0.0.0' ? '127.0.0.1' : listen.host;
     const url = `http://${host}:${port}`;
     authenticator.setAuthority(await identity.ready(publicUrlFlag ?? config.publicUrl ?? url));
+    publicOrigin.value = new URL(publicUrlFlag ?? config.publicUrl ?? url).origin;
     cleanups.push(() => identity.close());
 
     // The embedded database is supervised: if it dies, it is started again; requests meanwhile get 503.
