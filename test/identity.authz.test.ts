@@ -1,6 +1,6 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { TestServer, makeRepo } from './helpers/server.js';
 
 /**
@@ -20,6 +20,10 @@ interface Fixture {
   /** An admin token another test may revoke. */
   spareTokenId: string;
   repo: string;
+  /** A registered project of the default tenant, with one plan and one applied execution. */
+  project: string;
+  planId: string;
+  executionId: string;
 }
 
 interface Call {
@@ -61,6 +65,14 @@ const e = (
 
 const form = (path: string, body: string): Call => ({ method: 'POST', path, body, contentType: 'application/x-www-form-urlencoded' });
 const interactionPost = (step: string): Call => form(`/oidc/interaction/unknown/${step}`, 'csrf=forged');
+
+/** A fresh directory to register as a project (removed after the suite). */
+const projectDirs: string[] = [];
+function projectDir(): string {
+  const d = mkdtempSync('/tmp/atelier-project-');
+  projectDirs.push(d);
+  return d;
+}
 
 let seq = 0;
 const unique = (p: string): string => `${p}${++seq}`;
@@ -164,7 +176,85 @@ const TABLE: Record<string, Row> = {
     expect: e(401, 404, 200, 200, 200, 200, 200, 404),
     call: (f) => ({ method: 'GET', path: `/v1/workshops/${f.ws}/git/diff` }),
   },
+  // Projects and typed actions: reading is any member of the tenant; changing is a maintainer's.
+  'POST /v1/projects': {
+    expect: e(401, 403, 403, 403, 403, 201, 201, 201),
+    call: () => ({ method: 'POST', path: '/v1/projects', body: { path: projectDir() } }),
+  },
+  'GET /v1/projects': { expect: e(401, 403, 200, 200, 200, 200, 200, 200), call: () => ({ method: 'GET', path: '/v1/projects' }) },
+  'DELETE /v1/projects/:project': {
+    expect: e(401, 403, 403, 403, 403, 200, 200, 404),
+    async call(f) {
+      const name = unique('doomed-project-');
+      const r = await as(f, 'admin', { method: 'POST', path: '/v1/projects', body: { path: projectDir(), name } });
+      assert.equal(r.status, 201, JSON.stringify(r.body));
+      return { method: 'DELETE', path: `/v1/projects/${name}` };
+    },
+  },
+  'GET /api/workspace/actions': {
+    expect: e(401, 403, 200, 200, 200, 200, 200, 404),
+    call: (f) => ({ method: 'GET', path: `/api/workspace/actions?project=${f.project}` }),
+  },
+  'GET /api/workspace/actions/journal': {
+    expect: e(401, 403, 200, 200, 200, 200, 200, 404),
+    call: (f) => ({ method: 'GET', path: `/api/workspace/actions/journal?project=${f.project}` }),
+  },
+  'GET /api/workspace/actions/plans/:planId': {
+    expect: e(401, 403, 200, 200, 200, 200, 200, 404),
+    call: (f) => ({ method: 'GET', path: `/api/workspace/actions/plans/${f.planId}` }),
+  },
+  'GET /api/workspace/actions/executions/:executionId': {
+    expect: e(401, 403, 200, 200, 200, 200, 200, 404),
+    call: (f) => ({ method: 'GET', path: `/api/workspace/actions/executions/${f.executionId}` }),
+  },
+  'POST /api/workspace/actions/:id/plan': {
+    expect: e(401, 403, 403, 403, 403, 201, 201, 404),
+    call: (f) => ({
+      method: 'POST',
+      path: '/api/workspace/actions/slots.assign/plan',
+      body: { project: f.project, parameters: { slot: unique('slot-') } },
+    }),
+  },
+  'POST /api/workspace/actions/:id/apply': {
+    expect: e(401, 403, 403, 403, 403, 200, 200, 404),
+    async call(f) {
+      const plan = await planSlot(f);
+      return {
+        method: 'POST',
+        path: '/api/workspace/actions/slots.assign/apply',
+        body: { plan_id: plan.planId, fingerprint: plan.fingerprint },
+      };
+    },
+  },
+  'POST /api/workspace/actions/:id/rollback': {
+    expect: e(401, 403, 403, 403, 403, 200, 200, 404),
+    async call(f) {
+      const x = await applySlot(f);
+      return { method: 'POST', path: '/api/workspace/actions/slots.assign/rollback', body: { execution_id: x.executionId } };
+    },
+  },
 };
+
+async function planSlot(f: Fixture): Promise<{ planId: string; fingerprint: string }> {
+  const r = await as(f, 'admin', {
+    method: 'POST',
+    path: '/api/workspace/actions/slots.assign/plan',
+    body: { project: f.project, parameters: { slot: unique('slot-') } },
+  });
+  assert.equal(r.status, 201, JSON.stringify(r.body));
+  return r.body as { planId: string; fingerprint: string };
+}
+
+async function applySlot(f: Fixture): Promise<{ executionId: string }> {
+  const plan = await planSlot(f);
+  const r = await as(f, 'admin', {
+    method: 'POST',
+    path: '/api/workspace/actions/slots.assign/apply',
+    body: { plan_id: plan.planId, fingerprint: plan.fingerprint },
+  });
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  return r.body as { executionId: string };
+}
 
 async function as(f: Fixture, who: Subject, c: Call): Promise<{ status: number; body: unknown }> {
   const headers: Record<string, string> = { accept: 'application/json' };
@@ -225,12 +315,16 @@ describe('authorization matrix', () => {
     const other = (await post<{ id: string }>('/v1/workshops', { repo, name: 'elsewhere' })).id;
     tokens.otherAgent = await tokenFor({ workshopId: other });
     const spareTokenId = (await post<{ id: string }>('/v1/tokens', { name: 'spare' })).id;
-    f = { server, tokens, ws, spareTokenId, repo };
+    await post('/v1/projects', { path: projectDir(), name: 'matrix-project' });
+    f = { server, tokens, ws, spareTokenId, repo, project: 'matrix-project', planId: '', executionId: '' };
+    f.planId = (await planSlot(f)).planId;
+    f.executionId = (await applySlot(f)).executionId;
   });
 
   after(async () => {
     await f?.server.dispose();
     if (f) rmSync(f.repo, { recursive: true, force: true });
+    for (const d of projectDirs) rmSync(d, { recursive: true, force: true });
   });
 
   it('has one row for every route the server serves', async () => {
@@ -333,6 +427,15 @@ describe('authorization matrix', () => {
       { method: 'POST', path: '/v1/users/%00/disable' },
       { method: 'GET', path: '/v1/workshops/%00' },
       { method: 'POST', path: '/v1/users', body: { name: 'n', tenant: 'a\u0000' } },
+      { method: 'POST', path: '/v1/projects', body: { path: '/tmp/a\u0000b' } },
+      { method: 'GET', path: '/api/workspace/actions?project=%00' },
+      { method: 'POST', path: '/api/workspace/actions/slots.assign/plan', body: { project: f.project, parameters: { slot: 'a\u0000' } } },
+      {
+        method: 'POST',
+        path: '/api/workspace/actions/simulators.compose/plan',
+        body: { project: f.project, parameters: { simulators: [{ name: 'pg', env: { A: '\u0000' } }] } },
+      },
+      { method: 'POST', path: '/api/workspace/actions/slots.assign/apply', body: { plan_id: 'plan-\u0000', fingerprint: 'x' } },
     ];
     for (const c of cases) {
       const r = await as(f, 'admin', c);

@@ -136,6 +136,9 @@ export function createActionService(deps: ActionServiceDeps): ActionService {
   const envOf = (project: Project): ActionEnv => ({ project, isRoot: deps.isRoot, validateEgress: deps.validateEgress });
 
   function parseParams(s: ActionSpec<Record<string, unknown>>, parameters: unknown): Record<string, unknown> {
+    // NUL can be neither in a YAML file nor in PostgreSQL's jsonb: refused here, never a 500.
+    if (JSON.stringify(parameters ?? {}).includes('\\u0000'))
+      throw new AtelierError('INVALID_ARGUMENT', `${s.id}: parameters may not contain NUL characters`, { field: 'parameters' });
     const r = s.parameters.safeParse(parameters ?? {});
     if (!r.success) {
       const { message, field } = describeZodError(r.error);

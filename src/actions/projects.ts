@@ -58,6 +58,8 @@ export function createProjectRegistry(deps: { pool: Pool; allowRoots: string[] }
 
   return {
     async add(actor, path, name) {
+      if (path.includes('\0') || (name ?? '').includes('\0'))
+        throw new AtelierError('INVALID_ARGUMENT', 'path and name may not contain NUL characters', { field: 'path' });
       if (!isAbsolute(path))
         throw new AtelierError('INVALID_ARGUMENT', 'path must be absolute (the CLI sends it resolved)', { field: 'path' });
       if (!existsSync(path)) throw new AtelierError('REPO_NOT_FOUND', `${path} does not exist on the server's machine`, { field: 'path' });
@@ -116,7 +118,7 @@ export function createProjectRegistry(deps: { pool: Pool; allowRoots: string[] }
     },
 
     async resolve(actor, ref) {
-      if (typeof ref !== 'string' || ref === '' || ref.length > 200)
+      if (typeof ref !== 'string' || ref === '' || ref.length > 200 || ref.includes('\0'))
         throw new AtelierError('INVALID_ARGUMENT', 'name the project (--project NAME)', { field: 'project' });
       const r = await deps.pool.query<Row>('SELECT * FROM projects WHERE tenant_id = $1 AND (name = $2 OR id = $2)', [actor.tenantId, ref]);
       if (!r.rows[0]) throw notFound(ref);
