@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CATALOG } from './catalog/index.js';
 import { COMPONENTS } from './catalog/extras.js';
-import { redact } from './engine.js';
+import { redact } from './redact.js';
 import type { ActionEnv, ActionSpec } from './types.js';
 
 const specs = Object.values(CATALOG) as unknown as ActionSpec<Record<string, unknown>>[];

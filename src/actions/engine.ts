@@ -19,6 +19,7 @@ import type {
   Project,
   Verification,
 } from './types.js';
+import { redact } from './redact.js';
 import { canonical } from './yamlEdit.js';
 
 /** A catalog entry as the API shows it, with its preconditions evaluated now. */
@@ -100,16 +101,6 @@ function spec(actionId: string): ActionSpec<Record<string, unknown>> {
       known: Object.keys(CATALOG),
     });
   return s as unknown as ActionSpec<Record<string, unknown>>;
-}
-
-/** Env values are journaled by name only; any other secret-looking value never reaches the journal. */
-export function redact(value: unknown, key = ''): unknown {
-  if (Array.isArray(value)) return value.map((v) => redact(v));
-  if (typeof value === 'object' && value !== null) {
-    if (key === 'env') return Object.fromEntries(Object.keys(value).map((k) => [k, '(redacted)']));
-    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, redact(v, k)]));
-  }
-  return value;
 }
 
 function fingerprintOf(actionId: string, projectId: string, parameters: unknown, planned: PlannedChange): string {

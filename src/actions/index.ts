@@ -1,6 +1,7 @@
 export { CATALOG } from './catalog/index.js';
 export { COMPONENTS } from './catalog/extras.js';
-export { createActionService, redact } from './engine.js';
+export { createActionService } from './engine.js';
+export { redact } from './redact.js';
 export type { ActionExecution, ActionPlan, ActionService, ActionServiceDeps, CatalogItem } from './engine.js';
 export { appendJournal, readJournal, JOURNAL_EVENTS } from './journal.js';
 export type { ExecutionStatus, ExecutionSummary, JournalEntry, JournalRead } from './journal.js';

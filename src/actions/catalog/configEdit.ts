@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import type { z } from 'zod';
 import { AtelierError } from '../../core/index.js';
 import { unifiedDiff } from '../diff.js';
+import { redact } from '../redact.js';
 import {
   fileState,
   JOURNAL_FILE,
@@ -169,7 +170,7 @@ export function keyEditAction<P>(def: KeyEditDefinition<P>): ActionSpec<P> {
       try {
         const settings = readYamlMapping(text ?? '', PROJECT_FILE);
         const ok = same(getPlain(settings, def.path), plan.data.value);
-        checks.push({ name: `${key} reads back`, ok, detail: JSON.stringify(getPlain(settings, def.path)) });
+        checks.push({ name: `${key} reads back`, ok, detail: JSON.stringify(redact(getPlain(settings, def.path))) });
         if (def.check) {
           try {
             def.check(env, settings);
