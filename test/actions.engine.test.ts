@@ -112,8 +112,8 @@ describe('typed actions engine', () => {
     const effect = plan.effects[0]!;
     assert.equal(effect.kind, 'file');
     if (effect.kind === 'file') {
-      assert.match(effect.diff, /^-  allow: \[api.stripe.com\]   # payments$/m);
-      assert.match(effect.diff, /^\+  allow: \[api.stripe.com, "?api.example.com:8443"?\]   # payments$/m);
+      assert.match(effect.diff, /^- {2}allow: \[api.stripe.com\] {3}# payments$/m);
+      assert.match(effect.diff, /^\+ {2}allow: \[api.stripe.com, "?api.example.com:8443"?\] {3}# payments$/m);
     }
     assert.equal(file(dir), HAND_WRITTEN);
     assert.deepEqual(
