@@ -78,6 +78,7 @@ describe('typed actions engine', () => {
       pool,
       projects,
       isRoot: process.getuid?.() === 0,
+      stacksDir: '/nonexistent/atelier-stacks',
       planTtlSeconds: 60,
       now: () => new Date(clock),
       validateEgress: (allow, deny) => {

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { CATALOG } from './catalog/index.js';
 import { COMPONENTS } from './catalog/extras.js';
 import { redact } from './redact.js';
+import { composeArgv, nativeArgv, STACKS } from './stacks.js';
 import type { ActionEnv, ActionSpec } from './types.js';
 
 const specs = Object.values(CATALOG) as unknown as ActionSpec<Record<string, unknown>>[];
@@ -16,6 +17,7 @@ function envFor(dir: string): ActionEnv {
   return {
     project: { id: 'prj-test000000', name: 'test', path: dir, tenantId: 'tn-default', createdAt: new Date().toISOString() },
     isRoot: false,
+    stacksDir: join(dir, 'stacks'),
     validateEgress: () => undefined,
   };
 }
@@ -29,6 +31,10 @@ describe('the actions catalog (ADR-008 D1, D2)', () => {
       'simulators.compose',
       'slots.assign',
       'slots.remove',
+      'stack.autostart',
+      'stack.restart',
+      'stack.start',
+      'stack.stop',
     ]);
   });
 
@@ -85,6 +91,34 @@ describe('the actions catalog (ADR-008 D1, D2)', () => {
       rmSync(dir, { recursive: true, force: true });
     }
     assert.deepEqual(calls, []);
+  });
+
+  it('criterion 2: no class B command contains a volume-deleting flag, for every backend, stack and operation', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'atelier-classb-'));
+    const FORBIDDEN = ['-v', '--volumes', '-V', '--renew-anon-volumes', 'down', 'rm', '--rmi'];
+    try {
+      const env = envFor(dir);
+      const argvs: string[][] = [];
+      for (const stack of STACKS) {
+        argvs.push(nativeArgv(env.stacksDir, env.project, stack));
+        for (const engine of ['docker', 'podman'] as const)
+          for (const op of ['start', 'stop', 'restart', 'recreate'] as const)
+            argvs.push(composeArgv(engine, '/x/stack.yml', env.project, stack, op));
+      }
+      // And every argv a class B plan shows (the stacks are stopped here: start and autostart plan).
+      for (const s of specs.filter((x) => x.class === 'B'))
+        for (const stack of STACKS)
+          for (const params of [{ stack }, { stack, enabled: false }]) {
+            const parsed = s.parameters.safeParse(params);
+            if (!parsed.success) continue;
+            if (!s.preconditions(env, parsed.data).every((p) => p.ok)) continue;
+            for (const e of s.plan(env, parsed.data).effects) if (e.kind === 'service') argvs.push(e.argv);
+          }
+      assert.ok(argvs.length >= 10, String(argvs.length));
+      for (const argv of argvs) for (const f of FORBIDDEN) assert.ok(!argv.includes(f), `${argv.join(' ')} contains ${f}`);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('class C resolves the installer of this machine', () => {

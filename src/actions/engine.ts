@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { AtelierError, describeZodError, newId } from '../core/index.js';
 import type { Pool } from '../db/index.js';
 import { CATALOG } from './catalog/index.js';
@@ -20,6 +21,7 @@ import type {
   Verification,
 } from './types.js';
 import { redact } from './redact.js';
+import { restartPolicy, stackStatus, STACKS, startStack } from './stacks.js';
 import { canonical } from './yamlEdit.js';
 
 /** A catalog entry as the API shows it, with its preconditions evaluated now. */
@@ -72,6 +74,8 @@ export interface ActionServiceDeps {
   pool: Pool;
   projects: ProjectRegistry;
   isRoot: boolean;
+  /** DATA_DIR/stacks: where the native backend keeps each project's stacks. */
+  stacksDir: string;
   validateEgress(allow: string[], deny: string[]): void;
   /** How long a plan may be applied after it was made (default 10 minutes). */
   planTtlSeconds?: number;
@@ -86,6 +90,11 @@ export interface ActionService {
   apply(actor: Actor, actionId: string, planId: string, fingerprint: string): Promise<ActionExecution>;
   rollback(actor: Actor, actionId: string, executionId: string): Promise<ActionExecution>;
   journal(actor: Actor, project: string): Promise<JournalRead & { project: string }>;
+  /**
+   * At server start: starts again every stack whose rendered file says `restart: unless-stopped`
+   * and that was running (not stopped on purpose) — "restart with the machine" for the native backend.
+   */
+  reconcileStacks(log: (message: string) => void): Promise<void>;
   /** The action id of an execution of the caller's tenant (the CLI's rollback names only the execution). */
   execution(actor: Actor, executionId: string): Promise<ExecutionSummary & { project: string }>;
 }
@@ -108,6 +117,15 @@ function fingerprintOf(actionId: string, projectId: string, parameters: unknown,
   return `sha256:${createHash('sha256').update(body).digest('hex')}`;
 }
 
+/** The snapshot a restore will read is named after the execution that takes it. */
+function bindInverse(inverse: Inverse, executionId: string): Inverse {
+  if (inverse.kind === 'restore-file' && inverse.snapshot !== null)
+    return { ...inverse, snapshot: snapshotPath(executionId, inverse.snapshot) };
+  if (inverse.kind === 'service' && inverse.file)
+    return { ...inverse, file: bindInverse(inverse.file, executionId) as Inverse & { kind: 'restore-file' } };
+  return inverse;
+}
+
 interface PlanRow {
   id: string;
   project_id: string;
@@ -124,7 +142,12 @@ interface PlanRow {
 export function createActionService(deps: ActionServiceDeps): ActionService {
   const ttl = deps.planTtlSeconds ?? DEFAULT_TTL_SECONDS;
   const now = deps.now ?? (() => new Date());
-  const envOf = (project: Project): ActionEnv => ({ project, isRoot: deps.isRoot, validateEgress: deps.validateEgress });
+  const envOf = (project: Project): ActionEnv => ({
+    project,
+    isRoot: deps.isRoot,
+    stacksDir: deps.stacksDir,
+    validateEgress: deps.validateEgress,
+  });
 
   function parseParams(s: ActionSpec<Record<string, unknown>>, parameters: unknown): Record<string, unknown> {
     // NUL can be neither in a YAML file nor in PostgreSQL's jsonb: refused here, never a 500.
@@ -310,7 +333,7 @@ export function createActionService(deps: ActionServiceDeps): ActionService {
       const env = envOf(project);
       return withProjectLock(project, async () => {
         // Stale: an input changed since the plan (also one that was absent and exists now).
-        const current = s.inputs(env);
+        const current = s.inputs(env, row.parameters);
         for (const [name, planned] of Object.entries(row.planned.inputs)) {
           if (current[name] !== planned)
             throw new AtelierError(
@@ -333,10 +356,7 @@ export function createActionService(deps: ActionServiceDeps): ActionService {
           throw new AtelierError('PLAN_ALREADY_APPLIED', `plan ${planId} was already applied: plan again for a new change`, {
             plan: planId,
           });
-        const inverse: Inverse =
-          row.planned.inverse.kind === 'restore-file' && row.planned.inverse.snapshot !== null
-            ? { ...row.planned.inverse, snapshot: snapshotPath(executionId, row.planned.inverse.snapshot) }
-            : row.planned.inverse;
+        const inverse = bindInverse(row.planned.inverse, executionId);
         // No journal, no effect: apply_started (with the inverse) is on disk before anything changes.
         try {
           appendJournal(project.path, entry('apply_started', project, s, row, actor, executionId, { inverse }));
@@ -353,13 +373,13 @@ export function createActionService(deps: ActionServiceDeps): ActionService {
         ]);
         let effects: ObservedEffect[];
         try {
-          effects = s.apply!(env, row.planned, executionId);
+          effects = await s.apply!(env, row.planned, executionId);
         } catch (err) {
           const message = (err as Error).message;
           appendJournal(project.path, entry('failed', project, s, row, actor, executionId, { error: message }));
           await setStatus(executionId, 'failed');
           throw new AtelierError(
-            'INTERNAL',
+            err instanceof AtelierError ? err.code : 'INTERNAL',
             `${s.id} failed while applying: ${message}; its inverse is offered: atelier actions rollback ${executionId}`,
             {
               executionId,
@@ -367,7 +387,7 @@ export function createActionService(deps: ActionServiceDeps): ActionService {
           );
         }
         appendJournal(project.path, entry('effects', project, s, row, actor, executionId, { effects }));
-        const verification = s.verify!(env, row.planned);
+        const verification = await s.verify!(env, row.planned);
         appendJournal(project.path, entry('verification', project, s, row, actor, executionId, { verification }));
         const status = verification.ok ? 'applied' : 'failed';
         appendJournal(project.path, entry(status, project, s, row, actor, executionId));
@@ -412,7 +432,7 @@ export function createActionService(deps: ActionServiceDeps): ActionService {
         appendJournal(project.path, entry('rollback_started', project, s, row, actor, executionId, { inverse: ex.inverse }));
         let result: { effects: ObservedEffect[]; verification: Verification };
         try {
-          result = s.rollback!(envOf(project), ex.inverse);
+          result = await s.rollback!(envOf(project), ex.inverse);
         } catch (err) {
           appendJournal(project.path, entry('rollback_failed', project, s, row, actor, executionId, { error: (err as Error).message }));
           await setStatus(executionId, 'rollback_failed');
@@ -441,6 +461,24 @@ export function createActionService(deps: ActionServiceDeps): ActionService {
               : `the rollback of ${executionId} did not verify: see the journal`,
         };
       });
+    },
+
+    async reconcileStacks(log) {
+      const all = await deps.pool.query<{ id: string }>('SELECT id FROM projects');
+      for (const { id } of all.rows) {
+        const project = await deps.projects.byId(id);
+        if (!project || !existsSync(project.path)) continue;
+        for (const stack of STACKS) {
+          try {
+            const st = stackStatus(deps.stacksDir, project, stack);
+            if (st.running || st.desired !== 'running' || restartPolicy(project, stack) !== 'unless-stopped') continue;
+            await startStack(deps.stacksDir, project, stack);
+            log(`stack ${stack} of project ${project.name} started again (restart: unless-stopped)`);
+          } catch (err) {
+            log(`stack ${stack} of project ${project.name} could not be started again: ${(err as Error).message}`);
+          }
+        }
+      }
     },
 
     async journal(actor, projectRef) {

@@ -15,7 +15,7 @@ import {
   unlinkSync,
   writeSync,
 } from 'node:fs';
-import { join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { AtelierError } from '../core/index.js';
 
 /** The project's settings file, at its root. */
@@ -80,7 +80,7 @@ export function writeProjectFile(root: string, rel: string, content: string): vo
   const full = join(root, rel);
   const existed = assertNotLink(full, rel);
   const prev = existed ? statSync(full) : undefined;
-  const tmp = join(root, `.${rel}.atelier-${randomBytes(6).toString('hex')}`);
+  const tmp = join(dirname(full), `.${basename(full)}.atelier-${randomBytes(6).toString('hex')}`);
   const fd = openSync(
     tmp,
     constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW,
@@ -98,13 +98,13 @@ export function writeProjectFile(root: string, rel: string, content: string): vo
   }
   closeSync(fd);
   renameSync(tmp, full);
-  syncDir(root);
+  syncDir(dirname(full));
 }
 
 export function removeProjectFile(root: string, rel: string): void {
   const full = join(root, rel);
   if (assertNotLink(full, rel)) unlinkSync(full);
-  syncDir(root);
+  syncDir(dirname(full));
 }
 
 function syncDir(dir: string): void {
@@ -147,6 +147,16 @@ export function ensureActionsDir(root: string): string {
 /** Where the snapshot of `name` taken by an execution lives, relative to the project. */
 export function snapshotPath(executionId: string, name: string): string {
   return join(ACTIONS_DIR, 'snapshots', `${executionId}.${name}`);
+}
+
+/** A real directory `.atelier/runtime/<name>` of the project (rendered stack files). */
+export function ensureRuntimeDir(root: string, name: string): string {
+  const dir = join(dirname(ensureActionsDir(root)), name);
+  if (!assertNotLink(dir, `.atelier/runtime/${name}`)) {
+    mkdirSync(dir, { mode: 0o755 });
+    giveToOwner(root, dir);
+  }
+  return dir;
 }
 
 /** Keeps a copy of a file's content for a later rollback: `snapshots/<execution>.<name>`, mode 0600. */

@@ -60,6 +60,14 @@ export type Inverse =
       beforeSha256: string | null;
       afterSha256: string;
     }
+  | {
+      kind: 'service';
+      stack: string;
+      /** The state the stack is brought back to. */
+      state: 'running' | 'stopped';
+      /** For `stack.autostart`: the rendered file to restore first. */
+      file: (Inverse & { kind: 'restore-file' }) | null;
+    }
   | { kind: 'none'; reason: string };
 
 /** A registered project: a directory on the server's host with an `atelier.yaml`. */
@@ -94,6 +102,8 @@ export interface ActionEnv {
   project: Project;
   /** Whether the server runs as root (class C commands then need no sudo). */
   isRoot: boolean;
+  /** The server's directory for long-lived stacks (DATA_DIR/stacks): their data ("named volumes"), sockets and logs. */
+  stacksDir: string;
   /** Checks an egress allow/deny list the way workshops will read it; throws with the entry at fault. */
   validateEgress(allow: string[], deny: string[]): void;
 }
@@ -120,15 +130,20 @@ export interface ActionSpec<P = Record<string, unknown>> {
   /** The ordered, complete list of effects, computed without writing anything. */
   plan(env: ActionEnv, params: P): PlannedChange;
   /** Current digests of the inputs the plan was computed from. */
-  inputs(env: ActionEnv): Record<string, string>;
+  inputs(env: ActionEnv, params: P): Record<string, string>;
   /** The kinds of effect this action may have. */
   effectKinds: Effect['kind'][];
   /** Runs exactly the planned effects (absent for class C: nothing is ever run). */
-  apply?(env: ActionEnv, plan: PlannedChange, executionId: string): ObservedEffect[];
+  apply?(env: ActionEnv, plan: PlannedChange, executionId: string): ObservedEffect[] | Promise<ObservedEffect[]>;
   /** The probe run after apply; the action succeeded only if it passes. */
-  verify?(env: ActionEnv, plan: PlannedChange): Verification;
+  verify?(env: ActionEnv, plan: PlannedChange): Verification | Promise<Verification>;
   /** What the inverse does, in words (class C: why there is none). */
   inverseDescription: string;
   /** Applies a recorded inverse and verifies it. */
-  rollback?(env: ActionEnv, inverse: Inverse): { effects: ObservedEffect[]; verification: Verification };
+  rollback?(env: ActionEnv, inverse: Inverse): RollbackResult | Promise<RollbackResult>;
+}
+
+export interface RollbackResult {
+  effects: ObservedEffect[];
+  verification: Verification;
 }

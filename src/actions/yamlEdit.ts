@@ -38,12 +38,12 @@ function columnOf(text: string, offset: number): number {
 
 /** Block YAML for `value`, every line but the first indented by `indent` spaces, ending with `eol`. */
 function renderBlock(value: unknown, indent: number, eol: string): string {
-  const lines = stringify(value, { indent: 2, lineWidth: 0 }).replace(/\n$/, '').split('\n');
+  const lines = stringify(value, { indent: 2, lineWidth: 0, version: '1.1' }).replace(/\n$/, '').split('\n');
   return lines.map((l, i) => (i === 0 ? l : ' '.repeat(indent) + l)).join(eol) + eol;
 }
 
 function renderFlow(value: unknown): string {
-  return stringify(value, { collectionStyle: 'flow', flowCollectionPadding: false, lineWidth: 0 }).replace(/\n$/, '');
+  return stringify(value, { collectionStyle: 'flow', flowCollectionPadding: false, lineWidth: 0, version: '1.1' }).replace(/\n$/, '');
 }
 
 function isScalarValue(value: unknown): boolean {
@@ -57,7 +57,8 @@ function nested(path: string[], value: unknown): unknown {
 /** `key: value` lines for a new entry of a block mapping whose keys sit at column `indent`. */
 function renderPair(key: string, value: unknown, indent: number, eol: string): string {
   const k = stringify(key).replace(/\n$/, '');
-  if (isScalarValue(value)) return `${' '.repeat(indent)}${k}: ${stringify(value, { lineWidth: 0 }).replace(/\n$/, '')}${eol}`;
+  if (isScalarValue(value))
+    return `${' '.repeat(indent)}${k}: ${stringify(value, { lineWidth: 0, version: '1.1' }).replace(/\n$/, '')}${eol}`;
   if (Array.isArray(value) && value.length === 0) return `${' '.repeat(indent)}${k}: []${eol}`;
   return `${' '.repeat(indent)}${k}:${eol}${' '.repeat(indent + 2)}${renderBlock(value, indent + 2, eol)}`;
 }

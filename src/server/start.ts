@@ -287,6 +287,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       pool,
       projects,
       isRoot: config.isRoot,
+      stacksDir: join(dataDir, 'stacks'),
       planTtlSeconds: config.actionsPlanTtl,
       validateEgress: (allow, deny) => void createEgressPolicy({ allow, deny }),
     });
@@ -314,6 +315,8 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     authenticator.setAuthority(await identity.ready(publicUrlFlag ?? config.publicUrl ?? url));
     publicOrigin.value = new URL(publicUrlFlag ?? config.publicUrl ?? url).origin;
     cleanups.push(() => identity.close());
+    // Stacks with `restart: unless-stopped` come back with the server (the native backend's "machine").
+    await actions.reconcileStacks((m) => logger.info(m));
 
     // The embedded database is supervised: if it dies, it is started again; requests meanwhile get 503.
     if (embedded) {
