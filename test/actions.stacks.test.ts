@@ -76,6 +76,10 @@ describe('class B stacks (native backend)', () => {
     assert.equal(again.code, 1);
     assert.match(again.stderr, /redis is running/);
 
+    const forget = await s.cli(['projects', 'remove', 'stacked']);
+    assert.equal(forget.code, 1);
+    assert.match(forget.stderr, /still runs redis: stop it first/);
+
     const stopped = await planApply('stack.stop', 'stack=redis');
     assert.equal(stopped.status, 'applied');
     await assert.rejects(redis('PING'));

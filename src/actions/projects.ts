@@ -3,6 +3,7 @@ import { basename, isAbsolute, sep } from 'node:path';
 import { AtelierError, newId } from '../core/index.js';
 import type { Pool } from '../db/index.js';
 import { ensureActionsDir, PROJECT_FILE, readProjectFile, writeProjectFile } from './projectFiles.js';
+import { stackStatus, STACKS } from './stacks.js';
 import type { Actor, Project } from './types.js';
 
 /** What `atelier projects add` writes when the repository has no atelier.yaml yet. */
@@ -48,7 +49,7 @@ export interface ProjectRegistry {
 }
 
 /** Projects registered on this server: a directory under an allowed root, per tenant. */
-export function createProjectRegistry(deps: { pool: Pool; allowRoots: string[] }): ProjectRegistry {
+export function createProjectRegistry(deps: { pool: Pool; allowRoots: string[]; stacksDir?: string }): ProjectRegistry {
   const notFound = (ref: string): AtelierError =>
     new AtelierError(
       'PROJECT_NOT_FOUND',
@@ -132,6 +133,14 @@ export function createProjectRegistry(deps: { pool: Pool; allowRoots: string[] }
 
     async remove(actor, ref) {
       const p = await this.resolve(actor, ref);
+      // A forgotten project's stacks would run on with nobody to stop them.
+      const running = deps.stacksDir ? STACKS.filter((s) => stackStatus(deps.stacksDir!, p, s).running) : [];
+      if (running.length > 0)
+        throw new AtelierError(
+          'CONFLICT',
+          `project ${p.name} still runs ${running.join(', ')}: stop it first (atelier actions plan stack.stop --project ${p.name} --param stack=${running[0]})`,
+          { project: p.name },
+        );
       await deps.pool.query('DELETE FROM projects WHERE id = $1', [p.id]);
       return p;
     },

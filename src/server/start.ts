@@ -281,6 +281,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const publicOrigin: { value?: string } = {};
     const projects = createProjectRegistry({
       pool,
+      stacksDir: join(dataDir, 'stacks'),
       allowRoots: opts.allowRepoRoots ?? [...config.allowRepoRoots, ...(sudoHome ? [sudoHome] : [])],
     });
     const actions = createActionService({
