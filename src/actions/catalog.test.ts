@@ -121,6 +121,30 @@ describe('the actions catalog (ADR-008 D1, D2)', () => {
     }
   });
 
+  it('every input a plan depends on is read again by its action at apply (so a stale plan is always caught)', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'atelier-inputs-'));
+    try {
+      const env = envFor(dir);
+      const samples: Record<string, Record<string, unknown>> = {
+        'simulators.compose': { simulators: [{ name: 'pg' }] },
+        'egress.allow': { entry: 'a.example.com' },
+        'slots.assign': { slot: 's1' },
+        'stack.start': { stack: 'redis' },
+        'stack.autostart': { stack: 'redis', enabled: false },
+        'extras.install-command': { component: 'java' },
+      };
+      for (const [id, params] of Object.entries(samples)) {
+        const s = CATALOG[id] as unknown as ActionSpec<Record<string, unknown>>;
+        const parsed = s.parameters.parse(params) as Record<string, unknown>;
+        const plan = s.plan(env, parsed);
+        assert.deepEqual(Object.keys(s.inputs(env, parsed)).sort(), Object.keys(plan.inputs).sort(), id);
+        assert.deepEqual(s.inputs(env, parsed), plan.inputs, `${id}: nothing changed, so the inputs read the same`);
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('class C resolves the installer of this machine', () => {
     const s = CATALOG['extras.install-command'] as unknown as ActionSpec<Record<string, unknown>>;
     const dir = mkdtempSync(join(tmpdir(), 'atelier-classc-'));

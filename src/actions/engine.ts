@@ -290,6 +290,8 @@ export function createActionService(deps: ActionServiceDeps): ActionService {
         ],
       );
       const row = r.rows[0]!;
+      // Plans never applied are kept a day past their expiry (to explain PLAN_EXPIRED), then dropped.
+      await deps.pool.query("DELETE FROM action_plans WHERE execution_id IS NULL AND expires_at < now() - interval '1 day'");
       // D3: the plan is recorded in the journal (class C too: what was shown, never run).
       appendJournal(project.path, entry('plan', project, s, row, actor, null));
       return toPlan(row, project);
