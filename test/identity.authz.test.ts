@@ -1,6 +1,6 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { TestServer, makeRepo } from './helpers/server.js';
 
 /**
@@ -22,6 +22,10 @@ interface Fixture {
   repo: string;
   /** An agent token of `ws` (made on first use). */
   agent?: string;
+  /** A registered project of the default tenant, with one plan and one applied execution. */
+  project: string;
+  planId: string;
+  executionId: string;
 }
 
 interface Call {
@@ -63,6 +67,14 @@ const e = (
 
 const form = (path: string, body: string): Call => ({ method: 'POST', path, body, contentType: 'application/x-www-form-urlencoded' });
 const interactionPost = (step: string): Call => form(`/oidc/interaction/unknown/${step}`, 'csrf=forged');
+
+/** A fresh directory to register as a project (removed after the suite). */
+const projectDirs: string[] = [];
+function projectDir(): string {
+  const d = mkdtempSync('/tmp/atelier-project-');
+  projectDirs.push(d);
+  return d;
+}
 
 let seq = 0;
 const unique = (p: string): string => `${p}${++seq}`;
@@ -231,6 +243,63 @@ const TABLE: Record<string, Row> = {
     expect: e(401, 403, 403, 403, 403, 403, 200, 403),
     call: () => ({ method: 'GET', path: '/v1/audit/verify' }),
   },
+  // Projects and typed actions: reading is any member of the tenant; changing is a maintainer's.
+  'POST /v1/projects': {
+    expect: e(401, 403, 403, 403, 403, 201, 201, 201),
+    call: () => ({ method: 'POST', path: '/v1/projects', body: { path: projectDir() } }),
+  },
+  'GET /v1/projects': { expect: e(401, 403, 200, 200, 200, 200, 200, 200), call: () => ({ method: 'GET', path: '/v1/projects' }) },
+  'DELETE /v1/projects/:project': {
+    expect: e(401, 403, 403, 403, 403, 200, 200, 404),
+    async call(f) {
+      const name = unique('doomed-project-');
+      const r = await as(f, 'admin', { method: 'POST', path: '/v1/projects', body: { path: projectDir(), name } });
+      assert.equal(r.status, 201, JSON.stringify(r.body));
+      return { method: 'DELETE', path: `/v1/projects/${name}` };
+    },
+  },
+  'GET /api/workspace/actions': {
+    expect: e(401, 403, 200, 200, 200, 200, 200, 404),
+    call: (f) => ({ method: 'GET', path: `/api/workspace/actions?project=${f.project}` }),
+  },
+  'GET /api/workspace/actions/journal': {
+    expect: e(401, 403, 200, 200, 200, 200, 200, 404),
+    call: (f) => ({ method: 'GET', path: `/api/workspace/actions/journal?project=${f.project}` }),
+  },
+  'GET /api/workspace/actions/plans/:planId': {
+    expect: e(401, 403, 200, 200, 200, 200, 200, 404),
+    call: (f) => ({ method: 'GET', path: `/api/workspace/actions/plans/${f.planId}` }),
+  },
+  'GET /api/workspace/actions/executions/:executionId': {
+    expect: e(401, 403, 200, 200, 200, 200, 200, 404),
+    call: (f) => ({ method: 'GET', path: `/api/workspace/actions/executions/${f.executionId}` }),
+  },
+  'POST /api/workspace/actions/:id/plan': {
+    expect: e(401, 403, 403, 403, 403, 201, 201, 404),
+    call: (f) => ({
+      method: 'POST',
+      path: '/api/workspace/actions/slots.assign/plan',
+      body: { project: f.project, parameters: { slot: unique('slot-') } },
+    }),
+  },
+  'POST /api/workspace/actions/:id/apply': {
+    expect: e(401, 403, 403, 403, 403, 200, 200, 404),
+    async call(f) {
+      const plan = await planSlot(f);
+      return {
+        method: 'POST',
+        path: '/api/workspace/actions/slots.assign/apply',
+        body: { plan_id: plan.planId, fingerprint: plan.fingerprint },
+      };
+    },
+  },
+  'POST /api/workspace/actions/:id/rollback': {
+    expect: e(401, 403, 403, 403, 403, 200, 200, 404),
+    async call(f) {
+      const x = await applySlot(f);
+      return { method: 'POST', path: '/api/workspace/actions/slots.assign/rollback', body: { execution_id: x.executionId } };
+    },
+  },
 };
 
 const approvalBody = () => ({ category: 'ALLOWLIST_EXPANSION', payload: { host: `${unique('h')}.example`, justification: 'matrix' } });
@@ -249,6 +318,27 @@ async function agentRequest(f: Fixture): Promise<string> {
   });
   assert.equal(r.status, 201);
   return ((await r.json()) as { id: string }).id;
+}
+
+async function planSlot(f: Fixture): Promise<{ planId: string; fingerprint: string }> {
+  const r = await as(f, 'admin', {
+    method: 'POST',
+    path: '/api/workspace/actions/slots.assign/plan',
+    body: { project: f.project, parameters: { slot: unique('slot-') } },
+  });
+  assert.equal(r.status, 201, JSON.stringify(r.body));
+  return r.body as { planId: string; fingerprint: string };
+}
+
+async function applySlot(f: Fixture): Promise<{ executionId: string }> {
+  const plan = await planSlot(f);
+  const r = await as(f, 'admin', {
+    method: 'POST',
+    path: '/api/workspace/actions/slots.assign/apply',
+    body: { plan_id: plan.planId, fingerprint: plan.fingerprint },
+  });
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  return r.body as { executionId: string };
 }
 
 async function as(f: Fixture, who: Subject, c: Call): Promise<{ status: number; body: unknown }> {
@@ -310,12 +400,16 @@ describe('authorization matrix', () => {
     const other = (await post<{ id: string }>('/v1/workshops', { repo, name: 'elsewhere' })).id;
     tokens.otherAgent = await tokenFor({ workshopId: other });
     const spareTokenId = (await post<{ id: string }>('/v1/tokens', { name: 'spare' })).id;
-    f = { server, tokens, ws, spareTokenId, repo };
+    await post('/v1/projects', { path: projectDir(), name: 'matrix-project' });
+    f = { server, tokens, ws, spareTokenId, repo, project: 'matrix-project', planId: '', executionId: '' };
+    f.planId = (await planSlot(f)).planId;
+    f.executionId = (await applySlot(f)).executionId;
   });
 
   after(async () => {
     await f?.server.dispose();
     if (f) rmSync(f.repo, { recursive: true, force: true });
+    for (const d of projectDirs) rmSync(d, { recursive: true, force: true });
   });
 
   it('has one row for every route the server serves', async () => {
@@ -418,6 +512,15 @@ describe('authorization matrix', () => {
       { method: 'POST', path: '/v1/users/%00/disable' },
       { method: 'GET', path: '/v1/workshops/%00' },
       { method: 'POST', path: '/v1/users', body: { name: 'n', tenant: 'a\u0000' } },
+      { method: 'POST', path: '/v1/projects', body: { path: '/tmp/a\u0000b' } },
+      { method: 'GET', path: '/api/workspace/actions?project=%00' },
+      { method: 'POST', path: '/api/workspace/actions/slots.assign/plan', body: { project: f.project, parameters: { slot: 'a\u0000' } } },
+      {
+        method: 'POST',
+        path: '/api/workspace/actions/simulators.compose/plan',
+        body: { project: f.project, parameters: { simulators: [{ name: 'pg', env: { A: '\u0000' } }] } },
+      },
+      { method: 'POST', path: '/api/workspace/actions/slots.assign/apply', body: { plan_id: 'plan-\u0000', fingerprint: 'x' } },
     ];
     for (const c of cases) {
       const r = await as(f, 'admin', c);

@@ -486,6 +486,113 @@ async function main(argv: string[]): Promise<number> {
       if (!v.ok) exitCode = 1;
     });
 
+  const projects = program.command('projects').description('projects whose infrastructure typed actions change: add, list, remove');
+  projects
+    .command('add <path>')
+    .description("register a project directory of the server's machine (atelier.yaml is created with commented defaults if absent)")
+    .option('--name <name>', 'name to refer to it by (default: the directory name)')
+    .action(async (path: string, flags: { name?: string }) => {
+      const c = ctx();
+      const { addProject, projectTable } = await import('./commands/projects/manage.js');
+      const r = await addProject(c, path, flags);
+      await render(c.output, r, () => `${projectTable([r.project])}${r.created ? '\ncreated atelier.yaml with commented defaults' : ''}`);
+    });
+  projects
+    .command('list')
+    .alias('ls')
+    .description('list registered projects')
+    .action(async () => {
+      const c = ctx();
+      const { listProjects, projectTable } = await import('./commands/projects/manage.js');
+      const items = await listProjects(c);
+      await render(c.output, items, () => projectTable(items));
+    });
+  projects
+    .command('remove <project>')
+    .alias('rm')
+    .description('forget a project (its files, atelier.yaml and journal stay as they are)')
+    .action(async (ref: string) => {
+      const c = ctx();
+      const { removeProject } = await import('./commands/projects/manage.js');
+      const r = await removeProject(c, ref);
+      await render(c.output, r, () => `removed project ${r.project.name} (its files are untouched)`);
+    });
+
+  const actions = program.command('actions').description('typed infrastructure actions on a project: list, plan, apply, rollback, journal');
+  actions
+    .command('list')
+    .description('the catalog: id, class, parameters and preconditions evaluated now')
+    .requiredOption('--project <project>', 'project name or id')
+    .action(async (flags: { project: string }) => {
+      const c = ctx();
+      const { listActions } = await import('./commands/actions/run.js');
+      const { catalogTable } = await import('./commands/actions/render.js');
+      const items = await listActions(c, flags.project);
+      await render(c.output, items, () => catalogTable(items));
+    });
+  actions
+    .command('plan <action>')
+    .description('show the full ordered plan (diffs, commands, services) without changing anything')
+    .requiredOption('--project <project>', 'project name or id')
+    .option('--param <key=value...>', 'a parameter (repeatable); a value starting with [ or { is JSON', [])
+    .action(async (action: string, flags: { project: string; param: string[] }) => {
+      const c = ctx();
+      const { planAction } = await import('./commands/actions/run.js');
+      const { planText } = await import('./commands/actions/render.js');
+      const p = await planAction(c, action, flags.project, flags.param);
+      await render(c.output, p, () => planText(p));
+    });
+  actions
+    .command('apply <plan-id>')
+    .description('apply exactly that plan (after confirmation), verify it, and journal it')
+    .option('-y, --yes', 'do not ask for confirmation')
+    .action(async (planId: string, flags: { yes?: boolean }) => {
+      const c = ctx();
+      const { getPlan, applyPlan } = await import('./commands/actions/run.js');
+      const { planText, executionText } = await import('./commands/actions/render.js');
+      const plan = await getPlan(c, planId);
+      if (!flags.yes) {
+        const { AtelierError } = await import('../core/index.js');
+        if (!process.stdin.isTTY)
+          throw new AtelierError('INVALID_ARGUMENT', 'no terminal to confirm in: review the plan, then pass --yes', { field: 'yes' });
+        process.stderr.write(`${planText(plan)}\n\n`);
+        const { createInterface } = await import('node:readline/promises');
+        const rl = createInterface({ input: process.stdin, output: process.stderr });
+        const answer = await rl.question('Apply this plan? [y/N] ');
+        rl.close();
+        if (!/^y(es)?$/i.test(answer.trim())) {
+          process.stderr.write('not applied\n');
+          exitCode = 1;
+          return;
+        }
+      }
+      const x = await applyPlan(c, plan);
+      await render(c.output, x, () => executionText(x));
+      if (x.status !== 'applied') exitCode = 1;
+    });
+  actions
+    .command('rollback <execution-id>')
+    .description('apply the inverse recorded in the journal for that execution, and verify it')
+    .action(async (executionId: string) => {
+      const c = ctx();
+      const { rollbackExecution } = await import('./commands/actions/run.js');
+      const { executionText } = await import('./commands/actions/render.js');
+      const x = await rollbackExecution(c, executionId);
+      await render(c.output, x, () => executionText(x));
+      if (x.status !== 'rolled_back') exitCode = 1;
+    });
+  actions
+    .command('journal')
+    .description("the project's actions journal: executions, their status, interrupted ones, what can be rolled back")
+    .requiredOption('--project <project>', 'project name or id')
+    .action(async (flags: { project: string }) => {
+      const c = ctx();
+      const { readActionJournal } = await import('./commands/actions/run.js');
+      const { journalText } = await import('./commands/actions/render.js');
+      const j = await readActionJournal(c, flags.project);
+      await render(c.output, j, () => journalText(j));
+    });
+
   try {
     await program.parseAsync(argv, { from: 'user' });
   } catch (err) {

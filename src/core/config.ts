@@ -38,6 +38,8 @@ import { z } from 'zod';
  * | ATELIER_SLACK_CHANNEL       | slack.channel    | (none) channel id the bot posts to |
  * | ATELIER_SLACK_SIGNING_SECRET| slack.signingSecret | (none) verifies /v1/webhooks/slack/interactions (without it every call is 401) |
  * | ATELIER_SLACK_API_URL       | slack.apiUrl     | https://slack.com/api |
+ * | ATELIER_COCKPIT_WRITES      | cockpitWrites    | copy-command: browsers get the CLI command for apply/rollback; `apply` lets a same-origin request with the CSRF token apply |
+ * | ATELIER_ACTIONS_PLAN_TTL    | actionsPlanTtl   | 600 (seconds a typed action's plan may be applied after it was made) |
  * | DISPLAY, WAYLAND_DISPLAY    | canOpenBrowser   | `atelier auth login` opens a browser only in a graphical session |
  *
  * The root data dir is not under /root because the embedded PostgreSQL runs as the
@@ -74,6 +76,8 @@ const Env = z.object({
   ATELIER_SLACK_CHANNEL: z.string().min(1).optional(),
   ATELIER_SLACK_SIGNING_SECRET: z.string().min(1).optional(),
   ATELIER_SLACK_API_URL: z.url({ protocol: /^https?$/ }).optional(),
+  ATELIER_COCKPIT_WRITES: z.enum(['apply', 'copy-command']).optional(),
+  ATELIER_ACTIONS_PLAN_TTL: z.coerce.number().int().min(1).max(86400).optional(),
   DISPLAY: z.string().min(1).optional(),
   WAYLAND_DISPLAY: z.string().min(1).optional(),
   SUDO_UID: z.coerce.number().int().nonnegative().optional(),
@@ -116,6 +120,8 @@ export interface Config {
   approvalTtl: string | undefined;
   /** Slack notifications and interactions for approvals (all optional). */
   slack: { webhookUrl?: string; botToken?: string; channel?: string; signingSecret?: string; apiUrl: string };
+  cockpitWrites: 'apply' | 'copy-command';
+  actionsPlanTtl: number;
   /** The user who ran `sudo atelier server start`, whose CLI gets the `local` context too. */
   sudoUser: { uid: number; gid: number } | undefined;
 }
@@ -205,6 +211,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       ...(e.ATELIER_SLACK_SIGNING_SECRET ? { signingSecret: e.ATELIER_SLACK_SIGNING_SECRET } : {}),
       apiUrl: (e.ATELIER_SLACK_API_URL ?? 'https://slack.com/api').replace(/\/+$/, ''),
     },
+    cockpitWrites: e.ATELIER_COCKPIT_WRITES ?? 'copy-command',
+    actionsPlanTtl: e.ATELIER_ACTIONS_PLAN_TTL ?? 600,
     canOpenBrowser: process.platform === 'darwin' || Boolean(e.DISPLAY ?? e.WAYLAND_DISPLAY),
     sudoUser: isRoot && e.SUDO_UID !== undefined && e.SUDO_UID !== 0 ? { uid: e.SUDO_UID, gid: e.SUDO_GID ?? e.SUDO_UID } : undefined,
   };

@@ -20,8 +20,11 @@ import { inspectIsolation, processStartTime } from '../sandbox/index.js';
 import { InternalNetwork, LocalDriver, SimulatorManager, WorkshopService } from '../workshops/index.js';
 import { warmSimulators } from '../simulators/index.js';
 import { AccountService, Authenticator, MasterKey, generatePassword, hashPassword } from '../identity/index.js';
+import { createActionService, createProjectRegistry } from '../actions/index.js';
+import { createEgressPolicy } from '../egress/index.js';
 import { buildApp } from './app.js';
 import { createApprovals } from './approvals.js';
+import { actionRoutes } from './routes/actions.js';
 import { startEgress } from './egress.js';
 import { startIdentity } from './identity.js';
 
@@ -311,6 +314,21 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const authenticator = new Authenticator(pool);
     const identityConfig = opts.identityConfig ? resolve(opts.identityConfig) : config.identityConfig;
     const identity = await startIdentity(identityConfig, pool, masterKey, logger);
+    // Known once the server listens; the write guard compares browsers' Origin with it.
+    const publicOrigin: { value?: string } = {};
+    const projects = createProjectRegistry({
+      pool,
+      stacksDir: join(dataDir, 'stacks'),
+      allowRoots: opts.allowRepoRoots ?? [...config.allowRepoRoots, ...(sudoHome ? [sudoHome] : [])],
+    });
+    const actions = createActionService({
+      pool,
+      projects,
+      isRoot: config.isRoot,
+      stacksDir: join(dataDir, 'stacks'),
+      planTtlSeconds: config.actionsPlanTtl,
+      validateEgress: (allow, deny) => void createEgressPolicy({ allow, deny }),
+    });
     const app = buildApp({
       pool,
       workshops,
@@ -319,7 +337,10 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       logger,
       version: opts.version,
       trustProxy: config.trustProxy,
-      extraRoutes: identity.routes,
+      extraRoutes: [
+        ...identity.routes,
+        (a) => actionRoutes(a, { actions, projects, cockpitWrites: config.cockpitWrites, origin: () => publicOrigin.value }),
+      ],
       approvals: approvals.service,
       slack: approvals.slack,
     });
@@ -334,7 +355,10 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const host = listen.host.includes(':') ? `[${listen.host}]` : listen.host === '0.0.0.0' ? '127.0.0.1' : listen.host;
     const url = `http://${host}:${port}`;
     authenticator.setAuthority(await identity.ready(publicUrlFlag ?? config.publicUrl ?? url));
+    publicOrigin.value = new URL(publicUrlFlag ?? config.publicUrl ?? url).origin;
     cleanups.push(() => identity.close());
+    // Stacks with `restart: unless-stopped` come back with the server (the native backend's "machine").
+    await actions.reconcileStacks((m) => logger.info(m));
 
     // The embedded database is supervised: if it dies, it is started again; requests meanwhile get 503.
     if (embedded) {

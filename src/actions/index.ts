@@ -1,0 +1,13 @@
+export { CATALOG } from './catalog/index.js';
+export { COMPONENTS } from './catalog/extras.js';
+export { createActionService } from './engine.js';
+export { redact } from './redact.js';
+export type { ActionExecution, ActionPlan, ActionService, ActionServiceDeps, CatalogItem } from './engine.js';
+export { appendJournal, readJournal, JOURNAL_EVENTS } from './journal.js';
+export type { ExecutionStatus, ExecutionSummary, JournalEntry, JournalRead } from './journal.js';
+export { createProjectRegistry, DEFAULT_PROJECT_FILE } from './projects.js';
+export type { ProjectRegistry } from './projects.js';
+export { JOURNAL_FILE, PROJECT_FILE } from './projectFiles.js';
+export type { ActionClass, ActionSpec, Actor, Effect, Inverse, ObservedEffect, Precondition, Project, Verification } from './types.js';
+export { setKey } from './yamlEdit.js';
+export { unifiedDiff } from './diff.js';

@@ -1,0 +1,230 @@
+// Typed actions end to end: the real CLI against a real `atelier server start`, on real project
+// directories; and the write guard for requests that come from a browser.
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { appendFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { TestServer } from './helpers/server.js';
+
+const SETTINGS = `# my shop
+egress:
+  allow: [api.stripe.com]   # payments
+
+slots: []
+`;
+
+function projectDir(content?: string): string {
+  const dir = mkdtempSync('/tmp/atelier-actions-cli-');
+  if (content !== undefined) writeFileSync(join(dir, 'atelier.yaml'), content);
+  return dir;
+}
+
+describe('atelier projects and actions (CLI)', () => {
+  let s: TestServer;
+  const dirs: string[] = [];
+
+  before(async () => {
+    s = await TestServer.start();
+  });
+  after(async () => {
+    await s?.dispose();
+    for (const d of dirs) rmSync(d, { recursive: true, force: true });
+  });
+
+  const json = async <T>(args: string[]): Promise<T> => {
+    const r = await s.cli(['-o', 'json', ...args]);
+    assert.equal(r.code, 0, `${args.join(' ')}: ${r.stderr}`);
+    return JSON.parse(r.stdout) as T;
+  };
+
+  it('projects add registers a directory and writes atelier.yaml with commented defaults when absent', async () => {
+    const dir = projectDir();
+    dirs.push(dir);
+    const r = await json<{ project: { name: string; path: string }; created: boolean }>(['projects', 'add', dir, '--name', 'blank']);
+    assert.equal(r.created, true);
+    assert.match(readFileSync(join(dir, 'atelier.yaml'), 'utf8'), /^# atelier.yaml/);
+    assert.equal(readFileSync(join(dir, '.atelier/runtime/.gitignore'), 'utf8').includes('\n*\n'), true);
+    const list = await json<{ name: string }[]>(['projects', 'list']);
+    assert.ok(list.some((p) => p.name === 'blank'));
+    const again = await s.cli(['projects', 'add', dir, '--name', 'blank']);
+    assert.equal(again.code, 1);
+    assert.match(again.stderr, /already registered.*ALREADY_EXISTS/);
+  });
+
+  it('list, plan, apply, journal and rollback a class A action', async () => {
+    const dir = projectDir(SETTINGS);
+    dirs.push(dir);
+    await json(['projects', 'add', dir, '--name', 'shop']);
+
+    const catalog = await json<{ id: string; class: string; preconditions: { ok: boolean }[] }[]>(['actions', 'list', '--project', 'shop']);
+    assert.ok(catalog.find((a) => a.id === 'egress.allow')?.preconditions.every((p) => p.ok));
+    const table = await s.cli(['actions', 'list', '--project', 'shop']);
+    assert.match(table.stdout, /extras.install-command\s+C/);
+
+    const plan = await json<{ planId: string; fingerprint: string; expiresAt: string; effects: { kind: string; diff: string }[] }>([
+      'actions',
+      'plan',
+      'egress.allow',
+      '--project',
+      'shop',
+      '--param',
+      'entry=api.example.com:8443',
+    ]);
+    assert.match(plan.planId, /^plan-/);
+    assert.match(plan.fingerprint, /^sha256:/);
+    assert.ok(Date.parse(plan.expiresAt) > Date.now());
+    assert.match(plan.effects[0]!.diff, /^\+ {2}allow: \[api.stripe.com, "?api.example.com:8443"?\] {3}# payments$/m);
+    assert.equal(readFileSync(join(dir, 'atelier.yaml'), 'utf8'), SETTINGS, 'plan writes nothing');
+
+    const unconfirmed = await s.cli(['actions', 'apply', plan.planId]);
+    assert.equal(unconfirmed.code, 1);
+    assert.match(unconfirmed.stderr, /--yes/);
+    assert.equal(readFileSync(join(dir, 'atelier.yaml'), 'utf8'), SETTINGS);
+
+    const x = await json<{ executionId: string; status: string }>(['actions', 'apply', plan.planId, '--yes']);
+    assert.equal(x.status, 'applied');
+    assert.match(readFileSync(join(dir, 'atelier.yaml'), 'utf8'), /allow: \[api.stripe.com, "?api.example.com:8443"?\] {3}# payments/);
+
+    const human = await s.cli(['actions', 'journal', '--project', 'shop']);
+    assert.match(human.stdout, new RegExp(`${x.executionId}\\s+egress.allow\\s+applied`));
+
+    const back = await json<{ executionId: string; status: string }>(['actions', 'rollback', x.executionId]);
+    assert.equal(back.status, 'rolled_back');
+    assert.equal(readFileSync(join(dir, 'atelier.yaml'), 'utf8'), SETTINGS);
+
+    const journal = await json<{ executions: { executionId: string; status: string }[] }>(['actions', 'journal', '--project', 'shop']);
+    assert.equal(journal.executions.find((e) => e.executionId === x.executionId)?.status, 'rolled_back');
+  });
+
+  it('reports an interrupted execution and a torn last line from the journal', async () => {
+    const dir = projectDir(SETTINGS);
+    dirs.push(dir);
+    await json(['projects', 'add', dir, '--name', 'crashed']);
+    const journal = join(dir, '.atelier/runtime/actions/journal.jsonl');
+    const started = {
+      at: new Date().toISOString(),
+      event: 'apply_started',
+      executionId: 'exec-crashed0000',
+      planId: 'plan-crashed0000',
+      actionId: 'slots.assign',
+      class: 'A',
+      project: 'crashed',
+      fingerprint: 'sha256:0',
+      actor: 'admin',
+      parameters: { slot: 'x' },
+      inverse: { kind: 'restore-file', path: 'atelier.yaml', snapshot: null, beforeSha256: null, afterSha256: '0' },
+    };
+    appendFileSync(journal, `${JSON.stringify(started)}\n{"at":"2026-`);
+    const r = await s.cli(['actions', 'journal', '--project', 'crashed']);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /exec-crashed0000\s+slots.assign\s+interrupted/);
+    assert.match(r.stdout, /atelier actions rollback exec-crashed0000/);
+    assert.match(r.stdout, /last journal line was cut/);
+  });
+
+  it('class C prints the install command and has no apply', async () => {
+    const dir = projectDir(SETTINGS);
+    dirs.push(dir);
+    await json(['projects', 'add', dir, '--name', 'extras']);
+    const r = await s.cli(['actions', 'plan', 'extras.install-command', '--project', 'extras', '--param', 'component=java']);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /Atelier never runs it/);
+    assert.match(r.stdout, /apt-get install -y --no-install-recommends openjdk-17-jre-headless/);
+    const plan = JSON.parse(
+      (await s.cli(['-o', 'json', 'actions', 'plan', 'extras.install-command', '--project', 'extras', '--param', 'component=java'])).stdout,
+    ) as { planId: string; fingerprint: string };
+    const apply = await s.api<{ code: string }>('POST', '/api/workspace/actions/extras.install-command/apply', {
+      plan_id: plan.planId,
+      fingerprint: plan.fingerprint,
+    });
+    assert.equal(apply.status, 422);
+    assert.equal(apply.body.code, 'UNSUPPORTED');
+  });
+
+  it('bad parameters get a clear error naming the parameter; commands and paths are never accepted', async () => {
+    const dir = projectDir(SETTINGS);
+    dirs.push(dir);
+    await json(['projects', 'add', dir, '--name', 'strict']);
+    const bad = await s.cli(['actions', 'plan', 'simulators.compose', '--project', 'strict', '--param', 'simulators=[{"name":"pg"']);
+    assert.equal(bad.code, 1);
+    assert.match(bad.stderr, /--param simulators: not valid JSON/);
+    const extra = await s.api<{ code: string; details: { field: string } }>('POST', '/api/workspace/actions/egress.allow/plan', {
+      project: 'strict',
+      parameters: { entry: 'a.com', command: ['rm', '-rf', '/'] },
+    });
+    assert.equal(extra.status, 400);
+    assert.equal(extra.body.code, 'INVALID_ARGUMENT');
+    const path = await s.api<{ code: string }>('POST', '/api/workspace/actions/egress.allow/plan', {
+      project: 'strict',
+      path: '/etc/passwd',
+      parameters: { entry: 'a.com' },
+    });
+    assert.equal(path.status, 400);
+    const unknown = await s.cli(['actions', 'plan', 'stack.nuke', '--project', 'strict']);
+    assert.match(unknown.stderr, /no action stack.nuke.*ACTION_NOT_FOUND/);
+  });
+
+  it('by default a browser gets the CLI command to copy instead of an apply', async () => {
+    const dir = projectDir(SETTINGS);
+    dirs.push(dir);
+    await json(['projects', 'add', dir, '--name', 'guarded']);
+    const plan = await json<{ planId: string; fingerprint: string }>([
+      'actions',
+      'plan',
+      'slots.assign',
+      '--project',
+      'guarded',
+      '--param',
+      'slot=s1',
+    ]);
+    const r = await s.api<{ code: string; details: { command: string } }>(
+      'POST',
+      '/api/workspace/actions/slots.assign/apply',
+      { plan_id: plan.planId, fingerprint: plan.fingerprint },
+      { origin: s.url },
+    );
+    assert.equal(r.status, 403);
+    assert.equal(r.body.code, 'WRITES_COPY_COMMAND');
+    assert.equal(r.body.details.command, `atelier actions apply ${plan.planId}`);
+    assert.equal(readFileSync(join(dir, 'atelier.yaml'), 'utf8'), SETTINGS);
+  });
+});
+
+describe('the cockpit write guard (ATELIER_COCKPIT_WRITES=apply)', () => {
+  let s: TestServer;
+  const dir = projectDir(SETTINGS);
+
+  before(async () => {
+    s = await TestServer.start({ env: { ATELIER_COCKPIT_WRITES: 'apply' } });
+    assert.equal((await s.api('POST', '/v1/projects', { path: dir, name: 'cockpit' })).status, 201);
+  });
+  after(async () => {
+    await s?.dispose();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('a browser write must be same-origin and carry the double-submit CSRF token', async () => {
+    const plan = await s.api<{ planId: string; fingerprint: string }>('POST', '/api/workspace/actions/slots.assign/plan', {
+      project: 'cockpit',
+      parameters: { slot: 's1' },
+    });
+    assert.equal(plan.status, 201);
+    const body = { plan_id: plan.body.planId, fingerprint: plan.body.fingerprint };
+    const apply = (headers: Record<string, string>) =>
+      s.api<{ code: string; status?: string }>('POST', '/api/workspace/actions/slots.assign/apply', body, headers);
+
+    const cross = await apply({ origin: 'https://evil.example', cookie: 'atelier_csrf=t0k', 'x-atelier-csrf': 't0k' });
+    assert.equal(cross.status, 403);
+    assert.match(JSON.stringify(cross.body), /cross-origin/);
+    const noToken = await apply({ origin: s.url, cookie: 'atelier_csrf=t0k' });
+    assert.equal(noToken.status, 403);
+    const wrong = await apply({ origin: s.url, cookie: 'atelier_csrf=t0k', 'x-atelier-csrf': 't0K' });
+    assert.equal(wrong.status, 403);
+    assert.equal(readFileSync(join(dir, 'atelier.yaml'), 'utf8'), SETTINGS);
+
+    const ok = await apply({ origin: s.url, cookie: 'atelier_csrf=t0k', 'x-atelier-csrf': 't0k' });
+    assert.equal(ok.status, 200, JSON.stringify(ok.body));
+    assert.equal(ok.body.status, 'applied');
+    assert.match(readFileSync(join(dir, 'atelier.yaml'), 'utf8'), /slots: \[s1\]/);
+  });
+});
