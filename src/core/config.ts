@@ -32,11 +32,15 @@ import { z } from 'zod';
  * | ATELIER_EGRESS_HOSTS        | egressHosts      | (none) a hosts-format file whose names the proxy resolves first (air-gapped sites, tests) |
  * | ATELIER_TRUST_PROXY         | trustProxy       | (none) addresses/CIDRs of reverse proxies whose X-Forwarded-For is believed (client addresses for login rate limits) |
  * | DISPLAY, WAYLAND_DISPLAY    | canOpenBrowser   | `atelier auth login` opens a browser only in a graphical session |
+ * | TERM                        | term             | (none) the terminal type `atelier ssh` and `run` give the workshop's PTY (else xterm-256color) |
+ * | ATELIER_SSH_CONFIG          | sshConfigFile    | ~/.ssh/config (the file `atelier config-ssh` keeps its managed block in) |
  *
  * The root data dir is not under /root because the embedded PostgreSQL runs as the
  * unprivileged `postgres` user, which must be able to reach its cluster directory.
  */
 const Env = z.object({
+  TERM: z.string().optional(),
+  ATELIER_SSH_CONFIG: z.string().min(1).optional(),
   ATELIER_DATA_DIR: z.string().min(1).optional(),
   ATELIER_LISTEN: z.string().min(1).optional(),
   ATELIER_DATABASE_URL: z.string().min(1).optional(),
@@ -91,6 +95,10 @@ export interface Config {
   tenant: string | undefined;
   /** A graphical session (DISPLAY / WAYLAND_DISPLAY, or macOS): `auth login` may open a browser. */
   canOpenBrowser: boolean;
+  /** TERM of the CLI's terminal, given to PTYs in workshops. */
+  term: string | undefined;
+  /** The OpenSSH client config that `atelier config-ssh` manages a block in. */
+  sshConfigFile: string;
   egressDefaults: string[];
   trustProxy: string[];
   egressAllowRanges: string[];
@@ -177,6 +185,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       .filter(Boolean),
     egressHosts: e.ATELIER_EGRESS_HOSTS ? resolve(e.ATELIER_EGRESS_HOSTS) : undefined,
     canOpenBrowser: process.platform === 'darwin' || Boolean(e.DISPLAY ?? e.WAYLAND_DISPLAY),
+    term: e.TERM,
+    sshConfigFile: resolve(e.ATELIER_SSH_CONFIG ?? join(home, '.ssh', 'config')),
     sudoUser: isRoot && e.SUDO_UID !== undefined && e.SUDO_UID !== 0 ? { uid: e.SUDO_UID, gid: e.SUDO_GID ?? e.SUDO_UID } : undefined,
   };
 }

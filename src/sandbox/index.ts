@@ -6,11 +6,13 @@ export {
   isSandboxAlive,
   killSandbox,
   prepareLayout,
+  privilegedEnv,
   processStartTime,
+  sandboxArgv,
   sandboxLayout,
   startSandbox,
 } from './launcher.js';
 export type { ExecSpec, SandboxHandle, SandboxLayout, SandboxSpec } from './launcher.js';
-export { listenInSandbox } from './netns.js';
+export { connectInSandbox, listenInSandbox, SandboxConnectError } from './netns.js';
 export { inspectIsolation } from './privileges.js';
 export type { IsolationReport } from './privileges.js';

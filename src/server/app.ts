@@ -12,7 +12,9 @@ import {
   type RouteAccess,
 } from '../identity/index.js';
 import { errorHandler } from './errors.js';
+import fastifyWebsocket from '@fastify/websocket';
 import { identityRoutes } from './routes/identity.js';
+import { terminalRoutes } from './routes/terminals.js';
 import { workshopRoutes } from './routes/workshops.js';
 
 declare module 'fastify' {
@@ -141,6 +143,12 @@ export function buildApp(deps: AppDeps): FastifyInstance {
 
   workshopRoutes(app, deps.workshops);
   identityRoutes(app, deps.accounts, deps.workshops);
+  // Terminals and tunnels: WebSocket routes, authenticated by the same onRequest hook before the upgrade.
+  void app.register(fastifyWebsocket, { options: { maxPayload: 1 << 20 } });
+  void app.register(async (scope) => {
+    const terminals = terminalRoutes(scope, deps.workshops, deps.pool, deps.logger);
+    scope.addHook('onClose', async () => terminals.close());
+  });
   for (const register of deps.extraRoutes ?? []) register(app);
   return app;
 }
