@@ -50,7 +50,9 @@ export async function openTerminalSocket(target: Target, path: string, opts: { s
   const bearer = await freshBearer(target);
   if (bearer) headers.authorization = `Bearer ${bearer}`;
   if (target.tenant) headers['x-atelier-tenant'] = target.tenant;
-  const ws = new WebSocket(url, { headers, perMessageDeflate: false, maxPayload: 16 << 20 });
+  // One message per tick: the caller attaches its listeners after the first event resolves this
+  // promise (a microtask), before the data that followed it in the same packet is emitted.
+  const ws = new WebSocket(url, { headers, perMessageDeflate: false, maxPayload: 16 << 20, allowSynchronousEvents: false });
   return new Promise<TerminalSocket>((resolve, reject) => {
     let done = false;
     const fail = (err: Error): void => {
