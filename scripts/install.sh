@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
-PACKAGES=(bubblewrap socat util-linux mount git perl iproute2 postgresql postgresql-client python3 ca-certificates curl redis-server)
+# openssh-client and openssh-sftp-server: `atelier config-ssh` (ssh-keygen), sftp into workshops; make and g++ build node-pty.
+PACKAGES=(bubblewrap socat util-linux mount git perl iproute2 postgresql postgresql-client python3 ca-certificates curl redis-server openssh-client openssh-sftp-server make g++)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
