@@ -7,6 +7,8 @@ export interface TerminalSocket {
   ws: WebSocket;
   /** The first control event (started, connected) or the server's refusal, already thrown. */
   first: TerminalEvent;
+  /** Takes over the messages after the first one (those that came meanwhile first, in order). */
+  listen(fn: (data: RawData, isBinary: boolean) => void): void;
 }
 
 export function asBuffer(data: RawData): Buffer {
@@ -50,9 +52,7 @@ export async function openTerminalSocket(target: Target, path: string, opts: { s
   const bearer = await freshBearer(target);
   if (bearer) headers.authorization = `Bearer ${bearer}`;
   if (target.tenant) headers['x-atelier-tenant'] = target.tenant;
-  // One message per tick: the caller attaches its listeners after the first event resolves this
-  // promise (a microtask), before the data that followed it in the same packet is emitted.
-  const ws = new WebSocket(url, { headers, perMessageDeflate: false, maxPayload: 16 << 20, allowSynchronousEvents: false });
+  const ws = new WebSocket(url, { headers, perMessageDeflate: false, maxPayload: 16 << 20 });
   return new Promise<TerminalSocket>((resolve, reject) => {
     let done = false;
     const fail = (err: Error): void => {
@@ -82,7 +82,20 @@ export async function openTerminalSocket(target: Target, path: string, opts: { s
       }
       if (event.type === 'error') return fail(eventError(event));
       done = true;
-      resolve({ ws, first: event });
+      // Data may follow the first event in the same packet, before the caller has its listener:
+      // it waits here, in order, until the caller takes over.
+      const queued: [RawData, boolean][] = [];
+      const queue = (d: RawData, b: boolean): void => void queued.push([d, b]);
+      ws.on('message', queue);
+      resolve({
+        ws,
+        first: event,
+        listen(fn) {
+          ws.off('message', queue);
+          for (const [d, b] of queued.splice(0)) fn(d, b);
+          ws.on('message', fn);
+        },
+      });
     });
     ws.once('close', () => fail(new AtelierError('UNAVAILABLE', 'the server closed the connection before it was up')));
   });

@@ -148,10 +148,11 @@ export async function portForward(ctx: CommandContext, id: string, specTexts: st
     local.on('error', () => undefined);
     state.connections++;
     openTunnel(target, workshop.id, state.remote, flags.resume).then(
-      ({ ws, first }) => {
-        sayResumed(workshop.id, first);
+      (tunnel) => {
+        const ws = tunnel.ws;
+        sayResumed(workshop.id, tunnel.first);
         local.setNoDelay(true);
-        pipeTunnel(ws, local, local)
+        pipeTunnel(tunnel, local, local)
           .catch((err: unknown) => {
             state.lastError = describe(err);
             local.destroy();
@@ -330,8 +331,8 @@ export function forwardsTable(items: ForwardRecord[]): string {
 export async function portForwardStdio(ctx: CommandContext, id: string, portText: string, flags: ForwardFlags): Promise<number> {
   const remote = port(portText, 'port', false);
   const target: Target = await ctx.target();
-  const { ws, first } = await openTunnel(target, id, remote, flags.resume);
-  sayResumed(id, first);
-  await pipeTunnel(ws, process.stdin, process.stdout);
+  const tunnel = await openTunnel(target, id, remote, flags.resume);
+  sayResumed(id, tunnel.first);
+  await pipeTunnel(tunnel, process.stdin, process.stdout);
   return 0;
 }

@@ -1,5 +1,4 @@
 import type { Readable, Writable } from 'node:stream';
-import type { WebSocket } from 'ws';
 import { AtelierError } from '../../../core/index.js';
 import type { Target } from '../../client.js';
 import { asBuffer, eventError, openTerminalSocket, parseEvent, type TerminalSocket } from '../../socket.js';
@@ -18,7 +17,8 @@ export function openTunnel(target: Target, id: string, port: number, resume: boo
  * does not read pauses the other, nothing is buffered without limit) and half-close as `eof`
  * frames. Resolves when the tunnel closes normally; rejects with the reason otherwise.
  */
-export function pipeTunnel(ws: WebSocket, input: Readable, output: Writable, onEnd?: () => void): Promise<void> {
+export function pipeTunnel(tunnel: TerminalSocket, input: Readable, output: Writable, onEnd?: () => void): Promise<void> {
+  const ws = tunnel.ws;
   return new Promise<void>((resolve, reject) => {
     let failure: Error | undefined;
     let remoteEof = false;
@@ -43,7 +43,7 @@ export function pipeTunnel(ws: WebSocket, input: Readable, output: Writable, onE
     });
     input.on('error', () => ws.close(1000));
     output.on('error', () => ws.close(1000));
-    ws.on('message', (data, isBinary) => {
+    tunnel.listen((data, isBinary) => {
       if (isBinary) {
         if (!output.write(asBuffer(data))) {
           ws.pause();

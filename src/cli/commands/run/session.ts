@@ -31,16 +31,16 @@ const say = (line: string): void => void process.stderr.write(`atelier: ${line}\
 export async function attachSession(ctx: CommandContext, id: string, flags: { session?: string; resume: boolean }): Promise<number> {
   const target = await ctx.target();
   const name = flags.session ?? 'agent';
-  const { ws, first } = await openTerminalSocket(
+  const socket = await openTerminalSocket(
     target,
     `/v1/workshops/${encodeURIComponent(id)}/sessions/${encodeURIComponent(name)}/attach?resume=${flags.resume}`,
   );
-  sayResumed(id, first);
+  sayResumed(id, socket.first);
   if (process.stdin.isTTY) say(`attached to session ${name} of ${id}: Ctrl-] detaches (the agent keeps running)`);
   // The session's size follows this terminal while attached.
   if (process.stdout.isTTY)
-    ws.send(JSON.stringify({ type: 'resize', cols: process.stdout.columns || 80, rows: process.stdout.rows || 24 }));
-  const outcome = await runTerminal(ws, { detachable: true });
+    socket.ws.send(JSON.stringify({ type: 'resize', cols: process.stdout.columns || 80, rows: process.stdout.rows || 24 }));
+  const outcome = await runTerminal(socket, { detachable: true });
   if (outcome.kind === 'detached') {
     process.stdout.write('\r\n');
     say(`detached: the session goes on; \`atelier attach ${id}\` comes back to it`);

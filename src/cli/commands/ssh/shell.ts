@@ -1,7 +1,6 @@
-import type { WebSocket } from 'ws';
 import { AtelierError } from '../../../core/index.js';
 import type { CommandContext } from '../../context.js';
-import { asBuffer, eventError, openTerminalSocket, parseEvent, sayResumed } from '../../socket.js';
+import { asBuffer, eventError, openTerminalSocket, parseEvent, sayResumed, type TerminalSocket } from '../../socket.js';
 
 /** Ctrl-] : detaches from an agent session (like telnet's escape), leaving it running. */
 const DETACH_KEY = 0x1d;
@@ -23,7 +22,8 @@ function terminalSize(): { cols: number; rows: number } {
  * program as bytes), window size changes, output with backpressure. Resolves with the
  * program's exit code, or `detached` when `detachKey` is allowed and typed.
  */
-export function runTerminal(ws: WebSocket, opts: { detachable: boolean }): Promise<TerminalOutcome> {
+export function runTerminal(socket: TerminalSocket, opts: { detachable: boolean }): Promise<TerminalOutcome> {
+  const ws = socket.ws;
   const stdin = process.stdin;
   const raw = stdin.isTTY === true;
   if (raw) stdin.setRawMode(true);
@@ -53,7 +53,7 @@ export function runTerminal(ws: WebSocket, opts: { detachable: boolean }): Promi
     };
     stdin.on('data', onInput);
     stdin.resume();
-    ws.on('message', (data, isBinary) => {
+    socket.listen((data, isBinary) => {
       if (isBinary) {
         if (!process.stdout.write(asBuffer(data))) {
           ws.pause();
@@ -99,8 +99,8 @@ export async function sshCommand(ctx: CommandContext, id: string, command: strin
     ...(command.length > 0 ? { command } : {}),
     ...(ctx.config.term && /^[A-Za-z0-9._+-]{1,64}$/.test(ctx.config.term) ? { term: ctx.config.term } : {}),
   };
-  const { ws, first } = await openTerminalSocket(target, `/v1/workshops/${encodeURIComponent(id)}/pty?resume=${flags.resume}`, { start });
-  sayResumed(id, first);
-  const outcome = await runTerminal(ws, { detachable: false });
+  const socket = await openTerminalSocket(target, `/v1/workshops/${encodeURIComponent(id)}/pty?resume=${flags.resume}`, { start });
+  sayResumed(id, socket.first);
+  const outcome = await runTerminal(socket, { detachable: false });
   return outcome.kind === 'exit' ? outcome.exitCode : 0;
 }
