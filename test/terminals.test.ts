@@ -221,6 +221,53 @@ describe('terminals and tunnels', () => {
     });
   });
 
+  describe('flow control and suspended workshops', () => {
+    it('a client that never reads blocks the program inside instead of growing the server', async () => {
+      // A source that writes as fast as it can for 3 s, then says how much the tunnel took.
+      const source =
+        'import socket, time\ns = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n' +
+        "s.bind(('127.0.0.1', 8200)); s.listen(1); open('/tmp/source.ready', 'w').close()\n" +
+        "c, _ = s.accept(); c.settimeout(0.2); sent = 0; end = time.time() + 3; chunk = b'z' * 65536\n" +
+        'while time.time() < end:\n    try:\n        sent += c.send(chunk)\n    except socket.timeout:\n        pass\n' +
+        "open('/tmp/source.sent', 'w').write(str(sent))\n";
+      await server.api('PUT', `/v1/workshops/${ws}/files?path=source.py`, Buffer.from(source));
+      await server.exec(ws, [
+        'sh',
+        '-c',
+        'rm -f /tmp/source.*; nohup python3 source.py >/dev/null 2>&1 & while [ ! -e /tmp/source.ready ]; do sleep 0.05; done',
+      ]);
+      const client = new WebSocket(`${server.url.replace('http', 'ws')}/v1/workshops/${ws}/tunnel?port=8200`, {
+        headers: { authorization: `Bearer ${server.token}` },
+      });
+      await new Promise((r) => client.once('message', r));
+      // The client stops reading from its socket: nothing it has not read may pile up anywhere.
+      client.pause();
+      let sent = '';
+      for (let i = 0; i < 100 && !sent; i++) {
+        await new Promise((r) => setTimeout(r, 100));
+        sent = (await server.exec(ws, ['sh', '-c', 'cat /tmp/source.sent 2>/dev/null || true'])).stdout;
+      }
+      client.terminate();
+      assert.ok(sent !== '', 'the source never finished');
+      // Kernel socket buffers and the 1 MiB window, not the 3 s of writing (gigabytes on loopback).
+      assert.ok(Number(sent) < 64 << 20, `the source could write ${sent} bytes to a client that reads nothing`);
+    });
+
+    it('resumes a suspended workshop first and says so, unless --no-resume', async () => {
+      const stop = await server.api('POST', `/v1/workshops/${ws}/stop`);
+      assert.equal(stop.status, 200, JSON.stringify(stop.body));
+      const refused = await server.cli(['ssh', ws, '--no-resume', '--', 'true']);
+      assert.equal(refused.code, 1);
+      assert.match(refused.stderr, /is suspended.*WORKSHOP_SUSPENDED/);
+      const r = await server.cli(['ssh', ws, '--', 'sh', '-c', 'echo awake']);
+      assert.equal(r.code, 0, r.stderr);
+      assert.match(r.stderr, new RegExp(`workshop ${ws} was suspended: resumed it`));
+      assert.match(r.stdout, /awake/);
+      const w = await server.api<{ status: string }>('GET', `/v1/workshops/${ws}`);
+      assert.equal(w.body.status, 'Running');
+    });
+  });
+
   describe('SSH with the OpenSSH tools', () => {
     const sshConfig = (): string => join(home, 'ssh_config');
     const run = (cmd: string, args: string[]): Promise<{ code: number; stdout: string; stderr: string }> =>
