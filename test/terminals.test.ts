@@ -385,6 +385,26 @@ describe('terminals and tunnels', () => {
       assert.equal(pf.proc.exitCode, null);
     });
 
+    it("with no port given, forwards the devcontainer's forwardPorts", async () => {
+      const port = await freePort();
+      const withPorts = makeRepo({
+        '.devcontainer/devcontainer.json': JSON.stringify({ forwardPorts: [port] }),
+        'index.html': '<h1>devcontainer port</h1>\n',
+      });
+      try {
+        const w = (await server.createWorkshop({ repo: withPorts })).id;
+        await server.exec(w, ['sh', '-c', `nohup python3 -m http.server ${port} --bind 127.0.0.1 >/dev/null 2>&1 & sleep 1`]);
+        const pf = start(['port-forward', w]);
+        await pf.waitFor(new RegExp(`Forwarding from 127\\.0\\.0\\.1:${port} -> ${w}:${port}`));
+        assert.match(pf.stderr, new RegExp(`forwarding the devcontainer's forwardPorts: ${port}`));
+        assert.match(await httpGet(port, '/index.html'), /devcontainer port/);
+        await pf.stop();
+        await server.api('DELETE', `/v1/workshops/${w}`);
+      } finally {
+        rmSync(withPorts, { recursive: true, force: true });
+      }
+    });
+
     it('--stdio relays standard input and output, and a deleted workshop stops a forward with the reason', async () => {
       const stdio = await server.cli(['port-forward', '--stdio', ws, '8000'], { input: 'GET /index.html HTTP/1.0\r\n\r\n' });
       assert.equal(stdio.code, 0, stdio.stderr);

@@ -120,7 +120,11 @@ export function terminalRoutes(app: FastifyInstance, service: WorkshopService, p
     }
     // The remote port must answer before the client is told the tunnel is up.
     try {
-      prepared.set(request, { target, socket: await connectInSandbox(t.sandbox, port) });
+      const socket = await connectInSandbox(t.sandbox, port);
+      // Never left open inside the workshop by a client that went away before (or after) the upgrade.
+      request.raw.socket.once('close', () => socket.destroy());
+      if (request.raw.socket.destroyed) socket.destroy();
+      prepared.set(request, { target, socket });
     } catch (err) {
       if (err instanceof SandboxConnectError)
         throw new AtelierError('PORT_CLOSED', `${err.message} (${request.params.id}): start the server there first`, {
