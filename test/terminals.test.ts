@@ -326,6 +326,39 @@ describe('terminals and tunnels', () => {
       assert.ok(inside.stdout.startsWith(sum(data)));
     });
 
+    it('atelier code says clearly when the editor is not installed', async () => {
+      const r = await server.cli(['code', ws], { env: { ...env(), PATH: '/usr/bin:/bin' } });
+      assert.equal(r.code, 1);
+      assert.match(r.stderr, /Visual Studio Code's `code` command is not on your PATH/);
+      const cursor = await server.cli(['code', ws, '--editor', 'cursor'], { env: { ...env(), PATH: '/usr/bin:/bin' } });
+      assert.match(cursor.stderr, /Cursor's `cursor` command is not on your PATH/);
+      const bad = await server.cli(['code', ws, '--editor', 'vim'], { env: env() });
+      assert.equal(bad.code, 1);
+      assert.match(bad.stderr, /--editor must be code or cursor/);
+    });
+
+    it('an SSH session cut by a server restart ends with a message saying so', async () => {
+      const session = spawn('ssh', ['-F', sshConfig(), `atelier-${ws}`, 'echo connected; sleep 120'], { env: env() });
+      let out = '';
+      let err = '';
+      session.stdout.on('data', (c: Buffer) => (out += c.toString()));
+      session.stderr.on('data', (c: Buffer) => (err += c.toString()));
+      const exited = new Promise<number>((r) => session.on('close', (code) => r(code ?? -1)));
+      for (let i = 0; i < 300 && !out.includes('connected'); i++) await new Promise((r) => setTimeout(r, 50));
+      assert.match(out, /connected/, err);
+      await server.stop();
+      try {
+        assert.equal(await exited, 255);
+        assert.match(err, /the tunnel was cut \(server restarted or network down\)/);
+      } finally {
+        await server.boot();
+      }
+      // And the next connection works once the server is back.
+      const again = await run('ssh', ['-F', sshConfig(), `atelier-${ws}`, 'echo back']);
+      assert.equal(again.code, 0, again.stderr);
+      assert.match(again.stdout, /back/);
+    });
+
     it('ssh -L forwards to a server inside the workshop; ssh -t gets a terminal', async () => {
       const local = await freePort();
       const tunnel = spawn('ssh', ['-F', sshConfig(), '-N', '-L', `${local}:127.0.0.1:8000`, `atelier-${ws}`], { env: env() });
