@@ -1,7 +1,7 @@
 /**
  * Atelier benchmarks, each beside its peer measured in the same run (DESIGN.md, "Peers to
  * measure against"). Usage: `npm run bench [-- NAME]` with NAME one of create, exec, resume,
- * memory, cli, egress, postgres-sim (or 1-7), create-sims, approvals; without it, all of them. Needs root (cgroups, freezer) and `npm run
+ * memory, cli, egress, postgres-sim, terminals, approvals (or 1-9), create-sims; without it, all of them. Needs root (cgroups, freezer) and `npm run
  * build` first: the server and the CLI run from dist/.
  *
  * One server is started for the run with a data dir under /tmp; every workshop it made is
@@ -21,6 +21,7 @@ import { BenchServer, killLiveChildren, makeScratch, REPO_ROOT, removeScratch, t
 import { memory } from './memory.js';
 import { resumeExec } from './resume-exec.js';
 import { postgresSimulator } from './simulators.js';
+import { terminals } from './terminals.js';
 
 type Bench = (server: BenchServer) => Promise<Record<string, unknown>>;
 
@@ -32,8 +33,9 @@ const BENCHES: { name: string; aliases: string[]; fn: Bench }[] = [
   { name: 'cli', aliases: ['5', 'cli-start'], fn: cliStart },
   { name: 'egress', aliases: ['6', 'proxy'], fn: egress },
   { name: 'postgres-sim', aliases: ['7', 'simulators', 'pg-sim'], fn: postgresSimulator },
+  { name: 'terminals', aliases: ['8', 'port-forward', 'pty'], fn: terminals },
+  { name: 'approvals', aliases: ['9', 'hitl'], fn: approvals },
   { name: 'create-sims', aliases: ['create-simulators'], fn: createSimulators },
-  { name: 'approvals', aliases: ['8', 'hitl'], fn: approvals },
 ];
 
 function newestMtime(dir: string): number {

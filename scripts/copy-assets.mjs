@@ -8,6 +8,8 @@ import { build } from 'esbuild';
 cpSync('src/db/migrations', 'dist/db/migrations', { recursive: true });
 // The helper that opens each workshop's egress listener inside its network namespace.
 cpSync('src/sandbox/netns-listen.py', 'dist/sandbox/netns-listen.py');
+// And the one that connects to a port inside it (port-forward, ssh -L).
+cpSync('src/sandbox/netns-connect.py', 'dist/sandbox/netns-connect.py');
 rmSync('dist/bundle', { recursive: true, force: true });
 await build({
   entryPoints: ['dist/cli/main.js'],
@@ -20,7 +22,8 @@ await build({
   minify: true,
   sourcemap: true,
   // Native (a .node binary per platform): loaded from node_modules at run time.
-  external: ['@napi-rs/keyring'],
+  // ws's optional native speed-ups: not installed, ws falls back to JavaScript.
+  external: ['@napi-rs/keyring', 'bufferutil', 'utf-8-validate'],
   plugins: [
     {
       name: 'server-stays-unbundled',

@@ -75,6 +75,8 @@ function projectDir(): string {
   projectDirs.push(d);
   return d;
 }
+/** A public key for the SSH-key rows (any valid OpenSSH public key line). */
+const MATRIX_KEY = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKNsqBZH2Uuj+GsJdj6gVeP1lgpeHr/KBnOvt4/M2thL matrix';
 
 let seq = 0;
 const unique = (p: string): string => `${p}${++seq}`;
@@ -201,6 +203,59 @@ const TABLE: Record<string, Row> = {
   'POST /v1/workshops/:id/simulators/:name/reset': {
     expect: e(401, 404, 403, 403, 200, 200, 200, 404),
     call: async (f) => ({ method: 'POST', path: `/v1/workshops/${f.ws}/simulators/${await matrixSimulator(f)}/reset` }),
+  },
+  // Terminals and tunnels: a plain GET to a WebSocket route is checked like the upgrade, then told to upgrade (426).
+  'GET /v1/workshops/:id/pty': {
+    expect: e(401, 404, 403, 403, 426, 426, 426, 404),
+    call: (f) => ({ method: 'GET', path: `/v1/workshops/${f.ws}/pty` }),
+  },
+  'GET /v1/workshops/:id/tunnel': {
+    expect: e(401, 404, 403, 403, 426, 426, 426, 404),
+    call: (f) => ({ method: 'GET', path: `/v1/workshops/${f.ws}/tunnel?port=22` }),
+  },
+  'GET /v1/workshops/:id/ssh': {
+    expect: e(401, 404, 200, 200, 200, 200, 200, 404),
+    call: (f) => ({ method: 'GET', path: `/v1/workshops/${f.ws}/ssh` }),
+  },
+  // SSH keys belong to a person: an agent token cannot register one.
+  'POST /v1/ssh/keys': {
+    expect: e(401, 403, 201, 201, 201, 201, 201, 201),
+    call: () => ({ method: 'POST', path: '/v1/ssh/keys', body: { publicKey: MATRIX_KEY } }),
+  },
+  'GET /v1/ssh/keys': { expect: e(401, 403, 200, 200, 200, 200, 200, 200), call: () => ({ method: 'GET', path: '/v1/ssh/keys' }) },
+  'DELETE /v1/ssh/keys/:fingerprint': {
+    // Each user deletes only their own keys: an unknown fingerprint is not found.
+    expect: e(401, 403, 404, 404, 404, 404, 404, 404),
+    call: () => ({ method: 'DELETE', path: `/v1/ssh/keys/${encodeURIComponent('SHA256:unknown')}` }),
+  },
+  'POST /v1/workshops/:id/sessions': {
+    expect: e(401, 404, 403, 403, 201, 201, 201, 404),
+    call: (f) => ({ method: 'POST', path: `/v1/workshops/${f.ws}/sessions`, body: { name: unique('matrix-'), command: ['sleep', '600'] } }),
+  },
+  'GET /v1/workshops/:id/sessions': {
+    expect: e(401, 404, 200, 200, 200, 200, 200, 404),
+    call: (f) => ({ method: 'GET', path: `/v1/workshops/${f.ws}/sessions` }),
+  },
+  'DELETE /v1/workshops/:id/sessions/:name': {
+    expect: e(401, 404, 403, 403, 200, 200, 200, 404),
+    async call(f) {
+      const name = unique('doomed-');
+      const r = await as(f, 'admin', { method: 'POST', path: `/v1/workshops/${f.ws}/sessions`, body: { name, command: ['sleep', '600'] } });
+      assert.equal(r.status, 201, JSON.stringify(r.body));
+      return { method: 'DELETE', path: `/v1/workshops/${f.ws}/sessions/${name}` };
+    },
+  },
+  'GET /v1/workshops/:id/sessions/:name/attach': {
+    expect: e(401, 404, 403, 403, 426, 426, 426, 404),
+    async call(f) {
+      const r = await as(f, 'admin', {
+        method: 'POST',
+        path: `/v1/workshops/${f.ws}/sessions`,
+        body: { name: 'attachable', command: ['sleep', '600'] },
+      });
+      assert.ok(r.status === 201 || r.status === 200, JSON.stringify(r.body));
+      return { method: 'GET', path: `/v1/workshops/${f.ws}/sessions/attachable/attach` };
+    },
   },
   'GET /v1/workshops/:id/git/diff': {
     expect: e(401, 404, 200, 200, 200, 200, 200, 404),

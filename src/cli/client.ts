@@ -123,6 +123,17 @@ export async function request(target: Target, opts: RequestOptions): Promise<htt
   throw errorFrom(target, 401, text);
 }
 
+/** The bearer for a WebSocket (no retry on 401 there): an OIDC token near its expiry is refreshed first. */
+export async function freshBearer(target: Target): Promise<string | undefined> {
+  if (refreshable(target.credential) && expiresWithin(target.credential, 60)) await refresh(target, false);
+  return bearerOf(target.credential);
+}
+
+/** The error a server answer carries (status and JSON body), with the context's login hint on a 401. */
+export function serverError(target: Target, status: number, text: string): AtelierError {
+  return errorFrom(target, status, text);
+}
+
 export async function readBody(res: http.IncomingMessage): Promise<Buffer> {
   const chunks: Buffer[] = [];
   for await (const c of res) chunks.push(c as Buffer);

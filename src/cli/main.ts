@@ -216,6 +216,9 @@ async function main(argv: string[]): Promise<number> {
       exitCode = await execCommand(ctx(), id, command, flags as { env: string[] });
     });
 
+  const { registerTerminalCommands } = await import('./commands/ssh/register.js');
+  registerTerminalCommands(program, ctx, (code) => (exitCode = code));
+
   const auth = program.command('auth').description('log in to the server of a context, show who you are, log out');
   auth
     .command('login')

@@ -41,11 +41,15 @@ import { z } from 'zod';
  * | ATELIER_COCKPIT_WRITES      | cockpitWrites    | copy-command: browsers get the CLI command for apply/rollback; `apply` lets a same-origin request with the CSRF token apply |
  * | ATELIER_ACTIONS_PLAN_TTL    | actionsPlanTtl   | 600 (seconds a typed action's plan may be applied after it was made) |
  * | DISPLAY, WAYLAND_DISPLAY    | canOpenBrowser   | `atelier auth login` opens a browser only in a graphical session |
+ * | TERM                        | term             | (none) the terminal type `atelier ssh` and `run` give the workshop's PTY (else xterm-256color) |
+ * | ATELIER_SSH_CONFIG          | sshConfigFile    | ~/.ssh/config (the file `atelier config-ssh` keeps its managed block in) |
  *
  * The root data dir is not under /root because the embedded PostgreSQL runs as the
  * unprivileged `postgres` user, which must be able to reach its cluster directory.
  */
 const Env = z.object({
+  TERM: z.string().optional(),
+  ATELIER_SSH_CONFIG: z.string().min(1).optional(),
   ATELIER_DATA_DIR: z.string().min(1).optional(),
   ATELIER_LISTEN: z.string().min(1).optional(),
   ATELIER_DATABASE_URL: z.string().min(1).optional(),
@@ -109,6 +113,10 @@ export interface Config {
   tenant: string | undefined;
   /** A graphical session (DISPLAY / WAYLAND_DISPLAY, or macOS): `auth login` may open a browser. */
   canOpenBrowser: boolean;
+  /** TERM of the CLI's terminal, given to PTYs in workshops. */
+  term: string | undefined;
+  /** The OpenSSH client config that `atelier config-ssh` manages a block in. */
+  sshConfigFile: string;
   egressDefaults: string[];
   /** Prepare the simulators' templates at start rather than on first use. */
   simulatorsWarm: boolean;
@@ -214,6 +222,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     cockpitWrites: e.ATELIER_COCKPIT_WRITES ?? 'copy-command',
     actionsPlanTtl: e.ATELIER_ACTIONS_PLAN_TTL ?? 600,
     canOpenBrowser: process.platform === 'darwin' || Boolean(e.DISPLAY ?? e.WAYLAND_DISPLAY),
+    term: e.TERM,
+    sshConfigFile: resolve(e.ATELIER_SSH_CONFIG ?? join(home, '.ssh', 'config')),
     sudoUser: isRoot && e.SUDO_UID !== undefined && e.SUDO_UID !== 0 ? { uid: e.SUDO_UID, gid: e.SUDO_GID ?? e.SUDO_UID } : undefined,
   };
 }

@@ -16,3 +16,5 @@ export {
 } from './clientConfig.js';
 export type { ClientConfig, ClientContext, ConfigIo, Credential } from './clientConfig.js';
 export { loadYaml } from './yaml.js';
+export { PTY_SIGNALS, PtyStart, TerminalControl } from './terminals.js';
+export type { TerminalEvent } from './terminals.js';

@@ -17,12 +17,14 @@ export {
   isSandboxAlive,
   killSandbox,
   prepareLayout,
+  privilegedEnv,
   processStartTime,
+  sandboxArgv,
   sandboxLayout,
   startSandbox,
 } from './launcher.js';
 export type { ExecSpec, SandboxHandle, SandboxLayout, SandboxSpec } from './launcher.js';
-export { listenInSandbox, listenInSandboxMany, type SandboxPort } from './netns.js';
+export { connectInSandbox, listenInSandbox, listenInSandboxMany, SandboxConnectError, type SandboxPort } from './netns.js';
 export { inspectIsolation } from './privileges.js';
 export { hostsFile } from './rootfs.js';
 export type { IsolationReport } from './privileges.js';

@@ -350,7 +350,11 @@ export function nsenterArgs(handle: SandboxHandle, namespaces: string[]): string
   return ['-t', String(handle.pid), ...(handle.rootless ? ['-U', '--preserve-credentials'] : []), ...namespaces];
 }
 
-export function execInSandbox(handle: SandboxHandle, spec: ExecSpec): ChildProcess {
+/**
+ * The command line that runs `spec` inside the sandbox (cgroups, namespaces, privilege drop,
+ * workshop environment), for callers that spawn it themselves (a PTY). Run it with PRIVILEGED_ENV.
+ */
+export function sandboxArgv(handle: SandboxHandle, spec: ExecSpec): string[] {
   // The cgroup namespace only as root: a rootless sandbox has none of its own.
   const ns = ['/usr/bin/nsenter', ...nsenterArgs(handle, ['-m', '-p', '-n', '-i', '-u', ...(handle.rootless ? [] : ['-C'])])];
   // The sandbox's PID 1 sits in /workspace: `-w` starts there with no extra shell to cd.
@@ -364,7 +368,16 @@ export function execInSandbox(handle: SandboxHandle, spec: ExecSpec): ChildProce
   const program = spec.command[0]!.includes('=') ? ['/bin/sh', '-c', 'exec "$@"', 'sh', ...spec.command] : spec.command;
   if (inWorkspace) ns.push(...program);
   else ns.push('/bin/sh', '-c', CHDIR_THEN_EXEC, 'sh', spec.cwd, ...spec.command);
-  const argv = inCgroups(handle.cgroups, ns);
+  return inCgroups(handle.cgroups, ns);
+}
+
+/** The fixed environment to run `sandboxArgv` with (nothing of the workshop's choosing runs privileged). */
+export function privilegedEnv(): Record<string, string> {
+  return { ...PRIVILEGED_ENV };
+}
+
+export function execInSandbox(handle: SandboxHandle, spec: ExecSpec): ChildProcess {
+  const argv = sandboxArgv(handle, spec);
   return spawn(argv[0]!, argv.slice(1), { detached: true, stdio: ['pipe', 'pipe', 'pipe'], env: PRIVILEGED_ENV });
 }
 

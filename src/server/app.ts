@@ -16,6 +16,7 @@ import {
 import { errorHandler } from './errors.js';
 import { approvalRoutes } from './routes/approvals.js';
 import { identityRoutes } from './routes/identity.js';
+import { terminalRoutes } from './routes/terminals.js';
 import { workshopRoutes } from './routes/workshops.js';
 import { simulatorRoutes } from './routes/simulators.js';
 
@@ -151,9 +152,14 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   workshopRoutes(app, deps.workshops, deps.approvals);
   simulatorRoutes(app, deps.workshops);
   identityRoutes(app, deps.accounts, deps.workshops);
+  // WebSocket routes (terminals and tunnels, the approvals stream), authenticated by the same
+  // onRequest hook before the upgrade, live in plugins registered after @fastify/websocket.
+  void app.register(websocket, { options: { maxPayload: 1 << 20 } });
+  void app.register(async (scope) => {
+    const terminals = terminalRoutes(scope, deps.workshops, deps.pool, deps.logger);
+    scope.addHook('onClose', async () => terminals.close());
+  });
   for (const register of deps.extraRoutes ?? []) register(app);
-  // WebSocket routes live in a plugin registered after @fastify/websocket (it must see them).
-  void app.register(websocket, { options: { maxPayload: 64 << 10 } });
   const approvals = deps.approvals;
   if (approvals) void app.register(async (scope) => approvalRoutes(scope, approvals, deps.slack));
   return app;

@@ -497,6 +497,26 @@ export class WorkshopService {
     await this.row(id, { actor, action });
   }
 
+  /**
+   * The running sandbox of a workshop and its environment, for terminals and tunnels (the
+   * `operate` right). With `resume`, a suspended workshop is resumed first (`resumed` says so).
+   */
+  async sandboxFor(
+    id: string,
+    actor: Principal,
+    opts: { resume: boolean },
+  ): Promise<{ id: string; name: string; sandbox: SandboxHandle; env: Record<string, string>; resumed: boolean }> {
+    const access: Access = { actor, action: 'operate' };
+    const first = await this.row(id, access);
+    let resumed = false;
+    if (first.status === 'Suspended' && opts.resume) {
+      await this.resume(id, actor);
+      resumed = true;
+    }
+    const row = await this.runnable(id, access);
+    return { id: row.id, name: row.name, sandbox: row.sandbox, env: this.sandboxEnv(row), resumed };
+  }
+
   /** Freezes every process of the workshop (cgroup freezer); memory and files stay as they are. */
   async stop(id: string, actor: Principal): Promise<Workshop> {
     return this.locked(id, async () => {

@@ -1,0 +1,260 @@
+import type { Socket } from 'node:net';
+import { createWebSocketStream, type RawData, type WebSocket } from 'ws';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { z } from 'zod';
+import { AtelierError, PtyStart } from '../../core/index.js';
+import type { Pool } from '../../db/index.js';
+import type { RouteAccess } from '../../identity/index.js';
+import { connectInSandbox, SandboxConnectError } from '../../sandbox/index.js';
+import type { WorkshopService } from '../../workshops/index.js';
+import { attachPty, bridgeSocket, failSocket, sendEvent } from '../tunnels/bridge.js';
+import { PtySession, type TerminalTarget } from '../tunnels/pty.js';
+import { SshEndpoint } from '../tunnels/ssh.js';
+import { AgentSessions } from '../tunnels/sessions.js';
+import { parse, principalOf } from './common.js';
+
+const OPERATE: RouteAccess = { role: 'member', agent: true };
+const READ: RouteAccess = { role: 'viewer', agent: true };
+/** SSH keys belong to a person: agent tokens have no use for them. */
+const USER: RouteAccess = { role: 'viewer' };
+
+/** The port whose tunnel is answered by the workshop's SSH endpoint. */
+const SSH_PORT = 22;
+/** A PTY WebSocket must say what to run within this time. */
+const START_TIMEOUT_MS = 10_000;
+
+type IdParams = { Params: { id: string } };
+type TunnelQuery = { Querystring: { port?: unknown; resume?: unknown } };
+
+function boolParam(value: unknown, name: string, fallback: boolean): boolean {
+  if (value === undefined) return fallback;
+  if (value === 'true' || value === '1') return true;
+  if (value === 'false' || value === '0') return false;
+  throw new AtelierError('INVALID_ARGUMENT', `query parameter ${name} must be true or false, given once`, { field: name });
+}
+
+function portParam(value: unknown): number {
+  const n = typeof value === 'string' && /^\d{1,5}$/.test(value) ? Number(value) : NaN;
+  if (!(n >= 1 && n <= 65535))
+    throw new AtelierError('INVALID_ARGUMENT', 'query parameter port must be a TCP port from 1 to 65535, given once', { field: 'port' });
+  return n;
+}
+
+function upgradeRequired(): never {
+  throw new AtelierError(
+    'UPGRADE_REQUIRED',
+    'this endpoint is a WebSocket: connect with `Upgrade: websocket` (the CLI does: `atelier ssh`, `atelier port-forward`)',
+  );
+}
+
+/** What the preHandler prepared for a WebSocket route, before the upgrade. */
+interface Prepared {
+  target: TerminalTarget & { resumed: boolean };
+  socket?: Socket;
+}
+const prepared = new WeakMap<FastifyRequest, Prepared>();
+
+function firstMessage(ws: WebSocket, timeoutMs: number): Promise<RawData | undefined> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(undefined), timeoutMs);
+    ws.once('message', (data) => {
+      clearTimeout(timer);
+      resolve(data);
+    });
+    ws.once('close', () => {
+      clearTimeout(timer);
+      resolve(undefined);
+    });
+  });
+}
+
+const AddKeyRequest = z.strictObject({
+  publicKey: z
+    .string()
+    .min(1)
+    .max(16 << 10),
+});
+const StartSessionRequest = z.strictObject({
+  name: z
+    .string()
+    .regex(/^[a-z0-9][a-z0-9-]{0,39}$/)
+    .optional(),
+  command: z
+    .array(z.string().max(64 << 10))
+    .min(1)
+    .max(4096)
+    .optional(),
+  cols: z.number().int().min(1).max(1000).optional(),
+  rows: z.number().int().min(1).max(1000).optional(),
+  resume: z.boolean().optional(),
+});
+
+/** What the terminals area keeps running; closed with the server. */
+export interface TerminalsRuntime {
+  close(): void;
+}
+
+/**
+ * Terminals and tunnels: PTY and TCP-tunnel WebSockets into a workshop, its SSH endpoint (a
+ * tunnel to port 22), the SSH keys users register, and agent sessions that outlive their client.
+ */
+export function terminalRoutes(app: FastifyInstance, service: WorkshopService, pool: Pool, log: FastifyInstance['log']): TerminalsRuntime {
+  const ssh = new SshEndpoint(pool, log);
+  const sessions = new AgentSessions(service, log);
+  const ptys = new Set<PtySession>();
+
+  /** Authorises and finds the running sandbox (resuming unless ?resume=false) before any upgrade. */
+  const prepare = async (request: FastifyRequest<IdParams & TunnelQuery>, withPort: boolean): Promise<void> => {
+    const actor = principalOf(request);
+    const port = withPort ? portParam(request.query.port) : undefined;
+    const resume = boolParam(request.query.resume, 'resume', true);
+    if (!(request as FastifyRequest & { ws?: boolean }).ws) {
+      await service.authorize(request.params.id, actor, 'operate');
+      return;
+    }
+    const t = await service.sandboxFor(request.params.id, actor, { resume });
+    const target = { id: t.id, sandbox: t.sandbox, env: t.env, resumed: t.resumed };
+    if (port === undefined || port === SSH_PORT) {
+      prepared.set(request, { target });
+      return;
+    }
+    // The remote port must answer before the client is told the tunnel is up.
+    try {
+      const socket = await connectInSandbox(t.sandbox, port);
+      // Never left open inside the workshop by a client that went away before (or after) the upgrade.
+      request.raw.socket.once('close', () => socket.destroy());
+      if (request.raw.socket.destroyed) socket.destroy();
+      prepared.set(request, { target, socket });
+    } catch (err) {
+      if (err instanceof SandboxConnectError)
+        throw new AtelierError('PORT_CLOSED', `${err.message} (${request.params.id}): start the server there first`, {
+          port,
+          errno: err.errno,
+        });
+      throw new AtelierError('UNAVAILABLE', `could not reach port ${port} in workshop ${request.params.id}: ${(err as Error).message}`);
+    }
+  };
+
+  app.route<IdParams & TunnelQuery>({
+    method: 'GET',
+    url: '/v1/workshops/:id/pty',
+    config: { access: OPERATE },
+    preHandler: async (request) => prepare(request, false),
+    handler: async () => upgradeRequired(),
+    wsHandler: async (ws: WebSocket, request: FastifyRequest) => {
+      const p = prepared.get(request)!;
+      const first = await firstMessage(ws, START_TIMEOUT_MS);
+      if (first === undefined) return failSocket(ws, 'INVALID_ARGUMENT', 'send {type: "start", cols, rows} first');
+      let start: PtyStart;
+      try {
+        start = parse(PtyStart, JSON.parse(first.toString()));
+      } catch (err) {
+        return failSocket(ws, 'INVALID_ARGUMENT', err instanceof AtelierError ? err.message : 'the first message must be JSON');
+      }
+      const session = new PtySession(p.target, start.command ?? ['/bin/bash', '-l'], start);
+      ptys.add(session);
+      sendEvent(ws, { type: 'started', resumed: p.target.resumed });
+      void attachPty(ws, session, { replay: false }).then(() => session.close());
+      session.onExit((e) => {
+        ptys.delete(session);
+        // Output still queued in the kernel is read before the exit event (node-pty waits for the PTY to close).
+        sendEvent(ws, { type: 'exit', exitCode: e.exitCode, signal: e.signal });
+        ws.close(1000);
+      });
+    },
+  });
+
+  app.route<IdParams & TunnelQuery>({
+    method: 'GET',
+    url: '/v1/workshops/:id/tunnel',
+    config: { access: OPERATE },
+    preHandler: async (request) => prepare(request, true),
+    handler: async () => upgradeRequired(),
+    wsHandler: async (ws: WebSocket, request: FastifyRequest) => {
+      const p = prepared.get(request)!;
+      sendEvent(ws, { type: 'connected', resumed: p.target.resumed });
+      if (p.socket) return bridgeSocket(ws, p.socket);
+      // Port 22: the workshop's SSH endpoint, for the user the tunnel authenticated.
+      const stream = createWebSocketStream(ws);
+      stream.on('error', () => undefined);
+      await ssh.serve(stream, p.target, principalOf(request).userId).catch((err: Error) => {
+        failSocket(ws, 'UNAVAILABLE', `the SSH endpoint could not start: ${err.message}`);
+      });
+    },
+  });
+
+  app.get<IdParams>('/v1/workshops/:id/ssh', { config: { access: READ } }, async (request) => {
+    const w = await service.get(request.params.id, principalOf(request));
+    const { publicKey } = await ssh.hostKey(w.id);
+    return { workshop: w.id, hostAlias: `atelier-${w.id}`, hostKey: publicKey, port: SSH_PORT };
+  });
+
+  app.post('/v1/ssh/keys', { config: { access: USER } }, async (request, reply) => {
+    const body = parse(AddKeyRequest, request.body);
+    const key = await ssh.addKey(principalOf(request).userId, body.publicKey);
+    if (!key)
+      throw new AtelierError(
+        'INVALID_ARGUMENT',
+        'publicKey must be one OpenSSH public key line (ssh-ed25519 AAAA…, ssh-rsa, ecdsa-sha2-…)',
+        {
+          field: 'publicKey',
+        },
+      );
+    return reply.status(201).send(key);
+  });
+  app.get('/v1/ssh/keys', { config: { access: USER } }, async (request) => ({ items: await ssh.keys(principalOf(request).userId) }));
+  app.delete<{ Params: { fingerprint: string } }>('/v1/ssh/keys/:fingerprint', { config: { access: USER } }, async (request) => {
+    const fingerprint = request.params.fingerprint;
+    if (!(await ssh.removeKey(principalOf(request).userId, fingerprint)))
+      throw new AtelierError('NOT_FOUND', `no SSH key ${fingerprint} is registered for you: see \`GET /v1/ssh/keys\``);
+    return { fingerprint, deleted: true };
+  });
+
+  // Agent sessions: a PTY that outlives its client, reattached with its recent output.
+  app.post<IdParams>('/v1/workshops/:id/sessions', { config: { access: OPERATE } }, async (request, reply) => {
+    const body = parse(StartSessionRequest, request.body);
+    const r = await sessions.start(request.params.id, principalOf(request), body);
+    return reply.status(r.created ? 201 : 200).send(r.session);
+  });
+  app.get<IdParams>('/v1/workshops/:id/sessions', { config: { access: READ } }, async (request) => ({
+    items: await sessions.list(request.params.id, principalOf(request)),
+  }));
+  app.delete<IdParams & { Params: { name: string } }>(
+    '/v1/workshops/:id/sessions/:name',
+    { config: { access: OPERATE } },
+    async (request) => sessions.stop(request.params.id, request.params.name, principalOf(request)),
+  );
+  app.route<IdParams & { Params: { name: string } } & TunnelQuery>({
+    method: 'GET',
+    url: '/v1/workshops/:id/sessions/:name/attach',
+    config: { access: OPERATE },
+    preHandler: async (request: FastifyRequest<IdParams & { Params: { name: string } } & TunnelQuery>, _reply: FastifyReply) => {
+      const actor = principalOf(request);
+      const resume = boolParam(request.query.resume, 'resume', true);
+      const found = await sessions.find(request.params.id, request.params.name, actor, { resume });
+      if (!(request as FastifyRequest & { ws?: boolean }).ws) return;
+      prepared.set(request, { target: { ...found.target, resumed: found.resumed } });
+    },
+    handler: async () => upgradeRequired(),
+    wsHandler: async (ws: WebSocket, request: FastifyRequest<IdParams & { Params: { name: string } }>) => {
+      const p = prepared.get(request)!;
+      const session = sessions.get(request.params.id, request.params.name);
+      if (!session) return failSocket(ws, 'NOT_FOUND', `session ${request.params.name} has ended`);
+      sendEvent(ws, { type: 'started', resumed: p.target.resumed, session: request.params.name });
+      const onExit = (e: { exitCode: number; signal: string | null }): void => {
+        sendEvent(ws, { type: 'exit', exitCode: e.exitCode, signal: e.signal });
+        ws.close(1000);
+      };
+      // Detaching (the client goes away) leaves the session running.
+      void attachPty(ws, session, { replay: true });
+      session.onExit(onExit);
+    },
+  });
+
+  return {
+    close() {
+      for (const p of ptys) p.close();
+      sessions.close();
+    },
+  };
+}

@@ -1,0 +1,219 @@
+import { readFileSync } from 'node:fs';
+import { constants as osConstants } from 'node:os';
+import * as nodePty from 'node-pty';
+import { privilegedEnv, sandboxArgv, type SandboxHandle } from '../../sandbox/index.js';
+
+/** What a terminal runs in: a running workshop's sandbox and its environment. */
+export interface TerminalTarget {
+  id: string;
+  sandbox: SandboxHandle;
+  env: Record<string, string>;
+}
+
+export interface PtyOptions {
+  command?: string[] | undefined;
+  cols: number;
+  rows: number;
+  term?: string | undefined;
+  env?: Record<string, string> | undefined;
+  /** Bytes of recent output kept for clients that attach later (agent sessions); 0 for none. */
+  scrollbackBytes?: number;
+}
+
+export interface PtyExit {
+  exitCode: number;
+  signal: string | null;
+}
+
+/** Someone reading a terminal's output (a WebSocket, an SSH channel). */
+export interface PtyReader {
+  /** Returns false when the reader's buffer is full: the terminal is paused until `drained` is called. */
+  write(chunk: Buffer): boolean;
+}
+
+/** Above this many bytes waiting for the program to read them, the input side is paused. */
+const INPUT_HIGH_WATER = 1 << 20;
+const INPUT_POLL_MS = 10;
+
+/**
+ * A PTY whose program runs inside a workshop (node-pty: the server holds the master side). The
+ * program's output goes to every attached reader; a reader that cannot keep up pauses the
+ * program's output (the kernel's PTY buffer then blocks the program) instead of growing memory.
+ */
+export class PtySession {
+  private readonly term: nodePty.IPty;
+  private readonly readers = new Set<PtyReader>();
+  private readonly blocked = new Set<PtyReader>();
+  private readonly scrollback: Buffer[] = [];
+  private scrollbackSize = 0;
+  private readonly scrollbackMax: number;
+  private exitInfo: PtyExit | undefined;
+  private readonly exitWaiters: ((e: PtyExit) => void)[] = [];
+  readonly startedAt = new Date();
+  cols: number;
+  rows: number;
+
+  constructor(
+    readonly target: TerminalTarget,
+    readonly command: string[],
+    opts: PtyOptions,
+  ) {
+    const env = { ...target.env, TERM: opts.term ?? 'xterm-256color', ...opts.env };
+    const argv = sandboxArgv(target.sandbox, { command, cwd: '/workspace', env });
+    this.cols = opts.cols;
+    this.rows = opts.rows;
+    this.scrollbackMax = opts.scrollbackBytes ?? 0;
+    // The chain before the workshop's program runs privileged: a fixed environment, never the workshop's.
+    this.term = nodePty.spawn(argv[0]!, argv.slice(1), {
+      name: opts.term ?? 'xterm-256color',
+      cols: opts.cols,
+      rows: opts.rows,
+      cwd: '/',
+      env: privilegedEnv(),
+      encoding: null,
+    });
+    this.term.onData((data: string | Buffer) => this.output(typeof data === 'string' ? Buffer.from(data) : data));
+    this.term.onExit(({ exitCode, signal }) => {
+      const name = signal ? (Object.entries(osConstants.signals).find(([, n]) => n === signal)?.[0] ?? null) : null;
+      // As in a shell: a program killed by signal n exits 128+n.
+      this.exitInfo = { exitCode: signal ? 128 + signal : exitCode, signal: name };
+      for (const w of this.exitWaiters.splice(0)) w(this.exitInfo);
+    });
+  }
+
+  get pid(): number {
+    return this.term.pid;
+  }
+
+  get exited(): PtyExit | undefined {
+    return this.exitInfo;
+  }
+
+  onExit(fn: (e: PtyExit) => void): void {
+    if (this.exitInfo) fn(this.exitInfo);
+    else this.exitWaiters.push(fn);
+  }
+
+  /** The recent output, oldest first (what a reattaching client sees first). */
+  recentOutput(): Buffer {
+    return Buffer.concat(this.scrollback);
+  }
+
+  private output(chunk: Buffer): void {
+    if (this.scrollbackMax > 0) {
+      this.scrollback.push(chunk);
+      this.scrollbackSize += chunk.length;
+      while (this.scrollbackSize > this.scrollbackMax && this.scrollback.length > 1) this.scrollbackSize -= this.scrollback.shift()!.length;
+    }
+    for (const r of this.readers) {
+      if (!r.write(chunk)) this.block(r);
+    }
+  }
+
+  private block(reader: PtyReader): void {
+    if (this.blocked.size === 0) this.term.pause();
+    this.blocked.add(reader);
+  }
+
+  /** A reader that returned false from write() can take more. */
+  drained(reader: PtyReader): void {
+    if (!this.blocked.delete(reader)) return;
+    if (this.blocked.size === 0) this.term.resume();
+  }
+
+  attach(reader: PtyReader): void {
+    this.readers.add(reader);
+  }
+
+  detach(reader: PtyReader): void {
+    this.readers.delete(reader);
+    this.drained(reader);
+  }
+
+  get attached(): number {
+    return this.readers.size;
+  }
+
+  /**
+   * Input for the program. Returns a promise that resolves once the program has read enough of
+   * what is pending (a huge paste is fed as the program reads it, never buffered without limit).
+   */
+  write(data: Buffer | string): Promise<void> {
+    if (this.exitInfo) return Promise.resolve();
+    this.term.write(data as string);
+    if (this.pendingInput() < INPUT_HIGH_WATER) return Promise.resolve();
+    return new Promise((resolve) => {
+      const timer = setInterval(() => {
+        if (this.exitInfo || this.pendingInput() < INPUT_HIGH_WATER / 4) {
+          clearInterval(timer);
+          resolve();
+        }
+      }, INPUT_POLL_MS);
+    });
+  }
+
+  /**
+   * Bytes node-pty still holds for the PTY. node-pty queues writes without a limit and has no
+   * 'drain' event: its queue is read here so that input can be paused (a private field, checked
+   * by the huge-paste test; 0 if a future node-pty renames it).
+   */
+  private pendingInput(): number {
+    const queue = (this.term as unknown as { _writeStream?: { _writeQueue?: { buffer: Buffer; offset: number }[] } })._writeStream
+      ?._writeQueue;
+    if (!Array.isArray(queue)) return 0;
+    let n = 0;
+    for (const t of queue) n += t.buffer.length - t.offset;
+    return n;
+  }
+
+  resize(cols: number, rows: number): void {
+    if (this.exitInfo) return;
+    this.cols = cols;
+    this.rows = rows;
+    try {
+      this.term.resize(cols, rows);
+    } catch {
+      // the terminal closed meanwhile
+    }
+  }
+
+  /**
+   * Sends `signal` to the terminal's foreground process group (what the line discipline does
+   * for Ctrl-C): tpgid of the session leader's /proc stat, in the host's pid numbering.
+   */
+  signal(signal: string): void {
+    if (this.exitInfo) return;
+    let group: number | undefined;
+    try {
+      const stat = readFileSync(`/proc/${this.term.pid}/stat`, 'utf8');
+      const tpgid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[5]);
+      if (tpgid > 0) group = tpgid;
+    } catch {
+      // gone
+    }
+    try {
+      process.kill(-(group ?? this.term.pid), signal as NodeJS.Signals);
+    } catch {
+      // the group is gone
+    }
+  }
+
+  /** Ends the program: hang-up first (as when a terminal closes), SIGKILL to its group if it lingers. */
+  close(): void {
+    if (this.exitInfo) return;
+    try {
+      this.term.kill('SIGHUP');
+    } catch {
+      // gone
+    }
+    const pid = this.term.pid;
+    setTimeout(() => {
+      if (this.exitInfo) return;
+      try {
+        process.kill(-pid, 'SIGKILL');
+      } catch {
+        // gone
+      }
+    }, 2000).unref();
+  }
+}

@@ -1,0 +1,187 @@
+import { z } from 'zod';
+import { AtelierError, describeZodError, loadYaml } from '../../core/index.js';
+import type { Principal } from '../../identity/index.js';
+import type { WorkshopService } from '../../workshops/index.js';
+import { PtySession, type TerminalTarget } from './pty.js';
+
+/** Recent output kept per session for clients that reattach. */
+const SCROLLBACK_BYTES = 256 << 10;
+const DEFAULT_NAME = 'agent';
+
+/**
+ * `agent:` of atelier.yaml: a preset name, or `{ preset }`, or `{ command: [...], env: [...] }`
+ * (env entries `KEY=VALUE`).
+ */
+const PRESETS: Record<string, { binary: string; install: string }> = {
+  claude: { binary: 'claude', install: 'npm install -g @anthropic-ai/claude-code' },
+  gemini: { binary: 'gemini', install: 'npm install -g @google/gemini-cli' },
+};
+const ENV_ENTRY = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}=/, 'env entries are KEY=VALUE');
+const AgentConfig = z.union([
+  z.enum(['claude', 'gemini']),
+  z.strictObject({
+    preset: z.enum(['claude', 'gemini']).optional(),
+    command: z.array(z.string().min(1)).min(1).optional(),
+    args: z.array(z.string()).optional(),
+    env: z.array(ENV_ENTRY).optional(),
+  }),
+]);
+
+export interface SessionInfo {
+  name: string;
+  command: string[];
+  startedAt: string;
+  attached: number;
+  exitCode: number | null;
+  running: boolean;
+}
+
+/** The command a preset runs: the CLI if it is installed, else a sentence saying how to install it. */
+function presetCommand(preset: string, args: string[]): string[] {
+  const p = PRESETS[preset]!;
+  return [
+    '/bin/sh',
+    '-c',
+    `command -v ${p.binary} >/dev/null 2>&1 || { echo "atelier: ${p.binary} is not installed in this workshop: add \\"${p.install}\\" to the devcontainer's postCreateCommand" >&2; exit 127; }; exec ${p.binary} "$@"`,
+    p.binary,
+    ...args,
+  ];
+}
+
+/** The agent command and environment from the workspace's atelier.yaml. */
+async function agentFromProject(
+  service: WorkshopService,
+  id: string,
+  actor: Principal,
+): Promise<{ command: string[]; env: Record<string, string> }> {
+  let text: string;
+  try {
+    text = (await service.readFile(id, 'atelier.yaml', actor)).toString('utf8');
+  } catch (err) {
+    if (err instanceof AtelierError && err.code === 'NOT_FOUND')
+      throw new AtelierError(
+        'INVALID_ARGUMENT',
+        'this workshop has no atelier.yaml saying which agent to run: add `agent: claude` (or gemini, or `agent: { command: [...] }`) to it, or give the command after --',
+      );
+    throw err;
+  }
+  let doc: unknown;
+  try {
+    doc = (await loadYaml()).parse(text);
+  } catch (err) {
+    throw new AtelierError('INVALID_ARGUMENT', `atelier.yaml is not valid YAML: ${(err as Error).message.split('\n')[0]}`);
+  }
+  const raw = (doc as { agent?: unknown } | null)?.agent;
+  if (raw === undefined)
+    throw new AtelierError(
+      'INVALID_ARGUMENT',
+      'atelier.yaml has no `agent:` entry: add `agent: claude` (or gemini, or `agent: { command: [...] }`), or give the command after --',
+    );
+  const r = AgentConfig.safeParse(raw);
+  if (!r.success) {
+    const { message } = describeZodError(r.error);
+    throw new AtelierError('INVALID_ARGUMENT', `atelier.yaml agent: ${message}`, { field: 'agent' });
+  }
+  const a = typeof r.data === 'string' ? { preset: r.data } : r.data;
+  const env: Record<string, string> = {};
+  for (const e of a.env ?? []) {
+    const i = e.indexOf('=');
+    env[e.slice(0, i)] = e.slice(i + 1);
+  }
+  if (a.command) return { command: [...a.command, ...(a.args ?? [])], env };
+  if (a.preset) return { command: presetCommand(a.preset, a.args ?? []), env };
+  throw new AtelierError('INVALID_ARGUMENT', 'atelier.yaml agent: give a preset (claude, gemini) or a command', { field: 'agent' });
+}
+
+/**
+ * Agent sessions: PTYs that belong to the workshop, not to a client. A client that goes away
+ * (closed laptop, lost network) detaches; the agent goes on, and the next `attach` first sees the
+ * recent output. Sessions live as long as this server process (a server restart ends them).
+ */
+export class AgentSessions {
+  private readonly sessions = new Map<string, PtySession>();
+
+  constructor(
+    private readonly service: WorkshopService,
+    private readonly log: { info(obj: object, msg?: string): void },
+  ) {}
+
+  private key(id: string, name: string): string {
+    return `${id}/${name}`;
+  }
+
+  get(id: string, name: string): PtySession | undefined {
+    return this.sessions.get(this.key(id, name));
+  }
+
+  private info(name: string, s: PtySession): SessionInfo {
+    return {
+      name,
+      command: s.command,
+      startedAt: s.startedAt.toISOString(),
+      attached: s.attached,
+      exitCode: s.exited?.exitCode ?? null,
+      running: !s.exited,
+    };
+  }
+
+  async start(
+    id: string,
+    actor: Principal,
+    req: {
+      name?: string | undefined;
+      command?: string[] | undefined;
+      cols?: number | undefined;
+      rows?: number | undefined;
+      resume?: boolean | undefined;
+    },
+  ): Promise<{ created: boolean; session: SessionInfo & { resumed: boolean } }> {
+    const name = req.name ?? DEFAULT_NAME;
+    const t = await this.service.sandboxFor(id, actor, { resume: req.resume ?? true });
+    const existing = this.get(t.id, name);
+    if (existing && !existing.exited) return { created: false, session: { ...this.info(name, existing), resumed: t.resumed } };
+    const agent = req.command ? { command: req.command, env: {} } : await agentFromProject(this.service, t.id, actor);
+    const target: TerminalTarget = { id: t.id, sandbox: t.sandbox, env: t.env };
+    const session = new PtySession(target, agent.command, {
+      cols: req.cols ?? 120,
+      rows: req.rows ?? 40,
+      env: agent.env,
+      scrollbackBytes: SCROLLBACK_BYTES,
+    });
+    this.sessions.set(this.key(t.id, name), session);
+    this.log.info({ workshop: t.id, session: name, command: agent.command[0] }, 'agent session started');
+    return { created: true, session: { ...this.info(name, session), resumed: t.resumed } };
+  }
+
+  async list(id: string, actor: Principal): Promise<SessionInfo[]> {
+    const w = await this.service.get(id, actor);
+    const out: SessionInfo[] = [];
+    for (const [key, s] of this.sessions) if (key.startsWith(`${w.id}/`)) out.push(this.info(key.slice(w.id.length + 1), s));
+    return out;
+  }
+
+  /** Checks the caller may operate the workshop and that the session exists; resumes the workshop if asked. */
+  async find(id: string, name: string, actor: Principal, opts: { resume: boolean }): Promise<{ target: TerminalTarget; resumed: boolean }> {
+    const t = await this.service.sandboxFor(id, actor, opts);
+    const s = this.get(t.id, name);
+    if (!s)
+      throw new AtelierError('NOT_FOUND', `workshop ${t.id} has no session "${name}": start one with \`atelier run ${t.id}\``, {
+        session: name,
+      });
+    return { target: s.target, resumed: t.resumed };
+  }
+
+  async stop(id: string, name: string, actor: Principal): Promise<{ name: string; stopped: boolean }> {
+    await this.service.authorize(id, actor, 'operate');
+    const s = this.get(id, name);
+    if (!s) throw new AtelierError('NOT_FOUND', `workshop ${id} has no session "${name}"`, { session: name });
+    s.close();
+    this.sessions.delete(this.key(id, name));
+    return { name, stopped: true };
+  }
+
+  close(): void {
+    for (const s of this.sessions.values()) s.close();
+    this.sessions.clear();
+  }
+}

@@ -1,0 +1,494 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, connect } from 'node:net';
+import { join } from 'node:path';
+import WebSocket from 'ws';
+import { BIN, TestServer, makeRepo } from './helpers/server.js';
+
+/** A free TCP port on loopback (for a server that must come back on the same address). */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const a = s.address();
+      s.close(() => resolve(typeof a === 'object' && a ? a.port : 0));
+    });
+  });
+}
+
+/** A long-running CLI process (port-forward, attach) whose output is watched as it comes. */
+class CliProcess {
+  stdout = '';
+  stderr = '';
+  readonly proc: ChildProcess;
+  readonly exited: Promise<number>;
+
+  constructor(args: string[], env: NodeJS.ProcessEnv) {
+    this.proc = spawn(process.execPath, [BIN, ...args], { env, stdio: ['pipe', 'pipe', 'pipe'] });
+    this.proc.stdout!.on('data', (c: Buffer) => (this.stdout += c.toString()));
+    this.proc.stderr!.on('data', (c: Buffer) => (this.stderr += c.toString()));
+    this.exited = new Promise((resolve) => this.proc.on('close', (code) => resolve(code ?? -1)));
+  }
+
+  /** Waits until stdout+stderr match `re` (or the process exits, or 60 s pass). */
+  async waitFor(re: RegExp): Promise<RegExpMatchArray> {
+    const deadline = Date.now() + 60_000;
+    for (;;) {
+      const m = re.exec(this.stdout + this.stderr);
+      if (m) return m;
+      if (this.proc.exitCode !== null) throw new Error(`exited ${this.proc.exitCode} before ${re}:\n${this.stdout}\n${this.stderr}`);
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${re}:\n${this.stdout}\n${this.stderr}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+
+  stop(): Promise<number> {
+    if (this.proc.exitCode === null) this.proc.kill('SIGTERM');
+    return this.exited;
+  }
+}
+
+/** An HTTP GET through a local port, with a plain socket (no connection reuse). */
+function httpGet(port: number, path = '/'): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const s = connect(port, '127.0.0.1', () => s.end(`GET ${path} HTTP/1.0\r\nHost: x\r\n\r\n`));
+    let data = '';
+    s.on('data', (c: Buffer) => (data += c.toString()));
+    s.on('end', () => resolve(data));
+    s.on('error', reject);
+    s.setTimeout(20_000, () => s.destroy(new Error('timeout')));
+  });
+}
+
+/** A PTY WebSocket driven directly (the wire protocol the CLI speaks). */
+class PtyClient {
+  output = '';
+  exit: { exitCode: number; signal: string | null } | undefined;
+  readonly closed: Promise<void>;
+  private constructor(readonly ws: WebSocket) {
+    ws.on('message', (d: Buffer, binary: boolean) => {
+      if (binary) this.output += d.toString();
+      else {
+        const e = JSON.parse(d.toString()) as { type: string; exitCode: number; signal: string | null };
+        if (e.type === 'exit') this.exit = { exitCode: e.exitCode, signal: e.signal };
+      }
+    });
+    this.closed = new Promise((r) => ws.on('close', () => r()));
+  }
+
+  static open(server: TestServer, id: string, start: object): Promise<PtyClient> {
+    const ws = new WebSocket(`${server.url.replace('http', 'ws')}/v1/workshops/${id}/pty`, {
+      headers: { authorization: `Bearer ${server.token}` },
+    });
+    return new Promise((resolve, reject) => {
+      ws.once('error', reject);
+      ws.once('open', () => ws.send(JSON.stringify({ type: 'start', ...start })));
+      ws.once('message', (d: Buffer) => {
+        const e = JSON.parse(d.toString()) as { type: string };
+        if (e.type !== 'started') return reject(new Error(d.toString()));
+        resolve(new PtyClient(ws));
+      });
+    });
+  }
+
+  send(text: string | Buffer): void {
+    this.ws.send(Buffer.from(text), { binary: true });
+  }
+
+  control(msg: object): void {
+    this.ws.send(JSON.stringify(msg));
+  }
+
+  async waitFor(re: RegExp): Promise<RegExpMatchArray> {
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      const m = re.exec(this.output);
+      if (m) return m;
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${re}; output so far:\n${this.output}`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+}
+
+describe('terminals and tunnels', () => {
+  let server: TestServer;
+  let repo: string;
+  let ws: string;
+  let home: string;
+  const procs: CliProcess[] = [];
+
+  before(async () => {
+    server = await TestServer.start({ args: ['--listen', `127.0.0.1:${await freePort()}`] });
+    repo = makeRepo({ 'README.md': '# terminals\n', 'app/index.html': '<h1>inside the workshop</h1>\n' });
+    ws = (await server.createWorkshop({ repo })).id;
+    home = mkdtempSync('/tmp/atelier-ssh-home-');
+    // An HTTP server inside the workshop, on its loopback only.
+    await server.exec(ws, ['sh', '-c', 'cd app && nohup python3 -m http.server 8000 --bind 127.0.0.1 >/dev/null 2>&1 & sleep 0.1']);
+    for (let i = 0; i < 100; i++) {
+      const r = await server.exec(ws, ['python3', '-c', 'import socket; socket.create_connection(("127.0.0.1", 8000)).close()']);
+      if (r.exitCode === 0) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  });
+
+  after(async () => {
+    for (const p of procs) await p.stop();
+    await server?.dispose();
+    rmSync(repo, { recursive: true, force: true });
+    rmSync(home, { recursive: true, force: true });
+  });
+
+  const env = (): NodeJS.ProcessEnv => ({ ...server.env(), ATELIER_SSH_CONFIG: join(home, 'ssh_config') });
+  const start = (args: string[]): CliProcess => {
+    const p = new CliProcess(args, env());
+    procs.push(p);
+    return p;
+  };
+
+  describe('PTY', () => {
+    it('runs one command on a terminal and returns its exit code, 128+n when killed by signal n', async () => {
+      const ok = await server.cli(['ssh', ws, '--', 'sh', '-c', 'test -t 0 && test -t 1 && echo on-a-tty; exit 9']);
+      assert.equal(ok.code, 9, ok.stderr);
+      assert.match(ok.stdout, /on-a-tty/);
+      const killed = await server.cli(['ssh', ws, '--', 'sh', '-c', 'kill -TERM $$']);
+      assert.equal(killed.code, 143, killed.stderr);
+    });
+
+    it('Ctrl-C interrupts a sleep, not the shell; the shell exit code comes back', async () => {
+      const p = start(['ssh', ws]);
+      p.proc.stdin!.write('sleep 60\n');
+      await p.waitFor(/sleep 60\r?\n/);
+      await new Promise((r) => setTimeout(r, 300));
+      p.proc.stdin!.write('\x03');
+      p.proc.stdin!.write('echo "alive after $?"\n');
+      await p.waitFor(/alive after 130/);
+      p.proc.stdin!.write('exit 7\n');
+      assert.equal(await p.exited, 7, p.stderr);
+    });
+
+    it('a resize is seen by stty size, and signals reach the foreground program', async () => {
+      const pty = await PtyClient.open(server, ws, { cols: 100, rows: 30 });
+      pty.send('stty size\n');
+      await pty.waitFor(/30 100\r\n/);
+      pty.control({ type: 'resize', cols: 132, rows: 43 });
+      pty.send('stty size\n');
+      await pty.waitFor(/43 132\r\n/);
+      pty.send('sleep 60; echo "sleep ended $?"\n');
+      await new Promise((r) => setTimeout(r, 500));
+      pty.control({ type: 'signal', signal: 'SIGTERM' });
+      await pty.waitFor(/sleep ended 143/);
+      pty.send('exit 3\n');
+      await pty.closed;
+      assert.deepEqual(pty.exit, { exitCode: 3, signal: null });
+    });
+
+    it('a huge paste reaches the program whole', async () => {
+      const pty = await PtyClient.open(server, ws, {
+        cols: 80,
+        rows: 24,
+        command: ['sh', '-c', 'stty raw -echo; echo ready; head -c 4000000 | sha256sum'],
+      });
+      const data = Buffer.alloc(4_000_000);
+      // Printable bytes only: in raw mode nothing is interpreted, but keep the test readable.
+      for (let i = 0; i < data.length; i++) data[i] = 0x41 + (i % 26);
+      // In canonical mode a line longer than 4095 bytes is cut: send once the terminal is raw.
+      await pty.waitFor(/ready/);
+      for (let i = 0; i < data.length; i += 256 << 10) pty.send(data.subarray(i, i + (256 << 10)));
+      await pty.closed;
+      assert.match(pty.output, new RegExp(createHash('sha256').update(data).digest('hex')));
+      assert.equal(pty.exit?.exitCode, 0);
+    });
+
+    it('refuses bad input with a clear error and never a 500', async () => {
+      const bad = await server.cli(['ssh', 'ws-nothere', '--', 'true']);
+      assert.equal(bad.code, 1);
+      assert.match(bad.stderr, /WORKSHOP_NOT_FOUND/);
+      const plain = await server.api<{ code: string }>('GET', `/v1/workshops/${ws}/pty`);
+      assert.equal(plain.status, 426);
+      assert.equal(plain.body.code, 'UPGRADE_REQUIRED');
+      const socket = new WebSocket(`${server.url.replace('http', 'ws')}/v1/workshops/${ws}/pty`, {
+        headers: { authorization: `Bearer ${server.token}` },
+      });
+      const answer = await new Promise<string>((resolve) => {
+        socket.once('open', () => socket.send('{"type":"start","cols":0}'));
+        socket.once('message', (d: Buffer) => resolve(d.toString()));
+      });
+      assert.match(answer, /"code":"INVALID_ARGUMENT"/);
+    });
+  });
+
+  describe('flow control and suspended workshops', () => {
+    it('a client that never reads blocks the program inside instead of growing the server', async () => {
+      // A source that writes as fast as it can for 3 s, then says how much the tunnel took.
+      const source =
+        'import socket, time\ns = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n' +
+        "s.bind(('127.0.0.1', 8200)); s.listen(1); open('/tmp/source.ready', 'w').close()\n" +
+        "c, _ = s.accept(); c.settimeout(0.2); sent = 0; end = time.time() + 3; chunk = b'z' * 65536\n" +
+        'while time.time() < end:\n    try:\n        sent += c.send(chunk)\n    except socket.timeout:\n        pass\n' +
+        "open('/tmp/source.sent', 'w').write(str(sent))\n";
+      await server.api('PUT', `/v1/workshops/${ws}/files?path=source.py`, Buffer.from(source));
+      await server.exec(ws, [
+        'sh',
+        '-c',
+        'rm -f /tmp/source.*; nohup python3 source.py >/dev/null 2>&1 & while [ ! -e /tmp/source.ready ]; do sleep 0.05; done',
+      ]);
+      const client = new WebSocket(`${server.url.replace('http', 'ws')}/v1/workshops/${ws}/tunnel?port=8200`, {
+        headers: { authorization: `Bearer ${server.token}` },
+      });
+      await new Promise((r) => client.once('message', r));
+      // The client stops reading from its socket: nothing it has not read may pile up anywhere.
+      client.pause();
+      let sent = '';
+      for (let i = 0; i < 100 && !sent; i++) {
+        await new Promise((r) => setTimeout(r, 100));
+        sent = (await server.exec(ws, ['sh', '-c', 'cat /tmp/source.sent 2>/dev/null || true'])).stdout;
+      }
+      client.terminate();
+      assert.ok(sent !== '', 'the source never finished');
+      // Kernel socket buffers and the 1 MiB window, not the 3 s of writing (gigabytes on loopback).
+      assert.ok(Number(sent) < 64 << 20, `the source could write ${sent} bytes to a client that reads nothing`);
+    });
+
+    it('resumes a suspended workshop first and says so, unless --no-resume', async () => {
+      const stop = await server.api('POST', `/v1/workshops/${ws}/stop`);
+      assert.equal(stop.status, 200, JSON.stringify(stop.body));
+      const refused = await server.cli(['ssh', ws, '--no-resume', '--', 'true']);
+      assert.equal(refused.code, 1);
+      assert.match(refused.stderr, /is suspended.*WORKSHOP_SUSPENDED/);
+      const r = await server.cli(['ssh', ws, '--', 'sh', '-c', 'echo awake']);
+      assert.equal(r.code, 0, r.stderr);
+      assert.match(r.stderr, new RegExp(`workshop ${ws} was suspended: resumed it`));
+      assert.match(r.stdout, /awake/);
+      const w = await server.api<{ status: string }>('GET', `/v1/workshops/${ws}`);
+      assert.equal(w.body.status, 'Running');
+    });
+  });
+
+  describe('SSH with the OpenSSH tools', () => {
+    const sshConfig = (): string => join(home, 'ssh_config');
+    const run = (cmd: string, args: string[]): Promise<{ code: number; stdout: string; stderr: string }> =>
+      new Promise((resolve) => {
+        const p = spawn(cmd, args, { env: env(), stdio: ['ignore', 'pipe', 'pipe'], cwd: home });
+        let stdout = '';
+        let stderr = '';
+        p.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+        p.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+        p.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
+      });
+
+    it('config-ssh writes a managed block (idempotent, user lines intact) and --remove takes it out', async () => {
+      const mine = 'Host mine\n  User me\n  Port 2222\n';
+      writeFileSync(sshConfig(), mine);
+      const r = await server.cli(['config-ssh'], { env: env() });
+      assert.equal(r.code, 0, r.stderr);
+      const first = readFileSync(sshConfig(), 'utf8');
+      assert.ok(first.includes(`Host atelier-${ws}\n`));
+      assert.ok(first.includes(mine));
+      assert.match(first, /ProxyCommand .* port-forward --stdio ws-\w+ 22/);
+      assert.match(first, /StrictHostKeyChecking yes/);
+      const again = await server.cli(['config-ssh'], { env: env() });
+      assert.equal(again.code, 0, again.stderr);
+      assert.equal(readFileSync(sshConfig(), 'utf8'), first);
+      const removed = await server.cli(['config-ssh', '--remove'], { env: env() });
+      assert.equal(removed.code, 0, removed.stderr);
+      assert.equal(readFileSync(sshConfig(), 'utf8'), mine);
+      assert.equal((await server.cli(['config-ssh'], { env: env() })).code, 0);
+    });
+
+    it('ssh runs git status through the ProxyCommand, with the pinned host key and the exit status', async () => {
+      const r = await run('ssh', ['-F', sshConfig(), '-o', 'BatchMode=yes', `atelier-${ws}`, 'git status; exit 5']);
+      assert.equal(r.code, 5, r.stderr);
+      assert.match(r.stdout, /On branch main/);
+      // A key that was never registered is refused (public-key authentication only).
+      const stranger = join(home, 'stranger');
+      await run('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', stranger]);
+      const strangerConfig = join(home, 'stranger_config');
+      writeFileSync(strangerConfig, readFileSync(sshConfig(), 'utf8').replace(/IdentityFile .*/g, `IdentityFile ${stranger}`));
+      const refused = await run('ssh', ['-F', strangerConfig, '-o', 'BatchMode=yes', `atelier-${ws}`, 'true']);
+      assert.equal(refused.code, 255);
+      assert.match(refused.stderr, /Permission denied \(publickey\)/);
+    });
+
+    it('sftp puts and gets 20 MB with identical checksums', async () => {
+      const data = randomBytes(20_000_000);
+      writeFileSync(join(home, 'up.bin'), data);
+      const batch = join(home, 'batch');
+      writeFileSync(batch, 'put up.bin /tmp/up.bin\nget /tmp/up.bin down.bin\n');
+      const r = await run('sftp', ['-q', '-F', sshConfig(), '-b', batch, `atelier-${ws}`]);
+      assert.equal(r.code, 0, r.stderr);
+      const sum = (b: Buffer): string => createHash('sha256').update(b).digest('hex');
+      assert.equal(sum(readFileSync(join(home, 'down.bin'))), sum(data));
+      const inside = await server.exec(ws, ['sha256sum', '/tmp/up.bin']);
+      assert.ok(inside.stdout.startsWith(sum(data)));
+    });
+
+    it('atelier code says clearly when the editor is not installed', async () => {
+      const r = await server.cli(['code', ws], { env: { ...env(), PATH: '/usr/bin:/bin' } });
+      assert.equal(r.code, 1);
+      assert.match(r.stderr, /Visual Studio Code's `code` command is not on your PATH/);
+      const cursor = await server.cli(['code', ws, '--editor', 'cursor'], { env: { ...env(), PATH: '/usr/bin:/bin' } });
+      assert.match(cursor.stderr, /Cursor's `cursor` command is not on your PATH/);
+      const bad = await server.cli(['code', ws, '--editor', 'vim'], { env: env() });
+      assert.equal(bad.code, 1);
+      assert.match(bad.stderr, /--editor must be code or cursor/);
+    });
+
+    it('an SSH session cut by a server restart ends with a message saying so', async () => {
+      const session = spawn('ssh', ['-F', sshConfig(), `atelier-${ws}`, 'echo connected; sleep 120'], { env: env() });
+      let out = '';
+      let err = '';
+      session.stdout.on('data', (c: Buffer) => (out += c.toString()));
+      session.stderr.on('data', (c: Buffer) => (err += c.toString()));
+      const exited = new Promise<number>((r) => session.on('close', (code) => r(code ?? -1)));
+      for (let i = 0; i < 300 && !out.includes('connected'); i++) await new Promise((r) => setTimeout(r, 50));
+      assert.match(out, /connected/, err);
+      await server.stop();
+      try {
+        assert.equal(await exited, 255);
+        assert.match(err, /the tunnel was cut \(server restarted or network down\)/);
+      } finally {
+        await server.boot();
+      }
+      // And the next connection works once the server is back.
+      const again = await run('ssh', ['-F', sshConfig(), `atelier-${ws}`, 'echo back']);
+      assert.equal(again.code, 0, again.stderr);
+      assert.match(again.stdout, /back/);
+    });
+
+    it('ssh -L forwards to a server inside the workshop; ssh -t gets a terminal', async () => {
+      const local = await freePort();
+      const tunnel = spawn('ssh', ['-F', sshConfig(), '-N', '-L', `${local}:127.0.0.1:8000`, `atelier-${ws}`], { env: env() });
+      try {
+        let page = '';
+        for (let i = 0; i < 100 && !page.includes('inside the workshop'); i++) {
+          page = await httpGet(local, '/index.html').catch(() => '');
+          if (!page) await new Promise((r) => setTimeout(r, 100));
+        }
+        assert.match(page, /inside the workshop/);
+      } finally {
+        tunnel.kill();
+      }
+      const t = await run('ssh', ['-F', sshConfig(), '-tt', `atelier-${ws}`, 'stty size; exit 4']);
+      assert.equal(t.code, 4, t.stderr);
+      assert.match(t.stdout, /^\d+ \d+/m);
+    });
+  });
+
+  describe('port-forward', () => {
+    it('reports success only once the listener accepts and the remote port answered', async () => {
+      const closed = await server.cli(['port-forward', ws, '0:8999'], { env: env() });
+      assert.equal(closed.code, 1);
+      assert.doesNotMatch(closed.stdout, /Forwarding/);
+      assert.match(closed.stderr, /nothing listens on port 8999.*PORT_CLOSED/);
+      const busy = createServer().listen(0, '127.0.0.1');
+      await new Promise((r) => busy.once('listening', r));
+      const port = (busy.address() as { port: number }).port;
+      const inUse = await server.cli(['port-forward', ws, `${port}:8000`], { env: env() });
+      busy.close();
+      assert.equal(inUse.code, 1);
+      assert.match(inUse.stderr, new RegExp(`local port ${port} is already in use`));
+      const bad = await server.cli(['port-forward', ws, '80:99999'], { env: env() });
+      assert.equal(bad.code, 1);
+      assert.match(bad.stderr, /not a TCP port/);
+    });
+
+    it('forwards, shows health in --list, and comes back after a server restart', async () => {
+      const pf = start(['port-forward', ws, '0:8000']);
+      const local = Number((await pf.waitFor(/Forwarding from 127\.0\.0\.1:(\d+) -> ws-\w+:8000/))[1]);
+      assert.match(await httpGet(local, '/index.html'), /inside the workshop/);
+      const list = await server.cli(['port-forward', '--list', '-o', 'json'], { env: env() });
+      const records = JSON.parse(list.stdout) as { pid: number; forwards: { local: number; remote: number; health: string }[] }[];
+      const mine = records.find((r) => r.pid === pf.proc.pid);
+      assert.deepEqual(
+        mine?.forwards.map((f) => [f.local, f.remote, f.health]),
+        [[local, 8000, 'ok']],
+      );
+
+      await server.stop();
+      await pf.waitFor(/server unreachable .*reconnecting in/);
+      const down = JSON.parse((await server.cli(['port-forward', '--list', '-o', 'json'], { env: env() })).stdout) as typeof records;
+      assert.equal(down.find((r) => r.pid === pf.proc.pid)?.forwards[0]?.health, 'reconnecting');
+      await server.boot();
+      await pf.waitFor(/reconnected to the server/);
+      assert.match(await httpGet(local, '/index.html'), /inside the workshop/);
+      assert.equal(pf.proc.exitCode, null);
+    });
+
+    it("with no port given, forwards the devcontainer's forwardPorts", async () => {
+      const port = await freePort();
+      const withPorts = makeRepo({
+        '.devcontainer/devcontainer.json': JSON.stringify({ forwardPorts: [port] }),
+        'index.html': '<h1>devcontainer port</h1>\n',
+      });
+      try {
+        const w = (await server.createWorkshop({ repo: withPorts })).id;
+        await server.exec(w, ['sh', '-c', `nohup python3 -m http.server ${port} --bind 127.0.0.1 >/dev/null 2>&1 & sleep 1`]);
+        const pf = start(['port-forward', w]);
+        await pf.waitFor(new RegExp(`Forwarding from 127\\.0\\.0\\.1:${port} -> ${w}:${port}`));
+        assert.match(pf.stderr, new RegExp(`forwarding the devcontainer's forwardPorts: ${port}`));
+        assert.match(await httpGet(port, '/index.html'), /devcontainer port/);
+        await pf.stop();
+        await server.api('DELETE', `/v1/workshops/${w}`);
+      } finally {
+        rmSync(withPorts, { recursive: true, force: true });
+      }
+    });
+
+    it('--stdio relays standard input and output, and a deleted workshop stops a forward with the reason', async () => {
+      const stdio = await server.cli(['port-forward', '--stdio', ws, '8000'], { input: 'GET /index.html HTTP/1.0\r\n\r\n' });
+      assert.equal(stdio.code, 0, stdio.stderr);
+      assert.match(stdio.stdout, /inside the workshop/);
+
+      const doomed = (await server.createWorkshop({ repo })).id;
+      await server.exec(doomed, ['sh', '-c', 'nohup python3 -m http.server 8100 --bind 127.0.0.1 >/dev/null 2>&1 & sleep 1']);
+      const pf = start(['port-forward', doomed, '0:8100']);
+      await pf.waitFor(/Forwarding from/);
+      await server.api('DELETE', `/v1/workshops/${doomed}`);
+      assert.equal(await pf.exited, 1);
+      assert.match(pf.stderr, new RegExp(`forward stopped: workshop ${doomed} was deleted`));
+    });
+  });
+
+  describe('agent sessions', () => {
+    it('survive the client and reattach with the recent output', async () => {
+      const script = 'echo "agent says hello"; read line; echo "agent got $line"; exit 6';
+      const r = await server.cli(['run', ws, '--session', 'bot', '-d', '--', 'sh', '-c', script]);
+      assert.equal(r.code, 0, r.stderr);
+      // A first client comes and goes (killed, as when a laptop closes): the agent goes on.
+      const first = start(['attach', ws, '--session', 'bot']);
+      await first.waitFor(/agent says hello/);
+      first.proc.kill('SIGKILL');
+      await first.exited;
+      const sessions = await server.api<{ items: { name: string; running: boolean }[] }>('GET', `/v1/workshops/${ws}/sessions`);
+      assert.ok(sessions.body.items.some((s) => s.name === 'bot' && s.running));
+      // The next one sees the scrollback first, then talks to the same agent.
+      const second = start(['attach', ws, '--session', 'bot']);
+      await second.waitFor(/agent says hello/);
+      second.proc.stdin!.write('ping\n');
+      assert.equal(await second.exited, 6);
+      assert.match(second.stdout, /agent got ping/);
+    });
+
+    it('runs the agent atelier.yaml names, and says how to configure one when there is none', async () => {
+      const none = await server.cli(['run', ws, '-d']);
+      assert.equal(none.code, 1);
+      assert.match(none.stderr, /no atelier\.yaml saying which agent to run/);
+      await server.api('PUT', `/v1/workshops/${ws}/files?path=atelier.yaml`, Buffer.from('agent: claude\n'));
+      const preset = await server.cli(['run', ws, '--session', 'claude']);
+      assert.equal(preset.code, 127);
+      assert.match(preset.stdout, /claude is not installed in this workshop/);
+      await server.api(
+        'PUT',
+        `/v1/workshops/${ws}/files?path=atelier.yaml`,
+        Buffer.from('agent:\n  command: [sh, -c, \'echo "custom agent $AGENT_MODE"\']\n  env: [AGENT_MODE=review]\n'),
+      );
+      const custom = await server.cli(['run', ws, '--session', 'custom']);
+      assert.equal(custom.code, 0, custom.stderr);
+      assert.match(custom.stdout, /custom agent review/);
+    });
+  });
+});
