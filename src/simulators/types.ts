@@ -53,7 +53,7 @@ export interface SimulatorSpec {
   cacheDir: string;
   /** Unprivileged user to run as; undefined runs as the current user (which must not be root). */
   runAs?: RunAs | undefined;
-  /** How long the start (process up and a real round trip answered) may take; default 20 s. */
+  /** How long the start (process up and a real round trip answered) may take; default 20 s (wiremock: 60 s, a JVM). */
   startTimeoutMs?: number | undefined;
 }
 
