@@ -171,7 +171,7 @@ export async function startSimulator(spec: SimulatorSpec): Promise<SimulatorHand
   await assertNameFree(join(spec.socketDir, spec.name), spec.name);
   const instance = await entry.prepare(spec, join(spec.socketDir, spec.name));
   if (spec.cgroupProcs) instance.cgroupProcs = spec.cgroupProcs;
-  return launch(entry, instance, spec.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS);
+  return launch(entry, instance, spec.startTimeoutMs ?? entry.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS);
 }
 
 /** True while the simulator's process is the very one that was started (a reused pid is not). */
@@ -199,7 +199,7 @@ export async function resetSimulator(handle: SimulatorHandle, opts: { startTimeo
   await stopSimulator(handle);
   // The old pid and start time are replaced by the new process's in launch().
   if (entry.refresh) await entry.refresh(handle);
-  return launch(entry, handle, opts.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS);
+  return launch(entry, handle, opts.startTimeoutMs ?? entry.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS);
 }
 
 /** Stops the simulator and deletes its directory and its socket directory: nothing of it is left. */

@@ -58,7 +58,7 @@ export interface SimulatorSpec {
    * child cgroups: it then counts against the workshop's limits and is frozen with it). Needs root.
    */
   cgroupProcs?: string[] | undefined;
-  /** How long the start (process up and a real round trip answered) may take; default 20 s. */
+  /** How long the start (process up and a real round trip answered) may take; default 20 s (wiremock: 60 s, a JVM). */
   startTimeoutMs?: number | undefined;
 }
 

@@ -22,6 +22,8 @@ export interface CatalogEntry {
   initialise(handle: SimulatorHandle): Promise<void>;
   /** First signal of a stop, before SIGKILL. */
   stopSignal: NodeJS.Signals;
+  /** How long a start may take when the spec does not say (default 20 s; a JVM needs more on a busy machine). */
+  startTimeoutMs?: number;
   /** Empties a running instance without restarting it (redis). */
   resetInPlace?(handle: SimulatorHandle): Promise<void>;
   /** Puts fresh state in place while the instance is stopped (postgres: a new copy of the template). */

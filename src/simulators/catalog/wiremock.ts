@@ -35,11 +35,14 @@ import { checkKeys, invalid, requestedMajor, type CatalogEntry, type SimulatorIn
  *
  * What WireMock could do on the host is switched off: proxying and webhooks to any address
  * (`--deny-proxy-targets` everything, IPv6 disabled in the JVM so no address escapes the list),
- * templates reading the JVM's properties or environment, browser proxying.
+ * templates reading the JVM's properties or environment, browser proxying. And the JVM runs
+ * under bubblewrap: the host read-only, a private /tmp, only its stubs copy and its temporary
+ * directory writable (what the admin API saves or records cannot land anywhere else).
  */
 
 const PORT = 8080;
 const JAVA = '/usr/bin/java';
+const BWRAP = '/usr/bin/bwrap';
 const STUBS = 'root';
 /** What one copy of the stubs may hold: they are copied at every start and reset. */
 const MAX_STUB_BYTES = 256 * 2 ** 20;
@@ -226,11 +229,15 @@ async function placeStubs(instance: Pick<SimulatorInstance, 'name' | 'dir' | 'ru
     rmSync(next, { recursive: true, force: true });
     throw err;
   }
-  // Swapped in whole: a failed copy leaves the stubs in use as they were.
-  rmSync(`${target}.old`, { recursive: true, force: true });
-  if (existsSync(target)) renameSync(target, `${target}.old`);
-  renameSync(next, target);
-  rmSync(`${target}.old`, { recursive: true, force: true });
+  // A failed copy leaves the stubs in use as they were. The JVM's mount namespace binds the
+  // directory itself: its contents are replaced, never the directory.
+  if (!existsSync(target)) {
+    renameSync(next, target);
+    return;
+  }
+  for (const entry of readdirSync(target)) rmSync(join(target, entry), { recursive: true, force: true });
+  for (const entry of readdirSync(next)) renameSync(join(next, entry), join(target, entry));
+  rmSync(next, { recursive: true, force: true });
 }
 
 function admin(handle: SimulatorHandle, method: string, path: string): Promise<{ status: number; body: string }> {
@@ -249,6 +256,8 @@ function admin(handle: SimulatorHandle, method: string, path: string): Promise<{
 
 export const wiremock: CatalogEntry = {
   stopSignal: 'SIGTERM',
+  // ~1.5–2 s on an idle machine; a JVM's start stretches far more than a C server's under load.
+  startTimeoutMs: 60_000,
 
   async prepare(spec, sockDir) {
     checkKeys(spec, [], []);
@@ -258,6 +267,15 @@ export const wiremock: CatalogEntry = {
     assertReachable(inst.jar, spec.runAs, 'WireMock jar');
     if (spec.stubsDirectory !== undefined) checkStubs(spec, spec.stubsDirectory);
     await checkJava();
+    if (!existsSync(BWRAP)) {
+      throw new AtelierError(
+        'UNSUPPORTED',
+        `the wiremock simulator runs under bubblewrap, missing at ${BWRAP}: install it with \`apt-get install -y bubblewrap\``,
+        {
+          type: 'wiremock',
+        },
+      );
+    }
     mkdirSync(spec.dir, { recursive: true, mode: 0o711 });
     chmodSync(spec.dir, 0o711);
     const tmp = join(spec.dir, 'tmp');
@@ -291,7 +309,14 @@ export const wiremock: CatalogEntry = {
   command(instance) {
     // The relay's record of the port, written when the process is (re)started with it.
     writeFileSync(instance.socket, `${JSON.stringify(instance.tcp)}\n`, { mode: 0o644 });
+    const writable = [join(instance.dir, STUBS), join(instance.dir, 'tmp')];
+    const confine = [BWRAP, '--unshare-user', '--unshare-ipc', '--ro-bind', '/', '/', '--dev', '/dev', '--tmpfs', '/tmp'];
+    const jarDir = dirname(instance.settings.jar!);
+    if (jarDir.startsWith('/tmp/')) confine.push('--ro-bind', jarDir, jarDir);
+    for (const w of writable) confine.push('--bind', w, w);
     return [
+      ...confine,
+      '--',
       JAVA,
       // A small heap and the quick JIT: a mock server, started often, serving little.
       '-Xms32m',
@@ -299,6 +324,7 @@ export const wiremock: CatalogEntry = {
       '-XX:+UseSerialGC',
       '-XX:TieredStopAtLevel=1',
       '-Xshare:auto',
+      '-XX:-UsePerfData',
       // Without IPv6 no address can slip past the IPv4 deny list below.
       '-Djava.net.preferIPv4Stack=true',
       `-Djava.io.tmpdir=${join(instance.dir, 'tmp')}`,
