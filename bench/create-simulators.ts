@@ -1,7 +1,7 @@
 /**
- * Workshop create with simulators → all ready: POST /v1/workshops with postgres + redis (and
- * localstack's S3 where that type exists), then one exec inside that queries each by name
- * (`psql … select 1`, `redis-cli PING`), end to end. Beside it, in the same run: the same create
+ * Workshop create with simulators → all ready: POST /v1/workshops with postgres + redis +
+ * localstack (S3 only), then one exec inside that queries each by name (`psql … select 1`,
+ * `redis-cli PING`, an S3 ListBuckets with curl), end to end. Beside it, in the same run: the same create
  * without simulators (what the simulators add), and the peer a user would otherwise script by
  * hand: `initdb` + start + first query of a PostgreSQL and a `redis-server` start + PING, from
  * scratch on this host (what Testcontainers-style set-ups pay, minus the container runtime).
@@ -38,14 +38,16 @@ async function fromScratch(dir: string): Promise<number> {
 }
 
 export async function createSimulators(server: BenchServer): Promise<Record<string, unknown>> {
-  const types = ['postgres', 'redis'];
-  const sims: unknown[] = types.map((type) => ({ type }));
+  const types = ['postgres', 'redis', 'localstack(s3)'];
+  const sims: unknown[] = [{ type: 'postgres' }, { type: 'redis' }, { type: 'localstack', services: ['s3'] }];
   heading(`create with simulators (${types.join(' + ')}) -> all ready and queried (${ROUNDS} workshops)`);
   const ids: string[] = [];
   const withSims: number[] = [];
   const bare: number[] = [];
   const scratch: number[] = [];
-  const check = 'psql "$DATABASE_URL" -Atc "select 1" >/dev/null && redis-cli -h redis.atelier.internal PING >/dev/null';
+  // One real round trip to each: a query, a PING, an S3 ListBuckets (unsigned requests are S3's).
+  const check =
+    'psql "$DATABASE_URL" -Atc "select 1" >/dev/null && redis-cli -h redis.atelier.internal PING >/dev/null && curl -sf "$AWS_ENDPOINT_URL/" >/dev/null';
   try {
     for (let i = 0; i <= ROUNDS; i++) {
       const t0 = performance.now();
