@@ -2,7 +2,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { AtelierError, newRequestId } from '../core/index.js';
 import type { Pool } from '../db/index.js';
-import type { WorkshopService } from '../workshops/index.js';
+import { ExecLog, type WorkshopService } from '../workshops/index.js';
 import {
   checkRouteAccess,
   isRouteAccess,
@@ -15,6 +15,7 @@ import { errorHandler } from './errors.js';
 import { identityRoutes } from './routes/identity.js';
 import { workshopRoutes } from './routes/workshops.js';
 import { simulatorRoutes } from './routes/simulators.js';
+import { execRoutes } from './routes/execs.js';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -143,6 +144,9 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   workshopRoutes(app, deps.workshops);
   simulatorRoutes(app, deps.workshops);
   identityRoutes(app, deps.accounts, deps.workshops);
+  const execs = new ExecLog(deps.pool, deps.workshops, deps.logger);
+  execRoutes(app, execs);
+  app.addHook('onClose', () => execs.close());
   for (const register of deps.extraRoutes ?? []) register(app);
   return app;
 }
