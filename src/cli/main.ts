@@ -397,6 +397,19 @@ async function main(argv: string[]): Promise<number> {
       await render(c.output, r, () => `revoked ${r.id}`);
     });
 
+  const mcp = program.command('mcp').description('MCP: workshops as tools for desktop agents (Claude, Cursor, VS Code, Windsurf)');
+  mcp
+    .command('serve')
+    .description('stdio MCP server for an MCP client to start; talks to the server of --context')
+    .option('--workshop <id>', 'every tool acts on this workshop only')
+    .option('--read-only', 'expose only list, read and diff')
+    .action(async (flags: { workshop?: string; readOnly?: boolean }) => {
+      const { mcpServe } = await import('./commands/mcp/serve.js');
+      await mcpServe(ctx(), flags, VERSION);
+      // The client is gone: nothing else to wait for (idle HTTP keep-alive sockets).
+      process.exit(0);
+    });
+
   try {
     await program.parseAsync(argv, { from: 'user' });
   } catch (err) {
