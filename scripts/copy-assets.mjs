@@ -19,8 +19,9 @@ await build({
   outdir: 'dist/bundle',
   minify: true,
   sourcemap: true,
-  // Native (a .node binary per platform): loaded from node_modules at run time.
-  external: ['@napi-rs/keyring'],
+  // Native (a .node binary per platform): loaded from node_modules at run time. jsonc-parser's
+  // UMD main cannot be bundled (its require() calls are resolved at run time): Node loads it.
+  external: ['@napi-rs/keyring', 'jsonc-parser'],
   plugins: [
     {
       name: 'server-stays-unbundled',

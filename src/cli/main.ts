@@ -410,6 +410,27 @@ async function main(argv: string[]): Promise<number> {
       process.exit(0);
     });
 
+  mcp
+    .command('install-config')
+    .description("add this context's MCP server (atelier mcp serve --context NAME) to an MCP client's own configuration")
+    .addOption(
+      new Option('--client <name>', 'the client (default: every one installed here)').choices([
+        'claude-desktop',
+        'claude-code',
+        'cursor',
+        'vscode',
+        'windsurf',
+      ]),
+    )
+    .option('--remove', "remove this context's server instead")
+    .option('--dry-run', 'print the change as a diff, write nothing')
+    .action(async (flags: { client?: string; remove?: boolean; dryRun?: boolean }) => {
+      const c = ctx();
+      const { installConfig, describeInstall } = await import('./commands/mcp/installConfig.js');
+      const results = await installConfig(c, flags);
+      await render(c.output, results, () => describeInstall(results));
+    });
+
   try {
     await program.parseAsync(argv, { from: 'user' });
   } catch (err) {

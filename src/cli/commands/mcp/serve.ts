@@ -1,5 +1,6 @@
 import type { AtelierApi } from '../../../mcp/index.js';
-import { call, raiseFor, readBody, request } from '../../client.js';
+import { AtelierError } from '../../../core/index.js';
+import { call, raiseFor, readBody, request, resolveTarget, type Target } from '../../client.js';
 import type { CommandContext } from '../../context.js';
 
 export interface ServeFlags {
@@ -20,19 +21,32 @@ export async function mcpServe(ctx: CommandContext, flags: ServeFlags, version: 
   const { createLocalMcpServer } = await import('../../../mcp/index.js');
   const { StdioServerTransport } = await import('@modelcontextprotocol/sdk/server/stdio.js');
   // The context is resolved now: a missing one is said at once on stderr, before any client connects.
-  const target = await ctx.target();
+  let target = await ctx.target();
+  // A login made in a terminal since this server started is picked up on the next refusal.
+  const again = async <T>(fn: (t: Target) => Promise<T>): Promise<T> => {
+    try {
+      return await fn(target);
+    } catch (err) {
+      if (!(err instanceof AtelierError) || err.status !== 401) throw err;
+      const fresh = await resolveTarget(ctx.config, ctx.contextFlag);
+      if (JSON.stringify(fresh.credential) === JSON.stringify(target.credential)) throw err;
+      target = fresh;
+      return fn(target);
+    }
+  };
   const api: AtelierApi = {
-    json: (method, path, body) => call(target, { method, path, ...(body !== undefined ? { body } : {}) }),
-    async bytes(method, path, body) {
-      const res = await request(target, {
-        method,
-        path,
-        accept: 'application/octet-stream, application/json',
-        ...(body !== undefined ? { raw: body } : {}),
-      });
-      await raiseFor(res, target);
-      return readBody(res);
-    },
+    json: (method, path, body) => again((t) => call(t, { method, path, ...(body !== undefined ? { body } : {}) })),
+    bytes: (method, path, body) =>
+      again(async (t) => {
+        const res = await request(t, {
+          method,
+          path,
+          accept: 'application/octet-stream, application/json',
+          ...(body !== undefined ? { raw: body } : {}),
+        });
+        await raiseFor(res, t);
+        return readBody(res);
+      }),
   };
   const server = createLocalMcpServer({ api, version, workshop: flags.workshop, readOnly: flags.readOnly });
   const transport = new StdioServerTransport();
