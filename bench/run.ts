@@ -1,7 +1,7 @@
 /**
  * Atelier benchmarks, each beside its peer measured in the same run (DESIGN.md, "Peers to
  * measure against"). Usage: `npm run bench [-- NAME]` with NAME one of create, exec, resume,
- * memory, cli, egress (or 1-6); without it, all of them. Needs root (cgroups, freezer) and `npm run
+ * memory, cli, egress, mcp (or 1-7); without it, all of them. Needs root (cgroups, freezer) and `npm run
  * build` first: the server and the CLI run from dist/.
  *
  * One server is started for the run with a data dir under /tmp; every workshop it made is
@@ -17,6 +17,7 @@ import { egress } from './egress.js';
 import { execRoundTrip } from './exec-roundtrip.js';
 import { BenchServer, killLiveChildren, makeScratch, REPO_ROOT, removeScratch, type Scratch } from './lib.js';
 import { memory } from './memory.js';
+import { mcpExec } from './mcp-exec.js';
 import { resumeExec } from './resume-exec.js';
 
 type Bench = (server: BenchServer) => Promise<Record<string, unknown>>;
@@ -28,6 +29,7 @@ const BENCHES: { name: string; aliases: string[]; fn: Bench }[] = [
   { name: 'memory', aliases: ['4', 'mem'], fn: memory },
   { name: 'cli', aliases: ['5', 'cli-start'], fn: cliStart },
   { name: 'egress', aliases: ['6', 'proxy'], fn: egress },
+  { name: 'mcp', aliases: ['7', 'mcp-exec'], fn: mcpExec },
 ];
 
 function newestMtime(dir: string): number {
