@@ -133,7 +133,8 @@ export class ExecLog {
         throw new AtelierError('WORKSHOP_NOT_FOUND', `workshop ${workshopId} was deleted`, { id: workshopId });
       throw err;
     }
-    return this.read(id, actor, 0, wait ?? 0);
+    // The service has just checked the caller's right to run a command there.
+    return this.view(id, 0, wait ?? 0);
   }
 
   /** Records the command's output as it comes and its end; never throws (a write that fails is logged). */
@@ -213,20 +214,26 @@ export class ExecLog {
    * hold what only an operator should see.
    */
   async read(id: string, actor: Principal, after = 0, wait = 0): Promise<ExecView> {
-    let row = await this.row(id);
+    const row = await this.row(id);
     try {
       await this.workshops.authorize(row.workshop_id, actor, 'operate');
     } catch (err) {
       if (err instanceof AtelierError && err.code === 'WORKSHOP_NOT_FOUND') throw this.notFound(id);
       throw err;
     }
+    return this.view(id, after, wait, row);
+  }
+
+  private async view(id: string, after: number, wait: number, first?: ExecRow): Promise<ExecView> {
     const live = this.live.get(id);
+    let waited = false;
     if (live && wait > 0) {
       let timer: NodeJS.Timeout | undefined;
       await Promise.race([live.settled, new Promise<void>((r) => (timer = setTimeout(r, wait * 1000)))]);
       clearTimeout(timer);
-      row = await this.row(id);
+      waited = true;
     }
+    let row = first && !waited ? first : await this.row(id);
     if (row.status === 'Running' && !this.live.has(id) && row.instance !== this.instance) {
       // Started by a server process that has stopped since: nobody follows it any more.
       await this.query(`UPDATE execs SET status = 'Lost', ended_at = now() WHERE id = $1 AND status = 'Running'`, [id]);

@@ -1,5 +1,5 @@
 import { AtelierError } from '../../../core/index.js';
-import type { SimulatorView } from '../../../workshops/simulators.js';
+import type { SimulatorView } from '../../../workshops/index.js';
 import { call, raiseFor, readBody, request } from '../../client.js';
 import type { CommandContext } from '../../context.js';
 import { table } from '../../output.js';
