@@ -21,9 +21,10 @@ await build({
   outdir: 'dist/bundle',
   minify: true,
   sourcemap: true,
-  // Native (a .node binary per platform): loaded from node_modules at run time.
-  // ws's optional native speed-ups: not installed, ws falls back to JavaScript.
-  external: ['@napi-rs/keyring', 'bufferutil', 'utf-8-validate'],
+  // Native (a .node binary per platform): loaded from node_modules at run time. ws's optional
+  // native speed-ups are not installed (ws falls back to JavaScript). jsonc-parser's UMD main
+  // cannot be bundled (its require() calls are resolved at run time): Node loads it.
+  external: ['@napi-rs/keyring', 'bufferutil', 'utf-8-validate', 'jsonc-parser'],
   plugins: [
     {
       name: 'server-stays-unbundled',

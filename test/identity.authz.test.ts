@@ -93,6 +93,16 @@ function matrixSimulator(f: Fixture): Promise<string> {
   return matrixSim;
 }
 
+/** A command started once by the owner through the async exec API. */
+let matrixEx: Promise<string> | undefined;
+function matrixExec(f: Fixture): Promise<string> {
+  matrixEx ??= as(f, 'owner', { method: 'POST', path: `/v1/workshops/${f.ws}/execs`, body: { command: ['echo', 'hi'] } }).then((r) => {
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    return (r.body as { id: string }).id;
+  });
+  return matrixEx;
+}
+
 const TABLE: Record<string, Row> = {
   'GET /healthz': { expect: all(200), call: () => ({ method: 'GET', path: '/healthz' }) },
   'GET /metrics': { expect: all(200), call: () => ({ method: 'GET', path: '/metrics' }) },
@@ -175,6 +185,15 @@ const TABLE: Record<string, Row> = {
   'POST /v1/workshops/:id/exec': {
     expect: e(401, 404, 403, 403, 200, 200, 200, 404),
     call: (f) => ({ method: 'POST', path: `/v1/workshops/${f.ws}/exec`, body: { command: ['true'] } }),
+  },
+  'POST /v1/workshops/:id/execs': {
+    expect: e(401, 404, 403, 403, 201, 201, 201, 404),
+    call: (f) => ({ method: 'POST', path: `/v1/workshops/${f.ws}/execs`, body: { command: ['true'] } }),
+  },
+  'GET /v1/execs/:execId': {
+    // The output of a command is for those who may run one there (an agent of another workshop: not found).
+    expect: e(401, 404, 403, 403, 200, 200, 200, 404),
+    call: async (f) => ({ method: 'GET', path: `/v1/execs/${await matrixExec(f)}` }),
   },
   'GET /v1/workshops/:id/files': {
     expect: e(401, 404, 200, 200, 200, 200, 200, 404),

@@ -596,6 +596,40 @@ async function main(argv: string[]): Promise<number> {
       await render(c.output, j, () => journalText(j));
     });
 
+  const mcp = program.command('mcp').description('MCP: workshops as tools for desktop agents (Claude, Cursor, VS Code, Windsurf)');
+  mcp
+    .command('serve')
+    .description('stdio MCP server for an MCP client to start; talks to the server of --context')
+    .option('--workshop <id>', 'every tool acts on this workshop only')
+    .option('--read-only', 'expose only list, read and diff')
+    .action(async (flags: { workshop?: string; readOnly?: boolean }) => {
+      const { mcpServe } = await import('./commands/mcp/serve.js');
+      await mcpServe(ctx(), flags, VERSION);
+      // The client is gone: nothing else to wait for (idle HTTP keep-alive sockets).
+      process.exit(0);
+    });
+
+  mcp
+    .command('install-config')
+    .description("add this context's MCP server (atelier mcp serve --context NAME) to an MCP client's own configuration")
+    .addOption(
+      new Option('--client <name>', 'the client (default: every one installed here)').choices([
+        'claude-desktop',
+        'claude-code',
+        'cursor',
+        'vscode',
+        'windsurf',
+      ]),
+    )
+    .option('--remove', "remove this context's server instead")
+    .option('--dry-run', 'print the change as a diff, write nothing')
+    .action(async (flags: { client?: string; remove?: boolean; dryRun?: boolean }) => {
+      const c = ctx();
+      const { installConfig, describeInstall } = await import('./commands/mcp/installConfig.js');
+      const results = await installConfig(c, flags);
+      await render(c.output, results, () => describeInstall(results));
+    });
+
   try {
     await program.parseAsync(argv, { from: 'user' });
   } catch (err) {

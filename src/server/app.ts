@@ -3,7 +3,7 @@ import websocket from '@fastify/websocket';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { AtelierError, newRequestId } from '../core/index.js';
 import type { Pool } from '../db/index.js';
-import type { WorkshopService } from '../workshops/index.js';
+import { ExecLog, type WorkshopService } from '../workshops/index.js';
 import type { ApprovalService, SlackNotifier } from '../approvals/index.js';
 import {
   checkRouteAccess,
@@ -19,6 +19,7 @@ import { identityRoutes } from './routes/identity.js';
 import { terminalRoutes } from './routes/terminals.js';
 import { workshopRoutes } from './routes/workshops.js';
 import { simulatorRoutes } from './routes/simulators.js';
+import { execRoutes } from './routes/execs.js';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -152,6 +153,9 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   workshopRoutes(app, deps.workshops, deps.approvals);
   simulatorRoutes(app, deps.workshops);
   identityRoutes(app, deps.accounts, deps.workshops);
+  const execs = new ExecLog(deps.pool, deps.workshops, deps.logger);
+  execRoutes(app, execs);
+  app.addHook('onClose', () => execs.close());
   // WebSocket routes (terminals and tunnels, the approvals stream), authenticated by the same
   // onRequest hook before the upgrade, live in plugins registered after @fastify/websocket.
   void app.register(websocket, { options: { maxPayload: 1 << 20 } });

@@ -5,3 +5,13 @@ export { readDevcontainer } from './devcontainer.js';
 export { resolveRepoSource } from './repo.js';
 export { InternalNetwork } from './internal.js';
 export { SimulatorManager, type SimulatorView } from './simulators.js';
+export {
+  ExecLog,
+  StartExecRequest,
+  MAX_EXEC_OUTPUT_BYTES,
+  MAX_EXEC_WAIT_SECONDS,
+  EXEC_RETENTION_DAYS,
+  type ExecView,
+  type ExecChunk,
+  type ExecStatus,
+} from './execLog.js';
