@@ -128,7 +128,7 @@ describe('postgres simulator', () => {
     t.diagnostic(`two concurrent first starts (initdb of the template + copy + start): ${(performance.now() - t0).toFixed(0)} ms`);
     assert.deepEqual(
       readdirSync(cacheDir).filter((e) => e.startsWith('template-') && !e.endsWith('.spares')),
-      ['template-pg15-v1'],
+      ['template-pg15-v2'],
     );
     assert.equal((await query(a, 'SELECT 1 AS one')).rows[0].one, 1);
     assert.equal((await query(b, 'SELECT 1 AS one')).rows[0].one, 1);
@@ -139,7 +139,10 @@ describe('postgres simulator', () => {
     const w0 = performance.now();
     await warmSimulators({ cacheDir, runAs: RUN_AS });
     t.diagnostic(`warmSimulators (spare copies): ${(performance.now() - w0).toFixed(0)} ms`);
-    assert.ok(readdirSync(join(cacheDir, 'template-pg15-v1.spares')).filter((e) => e.startsWith('spare-')).length >= 2);
+    assert.ok(
+      readdirSync(join(cacheDir, 'template-pg15-v2.spares')).filter((e) => e.startsWith('spare-')).length >= 2,
+      'spare copies are kept ready',
+    );
 
     const startTimes: number[] = [];
     const firstQuery: number[] = [];

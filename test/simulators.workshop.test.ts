@@ -95,6 +95,13 @@ describe('simulators in a workshop', () => {
     const pg = await server.exec(ws, ['sh', '-c', 'psql "$DATABASE_URL" -Atc "select current_database(), current_user, 6*7"']);
     assert.equal(pg.exitCode, 0, pg.stderr);
     assert.equal(pg.stdout.trim(), 'testdb|dev|42');
+    // The database asked for, owned by the user asked for; nothing of the template's making left over.
+    const dbs = await server.exec(ws, [
+      'sh',
+      '-c',
+      `psql "$DATABASE_URL" -Atc "select datname || ':' || pg_get_userbyid(datdba) from pg_database where not datistemplate order by 1"`,
+    ]);
+    assert.deepEqual(dbs.stdout.trim().split('\n'), ['postgres:atelier_admin', 'testdb:dev'], dbs.stderr);
     const byName = await server.exec(ws, [
       'sh',
       '-c',

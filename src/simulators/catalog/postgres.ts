@@ -39,7 +39,9 @@ import { checkKeys, checkSocketPath, invalid, requestedMajor, type CatalogEntry,
 
 const ADMIN = 'atelier_admin';
 /** Bump when the template's contents change: older templates are then left unused. */
-const TEMPLATE_FORMAT = 'v1';
+const TEMPLATE_FORMAT = 'v2';
+/** A database made in the template, renamed into the one asked for (a rename is instant; CREATE DATABASE copies files). */
+const SPARE_DATABASE = 'atelier_spare';
 const PORT = 5432;
 const PG_BASE = '/usr/lib/postgresql';
 
@@ -247,6 +249,23 @@ async function createTemplate(cacheDir: string, dir: string, inst: Installation,
     });
     rmSync(pwfile);
     const data = join(scratch, 'data');
+    // One spare database, made now in single-user mode (no server, no socket): each start renames
+    // it instead of copying template1 (~80 ms saved on every start, more on a loaded machine).
+    const single = run(join(inst.binDir, 'postgres'), ['--single', '-D', data, '-c', 'fsync=off', 'postgres'], {
+      cwd: scratch,
+      env: SIMULATOR_ENV,
+      ...(runAs ? { uid: runAs.uid, gid: runAs.gid } : {}),
+    });
+    single.child.stdin!.end(`CREATE DATABASE ${SPARE_DATABASE} STRATEGY FILE_COPY\n`);
+    await single.catch((err: Error & { stderr?: string }) => {
+      throw new AtelierError(
+        'UNAVAILABLE',
+        `the PostgreSQL simulator template could not be prepared: ${err.stderr?.trim() || err.message}`,
+        {
+          type: 'postgres',
+        },
+      );
+    });
     // Password for every local connection; there is no TCP listener at all.
     writeFileSync(
       join(data, 'pg_hba.conf'),
@@ -471,10 +490,14 @@ export const postgres: CatalogEntry = {
       const attributes = s.superuser === 'true' ? 'SUPERUSER' : 'NOSUPERUSER CREATEDB';
       await client.query(`CREATE ROLE ${role} LOGIN ${attributes} PASSWORD ${client.escapeLiteral(s.password!)}`);
       // Owner of its database, hence of its public schema (pg_database_owner, PostgreSQL 15).
-      if (s.database === 'postgres') await client.query(`ALTER DATABASE postgres OWNER TO ${role}`);
-      // FILE_COPY: ~80 ms here against ~200–350 ms for the default WAL_LOG, whose point
-      // (not checkpointing a big cluster) does not apply to a fresh one without fsync.
-      else await client.query(`CREATE DATABASE ${quoteIdent(s.database!)} OWNER ${role} STRATEGY FILE_COPY`);
+      if (s.database === 'postgres') {
+        await client.query(`ALTER DATABASE postgres OWNER TO ${role}`);
+        await client.query(`DROP DATABASE ${SPARE_DATABASE}`);
+      } else {
+        // The template's spare database becomes the one asked for: catalog changes only.
+        if (s.database !== SPARE_DATABASE) await client.query(`ALTER DATABASE ${SPARE_DATABASE} RENAME TO ${quoteIdent(s.database!)}`);
+        await client.query(`ALTER DATABASE ${quoteIdent(s.database!)} OWNER TO ${role}`);
+      }
     } finally {
       await client.end().catch(() => undefined);
     }
