@@ -473,6 +473,37 @@ async function main(argv: string[]): Promise<number> {
       if (flags.wait) requireApproved(a);
     });
 
+  const secrets = program.command('secrets').description("the tenant's secrets, granted to a workshop only by an approved SECRET_REQUEST");
+  secrets
+    .command('set <name>')
+    .description('set (or replace) a secret; the value is read from stdin, never from an argument (maintainers)')
+    .action(async (name: string) => {
+      const c = ctx();
+      const { readValue, setSecret } = await import('./commands/secrets/manage.js');
+      const s = await setSecret(c, name, await readValue());
+      await render(c.output, s, () => `secret ${s.name} set`);
+    });
+  secrets
+    .command('list')
+    .alias('ls')
+    .description('names of the secrets, who set them and when (never values)')
+    .action(async () => {
+      const c = ctx();
+      const { listSecrets, secretTable } = await import('./commands/secrets/manage.js');
+      const items = await listSecrets(c);
+      await render(c.output, items, () => secretTable(items));
+    });
+  secrets
+    .command('delete <name>')
+    .alias('rm')
+    .description('delete a secret; workshops holding a grant of it lose it at once (maintainers)')
+    .action(async (name: string) => {
+      const c = ctx();
+      const { deleteSecret } = await import('./commands/secrets/manage.js');
+      await deleteSecret(c, name);
+      await render(c.output, { deleted: name }, () => `secret ${name} deleted`);
+    });
+
   program
     .command('audit')
     .description('the approvals audit')

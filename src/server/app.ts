@@ -3,7 +3,7 @@ import websocket from '@fastify/websocket';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { AtelierError, newRequestId } from '../core/index.js';
 import type { Pool } from '../db/index.js';
-import type { WorkshopService } from '../workshops/index.js';
+import type { SecretStore, WorkshopService } from '../workshops/index.js';
 import type { ApprovalService, SlackNotifier } from '../approvals/index.js';
 import {
   checkRouteAccess,
@@ -18,6 +18,7 @@ import { approvalRoutes } from './routes/approvals.js';
 import { identityRoutes } from './routes/identity.js';
 import { workshopRoutes } from './routes/workshops.js';
 import { simulatorRoutes } from './routes/simulators.js';
+import { secretRoutes } from './routes/secrets.js';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -42,6 +43,7 @@ export interface AppDeps {
   extraRoutes?: ((app: FastifyInstance) => void)[];
   approvals?: ApprovalService;
   slack?: SlackNotifier;
+  secrets?: SecretStore;
 }
 
 export interface RouteEntry {
@@ -151,6 +153,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   workshopRoutes(app, deps.workshops, deps.approvals);
   simulatorRoutes(app, deps.workshops);
   identityRoutes(app, deps.accounts, deps.workshops);
+  if (deps.secrets) secretRoutes(app, deps.secrets);
   for (const register of deps.extraRoutes ?? []) register(app);
   // WebSocket routes live in a plugin registered after @fastify/websocket (it must see them).
   void app.register(websocket, { options: { maxPayload: 64 << 10 } });

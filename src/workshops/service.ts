@@ -72,6 +72,8 @@ export interface ServiceOptions {
    * when the command may run (no pattern matches, or a human approved it), throws otherwise.
    */
   execGate?: ExecGate;
+  /** Variables of granted secrets (approved SECRET_REQUESTs) for new execs of a workshop. */
+  secretEnv?: (workshopId: string) => Promise<Record<string, string>>;
 }
 
 export type ExecGate = (
@@ -331,6 +333,14 @@ export class WorkshopService {
   async isLocal(id: string): Promise<boolean> {
     const [r] = await this.query<{ node_id: string }>('SELECT node_id FROM workshops WHERE id = $1', [id]);
     return r?.node_id === this.opts.nodeId;
+  }
+
+  /** A workshop's live sandbox when it runs on this server (server-side effects such as granted secrets). */
+  async localSandbox(id: string): Promise<{ handle: SandboxHandle; run: string } | undefined> {
+    const [row] = await this.query<WorkshopRow>('SELECT * FROM workshops WHERE id = $1', [id]);
+    if (!row || row.node_id !== this.opts.nodeId || row.status !== 'Running' || !row.sandbox || !this.driver.alive(row.sandbox))
+      return undefined;
+    return { handle: row.sandbox, run: this.driver.layout(id).run };
   }
 
   /**
@@ -751,12 +761,13 @@ export class WorkshopService {
       if (row.approval_commands.length > 0) await this.opts.execGate(id, row.approval_commands, req, actor, gate);
     }
     const stdin = req.stdin === undefined ? undefined : Buffer.from(req.stdin, 'base64');
+    const secrets = this.opts.secretEnv ? await this.opts.secretEnv(id) : {};
     return this.startLocked(
       id,
       { actor, action: 'operate' },
       req.command,
       this.resolveCwd(req.cwd),
-      req.env ?? {},
+      { ...secrets, ...(req.env ?? {}) },
       stdin,
       req.timeoutSeconds,
     );
