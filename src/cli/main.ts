@@ -96,6 +96,19 @@ async function main(argv: string[]): Promise<number> {
         exitCode = 1;
       }
     });
+  ws.command('publish <id>')
+    .description('ask to publish the workspace as a branch: once approved, the server commits it and pushes (never the agent)')
+    .requiredOption('--branch <name>', 'the branch to push, e.g. feature/login')
+    .option('--remote <url|path>', 'where to push (default: the repository the workshop was cloned from)')
+    .option('--title <text>', 'the commit message')
+    .option('--justification <text>', 'why (shown to the decider)')
+    .action(async (id: string, flags: { branch: string; remote?: string; title?: string; justification?: string }) => {
+      const c = ctx();
+      const { publishWorkshop } = await import('./commands/workshops/publish.js');
+      const { approvalDetail } = await import('./commands/approvals/manage.js');
+      const a = await publishWorkshop(c, id, flags);
+      await render(c.output, a, () => approvalDetail(a));
+    });
   ws.command('list')
     .alias('ls')
     .description('list workshops')

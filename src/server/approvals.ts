@@ -3,7 +3,7 @@ import { AtelierError } from '../core/index.js';
 import type { Pool } from '../db/index.js';
 import { ApprovalService, SlackNotifier, parseTtls, type SlackConfig } from '../approvals/index.js';
 import { canonicalizeHost, createEgressPolicy, hostForAuthority, type AskHook, type CanonicalHost } from '../egress/index.js';
-import { DEFAULT_GRANT_SECONDS, SecretStore, type ExecGate, type WorkshopService } from '../workshops/index.js';
+import { DEFAULT_GRANT_SECONDS, Publisher, SecretStore, type ExecGate, type WorkshopService } from '../workshops/index.js';
 
 export interface ApprovalsRuntime {
   service: ApprovalService;
@@ -166,6 +166,12 @@ export function createApprovals(opts: {
         async apply(a) {
           await workshops.addApprovedEgress(a.workshopId, String(a.payload.entry));
         },
+      });
+      const publisher = new Publisher(workshops);
+      service.register('PR_GATEWAY', {
+        prepare: (workshopId, payload) => publisher.prepare(workshopId, payload),
+        local: (a) => workshops.isLocal(a.workshopId),
+        apply: (a) => publisher.apply(a),
       });
       // The effect is the exec that waited for it (it consumes the approval), nothing more.
       service.register('SHELL_COMMAND', {});

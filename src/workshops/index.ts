@@ -6,3 +6,4 @@ export { resolveRepoSource } from './repo.js';
 export { InternalNetwork } from './internal.js';
 export { SimulatorManager, type SimulatorView } from './simulators.js';
 export { SecretStore, checkSecretName, DEFAULT_GRANT_SECONDS, SECRETS_DIR, type SecretInfo, type LocalSandbox } from './secrets.js';
+export { Publisher } from './publish.js';

@@ -631,7 +631,7 @@ export class WorkshopService {
     return rows.map((r) => this.context(r, r.sandbox!));
   }
 
-  private async runnable(id: string, access: Access): Promise<WorkshopRow & { sandbox: SandboxHandle }> {
+  private async runnable(id: string, access: Access | undefined): Promise<WorkshopRow & { sandbox: SandboxHandle }> {
     const row = await this.row(id, access);
     if (row.status === 'Suspended')
       throw new AtelierError('WORKSHOP_SUSPENDED', `workshop ${id} is suspended: run \`atelier workshops resume ${id}\``, { id });
@@ -779,7 +779,7 @@ export class WorkshopService {
    */
   private startLocked(
     id: string,
-    access: Access,
+    access: Access | undefined,
     command: string[],
     cwd: string,
     env: Record<string, string>,
@@ -947,6 +947,21 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
       },
     );
     return { diff: d.stdout.toString('utf8'), untracked: u.stdout.toString('utf8').split('\0').filter(Boolean), truncated: d.truncated };
+  }
+
+  /**
+   * A command of the server's own in a running workshop (as its user, in its sandbox, in
+   * /workspace), output collected: the platform acting on an approved request, no caller's rights.
+   */
+  async runAsPlatform(id: string, command: string[], env: Record<string, string>, maxBytes: number) {
+    return this.collectOutput(this.startLocked(id, undefined, command, '/workspace', env), { maxBytes });
+  }
+
+  /** Where a workshop's branch may be pushed: `remote`, else the repository it was cloned from; checked like a repo source. */
+  async pushTarget(id: string, remote: string | undefined): Promise<string> {
+    const row = await this.row(id);
+    const source = resolveRepoSource(remote ?? row.repo, this.opts.allowRepoRoots);
+    return source.kind === 'remote' ? source.url : source.path;
   }
 
   /** One workshop of reconcile(): never throws (a workshop that cannot be recovered ends Failed). */
