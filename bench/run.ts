@@ -1,7 +1,7 @@
 /**
  * Atelier benchmarks, each beside its peer measured in the same run (DESIGN.md, "Peers to
  * measure against"). Usage: `npm run bench [-- NAME]` with NAME one of create, exec, resume,
- * memory, cli, egress, postgres-sim (or 1-7), create-sims, approvals; without it, all of them. Needs root (cgroups, freezer) and `npm run
+ * memory, cli, egress, postgres-sim (or 1-7), create-sims, approvals, secrets; without it, all of them. Needs root (cgroups, freezer) and `npm run
  * build` first: the server and the CLI run from dist/.
  *
  * One server is started for the run with a data dir under /tmp; every workshop it made is
@@ -20,6 +20,7 @@ import { execRoundTrip } from './exec-roundtrip.js';
 import { BenchServer, killLiveChildren, makeScratch, REPO_ROOT, removeScratch, type Scratch } from './lib.js';
 import { memory } from './memory.js';
 import { resumeExec } from './resume-exec.js';
+import { secrets } from './secrets.js';
 import { postgresSimulator } from './simulators.js';
 
 type Bench = (server: BenchServer) => Promise<Record<string, unknown>>;
@@ -34,6 +35,7 @@ const BENCHES: { name: string; aliases: string[]; fn: Bench }[] = [
   { name: 'postgres-sim', aliases: ['7', 'simulators', 'pg-sim'], fn: postgresSimulator },
   { name: 'create-sims', aliases: ['create-simulators'], fn: createSimulators },
   { name: 'approvals', aliases: ['8', 'hitl'], fn: approvals },
+  { name: 'secrets', aliases: ['9', 'secret-grant'], fn: secrets },
 ];
 
 function newestMtime(dir: string): number {
