@@ -141,4 +141,14 @@ describe('PR_GATEWAY: workshops publish', () => {
     assert.match(String(done.effect.error), /workspace changed after the request was filed/);
     assert.equal(hasBranch(remote, 'feature/changed'), false);
   });
+  it('a large diff is cut for the decider (the payload stays under its bound), the request still filed', async () => {
+    await server.exec(ws, ['sh', '-c', 'seq 1 200000 | sed "s/$/ é/" > big.txt']);
+    const a = await publish('feature/big');
+    assert.equal(a.status, 'PENDING');
+    assert.match(String(a.payload.diff), /\[diff truncated: see the workshop\]\n$/);
+    assert.ok(Buffer.byteLength(String(a.payload.diff)) < 520 * 1024);
+    assert.match(String(a.payload.diffStat), /big\.txt/);
+    assert.equal((await cliAs('owner', ['approvals', 'reject', a.id, '--reason', 'too big'])).code, 0);
+    await server.exec(ws, ['rm', 'big.txt']);
+  });
 });

@@ -118,6 +118,10 @@ describe('secrets and SECRET_REQUEST', () => {
   });
 
   it('bad input gets clear errors and changes nothing', async () => {
+    // Never from an argument (it would sit in the shell's history and in ps).
+    const argv = await server.cli(['secrets', 'set', 'ARGV_KEY', 'argv-value'], { env: { ATELIER_TOKEN: tokens.lead } });
+    assert.equal(argv.code, 2);
+    assert.match(argv.stderr, /too many arguments[\s\S]*read from stdin, never from an argument/);
     const empty = await cliAs('lead', ['secrets', 'set', 'EMPTY'], '');
     assert.equal(empty.code, 1);
     assert.match(empty.stderr, /no value on stdin/);
@@ -215,5 +219,6 @@ describe('secrets and SECRET_REQUEST', () => {
       assert.equal((err as { status: number }).status, 1, 'grep found nothing (status 1), not an error');
     }
     assert.equal(found, '', `the value is in clear in ${found}`);
+    assert.ok(server.log.length > 0 && !server.log.includes(VALUE), 'the server log does not hold the value');
   });
 });

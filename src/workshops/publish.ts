@@ -83,7 +83,14 @@ export class Publisher {
     const patch = nul < 0 ? '' : rest.subarray(nul + 1).toString('utf8');
     if (base !== '' && stat.trim() === '')
       throw new AtelierError('INVALID_ARGUMENT', 'the workspace has no changes to publish (it is the commit it was cloned at)');
-    const diff = patch.length > MAX_DIFF || r.truncated ? `${patch.slice(0, MAX_DIFF)}\n[diff truncated: see the workshop]\n` : patch;
+    // Cut by bytes (the request's payload is bounded in bytes), at a character boundary.
+    const diff =
+      Buffer.byteLength(patch) > MAX_DIFF || r.truncated
+        ? `${Buffer.from(patch)
+            .subarray(0, MAX_DIFF)
+            .toString('utf8')
+            .replace(/\uFFFD$/, '')}\n[diff truncated: see the workshop]\n`
+        : patch;
     return {
       ...payload,
       remote,
