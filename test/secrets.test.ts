@@ -189,6 +189,22 @@ describe('secrets and SECRET_REQUEST', () => {
     assert.equal((await sh('ls -A /run/atelier/secrets; printenv OTHER_KEY; true')).stdout, '');
   });
 
+  it('a suspended (frozen) then resumed workshop still holds its live grants', async () => {
+    assert.equal((await cliAs('lead', ['secrets', 'set', 'THIRD_KEY'], 'third-value')).code, 0);
+    const r = await ask('THIRD_KEY', { ttlSeconds: 3600 });
+    await cliAs('owner', ['approve', r.body.id]);
+    assert.equal((await applied(r.body.id)).effect.error, null);
+    assert.equal((await sh('cat /run/atelier/secrets/THIRD_KEY')).stdout, 'third-value');
+    assert.equal((await as('owner', 'POST', `/v1/workshops/${ws}/stop`)).status, 200);
+    assert.equal((await as('owner', 'POST', `/v1/workshops/${ws}/resume`)).status, 200);
+    assert.equal(
+      await until('cat /run/atelier/secrets/THIRD_KEY; echo; printenv THIRD_KEY', 'third-value\nthird-value', 10_000),
+      'third-value\nthird-value',
+    );
+    assert.equal((await cliAs('lead', ['secrets', 'delete', 'THIRD_KEY'])).code, 0);
+    assert.equal((await sh('ls -A /run/atelier/secrets; true')).stdout, '');
+  });
+
   it('deleting the secret ends its grants at once; a grant that ended while the server was down is removed at start', async () => {
     const r = await ask('OTHER_KEY', { ttlSeconds: 3600 });
     await cliAs('owner', ['approve', r.body.id]);
