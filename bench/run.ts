@@ -1,7 +1,7 @@
 /**
  * Atelier benchmarks, each beside its peer measured in the same run (DESIGN.md, "Peers to
  * measure against"). Usage: `npm run bench [-- NAME]` with NAME one of create, exec, resume,
- * memory, cli, egress, postgres-sim, terminals, approvals, mcp (or 1-10), create-sims; without it, all of them. Needs root (cgroups, freezer) and `npm run
+ * memory, cli, egress, postgres-sim, terminals, approvals, mcp, secrets (or 1-11), create-sims; without it, all of them. Needs root (cgroups, freezer) and `npm run
  * build` first: the server and the CLI run from dist/.
  *
  * One server is started for the run with a data dir under /tmp; every workshop it made is
@@ -21,6 +21,7 @@ import { BenchServer, killLiveChildren, makeScratch, REPO_ROOT, removeScratch, t
 import { memory } from './memory.js';
 import { mcpExec } from './mcp-exec.js';
 import { resumeExec } from './resume-exec.js';
+import { secrets } from './secrets.js';
 import { postgresSimulator } from './simulators.js';
 import { terminals } from './terminals.js';
 
@@ -38,6 +39,7 @@ const BENCHES: { name: string; aliases: string[]; fn: Bench }[] = [
   { name: 'approvals', aliases: ['9', 'hitl'], fn: approvals },
   { name: 'mcp', aliases: ['10', 'mcp-exec'], fn: mcpExec },
   { name: 'create-sims', aliases: ['create-simulators'], fn: createSimulators },
+  { name: 'secrets', aliases: ['11', 'secret-grant'], fn: secrets },
 ];
 
 function newestMtime(dir: string): number {

@@ -313,6 +313,24 @@ const TABLE: Record<string, Row> = {
     expect: all(401),
     call: () => form('/v1/webhooks/slack/interactions', 'payload=%7B%7D'),
   },
+  // Secrets: names for members and agent tokens (never values, on no route); set and delete for
+  // maintainers and admins, each in their own tenant.
+  'GET /v1/secrets': { expect: e(401, 200, 403, 200, 200, 200, 200, 200), call: () => ({ method: 'GET', path: '/v1/secrets' }) },
+  'PUT /v1/secrets/:name': {
+    expect: e(401, 403, 403, 403, 403, 200, 200, 200),
+    call: () => ({ method: 'PUT', path: `/v1/secrets/${unique('MATRIX_')}`, body: { value: 'matrix' } }),
+  },
+  'DELETE /v1/secrets/:name': {
+    expect: e(401, 403, 403, 403, 403, 204, 204, 204),
+    call: async (f, who) => {
+      // Set first in the caller's own tenant, so an allowed caller deletes something real.
+      const name = unique('MATRIX_');
+      const setter = who === 'otherTenant' ? 'otherTenant' : 'admin';
+      const r = await as(f, setter, { method: 'PUT', path: `/v1/secrets/${name}`, body: { value: 'matrix' } });
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+      return { method: 'DELETE', path: `/v1/secrets/${name}` };
+    },
+  },
   'GET /v1/audit/verify': {
     expect: e(401, 403, 403, 403, 403, 403, 200, 403),
     call: () => ({ method: 'GET', path: '/v1/audit/verify' }),

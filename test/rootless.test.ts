@@ -83,6 +83,40 @@ describe('rootless server (started by an ordinary user)', () => {
     assert.doesNotMatch(ps.stdout, /sleep 300/);
   });
 
+  it('grants an approved secret on a tmpfs in the user namespace, and takes it back', async () => {
+    const w = await server.createWorkshop({ repo });
+    assert.equal((await server.api('PUT', '/v1/secrets/ROOTLESS_KEY', { value: 'rootless-value' })).status, 200);
+    const agent = (await server.api<{ token: string }>('POST', '/v1/tokens', { workshopId: w.id, expiresInSeconds: 600 })).body.token;
+    const filed = await server.api<{ id: string }>(
+      'POST',
+      `/v1/workshops/${w.id}/approvals`,
+      { category: 'SECRET_REQUEST', payload: { name: 'ROOTLESS_KEY', justification: 'rootless test', ttlSeconds: 10 } },
+      { authorization: `Bearer ${agent}` },
+    );
+    assert.equal(filed.status, 201, JSON.stringify(filed.body));
+    const decided = await server.api('POST', `/v1/approvals/${filed.body.id}/decision`, { decision: 'APPROVE', reason: 'ok' });
+    assert.equal(decided.status, 200, JSON.stringify(decided.body));
+    let effect: { appliedAt: string | null; error: string | null } = { appliedAt: null, error: null };
+    for (let i = 0; i < 200 && !effect.appliedAt; i++) {
+      effect = (await server.api<{ effect: typeof effect }>('GET', `/v1/approvals/${filed.body.id}`)).body.effect;
+      if (!effect.appliedAt) await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.equal(effect.error, null);
+    const r = await server.exec(w.id, [
+      'sh',
+      '-c',
+      'stat -c "%a %u" /run/atelier/secrets/ROOTLESS_KEY; stat -f -c %T /run/atelier/secrets; cat /run/atelier/secrets/ROOTLESS_KEY; echo; printenv ROOTLESS_KEY',
+    ]);
+    assert.equal(r.stdout, '400 0\ntmpfs\nrootless-value\nrootless-value\n', r.stderr);
+    let left = 'x';
+    for (let i = 0; i < 150 && left !== ''; i++) {
+      left = (await server.exec(w.id, ['sh', '-c', 'ls -A /run/atelier/secrets'])).stdout;
+      if (left !== '') await new Promise((x) => setTimeout(x, 200));
+    }
+    assert.equal(left, '');
+    assert.equal((await server.api('DELETE', `/v1/workshops/${w.id}`)).status, 200);
+  });
+
   it('refuses suspend clearly, survives a server kill -9, and deletes cleanly', async () => {
     const w = await server.createWorkshop({ repo });
     const stop = await server.api<{ code: string; message: string }>('POST', `/v1/workshops/${w.id}/stop`);

@@ -96,6 +96,19 @@ async function main(argv: string[]): Promise<number> {
         exitCode = 1;
       }
     });
+  ws.command('publish <id>')
+    .description('ask to publish the workspace as a branch: once approved, the server commits it and pushes (never the agent)')
+    .requiredOption('--branch <name>', 'the branch to push, e.g. feature/login')
+    .option('--remote <url|path>', 'where to push (default: the repository the workshop was cloned from)')
+    .option('--title <text>', 'the commit message')
+    .option('--justification <text>', 'why (shown to the decider)')
+    .action(async (id: string, flags: { branch: string; remote?: string; title?: string; justification?: string }) => {
+      const c = ctx();
+      const { publishWorkshop } = await import('./commands/workshops/publish.js');
+      const { approvalDetail } = await import('./commands/approvals/manage.js');
+      const a = await publishWorkshop(c, id, flags);
+      await render(c.output, a, () => approvalDetail(a));
+    });
   ws.command('list')
     .alias('ls')
     .description('list workshops')
@@ -474,6 +487,37 @@ async function main(argv: string[]): Promise<number> {
       });
       await render(c.output, a, () => approvalDetail(a));
       if (flags.wait) requireApproved(a);
+    });
+
+  const secrets = program.command('secrets').description("the tenant's secrets, granted to a workshop only by an approved SECRET_REQUEST");
+  secrets
+    .command('set <name>')
+    .description('set (or replace) a secret; the value is read from stdin, never from an argument (maintainers)')
+    .action(async (name: string) => {
+      const c = ctx();
+      const { readValue, setSecret } = await import('./commands/secrets/manage.js');
+      const s = await setSecret(c, name, await readValue());
+      await render(c.output, s, () => `secret ${s.name} set`);
+    });
+  secrets
+    .command('list')
+    .alias('ls')
+    .description('names of the secrets, who set them and when (never values)')
+    .action(async () => {
+      const c = ctx();
+      const { listSecrets, secretTable } = await import('./commands/secrets/manage.js');
+      const items = await listSecrets(c);
+      await render(c.output, items, () => secretTable(items));
+    });
+  secrets
+    .command('delete <name>')
+    .alias('rm')
+    .description('delete a secret; workshops holding a grant of it lose it at once (maintainers)')
+    .action(async (name: string) => {
+      const c = ctx();
+      const { deleteSecret } = await import('./commands/secrets/manage.js');
+      await deleteSecret(c, name);
+      await render(c.output, { deleted: name }, () => `secret ${name} deleted`);
     });
 
   program

@@ -16,6 +16,7 @@ export {
   execInSandbox,
   isSandboxAlive,
   killSandbox,
+  nsenterArgs,
   prepareLayout,
   privilegedEnv,
   processStartTime,

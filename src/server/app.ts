@@ -3,7 +3,7 @@ import websocket from '@fastify/websocket';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { AtelierError, newRequestId } from '../core/index.js';
 import type { Pool } from '../db/index.js';
-import { ExecLog, type WorkshopService } from '../workshops/index.js';
+import { ExecLog, type SecretStore, type WorkshopService } from '../workshops/index.js';
 import type { ApprovalService, SlackNotifier } from '../approvals/index.js';
 import {
   checkRouteAccess,
@@ -20,6 +20,7 @@ import { terminalRoutes } from './routes/terminals.js';
 import { workshopRoutes } from './routes/workshops.js';
 import { simulatorRoutes } from './routes/simulators.js';
 import { execRoutes } from './routes/execs.js';
+import { secretRoutes } from './routes/secrets.js';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -44,6 +45,7 @@ export interface AppDeps {
   extraRoutes?: ((app: FastifyInstance) => void)[];
   approvals?: ApprovalService;
   slack?: SlackNotifier;
+  secrets?: SecretStore;
 }
 
 export interface RouteEntry {
@@ -153,6 +155,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   workshopRoutes(app, deps.workshops, deps.approvals);
   simulatorRoutes(app, deps.workshops);
   identityRoutes(app, deps.accounts, deps.workshops);
+  if (deps.secrets) secretRoutes(app, deps.secrets);
   const execs = new ExecLog(deps.pool, deps.workshops, deps.logger);
   execRoutes(app, execs);
   app.addHook('onClose', () => execs.close());

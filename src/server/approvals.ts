@@ -3,7 +3,7 @@ import { AtelierError } from '../core/index.js';
 import type { Pool } from '../db/index.js';
 import { ApprovalService, SlackNotifier, parseTtls, type SlackConfig } from '../approvals/index.js';
 import { canonicalizeHost, createEgressPolicy, hostForAuthority, type AskHook, type CanonicalHost } from '../egress/index.js';
-import type { ExecGate, WorkshopService } from '../workshops/index.js';
+import { DEFAULT_GRANT_SECONDS, Publisher, SecretStore, type ExecGate, type WorkshopService } from '../workshops/index.js';
 
 export interface ApprovalsRuntime {
   service: ApprovalService;
@@ -12,6 +12,8 @@ export interface ApprovalsRuntime {
   ask: AskHook;
   /** The exec gate for SHELL_COMMAND (atelier.yaml `approvals.commands`). */
   execGate: ExecGate;
+  /** The tenants' secrets and their grants (SECRET_REQUEST). */
+  secrets: SecretStore;
   /** Wires each category to its effect once the workshop service exists, then starts listening and sweeping. */
   start(workshops: WorkshopService): Promise<void>;
   close(): Promise<void>;
@@ -60,8 +62,11 @@ export function createApprovals(opts: {
   pool: Pool;
   databaseUrl: string;
   logger: FastifyBaseLogger;
+  nodeId: string;
+  sealer: { encrypt(plain: string, context: string): string; decrypt(sealed: string, context: string): Buffer };
 }): ApprovalsRuntime {
   const ttls = parseTtls(opts.ttl);
+  const secrets = new SecretStore(opts.pool, { nodeId: opts.nodeId, sealer: opts.sealer, log: opts.logger });
   const service = new ApprovalService(opts.pool, { ttls, databaseUrl: opts.databaseUrl, log: opts.logger });
   const slack = new SlackNotifier(opts.pool, service, opts.slack, opts.logger);
 
@@ -126,7 +131,24 @@ export function createApprovals(opts: {
     slack,
     ask,
     execGate,
+    secrets,
     async start(workshops) {
+      service.register('SECRET_REQUEST', {
+        async prepare(workshopId, payload) {
+          const name = String(payload.name);
+          if (!(await secrets.existsFor(workshopId, name)))
+            throw new AtelierError(
+              'NOT_FOUND',
+              `secret ${name} is not set in this workshop's tenant: a maintainer sets it with \`atelier secrets set ${name}\` (value on stdin), then ask again`,
+              { field: 'payload.name' },
+            );
+          return { ...payload, ttlSeconds: (payload.ttlSeconds as number | undefined) ?? DEFAULT_GRANT_SECONDS };
+        },
+        local: (a) => workshops.isLocal(a.workshopId),
+        async apply(a) {
+          await secrets.grant(a.id, a.workshopId, String(a.payload.name), Number(a.payload.ttlSeconds ?? DEFAULT_GRANT_SECONDS));
+        },
+      });
       service.register('ALLOWLIST_EXPANSION', {
         async prepare(_workshopId, payload) {
           const h = canonicalizeHost(String(payload.host));
@@ -145,12 +167,20 @@ export function createApprovals(opts: {
           await workshops.addApprovedEgress(a.workshopId, String(a.payload.entry));
         },
       });
+      const publisher = new Publisher(workshops);
+      service.register('PR_GATEWAY', {
+        prepare: (workshopId, payload) => publisher.prepare(workshopId, payload),
+        local: (a) => workshops.isLocal(a.workshopId),
+        apply: (a) => publisher.apply(a),
+      });
       // The effect is the exec that waited for it (it consumes the approval), nothing more.
       service.register('SHELL_COMMAND', {});
       await service.start();
+      secrets.start((id) => workshops.localSandbox(id));
       slack.start();
     },
     async close() {
+      await secrets.close();
       await service.close();
       await slack.close();
     },

@@ -269,6 +269,8 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       pool,
       databaseUrl: databaseUrl ?? embedded!.connectionString,
       logger,
+      nodeId,
+      sealer: masterKey,
     });
     const egress = await startEgress(config, pool, logger, approvals.ask);
     cleanups.push(() => egress.close());
@@ -306,6 +308,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       simulators,
       sealer: masterKey,
       execGate: approvals.execGate,
+      secretEnv: (id) => approvals.secrets.envFor(id),
     });
     await approvals.start(workshops);
     cleanups.push(() => approvals.close());
@@ -343,6 +346,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       ],
       approvals: approvals.service,
       slack: approvals.slack,
+      secrets: approvals.secrets,
     });
     cleanups.push(() => app.close());
     // Runs before app.close (cleanups run in reverse): in-flight execs end, so their requests do.

@@ -15,3 +15,5 @@ export {
   type ExecChunk,
   type ExecStatus,
 } from './execLog.js';
+export { SecretStore, checkSecretName, DEFAULT_GRANT_SECONDS, SECRETS_DIR, type SecretInfo, type LocalSandbox } from './secrets.js';
+export { Publisher } from './publish.js';

@@ -72,6 +72,8 @@ export interface ServiceOptions {
    * when the command may run (no pattern matches, or a human approved it), throws otherwise.
    */
   execGate?: ExecGate;
+  /** Variables of granted secrets (approved SECRET_REQUESTs) for new execs of a workshop. */
+  secretEnv?: (workshopId: string) => Promise<Record<string, string>>;
 }
 
 export type ExecGate = (
@@ -331,6 +333,14 @@ export class WorkshopService {
   async isLocal(id: string): Promise<boolean> {
     const [r] = await this.query<{ node_id: string }>('SELECT node_id FROM workshops WHERE id = $1', [id]);
     return r?.node_id === this.opts.nodeId;
+  }
+
+  /** A workshop's live sandbox when it runs on this server (server-side effects such as granted secrets). */
+  async localSandbox(id: string): Promise<{ handle: SandboxHandle; run: string } | undefined> {
+    const [row] = await this.query<WorkshopRow>('SELECT * FROM workshops WHERE id = $1', [id]);
+    if (!row || row.node_id !== this.opts.nodeId || row.status !== 'Running' || !row.sandbox || !this.driver.alive(row.sandbox))
+      return undefined;
+    return { handle: row.sandbox, run: this.driver.layout(id).run };
   }
 
   /**
@@ -641,7 +651,7 @@ export class WorkshopService {
     return rows.map((r) => this.context(r, r.sandbox!));
   }
 
-  private async runnable(id: string, access: Access): Promise<WorkshopRow & { sandbox: SandboxHandle }> {
+  private async runnable(id: string, access: Access | undefined): Promise<WorkshopRow & { sandbox: SandboxHandle }> {
     const row = await this.row(id, access);
     if (row.status === 'Suspended')
       throw new AtelierError('WORKSHOP_SUSPENDED', `workshop ${id} is suspended: run \`atelier workshops resume ${id}\``, { id });
@@ -771,12 +781,13 @@ export class WorkshopService {
       if (row.approval_commands.length > 0) await this.opts.execGate(id, row.approval_commands, req, actor, gate);
     }
     const stdin = req.stdin === undefined ? undefined : Buffer.from(req.stdin, 'base64');
+    const secrets = this.opts.secretEnv ? await this.opts.secretEnv(id) : {};
     return this.startLocked(
       id,
       { actor, action: 'operate' },
       req.command,
       this.resolveCwd(req.cwd),
-      req.env ?? {},
+      { ...secrets, ...(req.env ?? {}) },
       stdin,
       req.timeoutSeconds,
     );
@@ -788,7 +799,7 @@ export class WorkshopService {
    */
   private startLocked(
     id: string,
-    access: Access,
+    access: Access | undefined,
     command: string[],
     cwd: string,
     env: Record<string, string>,
@@ -956,6 +967,21 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
       },
     );
     return { diff: d.stdout.toString('utf8'), untracked: u.stdout.toString('utf8').split('\0').filter(Boolean), truncated: d.truncated };
+  }
+
+  /**
+   * A command of the server's own in a running workshop (as its user, in its sandbox, in
+   * /workspace), output collected: the platform acting on an approved request, no caller's rights.
+   */
+  async runAsPlatform(id: string, command: string[], env: Record<string, string>, maxBytes: number) {
+    return this.collectOutput(this.startLocked(id, undefined, command, '/workspace', env), { maxBytes });
+  }
+
+  /** Where a workshop's branch may be pushed: `remote`, else the repository it was cloned from; checked like a repo source. */
+  async pushTarget(id: string, remote: string | undefined): Promise<string> {
+    const row = await this.row(id);
+    const source = resolveRepoSource(remote ?? row.repo, this.opts.allowRepoRoots);
+    return source.kind === 'remote' ? source.url : source.path;
   }
 
   /** One workshop of reconcile(): never throws (a workshop that cannot be recovered ends Failed). */

@@ -125,7 +125,7 @@ export function summary(a: ApprovalRequest): string {
     case 'SHELL_COMMAND':
       return `run ${Array.isArray(p.command) ? p.command.join(' ') : ''}`.slice(0, 80);
     case 'PR_GATEWAY':
-      return `publish branch ${String(p.branch)}`;
+      return `publish branch ${String(p.branch)}${p.remote ? ` to ${String(p.remote)}` : ''}`;
   }
 }
 
@@ -154,6 +154,11 @@ export function approvalDetail(a: ApprovalRequest): string {
     ['created', a.createdAt],
     ['expires', a.expiresAt],
   ];
+  if (a.category === 'PR_GATEWAY') {
+    pairs.push(['title', String(a.payload.title ?? '')]);
+    // The stat here; the whole diff with --output json (payload.diff).
+    pairs.push(['changes', `\n${String(a.payload.diffStat ?? '').trimEnd()}`]);
+  }
   if (a.decidedAt) pairs.push(['decided', `${a.decidedAt}${a.decidedBy ? ` by ${a.decidedBy}` : ''}`]);
   if (a.decisionReason) pairs.push(['reason', a.decisionReason]);
   if (a.effect.appliedAt) pairs.push(['applied', a.effect.error ? `failed: ${a.effect.error}` : a.effect.appliedAt]);

@@ -1,0 +1,80 @@
+import { AtelierError } from '../../../core/index.js';
+import { call } from '../../client.js';
+import type { CommandContext } from '../../context.js';
+import { table } from '../../output.js';
+
+export interface SecretInfo {
+  name: string;
+  setBy: string;
+  setAt: string;
+}
+
+const path = (name: string): string => `/v1/secrets/${encodeURIComponent(name)}`;
+
+/**
+ * The value, from stdin only (never an argument: it would sit in the shell's history and in
+ * `ps`). On a terminal it is typed without echo and ends at Enter; piped, it is the whole input
+ * less one final newline (`echo`, `printf '%s\n'`).
+ */
+export async function readValue(stdin: NodeJS.ReadStream = process.stdin): Promise<string> {
+  if (stdin.isTTY) {
+    process.stderr.write('value (not shown, Enter to finish): ');
+    stdin.setRawMode(true);
+    stdin.resume();
+    const value = await new Promise<string>((resolve, reject) => {
+      let buf = '';
+      const onData = (chunk: Buffer): void => {
+        for (const ch of chunk.toString('utf8')) {
+          if (ch === '\r' || ch === '\n') return done(null);
+          if (ch === '\u0003' || ch === '\u0004') return done(new AtelierError('INVALID_ARGUMENT', 'cancelled: nothing was set'));
+          if (ch === '\u007f' || ch === '\b') buf = buf.slice(0, -1);
+          else buf += ch;
+        }
+      };
+      const done = (err: Error | null): void => {
+        stdin.off('data', onData);
+        stdin.setRawMode(false);
+        stdin.pause();
+        process.stderr.write('\n');
+        if (err) reject(err);
+        else resolve(buf);
+      };
+      stdin.on('data', onData);
+    });
+    return value;
+  }
+  const chunks: Buffer[] = [];
+  for await (const c of stdin) chunks.push(c as Buffer);
+  return Buffer.concat(chunks)
+    .toString('utf8')
+    .replace(/\r?\n$/, '');
+}
+
+export async function setSecret(ctx: CommandContext, name: string, value: string): Promise<SecretInfo> {
+  if (value.length === 0)
+    throw new AtelierError(
+      'INVALID_ARGUMENT',
+      `no value on stdin: run \`printf %s "$VALUE" | atelier secrets set ${name}\` or type it at the prompt`,
+      {
+        field: 'value',
+      },
+    );
+  return call<SecretInfo>(await ctx.target(), { method: 'PUT', path: path(name), body: { value } });
+}
+
+export async function listSecrets(ctx: CommandContext): Promise<SecretInfo[]> {
+  return (await call<{ items: SecretInfo[] }>(await ctx.target(), { method: 'GET', path: '/v1/secrets' })).items;
+}
+
+export async function deleteSecret(ctx: CommandContext, name: string): Promise<void> {
+  await call(await ctx.target(), { method: 'DELETE', path: path(name) });
+}
+
+export function secretTable(items: SecretInfo[]): string {
+  if (items.length === 0) return 'no secrets: a maintainer sets one with `atelier secrets set NAME` (value on stdin)';
+  return table(items, [
+    { header: 'NAME', get: (s) => s.name },
+    { header: 'SET BY', get: (s) => s.setBy },
+    { header: 'SET AT', get: (s) => s.setAt },
+  ]);
+}

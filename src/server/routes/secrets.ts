@@ -1,0 +1,29 @@
+import type { FastifyInstance } from 'fastify';
+import { z } from 'zod';
+import type { RouteAccess } from '../../identity/index.js';
+import type { SecretStore } from '../../workshops/index.js';
+import { parse, principalOf } from './common.js';
+
+// Names (who set them, when) for members and the workshops' agent tokens (an agent must know
+// what it may ask for); viewers see none. Setting and deleting: maintainers and admins. No route
+// ever answers a value: a secret leaves the server only into a workshop, by an approved grant.
+const LIST: RouteAccess = { role: 'member', agent: true };
+const WRITE: RouteAccess = { role: 'maintainer' };
+
+const SetSecret = z.strictObject({ value: z.string({ message: 'value must be a string (the CLI reads it from stdin)' }) });
+
+type NameParams = { Params: { name: string } };
+
+export function secretRoutes(app: FastifyInstance, secrets: SecretStore): void {
+  app.get('/v1/secrets', { config: { access: LIST } }, async (request) => ({ items: await secrets.list(principalOf(request)) }));
+
+  app.put<NameParams>('/v1/secrets/:name', { config: { access: WRITE } }, async (request) => {
+    const body = parse(SetSecret, request.body);
+    return secrets.set(principalOf(request), request.params.name, body.value);
+  });
+
+  app.delete<NameParams>('/v1/secrets/:name', { config: { access: WRITE } }, async (request, reply) => {
+    await secrets.delete(principalOf(request), request.params.name);
+    return reply.status(204).send();
+  });
+}
