@@ -11,6 +11,8 @@ import { join } from 'node:path';
 import { heading, line, ratioLine, statLine, summarize, timedSpawn, type BenchServer } from './lib.js';
 
 const ROUNDS = 8;
+/** A workshop runs at most 8 simulators: one cold request, then these. */
+const LIVE_ROUNDS = 7;
 const PG_BIN = '/usr/lib/postgresql/15/bin';
 
 async function fromScratch(dir: string): Promise<number> {
@@ -68,6 +70,24 @@ export async function createSimulators(server: BenchServer): Promise<Record<stri
   } finally {
     await server.deleteMany(ids).catch((err: Error) => line(`delete failed: ${err.message}`));
   }
+  // A live request in a running workshop (what an agent's request_simulator does), then the
+  // first query from inside: the path end to end, HTTP and exec included.
+  const live: number[] = [];
+  const liveIds: string[] = [];
+  try {
+    const ws = await server.createWorkshop({ memory: '1g' });
+    liveIds.push(ws.id);
+    for (let i = 0; i <= LIVE_ROUNDS; i++) {
+      const t0 = performance.now();
+      await server.request('POST', `/v1/workshops/${ws.id}/simulators`, { type: 'postgres', name: `p${i}` });
+      const r = await server.exec(ws.id, ['sh', '-c', `psql "$P${i}_DATABASE_URL" -Atc "select 1"`]);
+      if (r.exitCode !== 0) throw new Error(`live postgres p${i} not reachable: ${r.stderr}`);
+      if (i > 0) live.push(performance.now() - t0);
+    }
+  } finally {
+    await server.deleteMany(liveIds).catch((err: Error) => line(`delete failed: ${err.message}`));
+  }
+  statLine('atelier', 'live request (API) -> first query from inside', summarize(live), ['p50', 'p95']);
   const a = summarize(withSims);
   const b = summarize(bare);
   const c = summarize(scratch);
@@ -75,5 +95,5 @@ export async function createSimulators(server: BenchServer): Promise<Record<stri
   statLine('atelier', 'create without simulators (same repo, same run)', b, ['p50', 'p95']);
   statLine('peer', 'from scratch: initdb + start + query, redis-server + PING', c, ['p50', 'p95']);
   ratioLine('simulators add (p50)', a.p50 - b.p50, c.p50);
-  return { types, withSimulators: a, withoutSimulators: b, fromScratch: c };
+  return { types, withSimulators: a, withoutSimulators: b, fromScratch: c, liveRequest: summarize(live) };
 }
