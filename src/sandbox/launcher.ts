@@ -350,9 +350,25 @@ export function nsenterArgs(handle: SandboxHandle, namespaces: string[]): string
   return ['-t', String(handle.pid), ...(handle.rootless ? ['-U', '--preserve-credentials'] : []), ...namespaces];
 }
 
+/** Names the handover below can carry (anything else goes on the command line, as before). */
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+/** The workshop's variables travel to the sandbox in the environment under this prefix. */
+const ENV_PREFIX = '__ATELIER_ENV_';
+/**
+ * Run after the privilege drop: the variables named in the arguments, handed over as
+ * `__ATELIER_ENV_<name>`, become the program's environment (the value is never re-parsed: eval
+ * sees only the name, which matched ENV_NAME); the privileged PATH and LANG go; then the program.
+ */
+const APPLY_ENV =
+  'n=$1; shift; unset PATH LANG; while [ "$n" -gt 0 ]; do ' +
+  `eval "export $1=\\"\\\${${ENV_PREFIX}$1}\\"; unset ${ENV_PREFIX}$1"; shift; n=$((n-1)); done; exec "$@"`;
+
 /**
  * The command line that runs `spec` inside the sandbox (cgroups, namespaces, privilege drop,
- * workshop environment), for callers that spawn it themselves (a PTY). Run it with PRIVILEGED_ENV.
+ * workshop environment), for callers that spawn it themselves (a PTY). Run it with
+ * `privilegedEnv(spec)`: the workshop's variables (ATELIER_TOKEN, granted secrets…) are handed
+ * over in the environment, never on the command line, which every host user can read in
+ * /proc/PID/cmdline.
  */
 export function sandboxArgv(handle: SandboxHandle, spec: ExecSpec): string[] {
   // The cgroup namespace only as root: a rootless sandbox has none of its own.
@@ -362,23 +378,31 @@ export function sandboxArgv(handle: SandboxHandle, spec: ExecSpec): string[] {
   if (inWorkspace) ns.push('-w');
   ns.push('--', ...dropPrivileges(handle.rootless ? null : handle.uid));
   // The workshop's environment is applied only after the privilege drop: everything before
-  // runs privileged with a fixed environment (no PATH or LD_PRELOAD of the workshop's choosing).
-  ns.push('/usr/bin/env', '-i', '--', ...Object.entries(spec.env).map(([k, v]) => `${k}=${v}`));
+  // runs privileged with a fixed environment (no PATH or LD_PRELOAD of the workshop's choosing;
+  // the handed-over variables all carry the prefix, which nothing privileged reads).
+  const names = Object.keys(spec.env).filter((k) => ENV_NAME.test(k));
+  ns.push('/bin/sh', '-c', APPLY_ENV, 'sh', String(names.length), ...names);
+  if (!inWorkspace) ns.push('/bin/sh', '-c', CHDIR_THEN_EXEC, 'sh', spec.cwd);
+  // Names a shell cannot carry (`odd-name`) are set last by env, on its command line as before.
+  const odd = Object.entries(spec.env).filter(([k]) => !ENV_NAME.test(k));
+  if (odd.length === 0) ns.push(...spec.command);
   // env would take a program name containing '=' for one more assignment.
-  const program = spec.command[0]!.includes('=') ? ['/bin/sh', '-c', 'exec "$@"', 'sh', ...spec.command] : spec.command;
-  if (inWorkspace) ns.push(...program);
-  else ns.push('/bin/sh', '-c', CHDIR_THEN_EXEC, 'sh', spec.cwd, ...spec.command);
+  else if (spec.command[0]!.includes('='))
+    ns.push('/usr/bin/env', ...odd.map(([k, v]) => `${k}=${v}`), '/bin/sh', '-c', 'exec "$@"', 'sh', ...spec.command);
+  else ns.push('/usr/bin/env', ...odd.map(([k, v]) => `${k}=${v}`), ...spec.command);
   return inCgroups(handle.cgroups, ns);
 }
 
-/** The fixed environment to run `sandboxArgv` with (nothing of the workshop's choosing runs privileged). */
-export function privilegedEnv(): Record<string, string> {
-  return { ...PRIVILEGED_ENV };
+/** The environment to run `sandboxArgv(handle, spec)` with: the fixed privileged one plus the handover. */
+export function privilegedEnv(spec?: ExecSpec): Record<string, string> {
+  const env: Record<string, string> = { ...PRIVILEGED_ENV };
+  for (const [k, v] of Object.entries(spec?.env ?? {})) if (ENV_NAME.test(k)) env[`${ENV_PREFIX}${k}`] = v;
+  return env;
 }
 
 export function execInSandbox(handle: SandboxHandle, spec: ExecSpec): ChildProcess {
   const argv = sandboxArgv(handle, spec);
-  return spawn(argv[0]!, argv.slice(1), { detached: true, stdio: ['pipe', 'pipe', 'pipe'], env: PRIVILEGED_ENV });
+  return spawn(argv[0]!, argv.slice(1), { detached: true, stdio: ['pipe', 'pipe', 'pipe'], env: privilegedEnv(spec) });
 }
 
 /** Kills every process of the sandbox and waits until they are gone. */

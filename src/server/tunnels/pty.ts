@@ -59,7 +59,8 @@ export class PtySession {
     opts: PtyOptions,
   ) {
     const env = { ...target.env, TERM: opts.term ?? 'xterm-256color', ...opts.env };
-    const argv = sandboxArgv(target.sandbox, { command, cwd: '/workspace', env });
+    const spec = { command, cwd: '/workspace', env };
+    const argv = sandboxArgv(target.sandbox, spec);
     this.cols = opts.cols;
     this.rows = opts.rows;
     this.scrollbackMax = opts.scrollbackBytes ?? 0;
@@ -69,7 +70,7 @@ export class PtySession {
       cols: opts.cols,
       rows: opts.rows,
       cwd: '/',
-      env: privilegedEnv(),
+      env: privilegedEnv(spec),
       encoding: null,
     });
     this.term.onData((data: string | Buffer) => this.output(typeof data === 'string' ? Buffer.from(data) : data));

@@ -231,8 +231,9 @@ function runPty(
 }
 
 function runPlain(channel: ServerChannel, target: TerminalTarget, command: string[], env: Record<string, string>): void {
-  const argv = sandboxArgv(target.sandbox, { command, cwd: '/workspace', env: { ...target.env, ...env } });
-  const child = spawn(argv[0]!, argv.slice(1), { detached: true, stdio: ['pipe', 'pipe', 'pipe'], env: privilegedEnv() });
+  const spec = { command, cwd: '/workspace', env: { ...target.env, ...env } };
+  const argv = sandboxArgv(target.sandbox, spec);
+  const child = spawn(argv[0]!, argv.slice(1), { detached: true, stdio: ['pipe', 'pipe', 'pipe'], env: privilegedEnv(spec) });
   child.on('error', () => endChannel(channel, 127, null));
   child.stdin!.on('error', () => undefined);
   channel.pipe(child.stdin!);
