@@ -1,7 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer, type Server } from 'node:http';
+import { createServer, request, type Server } from 'node:http';
 import { join } from 'node:path';
 import WebSocket from 'ws';
 import { TestServer, makeRepo, runCli } from './helpers/server.js';
@@ -153,11 +153,26 @@ describe('approvals', () => {
       assert.equal(r.status, status, JSON.stringify(r.body));
       assert.match(r.body.message, message);
     }
-    const huge = await as('agent', 'POST', `/v1/workshops/${ws}/approvals`, {
-      category: 'ALLOWLIST_EXPANSION',
-      payload: { host: 'a.example', justification: 'x'.repeat(10 << 20) },
+    // 10 MB: the server answers 413 as soon as it knows, possibly before the client has sent it
+    // all (fetch would then fail on its write); the answer is what counts.
+    const hugeStatus = await new Promise<number>((resolve, reject) => {
+      const body = JSON.stringify({ category: 'ALLOWLIST_EXPANSION', payload: { host: 'a.example', justification: 'x'.repeat(10 << 20) } });
+      const req = request(`${server.url}/v1/workshops/${ws}/approvals`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${tokens.agent}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+      });
+      let answered = false;
+      req.on('response', (res) => {
+        answered = true;
+        res.resume();
+        resolve(res.statusCode ?? 0);
+      });
+      req.on('error', (err) => {
+        if (!answered) setTimeout(() => reject(err), 1000);
+      });
+      req.end(body);
     });
-    assert.equal(huge.status, 413);
+    assert.equal(hugeStatus, 413);
     assert.equal((await as('agent', 'GET', '/v1/approvals/00000000-0000-0000-0000-000000000000')).status, 404);
     assert.equal((await as('agent', 'GET', '/v1/approvals/not-a-uuid')).status, 404);
     assert.equal((await as('owner', 'POST', '/v1/approvals/not-a-uuid/decision', { decision: 'APPROVE', reason: 'x' })).status, 404);
