@@ -1,6 +1,7 @@
-import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { AtelierError } from './errors.js';
+import { writeFileAtomic } from './files.js';
 import { loadYaml } from './yaml.js';
 
 /**
@@ -67,10 +68,7 @@ const stderrNotice = (line: string): void => {
 };
 
 function writeAtomic(path: string, content: string): void {
-  const tmp = `${path}.tmp-${process.pid}`;
-  writeFileSync(tmp, content, { mode: 0o600 });
-  chmodSync(tmp, 0o600);
-  renameSync(tmp, path);
+  writeFileAtomic(path, content, 0o600);
 }
 
 /**

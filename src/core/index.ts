@@ -18,3 +18,4 @@ export type { ClientConfig, ClientContext, ConfigIo, Credential } from './client
 export { loadYaml } from './yaml.js';
 export { PTY_SIGNALS, PtyStart, TerminalControl } from './terminals.js';
 export type { TerminalEvent } from './terminals.js';
+export { writeFileAtomic } from './files.js';

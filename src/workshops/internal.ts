@@ -1,6 +1,7 @@
-import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import net from 'node:net';
 import { join } from 'node:path';
+import { writeFileAtomic } from '../core/index.js';
 import { INTERNAL_SUFFIX, type EgressProxy, type InternalTarget } from '../egress/index.js';
 import { hostsFile, listenInSandboxMany, type SandboxHandle, type SandboxLayout } from '../sandbox/index.js';
 
@@ -27,13 +28,6 @@ interface WorkshopNet {
 
 /** Where the address of each label is remembered on the host (outside the workshop's reach). */
 const ADDRESSES_FILE = 'internal-addresses.json';
-
-/** Writes `path` whole or not at all, readable by the workshop (it sees it at /run/atelier). */
-export function writeAtomically(path: string, content: string, mode = 0o644): void {
-  const tmp = `${path}.${process.pid}.tmp`;
-  writeFileSync(tmp, content, { mode });
-  renameSync(tmp, path);
-}
 
 /**
  * The workshop's own services under `.atelier.internal`, reachable two ways, both ending at the
@@ -115,14 +109,16 @@ export class InternalNetwork {
     });
     // A target may change (a simulator restarted elsewhere): listeners follow the latest.
     for (const [key, s] of wanted) n.listeners.get(key)!.target = s.target;
-    writeAtomically(join(layout.root, ADDRESSES_FILE), JSON.stringify(Object.fromEntries(n.addresses)), 0o600);
+    writeFileAtomic(join(layout.root, ADDRESSES_FILE), JSON.stringify(Object.fromEntries(n.addresses)), 0o600);
     const labels = [...new Set(services.map((s) => s.label))].sort();
-    writeAtomically(
+    // Readable by the workshop, which sees it at /run/atelier/hosts.
+    writeFileAtomic(
       join(layout.run, 'hosts'),
       hostsFile(
         hostname,
         labels.map((label) => ({ address: n.addresses.get(label)!, name: `${label}${INTERNAL_SUFFIX}` })),
       ),
+      0o644,
     );
     this.proxy.setInternalServices(
       workshopId,
@@ -163,11 +159,6 @@ export class InternalNetwork {
     this.nets.delete(workshopId);
     for (const l of n.listeners.values()) l.server.close();
     for (const s of n.sockets) s.destroy();
-  }
-
-  /** Forgets the listeners of a workshop whose sandbox was restarted (its namespace is new). */
-  reset(workshopId: string): void {
-    this.close(workshopId);
   }
 
   closeAll(): void {

@@ -289,7 +289,7 @@ export class WorkshopService {
     try {
       await this.openEgress(row, handle);
       // A new sandbox is a new network namespace: the internal listeners are opened again.
-      this.opts.internal.reset(row.id);
+      this.opts.internal.close(row.id);
       await this.opts.simulators.recover(this.context(row, handle));
     } catch (err) {
       await this.driver.stop(row.id, handle).catch(() => undefined);

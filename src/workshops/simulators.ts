@@ -1,6 +1,6 @@
 import { existsSync, lstatSync, mkdirSync, readFileSync, realpathSync, rmSync } from 'node:fs';
 import { join, sep } from 'node:path';
-import { AtelierError, type SimulatorRequest } from '../core/index.js';
+import { AtelierError, writeFileAtomic, type SimulatorRequest } from '../core/index.js';
 import { asDatabaseError, type Pool } from '../db/index.js';
 import { INTERNAL_SUFFIX } from '../egress/index.js';
 import { childCgroups, procsFiles, type SandboxHandle, type SandboxLayout } from '../sandbox/index.js';
@@ -19,13 +19,10 @@ import {
   type SimulatorSpec,
   type SimulatorType,
 } from '../simulators/index.js';
-import { writeAtomically, type InternalNetwork, type InternalServiceSpec } from './internal.js';
+import type { InternalNetwork, InternalServiceSpec } from './internal.js';
 
 /** How many simulators one workshop may run at once. */
 export const MAX_SIMULATORS_PER_WORKSHOP = 8;
-
-/** The label a type answers to when the request names no other (the specification's names). */
-const DEFAULT_LABEL: Record<string, string> = DEFAULT_SIMULATOR_NAMES;
 
 export type SimulatorStatus = 'Starting' | 'Running' | 'Failed';
 
@@ -97,7 +94,9 @@ function memoryOf(handle: SimulatorHandle): { memoryBytes: number; processes: nu
 /** The name a request gets: its own, else its type's label (`localstack` → `aws`). */
 export function simulatorName(req: SimulatorRequest): string {
   const type = (req.type ?? req.name)!;
-  return req.type === undefined ? (DEFAULT_LABEL[type] ?? type) : (req.name ?? DEFAULT_LABEL[type] ?? type);
+  return req.type === undefined
+    ? ((DEFAULT_SIMULATOR_NAMES as Record<string, string>)[type] ?? type)
+    : (req.name ?? (DEFAULT_SIMULATOR_NAMES as Record<string, string>)[type] ?? type);
 }
 
 /** atelier.yaml's simulators, with those given at create time replacing any of the same name. */
@@ -293,7 +292,7 @@ export class SimulatorManager {
     }
     this.envs.set(ctx.id, env);
     await this.opts.internal.apply(ctx.id, ctx.sandbox, ctx.layout, ctx.hostname, services);
-    writeAtomically(join(ctx.layout.run, 'simulators.json'), JSON.stringify({ simulators: doc }, null, 2) + '\n');
+    writeFileAtomic(join(ctx.layout.run, 'simulators.json'), JSON.stringify({ simulators: doc }, null, 2) + '\n', 0o644);
   }
 
   /**

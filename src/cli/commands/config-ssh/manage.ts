@@ -1,7 +1,7 @@
 import { execFileSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { AtelierError, type Workshop } from '../../../core/index.js';
+import { AtelierError, writeFileAtomic, type Workshop } from '../../../core/index.js';
 import { call } from '../../client.js';
 import type { CommandContext } from '../../context.js';
 
@@ -74,10 +74,7 @@ export function withManagedBlock(text: string, block: string | null): string {
 
 function writeAtomic(file: string, text: string): void {
   mkdirSync(dirname(file), { recursive: true, mode: 0o700 });
-  const tmp = `${file}.atelier-${process.pid}`;
-  writeFileSync(tmp, text, { mode: 0o600 });
-  renameSync(tmp, file);
-  chmodSync(file, 0o600);
+  writeFileAtomic(file, text, 0o600);
 }
 
 /** How ssh runs this CLI as its ProxyCommand: the same node and script, and the same context. */
