@@ -23,6 +23,11 @@ function invalid(message: string, field: string): AtelierError {
   return new AtelierError('INVALID_ARGUMENT', message, { field });
 }
 
+/** The port a simulator of `type` answers on inside the workshop (before it is started). */
+export function simulatorPort(type: SimulatorType): number {
+  return CATALOG[type].port;
+}
+
 function checkSpec(spec: SimulatorSpec): CatalogEntry {
   if (!(SIMULATOR_TYPES as readonly string[]).includes(spec.type)) {
     throw invalid(`unknown simulator type ${JSON.stringify(spec.type)}: known types are ${SIMULATOR_TYPES.join(', ')}`, 'type');

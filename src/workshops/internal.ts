@@ -15,14 +15,18 @@ export interface InternalServiceSpec {
 interface Listening {
   key: string;
   server: net.Server;
-  target: InternalTarget;
+  /** Unset while the service is only prepared (its simulator still starting): connections are refused. */
+  target: InternalTarget | undefined;
 }
 
 interface WorkshopNet {
+  id: string;
   /** label → its loopback address inside the workshop. */
   addresses: Map<string, string>;
   /** `label:port` → the listener inside the workshop. */
   listeners: Map<string, Listening>;
+  /** `label:port` → a listener being opened (one helper for a batch), so that two callers never open the same one twice. */
+  opening: Map<string, Promise<Listening | undefined>>;
   sockets: Set<net.Socket>;
 }
 
@@ -55,7 +59,7 @@ export class InternalNetwork {
           // A damaged file: addresses are handed out afresh (hosts is rewritten below anyway).
         }
       }
-      n = { addresses, listeners: new Map(), sockets: new Set() };
+      n = { id: workshopId, addresses, listeners: new Map(), opening: new Map(), sockets: new Set() };
       this.nets.set(workshopId, n);
     }
     return n;
@@ -87,26 +91,15 @@ export class InternalNetwork {
     services: InternalServiceSpec[],
   ): Promise<void> {
     const n = this.state(workshopId, layout);
-    const wanted = new Map<string, InternalServiceSpec & { address: string }>();
-    for (const s of services) wanted.set(`${s.label}:${s.port}`, { ...s, address: this.address(n, s.label) });
+    const wanted = new Map<string, InternalServiceSpec>();
+    for (const s of services) wanted.set(`${s.label}:${s.port}`, s);
+    await this.open(n, handle, [...wanted.values()]);
     for (const [key, l] of n.listeners) {
       if (!wanted.has(key)) {
         l.server.close();
         n.listeners.delete(key);
       }
     }
-    const missing = [...wanted.entries()].filter(([key]) => !n.listeners.has(key));
-    const servers = await listenInSandboxMany(
-      handle,
-      missing.map(([, s]) => ({ address: s.address, port: s.port })),
-    );
-    missing.forEach(([key, s], i) => {
-      const server = servers[i]!;
-      const l: Listening = { key, server, target: s.target };
-      server.on('connection', (sock) => this.relay(n, l, sock));
-      server.on('error', () => undefined);
-      n.listeners.set(key, l);
-    });
     // A target may change (a simulator restarted elsewhere): listeners follow the latest.
     for (const [key, s] of wanted) n.listeners.get(key)!.target = s.target;
     writeFileAtomic(join(layout.root, ADDRESSES_FILE), JSON.stringify(Object.fromEntries(n.addresses)), 0o600);
@@ -126,8 +119,60 @@ export class InternalNetwork {
     );
   }
 
+  /**
+   * Opens, inside the workshop, the listeners of services about to exist (a simulator that is
+   * starting: its name and port are known before its process is), so that publishing it later
+   * costs no helper spawn. Nothing resolves to them until `apply` writes the hosts entry, and
+   * a connection that arrives before is refused. `apply` closes those that were not needed.
+   */
+  async prepare(
+    workshopId: string,
+    handle: SandboxHandle,
+    layout: SandboxLayout,
+    services: Array<{ label: string; port: number }>,
+  ): Promise<void> {
+    await this.open(this.state(workshopId, layout), handle, services);
+  }
+
+  /** The listeners of `services` that are neither open nor being opened, opened by one helper. */
+  private async open(n: WorkshopNet, handle: SandboxHandle, services: ReadonlyArray<{ label: string; port: number }>): Promise<void> {
+    const waits: Array<Promise<Listening | undefined>> = [];
+    const missing: Array<{ key: string; address: string; port: number }> = [];
+    for (const s of services) {
+      const key = `${s.label}:${s.port}`;
+      if (n.listeners.has(key)) continue;
+      const pending = n.opening.get(key);
+      if (pending) waits.push(pending);
+      else if (!missing.some((m) => m.key === key)) missing.push({ key, address: this.address(n, s.label), port: s.port });
+    }
+    if (missing.length > 0) {
+      const batch = listenInSandboxMany(handle, missing).then((servers) =>
+        servers.map((server, i) => {
+          const l: Listening = { key: missing[i]!.key, server, target: undefined };
+          server.on('connection', (sock) => this.relay(n, l, sock));
+          server.on('error', () => undefined);
+          // The workshop was closed while its listeners were opening: they go with it.
+          if (this.nets.get(n.id) !== n) server.close();
+          else n.listeners.set(l.key, l);
+          return l;
+        }),
+      );
+      missing.forEach((m, i) => {
+        const one = batch.then((ls) => ls[i]);
+        n.opening.set(m.key, one);
+        void one.catch(() => undefined).finally(() => n.opening.delete(m.key));
+      });
+      waits.push(batch.then(() => undefined));
+    }
+    await Promise.all(waits);
+  }
+
   private relay(n: WorkshopNet, l: Listening, a: net.Socket): void {
     const t = l.target;
+    if (!t) {
+      a.destroy();
+      return;
+    }
     const b =
       'path' in t ? net.connect({ path: t.path, allowHalfOpen: true }) : net.connect({ host: t.host, port: t.port, allowHalfOpen: true });
     a.allowHalfOpen = true;

@@ -12,6 +12,7 @@ import {
   DEFAULT_SIMULATOR_NAMES,
   SIMULATOR_TYPES,
   simulatorLogs,
+  simulatorPort,
   startSimulator,
   stopSimulator,
   type RunAs,
@@ -348,12 +349,27 @@ export class SimulatorManager {
     mkdirSync(this.workshopDir(ctx.id), { recursive: true, mode: 0o711 });
     this.busy.add(ctx.id);
     try {
+      // The listeners inside the workshop open while the simulators start (a helper spawn
+      // each time otherwise, after the start): publishing them then only writes names.
+      const listening = this.opts.internal
+        .prepare(
+          ctx.id,
+          ctx.sandbox,
+          ctx.layout,
+          specs.flatMap(({ spec }) => (spec ? [{ label: spec.name, port: simulatorPort(spec.type) }] : [])),
+        )
+        .catch((err: Error) => err);
       const refused = (await Promise.all(specs.map(({ spec }) => (spec ? this.launch(ctx.id, spec, false, live) : undefined)))).find(
         (e) => e !== undefined,
       );
+      // A listener that could not open is retried, and its error reported, by the publish below.
+      await listening;
       // A live request with bad input (an unsupported version, an unknown option) is the
       // caller's error to fix, not a Failed simulator to keep.
-      if (refused) throw refused;
+      if (refused) {
+        await this.publish(ctx).catch(() => undefined); // closes the listener prepared for it
+        throw refused;
+      }
     } finally {
       this.busy.delete(ctx.id);
     }

@@ -9,6 +9,8 @@ export type SimulatorInstance = Omit<SimulatorHandle, 'pid' | 'startTime'>;
 
 /** What one simulator type provides to the lifecycle (one file per type in this folder). */
 export interface CatalogEntry {
+  /** The fixed port inside the workshop (`<name>.atelier.internal:<port>`), known before anything starts. */
+  port: number;
   /**
    * Checks the request against what is installed and prepares `spec.dir` (fresh state); starts
    * nothing. `sockDir` is this instance's own directory under `spec.socketDir`.

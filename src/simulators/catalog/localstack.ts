@@ -172,6 +172,7 @@ function controlSocket(instance: { dir: string }): string {
 }
 
 export const localstack: CatalogEntry = {
+  port: PORT,
   stopSignal: 'SIGTERM',
 
   async prepare(spec, sockDir) {

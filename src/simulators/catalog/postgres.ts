@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, createHmac, pbkdf2, randomBytes } from 'node:crypto';
 import {
   appendFileSync,
   chmodSync,
@@ -329,7 +329,12 @@ function adminPasswordFile(instance: SimulatorInstance): string {
 // Spare copies: the copy is most of a start (~100 ms on an idle disk, over 500 ms on a busy
 // one), so a few ready-made copies wait next to the template and a start renames one into
 // place; the pool is refilled in the background.
-const SPARES = 2;
+const SPARES = 3;
+/**
+ * The refill waits a moment after a spare is taken: a copy is ~40 MB of writes and a `cp` that
+ * competes for the CPU with the very start it is refilling for would slow that start down.
+ */
+const REFILL_DELAY_MS = 500;
 const refilling = new Map<string, Promise<void>>();
 
 function takeSpare(template: Template, dest: string): boolean {
@@ -382,9 +387,47 @@ async function copyTemplate(instance: SimulatorInstance, template: Template): Pr
   const data = dataDir(instance);
   rmSync(data, { recursive: true, force: true });
   if (!takeSpare(template, data)) await run('cp', ['-a', template.data, data]);
-  void refillSpares(template);
+  setTimeout(() => void refillSpares(template), REFILL_DELAY_MS).unref();
   await chownTree(data, instance.runAs);
   writeFileSync(adminPasswordFile(instance), `${template.adminPassword}\n`, { mode: 0o600 });
+}
+
+/**
+ * A SCRAM-SHA-256 verifier computed here (RFC 5802/7677, PostgreSQL's stored format) so that
+ * the server does not hash while the instance is starting: `ALTER ROLE … PASSWORD 'SCRAM-SHA-256$…'`
+ * stores it as is. Only for printable ASCII passwords (SASLprep leaves those unchanged); any
+ * other password is sent as is and hashed by the server, as PostgreSQL would.
+ */
+async function scramVerifier(password: string): Promise<string> {
+  if (!/^[\x21-\x7e]*$/.test(password)) return password;
+  const iterations = 4096;
+  const salt = randomBytes(16);
+  const salted = await new Promise<Buffer>((resolve, reject) =>
+    pbkdf2(password, salt, iterations, 32, 'sha256', (err, key) => (err ? reject(err) : resolve(key))),
+  );
+  const storedKey = createHash('sha256').update(createHmac('sha256', salted).update('Client Key').digest()).digest();
+  const serverKey = createHmac('sha256', salted).update('Server Key').digest();
+  return `SCRAM-SHA-256$${iterations}:${salt.toString('base64')}$${storedKey.toString('base64')}:${serverKey.toString('base64')}`;
+}
+
+/**
+ * The passwords an instance gets at its first start, prepared while its process starts:
+ * instance directory → the new admin password and both verifiers. In memory only: the admin
+ * password reaches the disk (0600, the server's) once the instance uses it.
+ */
+const pendingPasswords = new Map<string, Promise<{ admin: string; adminVerifier: string; userVerifier: string }>>();
+
+function preparePasswords(instance: SimulatorInstance): void {
+  const admin = randomBytes(24).toString('base64url');
+  const job = Promise.all([scramVerifier(admin), scramVerifier(instance.settings.password!)]).then(([adminVerifier, userVerifier]) => ({
+    admin,
+    adminVerifier,
+    userVerifier,
+  }));
+  job.catch(() => undefined);
+  pendingPasswords.set(instance.dir, job);
+  // An instance that never got to initialise (a failed start) does not keep its entry.
+  setTimeout(() => pendingPasswords.get(instance.dir) === job && pendingPasswords.delete(instance.dir), 600_000).unref();
 }
 
 function adminClient(handle: SimulatorHandle): pg.Client {
@@ -407,6 +450,7 @@ function encodeUrlPart(value: string): string {
 }
 
 export const postgres: CatalogEntry = {
+  port: PORT,
   // Fast shutdown (SIGINT): SIGTERM is "smart" and waits for every client to disconnect.
   stopSignal: 'SIGINT',
 
@@ -451,6 +495,7 @@ export const postgres: CatalogEntry = {
       },
     };
     assertReachable(dataDir(instance), spec.runAs, 'data directory');
+    preparePasswords(instance);
     await copyTemplate(instance, template);
     return instance;
   },
@@ -479,25 +524,33 @@ export const postgres: CatalogEntry = {
 
   async initialise(handle) {
     const s = handle.settings;
+    if (!pendingPasswords.has(handle.dir)) preparePasswords(handle);
+    const passwords = pendingPasswords.get(handle.dir)!;
+    pendingPasswords.delete(handle.dir);
+    const { admin, adminVerifier, userVerifier } = await passwords;
+    const role = quoteIdent(s.user!);
+    const attributes = s.superuser === 'true' ? 'SUPERUSER' : 'NOSUPERUSER CREATEDB';
+    const lit = (v: string): string => `'${v.replace(/'/g, "''")}'`;
+    // One round trip, one implicit transaction: each instance gets its own admin password (the
+    // template's is shared by every copy), the user asked for, and its database (owner of it,
+    // hence of its public schema: pg_database_owner, PostgreSQL 15).
+    const statements = [
+      `ALTER ROLE ${ADMIN} PASSWORD ${lit(adminVerifier)}`,
+      `CREATE ROLE ${role} LOGIN ${attributes} PASSWORD ${lit(userVerifier)}`,
+    ];
+    if (s.database === 'postgres') statements.push(`ALTER DATABASE postgres OWNER TO ${role}`);
+    else {
+      // The template's spare database becomes the one asked for: catalog changes only.
+      if (s.database !== SPARE_DATABASE) statements.push(`ALTER DATABASE ${SPARE_DATABASE} RENAME TO ${quoteIdent(s.database!)}`);
+      statements.push(`ALTER DATABASE ${quoteIdent(s.database!)} OWNER TO ${role}`);
+    }
     const client = adminClient(handle);
     await client.connect();
     try {
-      // Each instance gets its own admin password: the template's is shared by every copy.
-      const adminPassword = randomBytes(24).toString('base64url');
-      await client.query(`ALTER ROLE ${ADMIN} PASSWORD ${client.escapeLiteral(adminPassword)}`);
-      writeFileSync(adminPasswordFile(handle), `${adminPassword}\n`, { mode: 0o600 });
-      const role = quoteIdent(s.user!);
-      const attributes = s.superuser === 'true' ? 'SUPERUSER' : 'NOSUPERUSER CREATEDB';
-      await client.query(`CREATE ROLE ${role} LOGIN ${attributes} PASSWORD ${client.escapeLiteral(s.password!)}`);
-      // Owner of its database, hence of its public schema (pg_database_owner, PostgreSQL 15).
-      if (s.database === 'postgres') {
-        await client.query(`ALTER DATABASE postgres OWNER TO ${role}`);
-        await client.query(`DROP DATABASE ${SPARE_DATABASE}`);
-      } else {
-        // The template's spare database becomes the one asked for: catalog changes only.
-        if (s.database !== SPARE_DATABASE) await client.query(`ALTER DATABASE ${SPARE_DATABASE} RENAME TO ${quoteIdent(s.database!)}`);
-        await client.query(`ALTER DATABASE ${quoteIdent(s.database!)} OWNER TO ${role}`);
-      }
+      await client.query(statements.join(';\n'));
+      writeFileSync(adminPasswordFile(handle), `${admin}\n`, { mode: 0o600 });
+      // Not in a transaction block, hence a statement of its own.
+      if (s.database === 'postgres') await client.query(`DROP DATABASE ${SPARE_DATABASE}`);
     } finally {
       await client.end().catch(() => undefined);
     }

@@ -56,6 +56,7 @@ async function resolveInstallation(spec: SimulatorSpec): Promise<{ path: string;
 }
 
 export const redis: CatalogEntry = {
+  port: PORT,
   // Redis saves nothing on SIGTERM when no save point is configured (--save "").
   stopSignal: 'SIGTERM',
 

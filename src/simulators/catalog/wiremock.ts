@@ -255,6 +255,7 @@ function admin(handle: SimulatorHandle, method: string, path: string): Promise<{
 }
 
 export const wiremock: CatalogEntry = {
+  port: PORT,
   stopSignal: 'SIGTERM',
   // ~1.5–2 s on an idle machine; a JVM's start stretches far more than a C server's under load.
   startTimeoutMs: 60_000,
