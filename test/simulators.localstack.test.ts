@@ -1,12 +1,11 @@
 // The localstack simulator against the official AWS SDK v3 clients, unchanged but for their
 // transport: an HTTP agent that dials the edge's unix socket, as the workshop's relay does for
 // `aws.atelier.internal:4566`. Run as an unprivileged uid when the tests run as root.
-import { after, before, describe, it } from 'node:test';
+import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { connect, type Socket } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { CreateTableCommand, DynamoDBClient, GetItemCommand, ListTablesCommand, PutItemCommand } from '@aws-sdk/client-dynamodb';
@@ -20,19 +19,9 @@ import {
 } from '@aws-sdk/client-s3';
 import { CreateQueueCommand, ListQueuesCommand, ReceiveMessageCommand, SendMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import type { AtelierError } from '../src/core/index.js';
-import {
-  isAlive,
-  removeSimulator,
-  resetSimulator,
-  simulatorLogs,
-  startSimulator,
-  stopSimulator,
-  type SimulatorHandle,
-  type SimulatorSpec,
-} from '../src/simulators/index.js';
-import { tcpListeners } from './helpers/proc.js';
-
-const RUN_AS = process.getuid?.() === 0 ? { uid: 65534, gid: 65534 } : undefined;
+import { isAlive, removeSimulator, resetSimulator, simulatorLogs, startSimulator, type SimulatorHandle } from '../src/simulators/index.js';
+import { processGroup, processesMentioning, tcpListeners } from './helpers/proc.js';
+import { RUN_AS, simulatorFixture } from './helpers/simulators.js';
 
 /** An agent whose every connection goes to `socketPath`, whatever host the URL names. */
 function socketAgent(socketPath: string): Agent {
@@ -53,56 +42,10 @@ function clients(h: SimulatorHandle): { s3: S3Client; sqs: SQSClient; ddb: Dynam
   return { s3: new S3Client({ ...common, forcePathStyle: true }), sqs: new SQSClient(common), ddb: new DynamoDBClient(common), agent };
 }
 
-/** Every live process of the process group led by `pid` (the edge runs under bubblewrap, a child of it). */
-function group(pid: number): number[] {
-  const out: number[] = [];
-  for (const e of readdirSync('/proc')) {
-    if (!/^\d+$/.test(e)) continue;
-    try {
-      const stat = readFileSync(`/proc/${e}/stat`, 'utf8');
-      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      if (f[2] === String(pid) && f[0] !== 'Z') out.push(Number(e));
-    } catch {
-      // gone
-    }
-  }
-  return out;
-}
-
-function processesOf(uid: number, text: string): number[] {
-  const out: number[] = [];
-  for (const e of readdirSync('/proc')) {
-    if (!/^\d+$/.test(e)) continue;
-    try {
-      if (!readFileSync(`/proc/${e}/cmdline`, 'utf8').includes(text)) continue;
-      if (Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${e}/status`, 'utf8'))![1]) === uid) out.push(Number(e));
-    } catch {
-      // gone
-    }
-  }
-  return out;
-}
-
 describe('localstack simulator', () => {
-  let base = '';
-  const handles: SimulatorHandle[] = [];
+  const sim = simulatorFixture('localstack');
+  const { spec, start, handles } = sim;
   const agents: Agent[] = [];
-
-  const spec = (name: string, extra: Partial<SimulatorSpec> = {}): SimulatorSpec => ({
-    type: 'localstack',
-    name,
-    dir: join(base, 'services', name),
-    socketDir: join(base, 'sock'),
-    cacheDir: join(base, 'cache'),
-    runAs: RUN_AS,
-    ...extra,
-  });
-
-  const start = async (s: SimulatorSpec): Promise<SimulatorHandle> => {
-    const h = await startSimulator(s);
-    handles.push(h);
-    return h;
-  };
 
   const sdk = (h: SimulatorHandle): ReturnType<typeof clients> => {
     const c = clients(h);
@@ -110,15 +53,8 @@ describe('localstack simulator', () => {
     return c;
   };
 
-  before(() => {
-    base = mkdtempSync(join(tmpdir(), 'atelier-sim-aws-'));
-    chmodSync(base, 0o755);
-  });
-
-  after(async () => {
+  after(() => {
     for (const a of agents) a.destroy();
-    for (const h of handles) await stopSimulator(h).catch(() => undefined);
-    rmSync(base, { recursive: true, force: true });
   });
 
   it('serves S3, SQS and DynamoDB to the AWS SDK v3 through one edge socket, as the unprivileged uid, with no TCP port', async () => {
@@ -127,7 +63,7 @@ describe('localstack simulator', () => {
     assert.equal(h.env.AWS_ENDPOINT_URL, 'http://aws.atelier.internal:4566');
     assert.equal(h.socketName, 'aws/edge.sock');
     assert.match(h.version, /s3rver 3\.7\.1, local-aws-sqs \d+\.\d+\.\d+, dynalite \d+\.\d+\.\d+/);
-    const pids = group(h.pid);
+    const pids = processGroup(h.pid);
     assert.ok(pids.length >= 2, 'bubblewrap and the edge');
     assert.deepEqual(tcpListeners(pids), []);
     if (RUN_AS) {
@@ -255,7 +191,7 @@ describe('localstack simulator', () => {
     assert.equal(isAlive(again), false);
     assert.equal(existsSync(again.dir), false);
     assert.equal(existsSync(join(again.socketDir, again.name)), false);
-    if (RUN_AS) assert.deepEqual(processesOf(RUN_AS.uid, again.dir), []);
+    if (RUN_AS) assert.deepEqual(processesMentioning(again.dir, RUN_AS.uid), []);
   });
 
   it('refuses a name in use, answers an unsigned S3 request, and maps virtual-hosted buckets to path style', async () => {
@@ -279,7 +215,7 @@ describe('localstack simulator', () => {
 
   it('keeps every object inside its own directory, whatever the key says', async () => {
     // A directory the simulator's uid could write to, outside the simulator's own.
-    const victim = join(base, 'victim');
+    const victim = join(sim.base, 'victim');
     mkdirSync(victim, { mode: 0o777 });
     chmodSync(victim, 0o777);
     const h = await start(spec('confined', { services: ['s3'] }));
@@ -324,6 +260,6 @@ describe('localstack simulator', () => {
       startSimulator({ ...spec('bad'), type: 'nosuch' as 'redis' }),
       /unknown simulator type "nosuch": known types are postgres, redis, localstack, wiremock/,
     );
-    assert.equal(existsSync(join(base, 'services', 'bad')), false);
+    assert.equal(existsSync(join(sim.base, 'services', 'bad')), false);
   });
 });

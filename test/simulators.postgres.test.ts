@@ -1,10 +1,9 @@
 // The postgres simulator against real peers: the `pg` client and `psql` over its unix socket,
 // run as an unprivileged uid when the tests run as root (PostgreSQL refuses root).
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import pg from 'pg';
@@ -17,75 +16,18 @@ import {
   startSimulator,
   stopSimulator,
   type SimulatorHandle,
-  type SimulatorSpec,
   warmSimulators,
 } from '../src/simulators/index.js';
-import { median, tcpListeners } from './helpers/proc.js';
+import { median, processesMentioning, tcpListeners, uidOf, withChildren } from './helpers/proc.js';
+import { RUN_AS, simulatorFixture } from './helpers/simulators.js';
 import { REPO_ROOT } from './helpers/server.js';
 
 const run = promisify(execFile);
-const RUN_AS = process.getuid?.() === 0 ? { uid: 65534, gid: 65534 } : undefined;
-
-/** `pid` and its live children (PostgreSQL's workers are children of the postmaster). */
-function withChildren(pid: number): number[] {
-  const out: number[] = [];
-  for (const e of readdirSync('/proc')) {
-    if (!/^\d+$/.test(e)) continue;
-    try {
-      const stat = readFileSync(`/proc/${e}/stat`, 'utf8');
-      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      if ((Number(e) === pid || f[1] === String(pid)) && f[0] !== 'Z') out.push(Number(e));
-    } catch {
-      // gone
-    }
-  }
-  return out;
-}
-
-/** Processes whose command line mentions `text`. */
-function processesMentioning(text: string): number[] {
-  const out: number[] = [];
-  for (const e of readdirSync('/proc')) {
-    if (!/^\d+$/.test(e) || Number(e) === process.pid) continue;
-    try {
-      if (readFileSync(`/proc/${e}/cmdline`, 'utf8').includes(text)) out.push(Number(e));
-    } catch {
-      // gone
-    }
-  }
-  return out;
-}
-
-/** The real uid of a process, or undefined once it has exited (backends come and go). */
-function uidOf(pid: number): number | undefined {
-  try {
-    return Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]);
-  } catch {
-    return undefined;
-  }
-}
 
 describe('postgres simulator', () => {
-  let base = '';
-  let socketDir = '';
-  let cacheDir = '';
-  const handles: SimulatorHandle[] = [];
-
-  const spec = (name: string, extra: Partial<SimulatorSpec> = {}): SimulatorSpec => ({
-    type: 'postgres',
-    name,
-    dir: join(base, 'services', name),
-    socketDir,
-    cacheDir,
-    runAs: RUN_AS,
-    ...extra,
-  });
-
-  const start = async (s: SimulatorSpec): Promise<SimulatorHandle> => {
-    const h = await startSimulator(s);
-    handles.push(h);
-    return h;
-  };
+  // Waits for the background refill of spare copies to finish before deleting under it.
+  const sim = simulatorFixture('postgres', () => warmSimulators({ cacheDir: sim.cacheDir, runAs: RUN_AS }));
+  const { spec, start, handles } = sim;
 
   const client = (h: SimulatorHandle, over: Partial<pg.ClientConfig> = {}): pg.Client =>
     new pg.Client({
@@ -107,27 +49,12 @@ describe('postgres simulator', () => {
     }
   };
 
-  before(() => {
-    base = mkdtempSync(join(tmpdir(), 'atelier-sim-pg-'));
-    // The simulator's uid must be able to walk down to its directories.
-    chmodSync(base, 0o755);
-    socketDir = join(base, 'sock');
-    cacheDir = join(base, 'cache');
-  });
-
-  after(async () => {
-    for (const h of handles) await stopSimulator(h).catch(() => undefined);
-    // Wait for the background refill of spare copies to finish before deleting under it.
-    await warmSimulators({ cacheDir, runAs: RUN_AS });
-    rmSync(base, { recursive: true, force: true });
-  });
-
   it('creates the template once even when first uses race, then starts fast from copies (timings logged)', async (t) => {
     const t0 = performance.now();
     const [a, b] = await Promise.all([start(spec('race-a')), start(spec('race-b'))]);
     t.diagnostic(`two concurrent first starts (initdb of the template + copy + start): ${(performance.now() - t0).toFixed(0)} ms`);
     assert.deepEqual(
-      readdirSync(cacheDir).filter((e) => e.startsWith('template-') && !e.endsWith('.spares')),
+      readdirSync(sim.cacheDir).filter((e) => e.startsWith('template-') && !e.endsWith('.spares')),
       ['template-pg15-v2'],
     );
     assert.equal((await query(a, 'SELECT 1 AS one')).rows[0].one, 1);
@@ -137,10 +64,10 @@ describe('postgres simulator', () => {
 
     // Fill the spare copies as a server does at boot: starts then rename a copy instead of making one.
     const w0 = performance.now();
-    await warmSimulators({ cacheDir, runAs: RUN_AS });
+    await warmSimulators({ cacheDir: sim.cacheDir, runAs: RUN_AS });
     t.diagnostic(`warmSimulators (spare copies): ${(performance.now() - w0).toFixed(0)} ms`);
     assert.ok(
-      readdirSync(join(cacheDir, 'template-pg15-v2.spares')).filter((e) => e.startsWith('spare-')).length >= 2,
+      readdirSync(join(sim.cacheDir, 'template-pg15-v2.spares')).filter((e) => e.startsWith('spare-')).length >= 2,
       'spare copies are kept ready',
     );
 
@@ -167,7 +94,7 @@ describe('postgres simulator', () => {
     );
     assert.equal(h.env.DATABASE_URL, 'postgresql://dev:devpassword@postgres.atelier.internal:5432/orders_test');
     assert.deepEqual(h.endpoint, { host: 'postgres.atelier.internal', port: 5432 });
-    assert.equal(h.socket, join(socketDir, 'postgres', '.s.PGSQL.5432'));
+    assert.equal(h.socket, join(sim.socketDir, 'postgres', '.s.PGSQL.5432'));
     assert.equal(h.socketName, 'postgres/.s.PGSQL.5432');
 
     const who = await query(
@@ -181,7 +108,7 @@ describe('postgres simulator', () => {
 
     const psql = await run(
       'psql',
-      ['-h', join(socketDir, 'postgres'), '-U', 'dev', '-d', 'orders_test', '-Atc', 'SELECT count(*) FROM t'],
+      ['-h', join(sim.socketDir, 'postgres'), '-U', 'dev', '-d', 'orders_test', '-Atc', 'SELECT count(*) FROM t'],
       {
         env: { PATH: process.env.PATH, PGPASSWORD: 'devpassword' },
       },
@@ -190,14 +117,14 @@ describe('postgres simulator', () => {
 
     await assert.rejects(query(h, 'SELECT 1', { password: 'wrong' }), (err: Error & { code?: string }) => err.code === '28P01');
     await assert.rejects(
-      run('psql', ['-h', join(socketDir, 'postgres'), '-U', 'dev', '-d', 'orders_test', '-w', '-Atc', 'SELECT 1'], {
+      run('psql', ['-h', join(sim.socketDir, 'postgres'), '-U', 'dev', '-d', 'orders_test', '-w', '-Atc', 'SELECT 1'], {
         env: { PATH: process.env.PATH, PGPASSWORD: 'nope' },
       }),
       /password authentication failed/,
     );
     // No password-less way in, not even for the bootstrap superuser.
     await assert.rejects(
-      run('psql', ['-h', join(socketDir, 'postgres'), '-U', 'atelier_admin', '-d', 'postgres', '-w', '-Atc', 'SELECT 1'], {
+      run('psql', ['-h', join(sim.socketDir, 'postgres'), '-U', 'atelier_admin', '-d', 'postgres', '-w', '-Atc', 'SELECT 1'], {
         env: { PATH: process.env.PATH },
       }),
       /password/,
@@ -217,7 +144,7 @@ describe('postgres simulator', () => {
 
   it('runs as the unprivileged uid, listens on no TCP port, and survives the process that started it', async () => {
     // Start from another Node process that then exits, as a server restart would.
-    const script = join(base, 'start.mts');
+    const script = join(sim.base, 'start.mts');
     writeFileSync(
       script,
       `import { startSimulator } from ${JSON.stringify(join(REPO_ROOT, 'src/simulators/index.ts'))};\n` +
@@ -301,8 +228,8 @@ describe('postgres simulator', () => {
     );
     await assert.rejects(startSimulator(spec('bad', { env: { POSTGRES_USER: 'atelier_admin' } })), /reserved/);
     await assert.rejects(startSimulator(spec('bad', { options: { superuser: 'yes' } })), /superuser must be true or false/);
-    assert.equal(existsSync(join(base, 'services', 'v16')), false);
-    assert.equal(existsSync(join(base, 'services', 'bad')), false);
+    assert.equal(existsSync(join(sim.base, 'services', 'v16')), false);
+    assert.equal(existsSync(join(sim.base, 'services', 'bad')), false);
   });
 
   it('says what failed, with the log tail, and leaves no process when the start deadline passes', async () => {
@@ -316,7 +243,7 @@ describe('postgres simulator', () => {
   });
 
   it('names the directory the simulator user cannot enter', { skip: RUN_AS ? false : 'needs root to run as another uid' }, async () => {
-    const closed = mkdtempSync(join(base, 'closed-'));
+    const closed = mkdtempSync(join(sim.base, 'closed-'));
     chmodSync(closed, 0o700);
     await assert.rejects(startSimulator(spec('closed', { dir: join(closed, 'pg') })), (err: AtelierError) => {
       assert.equal(err.code, 'UNAVAILABLE');

@@ -1,10 +1,9 @@
 // The redis simulator against real peers: `redis-cli` over its unix socket, run as an
 // unprivileged uid when the tests run as root.
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { AtelierError } from '../src/core/index.js';
@@ -16,46 +15,19 @@ import {
   startSimulator,
   stopSimulator,
   type SimulatorHandle,
-  type SimulatorSpec,
 } from '../src/simulators/index.js';
 import { median, tcpListeners } from './helpers/proc.js';
+import { RUN_AS, simulatorFixture } from './helpers/simulators.js';
 
 const run = promisify(execFile);
-const RUN_AS = process.getuid?.() === 0 ? { uid: 65534, gid: 65534 } : undefined;
 
 async function cli(h: SimulatorHandle, ...args: string[]): Promise<string> {
   return (await run('redis-cli', ['-s', h.socket, ...args])).stdout.trim();
 }
 
 describe('redis simulator', () => {
-  let base = '';
-  const handles: SimulatorHandle[] = [];
-
-  const spec = (name: string, extra: Partial<SimulatorSpec> = {}): SimulatorSpec => ({
-    type: 'redis',
-    name,
-    dir: join(base, 'services', name),
-    socketDir: join(base, 'sock'),
-    cacheDir: join(base, 'cache'),
-    runAs: RUN_AS,
-    ...extra,
-  });
-
-  const start = async (s: SimulatorSpec): Promise<SimulatorHandle> => {
-    const h = await startSimulator(s);
-    handles.push(h);
-    return h;
-  };
-
-  before(() => {
-    base = mkdtempSync(join(tmpdir(), 'atelier-sim-redis-'));
-    chmodSync(base, 0o755);
-  });
-
-  after(async () => {
-    for (const h of handles) await stopSimulator(h).catch(() => undefined);
-    rmSync(base, { recursive: true, force: true });
-  });
+  const sim = simulatorFixture('redis');
+  const { spec, start, handles } = sim;
 
   it('answers redis-cli on its unix socket only, as the unprivileged uid, with the host-reaching commands disabled', async () => {
     const h = await start(spec('redis', { version: '7' }));
@@ -133,6 +105,6 @@ describe('redis simulator', () => {
       startSimulator(spec('pw', { env: { REDIS_PASSWORD: 'x' } })),
       /unknown env REDIS_PASSWORD \(a redis simulator takes no env\)/,
     );
-    assert.equal(existsSync(join(base, 'services', 'old')), false);
+    assert.equal(existsSync(join(sim.base, 'services', 'old')), false);
   });
 });

@@ -1,12 +1,11 @@
 // The wiremock simulator: the real WireMock jar on the system Java, against curl and fetch as
 // peers, stubs loaded from a workspace-like directory. Run as an unprivileged uid when the
 // tests run as root.
-import { after, before, describe, it } from 'node:test';
+import { before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { AtelierError } from '../src/core/index.js';
@@ -16,14 +15,13 @@ import {
   resetSimulator,
   simulatorLogs,
   startSimulator,
-  stopSimulator,
   type SimulatorHandle,
   type SimulatorSpec,
 } from '../src/simulators/index.js';
-import { tcpListeners } from './helpers/proc.js';
+import { processGroup, processesMentioning, tcpListeners } from './helpers/proc.js';
+import { RUN_AS, simulatorFixture } from './helpers/simulators.js';
 
 const run = promisify(execFile);
-const RUN_AS = process.getuid?.() === 0 ? { uid: 65534, gid: 65534 } : undefined;
 
 /** curl as a workshop would call it (Host: mock.atelier.internal:8080), to where the relay dials. */
 async function curl(h: SimulatorHandle, path: string, ...args: string[]): Promise<{ status: number; body: string }> {
@@ -58,60 +56,16 @@ async function waitFor(what: string, check: () => Promise<boolean>): Promise<voi
   assert.fail(`never happened: ${what}`);
 }
 
-/** Every live process of the process group led by `pid` (the JVM runs under bubblewrap, a child of it). */
-function group(pid: number): number[] {
-  const out: number[] = [];
-  for (const e of readdirSync('/proc')) {
-    if (!/^\d+$/.test(e)) continue;
-    try {
-      const stat = readFileSync(`/proc/${e}/stat`, 'utf8');
-      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      if (f[2] === String(pid) && f[0] !== 'Z') out.push(Number(e));
-    } catch {
-      // gone
-    }
-  }
-  return out;
-}
-
-function processesMentioning(text: string): number[] {
-  const out: number[] = [];
-  for (const e of readdirSync('/proc')) {
-    if (!/^\d+$/.test(e) || Number(e) === process.pid) continue;
-    try {
-      if (readFileSync(`/proc/${e}/cmdline`, 'utf8').includes(text)) out.push(Number(e));
-    } catch {
-      // gone
-    }
-  }
-  return out;
-}
-
 describe('wiremock simulator', () => {
-  let base = '';
+  const sim = simulatorFixture('wiremock');
+  const { start, handles } = sim;
   let stubs = '';
-  const handles: SimulatorHandle[] = [];
-
-  const spec = (name: string, extra: Partial<SimulatorSpec> = {}): SimulatorSpec => ({
-    type: 'wiremock',
-    name,
-    stubsDirectory: stubs,
-    dir: join(base, 'services', name),
-    socketDir: join(base, 'sock'),
-    cacheDir: join(base, 'cache'),
-    runAs: RUN_AS,
-    ...extra,
-  });
-
-  const start = async (s: SimulatorSpec): Promise<SimulatorHandle> => {
-    const h = await startSimulator(s);
-    handles.push(h);
-    return h;
-  };
+  /** The suite's stubs folder unless `extra` names another. */
+  const spec = (name: string, extra: Partial<SimulatorSpec> = {}): SimulatorSpec => sim.spec(name, { stubsDirectory: stubs, ...extra });
 
   /** A workspace's stubs folder: `files` maps paths under it to their contents. */
   const stubDir = (name: string, files: Record<string, string>): string => {
-    const dir = join(base, 'workspace', name);
+    const dir = join(sim.base, 'workspace', name);
     for (const [path, text] of Object.entries(files)) {
       mkdirSync(join(dir, path, '..'), { recursive: true });
       writeFileSync(join(dir, path), text);
@@ -120,8 +74,6 @@ describe('wiremock simulator', () => {
   };
 
   before(() => {
-    base = mkdtempSync(join(tmpdir(), 'atelier-sim-wiremock-'));
-    chmodSync(base, 0o755);
     stubs = stubDir('mocks', {
       'mappings/hello.json': JSON.stringify({
         request: { method: 'GET', url: '/hello' },
@@ -137,11 +89,6 @@ describe('wiremock simulator', () => {
     });
   });
 
-  after(async () => {
-    for (const h of handles) await stopSimulator(h).catch(() => undefined);
-    rmSync(base, { recursive: true, force: true });
-  });
-
   it('serves the workspace stubs and the admin API on 127.0.0.1 only, as the unprivileged uid', async () => {
     const h = await start(spec('mock'));
     assert.deepEqual(h.endpoint, { host: 'mock.atelier.internal', port: 8080 });
@@ -150,7 +97,7 @@ describe('wiremock simulator', () => {
     assert.equal(h.tcp?.host, '127.0.0.1');
     // The record the relay reads, in the instance's socket directory.
     assert.deepEqual(JSON.parse(readFileSync(h.socket, 'utf8')), h.tcp);
-    const pids = group(h.pid);
+    const pids = processGroup(h.pid);
     assert.ok(pids.length >= 2, 'bubblewrap and the JVM');
     const port = h.tcp!.port.toString(16).toUpperCase().padStart(4, '0');
     assert.deepEqual(
@@ -286,7 +233,7 @@ describe('wiremock simulator', () => {
         return true;
       });
     };
-    await refused(spec('bad', { stubsDirectory: join(base, 'workspace', 'absent') }), /the stubs directory .*absent does not exist/);
+    await refused(spec('bad', { stubsDirectory: join(sim.base, 'workspace', 'absent') }), /the stubs directory .*absent does not exist/);
     await refused(spec('bad', { stubsDirectory: 'tests/mocks' }), /stubsDirectory tests\/mocks must be an absolute path/);
     await refused(
       spec('bad', { stubsDirectory: stubDir('flat', { 'hello.json': '{}' }) }),
@@ -318,6 +265,6 @@ describe('wiremock simulator', () => {
       /unknown env WIREMOCK_OPTIONS \(a wiremock simulator takes no env\)/,
     );
     await refused({ ...spec('bad'), type: 'postgres' }, /stubsDirectory applies to wiremock simulators only/);
-    assert.equal(existsSync(join(base, 'services', 'bad')), false);
+    assert.equal(existsSync(join(sim.base, 'services', 'bad')), false);
   });
 });
