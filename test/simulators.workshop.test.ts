@@ -245,7 +245,7 @@ describe('simulators in a workshop', () => {
     for (const [simulators, message] of [
       [[{ type: 'mongodb' }], /unknown simulator type "mongodb"/],
       [[{ type: 'redis' }, { name: 'redis' }], /two simulators are named redis/],
-      [Array.from({ length: 9 }, (_, i) => ({ type: 'redis', name: `r${i}` })), /at most 8 simulators \(9 asked\)/],
+      [Array.from({ length: 9 }, (_, i) => ({ type: 'redis', name: `r${i}` })), /at most 8 simulators \(this would make 9\)/],
     ] as const) {
       const r = await server.api<{ message: string }>('POST', '/v1/workshops', { repo, simulators });
       assert.equal(r.status, 400);

@@ -107,27 +107,41 @@ export function mergeSimulators(project: SimulatorRequest[], given: SimulatorReq
 }
 
 /** What can be refused before anything is made: unknown types, a name twice, too many. */
+/** The request's type, checked against the catalog. */
+function knownType(req: SimulatorRequest, field: string): SimulatorType {
+  const type = (req.type ?? req.name)!;
+  if (!(SIMULATOR_TYPES as readonly string[]).includes(type)) {
+    throw new AtelierError(
+      'INVALID_ARGUMENT',
+      `unknown simulator type ${JSON.stringify(type)}: this server runs ${SIMULATOR_TYPES.join(', ')}` +
+        (req.type === undefined ? ' (give `type:` to name a simulator freely)' : ''),
+      { field },
+    );
+  }
+  return type as SimulatorType;
+}
+
+/** Refuses a workshop with more than MAX_SIMULATORS_PER_WORKSHOP simulators. */
+function checkCount(count: number, field: string): void {
+  if (count > MAX_SIMULATORS_PER_WORKSHOP)
+    throw new AtelierError(
+      'INVALID_ARGUMENT',
+      `a workshop runs at most ${MAX_SIMULATORS_PER_WORKSHOP} simulators (this would make ${count}): remove some from atelier.yaml or the request`,
+      { field },
+    );
+}
+
+/** The checks a create request can get before anything exists: types, names given twice, count. */
 export function precheckSimulators(requests: SimulatorRequest[], field = 'simulators'): void {
   const names = new Set<string>();
   for (const r of requests) {
-    const type = (r.type ?? r.name)!;
-    if (!(SIMULATOR_TYPES as readonly string[]).includes(type))
-      throw new AtelierError(
-        'INVALID_ARGUMENT',
-        `unknown simulator type ${JSON.stringify(type)}: this server runs ${SIMULATOR_TYPES.join(', ')}`,
-        {
-          field,
-        },
-      );
+    knownType(r, field);
     const name = simulatorName(r);
     if (names.has(name))
       throw new AtelierError('INVALID_ARGUMENT', `two simulators are named ${name}: give one of them another name`, { field });
     names.add(name);
   }
-  if (names.size > MAX_SIMULATORS_PER_WORKSHOP)
-    throw new AtelierError('INVALID_ARGUMENT', `a workshop runs at most ${MAX_SIMULATORS_PER_WORKSHOP} simulators (${names.size} asked)`, {
-      field,
-    });
+  checkCount(names.size, field);
 }
 
 function envPrefix(name: string): string {
@@ -173,19 +187,11 @@ export class SimulatorManager {
 
   /** Checks one request and makes it a spec (nothing starts). */
   resolve(ctx: { id: string; uid: number; layout: SandboxLayout; sandbox?: SandboxHandle }, req: SimulatorRequest): SimulatorSpec {
-    const type = (req.type ?? req.name)!;
-    if (!(SIMULATOR_TYPES as readonly string[]).includes(type)) {
-      throw new AtelierError(
-        'INVALID_ARGUMENT',
-        `unknown simulator type ${JSON.stringify(type)}: this server runs ${SIMULATOR_TYPES.join(', ')}` +
-          (req.type === undefined ? ' (give `type:` to name a simulator freely)' : ''),
-        { field: 'type' },
-      );
-    }
+    const type = knownType(req, 'type');
     const name = simulatorName(req);
     const base = this.workshopDir(ctx.id);
     const spec: SimulatorSpec & { services?: string[]; stubsDirectory?: string } = {
-      type: type as SimulatorType,
+      type,
       name,
       version: req.version,
       env: req.env,
@@ -324,12 +330,7 @@ export class SimulatorManager {
         );
       names.add(spec.name);
     }
-    if (names.size > MAX_SIMULATORS_PER_WORKSHOP)
-      throw new AtelierError(
-        'INVALID_ARGUMENT',
-        `a workshop runs at most ${MAX_SIMULATORS_PER_WORKSHOP} simulators (this would make ${names.size}): remove some from atelier.yaml or the request`,
-        { field: 'simulators' },
-      );
+    checkCount(names.size, 'simulators');
     if (specs.length === 0) {
       await this.publish(ctx);
       return [];
