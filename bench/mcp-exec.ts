@@ -5,6 +5,7 @@
  * (POST /v1/workshops/:id/exec, nothing stored). The difference of the first two is what MCP
  * adds (stdio JSON-RPC, the CLI client, schema checks); goal: under 5 ms at p50.
  */
+import { loadavg } from 'node:os';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { ATELIER_BIN, goalLine, heading, line, ms, statLine, summarize, type BenchServer } from './lib.js';
@@ -49,6 +50,12 @@ export async function mcpExec(server: BenchServer): Promise<Record<string, unkno
       });
       if (v.exitCode !== 0) throw new Error(`REST exec failed: ${JSON.stringify(v)}`);
     };
+    // The floor of any stdio MCP call: one JSON-RPC round trip through the `atelier mcp serve`
+    // process, no API call behind it. What the tool call adds beyond ping + REST is the server's
+    // own work in that process (schemas, the HTTP client).
+    const viaPing = async (): Promise<void> => {
+      await client.ping();
+    };
     const viaStream = async (): Promise<void> => {
       await server.exec(ws.id, COMMAND);
     };
@@ -60,24 +67,32 @@ export async function mcpExec(server: BenchServer): Promise<Record<string, unkno
       }
     };
     const warm: number[] = [];
-    for (const fn of [viaMcp, viaRest, viaStream]) await measure(fn, WARMUP, warm);
+    for (const fn of [viaMcp, viaRest, viaStream, viaPing]) await measure(fn, WARMUP, warm);
     // Interleaved in rounds, so that a burst of load elsewhere on the machine hits all three alike.
-    const samples = { mcp: [] as number[], rest: [] as number[], stream: [] as number[] };
+    const samples = { mcp: [] as number[], rest: [] as number[], stream: [] as number[], ping: [] as number[] };
     for (let round = 0; round < 4; round++) {
       await measure(viaMcp, RUNS / 4, samples.mcp);
       await measure(viaRest, RUNS / 4, samples.rest);
       await measure(viaStream, RUNS / 4, samples.stream);
+      await measure(viaPing, RUNS / 4, samples.ping);
     }
     const m = summarize(samples.mcp);
     const r = summarize(samples.rest);
     const s = summarize(samples.stream);
+    const p = summarize(samples.ping);
     statLine('atelier', 'MCP atelier_exec_in_sandbox over stdio', m, ['p50', 'p99']);
     statLine('peer', 'REST POST …/execs (same call the MCP server makes)', r, ['p50', 'p99']);
     statLine('(ref)', 'REST POST …/exec (streaming route, output not stored)', s, ['p50', 'p99']);
+    statLine('(ref)', 'MCP ping over stdio (the process hop alone)', p, ['p50', 'p99']);
     line(`MCP overhead: p50 ${ms(m.p50 - r.p50)}, p99 ${ms(m.p99 - r.p99)}; MCP / REST (p50) ${(m.p50 / r.p50).toFixed(2)}x`);
     line(`storing the output in PostgreSQL: p50 ${ms(r.p50 - s.p50)} over the streaming route`);
     goalLine(`MCP overhead p50 < ${GOAL_OVERHEAD_P50_MS} ms`, m.p50 - r.p50, GOAL_OVERHEAD_P50_MS);
-    Object.assign(result, { mcp: m, rest: r, stream: s, overheadP50: m.p50 - r.p50 });
+    line(
+      `of which the stdio hop (ping p50): ${ms(p.p50)}; load average ${loadavg()
+        .map((l) => l.toFixed(2))
+        .join(' ')}`,
+    );
+    Object.assign(result, { mcp: m, rest: r, stream: s, ping: p, overheadP50: m.p50 - r.p50 });
   } finally {
     await client.close().catch(() => undefined);
     await server.deleteWorkshop(ws.id);

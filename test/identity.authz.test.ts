@@ -34,6 +34,7 @@ interface Call {
   body?: unknown;
   raw?: Buffer;
   contentType?: string;
+  accept?: string;
 }
 
 interface Row {
@@ -280,6 +281,24 @@ const TABLE: Record<string, Row> = {
     expect: e(401, 404, 200, 200, 200, 200, 200, 404),
     call: (f) => ({ method: 'GET', path: `/v1/workshops/${f.ws}/git/diff` }),
   },
+  // A workshop's MCP endpoint: its own agent token only (an agent of another workshop acts for that
+  // workshop, its own); people use `atelier mcp serve`. Stateless: GET and DELETE are 405.
+  'POST /mcp': {
+    expect: e(401, 200, 403, 403, 403, 403, 403, 403),
+    call: () => ({
+      method: 'POST',
+      path: '/mcp',
+      accept: 'application/json, text/event-stream',
+      body: {
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'initialize',
+        params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'matrix', version: '1' } },
+      },
+    }),
+  },
+  'GET /mcp': { expect: e(401, 405, 403, 403, 403, 403, 403, 403), call: () => ({ method: 'GET', path: '/mcp' }) },
+  'DELETE /mcp': { expect: e(401, 405, 403, 403, 403, 403, 403, 403), call: () => ({ method: 'DELETE', path: '/mcp' }) },
   // Approvals: filing needs the right to operate the workshop; reading is for the tenant (and the
   // workshop's own agent); deciding is for its owner or a maintainer, never an agent, never the requester.
   'POST /v1/workshops/:id/approvals': {
@@ -434,7 +453,7 @@ async function applySlot(f: Fixture): Promise<{ executionId: string }> {
 }
 
 async function as(f: Fixture, who: Subject, c: Call): Promise<{ status: number; body: unknown }> {
-  const headers: Record<string, string> = { accept: 'application/json' };
+  const headers: Record<string, string> = { accept: c.accept ?? 'application/json' };
   if (who !== 'anonymous') headers.authorization = `Bearer ${f.tokens[who]}`;
   let body: string | Buffer | undefined;
   if (c.raw) {

@@ -1,6 +1,7 @@
 import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { randomBytes } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { pino } from 'pino';
 import {
   clientConfigFiles,
@@ -27,6 +28,8 @@ import { createApprovals } from './approvals.js';
 import { actionRoutes } from './routes/actions.js';
 import { startEgress } from './egress.js';
 import { startIdentity } from './identity.js';
+import { McpGateway } from './mcp/gateway.js';
+import { workshopMcpRoutes } from './mcp/endpoint.js';
 
 export interface StartOptions {
   dataDir?: string;
@@ -278,11 +281,25 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     // Inside every workshop, http://api.atelier.internal reaches this server's API (ATELIER_URL).
     // The object is shared with the listeners: its port is filled in once the server listens.
     const apiTarget = { host: '127.0.0.1', port: 0 };
+    // And http://mcp.atelier.internal/mcp is its MCP endpoint: a socket per workshop, so the server
+    // knows which workshop a request comes from (src/server/mcp/gateway.ts); served by the app below.
+    const mcpRoute: { to?: (req: IncomingMessage, res: ServerResponse) => void } = {};
+    const mcpGateway = new McpGateway({
+      dir: join(dataDir, 'mcp'),
+      pool,
+      unseal: (sealed, id) => masterKey.decrypt(sealed, `workshop-token:${id}`).toString('utf8'),
+      route: (req, res) => (mcpRoute.to ? mcpRoute.to(req, res) : res.writeHead(503).end()),
+      log: logger,
+    });
+    cleanups.push(async () => mcpGateway.close());
     const simulators = new SimulatorManager(pool, {
       dataDir,
       rootless: isolation.rootless,
       internal,
-      baseServices: () => [{ label: 'api', port: 80, target: apiTarget }],
+      baseServices: (id) => [
+        { label: 'api', port: 80, target: apiTarget },
+        { label: 'mcp', port: 80, target: mcpGateway.target(id) },
+      ],
       log: logger,
     });
     mkdirSync(join(dataDir, 'simulators'), { recursive: true, mode: 0o711 });
@@ -343,12 +360,14 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       extraRoutes: [
         ...identity.routes,
         (a) => actionRoutes(a, { actions, projects, cockpitWrites: config.cockpitWrites, origin: () => publicOrigin.value }),
+        (a) => workshopMcpRoutes(a, { workshops, approvals: approvals.service, version: opts.version }),
       ],
       approvals: approvals.service,
       slack: approvals.slack,
       secrets: approvals.secrets,
     });
     cleanups.push(() => app.close());
+    mcpRoute.to = (req, res) => app.routing(req, res);
     // Runs before app.close (cleanups run in reverse): in-flight execs end, so their requests do.
     cleanups.push(() => workshops.close());
     await app.listen({ host: listen.host, port: listen.port });

@@ -601,12 +601,14 @@ export class WorkshopService {
     };
   }
 
-  /** ATELIER_URL and ATELIER_TOKEN: the API from inside, as this workshop's agent. */
+  /** ATELIER_URL, ATELIER_TOKEN and ATELIER_MCP_URL: the API and MCP endpoint from inside, as this workshop's agent. */
   private agentEnv(row: WorkshopRow): Record<string, string> {
     if (!row.agent_token) return {};
     try {
       return {
         ATELIER_URL: 'http://api.atelier.internal',
+        // The workshop's MCP endpoint (no token needed from inside: the server knows the workshop by its socket).
+        ATELIER_MCP_URL: 'http://mcp.atelier.internal/mcp',
         ATELIER_TOKEN: this.opts.sealer.decrypt(row.agent_token, `workshop-token:${row.id}`).toString('utf8'),
       };
     } catch (err) {

@@ -73,7 +73,7 @@ export interface SimulatorManagerOptions {
   rootless: boolean;
   internal: InternalNetwork;
   /** Internal services every workshop has besides its simulators (the API). */
-  baseServices: () => InternalServiceSpec[];
+  baseServices: (workshopId: string) => InternalServiceSpec[];
   log: { warn(obj: object, msg?: string): void; error(obj: object, msg?: string): void };
 }
 
@@ -272,7 +272,7 @@ export class SimulatorManager {
    */
   async publish(ctx: WorkshopContext): Promise<void> {
     const rows = await this.rows(ctx.id);
-    const services: InternalServiceSpec[] = [...this.opts.baseServices()];
+    const services: InternalServiceSpec[] = [...this.opts.baseServices(ctx.id)];
     const env: Record<string, string> = {};
     const seenTypes = new Set<string>();
     const doc: Array<Record<string, unknown>> = [];

@@ -36,13 +36,31 @@ export interface SessionInfo {
   running: boolean;
 }
 
+/**
+ * How each preset is pointed at the workshop's MCP endpoint ($ATELIER_MCP_URL), without writing
+ * into the repository: Claude Code gets `--mcp-config` with the JSON itself (no secret in it: the
+ * endpoint knows the workshop by where the connection comes from), put last because the option
+ * takes several values; Gemini CLI reads a settings file named by GEMINI_CLI_SYSTEM_SETTINGS_PATH,
+ * written under the workshop's HOME (unless that variable is already set).
+ */
+const MCP_WIRING: Record<string, string> = {
+  claude: `exec claude "$@" --mcp-config "{\\"mcpServers\\":{\\"atelier\\":{\\"type\\":\\"http\\",\\"url\\":\\"$ATELIER_MCP_URL\\"}}}"`,
+  gemini:
+    `if [ -z "\${GEMINI_CLI_SYSTEM_SETTINGS_PATH:-}" ]; then mkdir -p "$HOME/.atelier" && ` +
+    `printf '{"mcpServers":{"atelier":{"httpUrl":"%s"}}}\\n' "$ATELIER_MCP_URL" > "$HOME/.atelier/gemini-settings.json" && ` +
+    `export GEMINI_CLI_SYSTEM_SETTINGS_PATH="$HOME/.atelier/gemini-settings.json"; fi; exec gemini "$@"`,
+};
+
 /** The command a preset runs: the CLI if it is installed, else a sentence saying how to install it. */
-function presetCommand(preset: string, args: string[]): string[] {
+export function presetCommand(preset: string, args: string[]): string[] {
   const p = PRESETS[preset]!;
+  const wiring = MCP_WIRING[preset];
   return [
     '/bin/sh',
     '-c',
-    `command -v ${p.binary} >/dev/null 2>&1 || { echo "atelier: ${p.binary} is not installed in this workshop: add \\"${p.install}\\" to the devcontainer's postCreateCommand" >&2; exit 127; }; exec ${p.binary} "$@"`,
+    `command -v ${p.binary} >/dev/null 2>&1 || { echo "atelier: ${p.binary} is not installed in this workshop: add \\"${p.install}\\" to the devcontainer's postCreateCommand" >&2; exit 127; }; ` +
+      (wiring ? `if [ -n "\${ATELIER_MCP_URL:-}" ]; then ${wiring}; fi; ` : '') +
+      `exec ${p.binary} "$@"`,
     p.binary,
     ...args,
   ];

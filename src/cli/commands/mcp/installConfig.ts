@@ -1,21 +1,8 @@
-import {
-  chmodSync,
-  closeSync,
-  copyFileSync,
-  existsSync,
-  fsyncSync,
-  mkdirSync,
-  openSync,
-  readFileSync,
-  renameSync,
-  rmSync,
-  statSync,
-  writeSync,
-} from 'node:fs';
+import { chmodSync, copyFileSync, existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { applyEdits, modify, parse, printParseErrorCode, type ParseError } from 'jsonc-parser';
-import { AtelierError, readClientConfig } from '../../../core/index.js';
+import { AtelierError, readClientConfig, writeFileAtomic } from '../../../core/index.js';
 import type { CommandContext } from '../../context.js';
 
 export const MCP_CLIENTS = ['claude-desktop', 'claude-code', 'cursor', 'vscode', 'windsurf'] as const;
@@ -111,22 +98,6 @@ export function unifiedDiff(path: string, before: string, after: string): string
   return `${lines.join('\n')}\n`;
 }
 
-function writeAtomic(path: string, text: string, mode: number): void {
-  const tmp = `${path}.atelier-${process.pid}.tmp`;
-  const fd = openSync(tmp, 'w', mode);
-  try {
-    writeSync(fd, text);
-    fsyncSync(fd);
-  } catch (err) {
-    closeSync(fd);
-    rmSync(tmp, { force: true });
-    throw err;
-  }
-  closeSync(fd);
-  chmodSync(tmp, mode);
-  renameSync(tmp, path);
-}
-
 /** The change to one client's file: computed, then written (or only shown with dryRun). */
 export function applyClientConfig(
   client: McpClient,
@@ -188,7 +159,7 @@ export function applyClientConfig(
       copyFileSync(path, backup);
       chmodSync(backup, mode);
     }
-    writeAtomic(path, after, mode);
+    writeFileAtomic(path, after, mode);
   }
   return { client, path, server, action, backup, dryRun: opts.dryRun, diff };
 }
