@@ -98,7 +98,8 @@ function parseFields(lines: string[], bad: 400 | 502): Omit<MessageHead, 'minor'
   let chunked = false;
   if (cl) {
     if (cl.length > 1) throw new HttpFramingError(bad, 'more than one Content-Length');
-    if (!/^[0-9]{1,15}$/.test(cl[0]!)) throw new HttpFramingError(bad, `Content-Length is not a number: ${JSON.stringify(cl[0]!.slice(0, 20))}`);
+    if (!/^[0-9]{1,15}$/.test(cl[0]!))
+      throw new HttpFramingError(bad, `Content-Length is not a number: ${JSON.stringify(cl[0]!.slice(0, 20))}`);
     contentLength = Number(cl[0]);
   }
   if (te) {
@@ -123,7 +124,8 @@ export function parseRequestHead(buf: Buffer, maxBytes: number, scanFrom = 0): R
   if (end < 0) {
     // Only the bytes that arrived since the last look are scanned (a dribbled head stays linear).
     const since = Math.max(from, scanFrom - 1);
-    if (buf.indexOf(0x0a, since) >= 0 && !crlfOnly(buf, since, buf.length)) throw new HttpFramingError(400, 'a bare LF or CR in the request head');
+    if (buf.indexOf(0x0a, since) >= 0 && !crlfOnly(buf, since, buf.length))
+      throw new HttpFramingError(400, 'a bare LF or CR in the request head');
     return undefined;
   }
   if (!crlfOnly(buf, from, end)) throw new HttpFramingError(400, 'a bare LF or CR in the request head');
@@ -134,7 +136,8 @@ export function parseRequestHead(buf: Buffer, maxBytes: number, scanFrom = 0): R
   const te = f.values.get('transfer-encoding');
   if (te && f.contentLength !== undefined) throw new HttpFramingError(400, 'both Content-Length and Transfer-Encoding');
   if (te && m[3] === '0') throw new HttpFramingError(400, 'Transfer-Encoding in an HTTP/1.0 request');
-  if (te && !f.chunked) throw new HttpFramingError(501, `only Transfer-Encoding: chunked is accepted, not ${JSON.stringify(te.join(', ').slice(0, 40))}`);
+  if (te && !f.chunked)
+    throw new HttpFramingError(501, `only Transfer-Encoding: chunked is accepted, not ${JSON.stringify(te.join(', ').slice(0, 40))}`);
   const upgrade = f.values.get('upgrade');
   const expect = f.values.get('expect');
   return {
@@ -283,7 +286,8 @@ export class BodyFramer {
           // chunk-size [ chunk-ext ]: hex digits only (no sign, no 0x, no spaces), at most 2^52.
           const m = /^([0-9A-Fa-f]+)(?:[ \t]*;[\t\x20-\x7e]*)?$/.exec(text);
           const digits = m ? m[1]!.replace(/^0+(?=.)/, '') : '';
-          if (!m || digits.length > 13) throw new HttpFramingError(this.bad, `a malformed chunk size: ${JSON.stringify(text.slice(0, 20))}`);
+          if (!m || digits.length > 13)
+            throw new HttpFramingError(this.bad, `a malformed chunk size: ${JSON.stringify(text.slice(0, 20))}`);
           const size = parseInt(digits, 16);
           if (size === 0) this.state = 'trailer';
           else {

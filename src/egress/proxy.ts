@@ -749,12 +749,19 @@ export class EgressProxy {
   }
 
   /** Connect to the first checked address that answers (or the internal target); a plain socket. */
-  private async dialPlain(l: Listener, addresses: readonly string[], port: number, internal?: InternalTarget): Promise<{ sock: net.Socket; address: string }> {
+  private async dialPlain(
+    l: Listener,
+    addresses: readonly string[],
+    port: number,
+    internal?: InternalTarget,
+  ): Promise<{ sock: net.Socket; address: string }> {
     let last: unknown = new Error('no address');
     for (const address of internal ? [describeTarget(internal)] : addresses) {
       try {
         const sock = await new Promise<net.Socket>((resolve, reject) => {
-          const up = internal ? connectTarget(internal) : net.connect({ host: address, port, lookup: pinnedLookup(address), noDelay: true });
+          const up = internal
+            ? connectTarget(internal)
+            : net.connect({ host: address, port, lookup: pinnedLookup(address), noDelay: true });
           this.track(l, up);
           const t = setTimeout(() => {
             const e: NodeJS.ErrnoException = new Error(`connect to ${address}:${port} timed out`);
@@ -862,6 +869,17 @@ export class EgressProxy {
 
   private onUpstreamData(p: PlainConn, ex: PlainExchange, chunk: Buffer): void {
     if (p.done || p.ex !== ex) return;
+    // One write to the client per read from the origin (head and body together).
+    const s = p.s;
+    s.cork();
+    try {
+      this.relayAnswer(p, ex, chunk);
+    } finally {
+      if (s.writableCorked > 0) s.uncork();
+    }
+  }
+
+  private relayAnswer(p: PlainConn, ex: PlainExchange, chunk: Buffer): void {
     ex.bytesIn += chunk.length;
     let buf = chunk;
     let from = 0;
@@ -904,9 +922,7 @@ export class EgressProxy {
       }
       from += used;
       let ok = true;
-      if (out.length > 1) p.s.cork();
       for (const b of out) ok = p.s.write(b) && ok;
-      if (out.length > 1) p.s.uncork();
       if (!ok && ex.up && !ex.res.done) {
         const up = ex.up.sock;
         up.pause();
@@ -1024,7 +1040,11 @@ export class EgressProxy {
       this.dialUpstream(p, ex, u.key);
       return;
     }
-    this.upstreamFailed(p, ex, err ? 'the connection to the origin failed' : 'the origin closed the connection before its answer was complete');
+    this.upstreamFailed(
+      p,
+      ex,
+      err ? 'the connection to the origin failed' : 'the origin closed the connection before its answer was complete',
+    );
   }
 
   /** The origin failed mid-exchange: a 502 if nothing was answered yet, else the client is cut (a truncated answer must not look whole). */
@@ -1039,10 +1059,7 @@ export class EgressProxy {
       return;
     }
     const d = ex.verdict?.decision;
-    this.closeWith(
-      p,
-      rawAnswer(502, 'UPSTREAM_FAILED', `atelier egress: ${d ? `${hostFor(d.host)}:${ex.port}` : ex.target}: ${why}`),
-    );
+    this.closeWith(p, rawAnswer(502, 'UPSTREAM_FAILED', `atelier egress: ${d ? `${hostFor(d.host)}:${ex.port}` : ex.target}: ${why}`));
   }
 
   /** The client stopped in the middle of its request: the exchange cannot complete. */
