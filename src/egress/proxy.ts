@@ -144,6 +144,8 @@ interface ClientConn {
   /** Waiting for a request head: the deadline timer's firing ends the connection. */
   armed: boolean;
   timer: NodeJS.Timeout | undefined;
+  /** True while a kept-alive connection has not begun its next request: its deadline closes it without a 408. */
+  quiet?: () => boolean;
 }
 
 interface CachedAllow {
@@ -461,7 +463,7 @@ export class EgressProxy {
       const t = setTimeout(() => {
         if (!c.armed || s.destroyed) return;
         // Best effort: the client is told, then dropped.
-        if (s.writable) s.write(rawAnswer(408, 'BAD_REQUEST', 'atelier egress: the request head was not complete in time'));
+        if (s.writable && !c.quiet?.()) s.write(rawAnswer(408, 'BAD_REQUEST', 'atelier egress: the request head was not complete in time'));
         s.destroy();
       }, this.limits.headerTimeoutMs);
       t.unref();
@@ -522,6 +524,8 @@ export class EgressProxy {
   private serveHttp1(l: Listener, s: net.Socket): void {
     const p: PlainConn = { l, s, buf: undefined, scanned: 0, ex: undefined, pool: new Map(), done: false, ended: false };
     s.setNoDelay(true);
+    const c = this.conns.get(s);
+    if (c) c.quiet = () => !p.buf && !p.ex;
     s.on('data', (chunk: Buffer) => {
       if (p.done) return;
       p.buf = p.buf ? Buffer.concat([p.buf, chunk]) : chunk;
@@ -841,7 +845,12 @@ export class EgressProxy {
   private sendBody(p: PlainConn, ex: PlainExchange): void {
     const framer = ex.reqBody!;
     const buf = p.buf;
-    if (!buf || !ex.up) return;
+    if (!ex.up) return;
+    if (!buf) {
+      // The rest of the body is still to come.
+      p.s.resume();
+      return;
+    }
     const out: Buffer[] = [];
     let used: number;
     try {
