@@ -75,6 +75,14 @@ async function startTestOrigin(address: string): Promise<TestOrigin> {
           // An answer delimited by the end of the connection (no length, not chunked).
           sock.end('HTTP/1.1 200 OK\r\nX-Close: 1\r\n\r\nuntil the end');
           return;
+        case '/gzip-te':
+          sock.end('HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n\x1f\x8b');
+          return;
+        case '/bye':
+          // Answers as if the connection stayed open, then closes it: the keep-alive race.
+          res.writeHead(200, { 'content-length': 3, 'x-origin': address });
+          res.end('bye', () => sock.destroy());
+          return;
         case '/hold':
           return; // never answered
         default: {
@@ -387,6 +395,18 @@ describe('egress plain-HTTP forwarding', () => {
     assert.deepEqual([r.status, r.headers.connection, r.body], [200, 'close', 'until the end']);
     assert.ok(await close.closed());
     close.destroy();
+
+    const gz = await c1(`GET ${urlA('/gzip-te')} HTTP/1.1\r\nHost: x\r\n\r\n`);
+    assert.deepEqual([gz.status, gz.headers['x-atelier-egress-reason']], [502, 'UPSTREAM_FAILED']);
+
+    // The next request was already written to an upstream the origin was closing: sent again
+    // on a fresh connection, since nothing was answered and a GET may be repeated.
+    const race = new RawClient(sock);
+    race.write(`GET ${urlA('/bye')} HTTP/1.1\r\nHost: x\r\n\r\nGET ${urlA('/again')} HTTP/1.1\r\nHost: x\r\n\r\n`);
+    assert.equal((await race.response()).body, 'bye');
+    const again = await race.response();
+    assert.deepEqual([again.status, JSON.parse(again.body).url], [200, '/again']);
+    race.destroy();
     await nothingOpen();
   });
 

@@ -955,6 +955,11 @@ export class EgressProxy {
     }
     const noBody = ex.head.method === 'HEAD' || rh.status === 204 || rh.status === 304;
     let framing: string;
+    if (rh.otherCoding && !noBody) {
+      // A transfer coding (gzip…) the client was never offered cannot be passed on as it is.
+      this.upstreamFailed(p, ex, 'the origin answered with a transfer coding other than chunked');
+      return false;
+    }
     if (noBody) {
       ex.res = new BodyFramer('length', 0, true, 502, 0);
       framing = '';
@@ -1040,7 +1045,8 @@ export class EgressProxy {
     if (ex.res?.done) return;
     // The keep-alive race: an origin closed an idle connection just as a request without a body
     // was written to it. Nothing was answered, so the request is sent once more on a fresh one.
-    if (ex.reused && !ex.retried && ex.bytesIn === 0 && !ex.reqBody) {
+    // Only an idempotent request (RFC 9110 §9.2.2) is retried.
+    if (ex.reused && !ex.retried && ex.bytesIn === 0 && !ex.reqBody && IDEMPOTENT.has(ex.head.method)) {
       ex.retried = true;
       ex.reused = false;
       u.ex = undefined;
@@ -1701,6 +1707,7 @@ interface PlainUpstream {
   listening?: boolean;
 }
 
+const IDEMPOTENT = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE', 'PUT', 'DELETE']);
 /** A response head from an origin larger than this is refused (502). */
 const RESPONSE_HEAD_BYTES = 64 * 1024;
 /** Idle upstreams a client connection keeps (distinct hosts it alternates between). */
