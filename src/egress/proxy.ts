@@ -136,6 +136,8 @@ interface Listener {
   /** Every client and upstream socket, destroyed by close(). */
   sockets: Set<net.Socket>;
   clients: number;
+  /** Idle plain-HTTP upstreams kept by this workshop's client connections (bounded). */
+  pooled: number;
   /** Allowed plain-HTTP decisions by `host|port`, valid only for the policy they were made under. */
   decisions: Map<string, CachedAllow>;
 }
@@ -389,6 +391,7 @@ export class EgressProxy {
       policy: this.policies.get(workshopId),
       sockets: new Set(),
       clients: 0,
+      pooled: 0,
       decisions: new Map(),
     };
     l.server.on('connection', (s) => {
@@ -540,8 +543,7 @@ export class EgressProxy {
     s.once('close', () => {
       p.done = true;
       if (p.ex?.up) p.ex.up.sock.destroy();
-      for (const u of p.pool.values()) u.sock.destroy();
-      p.pool.clear();
+      this.drainPool(p);
     });
     s.setTimeout(this.limits.idleTimeoutMs, () => s.destroy());
     s.resume();
@@ -715,7 +717,7 @@ export class EgressProxy {
     const key = v.internal ? `internal|${describeTarget(v.internal)}` : `${d.host}|${ex.port}`;
     const pooled = p.pool.get(key);
     if (pooled) {
-      p.pool.delete(key);
+      this.unpool(p, key);
       // Reused only while its address is still one the decision just checked.
       if (v.internal || v.dial.includes(pooled.address)) {
         ex.reused = true;
@@ -810,7 +812,7 @@ export class EgressProxy {
       });
       sock.on('end', () => this.onUpstreamGone(p, u, undefined));
       sock.on('close', () => {
-        if (p.pool.get(u.key) === u) p.pool.delete(u.key);
+        if (p.pool.get(u.key) === u) this.unpool(p, u.key);
         this.onUpstreamGone(p, u, new Error('closed'));
       });
       sock.on('drain', () => {
@@ -1006,8 +1008,16 @@ export class EgressProxy {
     p.ex = undefined;
     if (u) {
       u.ex = undefined;
-      if (reusable && ex.reqBody?.done !== false && !p.pool.has(u.key) && p.pool.size < MAX_POOLED_PER_CLIENT) p.pool.set(u.key, u);
-      else u.sock.destroy();
+      if (
+        reusable &&
+        ex.reqBody?.done !== false &&
+        !p.pool.has(u.key) &&
+        p.pool.size < MAX_POOLED_PER_CLIENT &&
+        p.l.pooled < MAX_POOLED_PER_WORKSHOP
+      ) {
+        p.pool.set(u.key, u);
+        p.l.pooled++;
+      } else u.sock.destroy();
     }
     if (ex.close) {
       this.finishClient(p);
@@ -1019,6 +1029,17 @@ export class EgressProxy {
     else if (p.ended) this.finishClient(p);
   }
 
+  private unpool(p: PlainConn, key: string): void {
+    if (p.pool.delete(key)) p.l.pooled--;
+  }
+
+  /** Every idle upstream of a client connection closed (the connection is done). */
+  private drainPool(p: PlainConn): void {
+    for (const u of p.pool.values()) u.sock.destroy();
+    p.l.pooled -= p.pool.size;
+    p.pool.clear();
+  }
+
   /** No more requests on this connection: end it once what was written is flushed. */
   private finishClient(p: PlainConn): void {
     p.done = true;
@@ -1026,8 +1047,7 @@ export class EgressProxy {
     p.s.end();
     p.s.destroySoon();
     p.s.resume();
-    for (const u of p.pool.values()) u.sock.destroy();
-    p.pool.clear();
+    this.drainPool(p);
   }
 
   /** The upstream ended or failed while it served this exchange. */
@@ -1711,7 +1731,12 @@ const IDEMPOTENT = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE', 'PUT', 'DELETE'])
 /** A response head from an origin larger than this is refused (502). */
 const RESPONSE_HEAD_BYTES = 64 * 1024;
 /** Idle upstreams a client connection keeps (distinct hosts it alternates between). */
-const MAX_POOLED_PER_CLIENT = 8;
+const MAX_POOLED_PER_CLIENT = 4;
+/**
+ * Idle upstreams all of a workshop's connections keep together: beyond, an answered request's
+ * upstream is closed, so that a workshop's idle connections cannot use up the server's descriptors.
+ */
+const MAX_POOLED_PER_WORKSHOP = 256;
 
 /** Index of the first field named `name` (lower-case) in a flat name/value list; -1 when absent. */
 function fieldIndex(fields: readonly string[], name: string): number {
