@@ -9,6 +9,10 @@
  * - MiB/s through a CONNECT tunnel: one TCP stream of TRANSFER_BYTES, origin → client
  *   (download) and client → origin (upload), TRANSFERS times each, median.
  *
+ * - a bare TCP relay in node (no HTTP, no policy) is measured beside them for plain HTTP: the
+ *   ceiling of any proxy process here, since with the client, the proxy and the origin sharing
+ *   the machine's cores each request pays an extra process hop whatever the proxy does.
+ *
  * Atelier's proxy is measured the way a workshop reaches it in production: a TCP socket handed
  * to the proxy (in production opened inside the workshop's network namespace), and also on a
  * unix socket.
@@ -105,6 +109,29 @@ await proxy.listen('ws-bench-tcp', tcp, policy);
 process.stdout.write(JSON.stringify({ tcpPort: tcp.address().port }) + '\\n');
 process.stdin.resume();
 process.stdin.on('end', async () => { await proxy.closeAll(); process.exit(0); });
+`;
+
+/**
+ * The ceiling of any proxy in node on this machine: a bare TCP relay (no HTTP parsing, no
+ * policy) that joins each client connection to its own origin connection. The client speaks
+ * origin-form to it, as to the origin. Whatever a proxy costs beyond this is its own work; what
+ * this costs against direct is the extra process hop itself.
+ */
+const SPLICE_JS = `
+import net from 'node:net';
+const originPort = Number(process.argv[1]);
+const srv = net.createServer((c) => {
+  c.setNoDelay(true);
+  const o = net.connect({ host: '127.0.0.1', port: originPort, noDelay: true });
+  c.on('error', () => o.destroy());
+  o.on('error', () => c.destroy());
+  c.pipe(o);
+  o.pipe(c);
+});
+await new Promise((r) => srv.listen({ host: '127.0.0.1', port: 0, backlog: 511 }, r));
+process.stdout.write(JSON.stringify({ port: srv.address().port }) + '\\n');
+process.stdin.resume();
+process.stdin.on('end', () => process.exit(0));
 `;
 
 interface Child {
@@ -504,6 +531,18 @@ export async function egress(server: BenchServer): Promise<Record<string, unknow
       pid: proxy.proc.pid,
     });
 
+    const splice = startChild('tcp relay', process.execPath, ['--input-type=module', '-e', SPLICE_JS, String(ports.http)]);
+    children.push(splice);
+    const { port: splicePort } = JSON.parse(await firstLine(splice)) as { port: number };
+    variants.push({
+      who: 'relay',
+      what: 'bare TCP relay in node (ceiling of a proxy)',
+      key: 'relay',
+      target: { port: splicePort },
+      proxied: false,
+      pid: splice.proc.pid,
+    });
+
     if (!hasCommand('squid')) {
       line('squid    skipped: squid is not installed (apt-get install squid)');
     } else {
@@ -563,7 +602,8 @@ export async function egress(server: BenchServer): Promise<Record<string, unknow
     }
     result.http = http;
 
-    // ---- (2) CONNECT throughput
+    // ---- (2) CONNECT throughput (the bare relay is an HTTP-only reference: not here)
+    const tunnelled = variants.filter((v) => v.key !== 'relay');
     const tput: Record<
       string,
       { down: number[]; up: number[]; downMiBps: number; upMiBps: number; cpu: { ms: number; wall: number; mib: number } }
@@ -583,20 +623,20 @@ export async function egress(server: BenchServer): Promise<Record<string, unknow
         s.destroy();
       }
     };
-    for (const v of variants) {
+    for (const v of tunnelled) {
       tput[v.key] = { down: [], up: [], downMiBps: 0, upMiBps: 0, cpu: { ms: 0, wall: 0, mib: 0 } };
       await once(v, 'down', 16 * 2 ** 20);
       await once(v, 'up', 16 * 2 ** 20);
     }
-    for (const v of variants) tput[v.key]!.cpu = { ms: 0, wall: 0, mib: 0 };
+    for (const v of tunnelled) tput[v.key]!.cpu = { ms: 0, wall: 0, mib: 0 };
     for (let i = 0; i < TRANSFERS; i++) {
-      for (const v of variants) {
+      for (const v of tunnelled) {
         tput[v.key]!.down.push(await once(v, 'down', TRANSFER_BYTES));
         tput[v.key]!.up.push(await once(v, 'up', TRANSFER_BYTES));
       }
     }
     line(`one TCP stream, ${TRANSFER_BYTES / 2 ** 20} MiB, median of ${TRANSFERS} (direct: plain TCP; proxies: CONNECT tunnel):`);
-    for (const v of variants) {
+    for (const v of tunnelled) {
       const t = tput[v.key]!;
       t.downMiBps = median(t.down);
       t.upMiBps = median(t.up);
@@ -611,6 +651,10 @@ export async function egress(server: BenchServer): Promise<Record<string, unknow
     const d = http.direct!;
     const sq = http.squid;
     ratioLine(`atelier (${production}) / direct req/s`, p.rps, d.rps);
+    if (http.relay) {
+      ratioLine('bare TCP relay / direct req/s (what the extra hop alone costs)', http.relay.rps, d.rps);
+      ratioLine(`atelier (${production}) / bare TCP relay req/s`, p.rps, http.relay.rps);
+    }
     if (http.atelierUnix) ratioLine('atelier (unix socket) / direct req/s', http.atelierUnix.rps, d.rps);
     if (sq) {
       ratioLine(`atelier (${production}) / squid req/s`, p.rps, sq.rps);

@@ -137,8 +137,11 @@ export class RawClient {
     return out;
   }
 
-  /** Read one HTTP response (head, then a body by Content-Length, chunked, or to the end). */
-  async response(timeoutMs = 10_000): Promise<HttpAnswer> {
+  /**
+   * Read one HTTP response (head, then a body by Content-Length, chunked, or to the end). An
+   * interim (1xx), 204 or 304 answer, or the answer to a HEAD (`head`), has no body.
+   */
+  async response(timeoutMs = 10_000, opts: { head?: boolean } = {}): Promise<HttpAnswer> {
     await this.until(() => this.buf.includes('\r\n\r\n'), timeoutMs);
     const at = this.buf.indexOf('\r\n\r\n');
     if (at < 0) throw new Error(`connection closed before a response head: ${JSON.stringify(this.buf.toString('latin1'))}`);
@@ -151,7 +154,9 @@ export class RawClient {
       headers[line.slice(0, i).trim().toLowerCase()] = line.slice(i + 1).trim();
     }
     let body: Buffer;
-    if (headers['content-length'] !== undefined) {
+    if (opts.head || status < 200 || status === 204 || status === 304) {
+      body = Buffer.alloc(0);
+    } else if (headers['content-length'] !== undefined) {
       body = await this.read(Number(headers['content-length']), timeoutMs);
     } else if (headers['transfer-encoding'] === 'chunked') {
       const parts: Buffer[] = [];
