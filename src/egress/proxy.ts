@@ -1581,20 +1581,7 @@ export class EgressProxy {
    */
   private splice(a: net.Socket, up: Upstream): void {
     const b = up.socket;
-    const kill = () => {
-      a.destroy();
-      b.destroy();
-    };
-    a.on('error', kill);
-    b.on('error', kill);
-    // A side that closes after a clean FIN has already passed it on (its 'end' ended the other
-    // side, which then closes by itself once flushed); any other close ends the other side now.
-    a.once('close', (hadError) => {
-      if (hadError || !a.readableEnded) b.destroy();
-    });
-    b.once('close', (hadError) => {
-      if (hadError || !b.readableEnded) a.destroy();
-    });
+    const kill = tieSockets(a, b);
     a.setTimeout(this.limits.idleTimeoutMs, kill);
     b.setTimeout(this.limits.idleTimeoutMs, kill);
     // client → upstream: node's own read buffers (an accepted socket cannot be given reused
@@ -1611,6 +1598,27 @@ export class EgressProxy {
     b.resume();
     a.resume();
   }
+}
+
+/**
+ * Ties the lifetimes of the two sockets of a relay: an error on either ends both; a side that
+ * closes after a clean FIN has already passed it on (its 'end' ended the other side, which then
+ * closes by itself once flushed), any other close ends the other side now. Returns the kill.
+ */
+export function tieSockets(a: net.Socket, b: net.Socket): () => void {
+  const kill = (): void => {
+    a.destroy();
+    b.destroy();
+  };
+  a.on('error', kill);
+  b.on('error', kill);
+  a.once('close', (hadError) => {
+    if (hadError || !a.readableEnded) b.destroy();
+  });
+  b.once('close', (hadError) => {
+    if (hadError || !b.readableEnded) a.destroy();
+  });
+  return kill;
 }
 
 /** A connected upstream of a tunnel and the reader that owns its read buffer. */

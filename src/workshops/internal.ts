@@ -2,7 +2,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import net from 'node:net';
 import { join } from 'node:path';
 import { writeFileAtomic } from '../core/index.js';
-import { INTERNAL_SUFFIX, type EgressProxy, type InternalTarget } from '../egress/index.js';
+import { INTERNAL_SUFFIX, tieSockets, type EgressProxy, type InternalTarget } from '../egress/index.js';
 import { hostsFile, listenInSandboxMany, type SandboxHandle, type SandboxLayout } from '../sandbox/index.js';
 
 /** One service of a workshop, reached inside it as `<label>.atelier.internal:<port>`. */
@@ -178,20 +178,9 @@ export class InternalNetwork {
     a.allowHalfOpen = true;
     n.sockets.add(a);
     n.sockets.add(b);
-    const kill = (): void => {
-      a.destroy();
-      b.destroy();
-    };
     a.once('close', () => n.sockets.delete(a));
     b.once('close', () => n.sockets.delete(b));
-    a.on('error', kill);
-    b.on('error', kill);
-    a.once('close', (hadError) => {
-      if (hadError || !a.readableEnded) b.destroy();
-    });
-    b.once('close', (hadError) => {
-      if (hadError || !b.readableEnded) a.destroy();
-    });
+    tieSockets(a, b);
     // pipe() keeps both directions under backpressure and passes a FIN on (half-close).
     a.pipe(b);
     b.pipe(a);
