@@ -20,7 +20,7 @@ import { inspectIsolation, processStartTime } from '../sandbox/index.js';
 import { InternalNetwork, LocalDriver, SimulatorManager, WorkshopService } from '../workshops/index.js';
 import { warmSimulators } from '../simulators/index.js';
 import { AccountService, Authenticator, MasterKey, generatePassword, hashPassword } from '../identity/index.js';
-import { createActionService, createProjectRegistry } from '../actions/index.js';
+import { createActionService, createProjectRegistry, selectStackBackend } from '../actions/index.js';
 import { createEgressPolicy } from '../egress/index.js';
 import { buildApp } from './app.js';
 import { createApprovals } from './approvals.js';
@@ -319,9 +319,11 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const identity = await startIdentity(identityConfig, pool, masterKey, logger);
     // Known once the server listens; the write guard compares browsers' Origin with it.
     const publicOrigin: { value?: string } = {};
+    const stacks = selectStackBackend(config.stacksBackend, join(dataDir, 'stacks'));
+    logger.info({ backend: stacks.kind }, 'local stacks backend');
     const projects = createProjectRegistry({
       pool,
-      stacksDir: join(dataDir, 'stacks'),
+      stacks,
       allowRoots: opts.allowRepoRoots ?? [...config.allowRepoRoots, ...(sudoHome ? [sudoHome] : [])],
     });
     const actions = createActionService({
@@ -329,6 +331,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       projects,
       isRoot: config.isRoot,
       stacksDir: join(dataDir, 'stacks'),
+      stacks,
       planTtlSeconds: config.actionsPlanTtl,
       validateEgress: (allow, deny) => void createEgressPolicy({ allow, deny }),
     });
