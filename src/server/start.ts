@@ -25,6 +25,7 @@ import { createEgressPolicy } from '../egress/index.js';
 import { buildApp } from './app.js';
 import { createApprovals } from './approvals.js';
 import { actionRoutes } from './routes/actions.js';
+import { consoleRoutes } from './routes/console.js';
 import { startEgress } from './egress.js';
 import { startIdentity } from './identity.js';
 
@@ -319,6 +320,8 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const identity = await startIdentity(identityConfig, pool, masterKey, logger);
     // Known once the server listens; the write guard compares browsers' Origin with it.
     const publicOrigin: { value?: string } = {};
+    // The server's own URL, for the Console's child CLI (known once it listens).
+    const localUrl: { value?: string } = {};
     const stacks = selectStackBackend(config.stacksBackend, join(dataDir, 'stacks'));
     logger.info({ backend: stacks.kind }, 'local stacks backend');
     const projects = createProjectRegistry({
@@ -345,7 +348,15 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       trustProxy: config.trustProxy,
       extraRoutes: [
         ...identity.routes,
-        (a) => actionRoutes(a, { actions, projects, cockpitWrites: config.cockpitWrites, origin: () => publicOrigin.value }),
+        (a) =>
+          actionRoutes(a, {
+            actions,
+            projects,
+            cockpitWrites: config.cockpitWrites,
+            origin: () => publicOrigin.value,
+            csrfKey: masterKey.derive('cockpit-csrf'),
+          }),
+        (a) => consoleRoutes(a, { url: () => localUrl.value }),
       ],
       approvals: approvals.service,
       slack: approvals.slack,
@@ -363,6 +374,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const url = `http://${host}:${port}`;
     authenticator.setAuthority(await identity.ready(publicUrlFlag ?? config.publicUrl ?? url));
     publicOrigin.value = new URL(publicUrlFlag ?? config.publicUrl ?? url).origin;
+    localUrl.value = url;
     cleanups.push(() => identity.close());
     // Stacks with `restart: unless-stopped` come back with the server (the native backend's "machine").
     await actions.reconcileStacks((m) => logger.info(m));
