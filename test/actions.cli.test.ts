@@ -203,7 +203,7 @@ describe('the cockpit write guard (ATELIER_COCKPIT_WRITES=apply)', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  it('a browser write must be same-origin and carry the double-submit CSRF token', async () => {
+  it('a browser gets its CSRF token from GET /api/workspace/csrf; a write must be same-origin and send it back as cookie and header', async () => {
     const plan = await s.api<{ planId: string; fingerprint: string }>('POST', '/api/workspace/actions/slots.assign/plan', {
       project: 'cockpit',
       parameters: { slot: 's1' },
@@ -211,18 +211,55 @@ describe('the cockpit write guard (ATELIER_COCKPIT_WRITES=apply)', () => {
     assert.equal(plan.status, 201);
     const body = { plan_id: plan.body.planId, fingerprint: plan.body.fingerprint };
     const apply = (headers: Record<string, string>) =>
-      s.api<{ code: string; status?: string }>('POST', '/api/workspace/actions/slots.assign/apply', body, headers);
+      s.api<{ code: string; status?: string; message?: string }>('POST', '/api/workspace/actions/slots.assign/apply', body, headers);
 
-    const cross = await apply({ origin: 'https://evil.example', cookie: 'atelier_csrf=t0k', 'x-atelier-csrf': 't0k' });
+    // What a page does first: the token comes in a cookie (SameSite=Strict, HttpOnly) and in the body, for the header.
+    const res = await fetch(`${s.url}/api/workspace/csrf`, { headers: { authorization: `Bearer ${s.token}`, origin: s.url } });
+    assert.equal(res.status, 200);
+    assert.equal(res.headers.get('cache-control'), 'no-store');
+    const setCookie = res.headers.getSetCookie();
+    assert.equal(setCookie.length, 1);
+    assert.match(setCookie[0]!, /^atelier_csrf=[^;]+; Path=\/; Max-Age=43200; SameSite=Strict; HttpOnly$/);
+    const cookie = setCookie[0]!.split(';')[0]!;
+    const issued = (await res.json()) as { token: string; header: string };
+    assert.equal(issued.header, 'x-atelier-csrf');
+    assert.equal(cookie, `atelier_csrf=${issued.token}`);
+    const token = issued.token;
+
+    // Each refusal changes nothing.
+    const cross = await apply({ origin: 'https://evil.example', cookie, 'x-atelier-csrf': token });
     assert.equal(cross.status, 403);
     assert.match(JSON.stringify(cross.body), /cross-origin/);
-    const noToken = await apply({ origin: s.url, cookie: 'atelier_csrf=t0k' });
-    assert.equal(noToken.status, 403);
-    const wrong = await apply({ origin: s.url, cookie: 'atelier_csrf=t0k', 'x-atelier-csrf': 't0K' });
-    assert.equal(wrong.status, 403);
+    const noOrigin = await apply({ cookie, 'x-atelier-csrf': token });
+    assert.equal(noOrigin.status, 403);
+    const noHeader = await apply({ origin: s.url, cookie });
+    assert.equal(noHeader.status, 403);
+    assert.match(JSON.stringify(noHeader.body), /GET \/api\/workspace\/csrf/);
+    const noCookie = await apply({ origin: s.url, 'x-atelier-csrf': token });
+    assert.equal(noCookie.status, 403);
+    const mismatch = await apply({ origin: s.url, cookie, 'x-atelier-csrf': `${token.slice(0, -1)}${token.endsWith('A') ? 'B' : 'A'}` });
+    assert.equal(mismatch.status, 403);
+    // A cookie and header that match but were not issued by this server (cookie tossing from a sibling site).
+    const forged = await apply({ origin: s.url, cookie: 'atelier_csrf=t0k', 'x-atelier-csrf': 't0k' });
+    assert.equal(forged.status, 403);
+    const [exp, nonce] = token.split('.');
+    const tossed = `${exp}.${nonce}.${'A'.repeat(43)}`;
+    const wrongMac = await apply({ origin: s.url, cookie: `atelier_csrf=${tossed}`, 'x-atelier-csrf': tossed });
+    assert.equal(wrongMac.status, 403);
+    assert.match(JSON.stringify(wrongMac.body), /not yours or has expired/);
+    // Another user's token (a maintainer of the same tenant) is not this user's.
+    assert.equal((await s.cli(['users', 'add', 'csrf-other', '--role', 'maintainer'])).code, 0);
+    const other = await s.api<{ token: string }>('POST', '/v1/tokens', { name: 'csrf-other', user: 'csrf-other', role: 'maintainer' });
+    assert.equal(other.status, 201, JSON.stringify(other.body));
+    const theirs = (await (
+      await fetch(`${s.url}/api/workspace/csrf`, { headers: { authorization: `Bearer ${other.body.token}` } })
+    ).json()) as { token: string };
+    const borrowed = await apply({ origin: s.url, cookie: `atelier_csrf=${theirs.token}`, 'x-atelier-csrf': theirs.token });
+    assert.equal(borrowed.status, 403);
+    assert.match(JSON.stringify(borrowed.body), /not yours/);
     assert.equal(readFileSync(join(dir, 'atelier.yaml'), 'utf8'), SETTINGS);
 
-    const ok = await apply({ origin: s.url, cookie: 'atelier_csrf=t0k', 'x-atelier-csrf': 't0k' });
+    const ok = await apply({ origin: s.url, cookie, 'x-atelier-csrf': token, 'sec-fetch-site': 'same-origin' });
     assert.equal(ok.status, 200, JSON.stringify(ok.body));
     assert.equal(ok.body.status, 'applied');
     assert.match(readFileSync(join(dir, 'atelier.yaml'), 'utf8'), /slots: \[s1\]/);

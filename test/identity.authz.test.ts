@@ -411,6 +411,20 @@ const TABLE: Record<string, Row> = {
       return { method: 'POST', path: '/api/workspace/actions/slots.assign/rollback', body: { execution_id: x.executionId } };
     },
   },
+  // A browser page's CSRF token for the write guard: any human of the tenant (an agent token never acts as a page).
+  'GET /api/workspace/csrf': {
+    expect: e(401, 403, 200, 200, 200, 200, 200, 200),
+    call: () => ({ method: 'GET', path: '/api/workspace/csrf' }),
+  },
+  // The Console: read-only commands, run with the caller's own credential; any human of the tenant, no agent.
+  'GET /api/workspace/console': {
+    expect: e(401, 403, 200, 200, 200, 200, 200, 200),
+    call: () => ({ method: 'GET', path: '/api/workspace/console' }),
+  },
+  'POST /api/workspace/console': {
+    expect: e(401, 403, 200, 200, 200, 200, 200, 200),
+    call: () => ({ method: 'POST', path: '/api/workspace/console', body: { argv: ['projects', 'list'] } }),
+  },
 };
 
 const approvalBody = () => ({ category: 'ALLOWLIST_EXPANSION', payload: { host: `${unique('h')}.example`, justification: 'matrix' } });

@@ -21,7 +21,8 @@ import type {
   Verification,
 } from './types.js';
 import { redact } from './redact.js';
-import { restartPolicy, stackStatus, STACKS, startStack } from './stacks.js';
+import { nativeBackend, type StackBackend } from './stackBackends.js';
+import { restartPolicy, STACKS } from './stacks.js';
 import { canonical } from './yamlEdit.js';
 
 /** A catalog entry as the API shows it, with its preconditions evaluated now. */
@@ -76,6 +77,8 @@ export interface ActionServiceDeps {
   isRoot: boolean;
   /** DATA_DIR/stacks: where the native backend keeps each project's stacks. */
   stacksDir: string;
+  /** Where stacks run (default: the native backend over `stacksDir`). */
+  stacks?: StackBackend;
   validateEgress(allow: string[], deny: string[]): void;
   /** How long a plan may be applied after it was made (default 10 minutes). */
   planTtlSeconds?: number;
@@ -142,10 +145,11 @@ interface PlanRow {
 export function createActionService(deps: ActionServiceDeps): ActionService {
   const ttl = deps.planTtlSeconds ?? DEFAULT_TTL_SECONDS;
   const now = deps.now ?? (() => new Date());
+  const stacks = deps.stacks ?? nativeBackend(deps.stacksDir);
   const envOf = (project: Project): ActionEnv => ({
     project,
     isRoot: deps.isRoot,
-    stacksDir: deps.stacksDir,
+    stacks,
     validateEgress: deps.validateEgress,
   });
 
@@ -472,9 +476,7 @@ export function createActionService(deps: ActionServiceDeps): ActionService {
         if (!project || !existsSync(project.path)) continue;
         for (const stack of STACKS) {
           try {
-            const st = stackStatus(deps.stacksDir, project, stack);
-            if (st.running || st.desired !== 'running' || restartPolicy(project, stack) !== 'unless-stopped') continue;
-            await startStack(deps.stacksDir, project, stack);
+            if (!(await stacks.reconcile(project, stack, restartPolicy(project, stack)))) continue;
             log(`stack ${stack} of project ${project.name} started again (restart: unless-stopped)`);
           } catch (err) {
             log(`stack ${stack} of project ${project.name} could not be started again: ${(err as Error).message}`);

@@ -11,3 +11,5 @@ export { JOURNAL_FILE, PROJECT_FILE } from './projectFiles.js';
 export type { ActionClass, ActionSpec, Actor, Effect, Inverse, ObservedEffect, Precondition, Project, Verification } from './types.js';
 export { setKey } from './yamlEdit.js';
 export { unifiedDiff } from './diff.js';
+export { composeBackend, nativeBackend, selectStackBackend } from './stackBackends.js';
+export type { StackBackend, StackBackendSetting, StackOperation } from './stackBackends.js';

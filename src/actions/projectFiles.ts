@@ -1,22 +1,19 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import {
   chownSync,
   closeSync,
   constants,
-  fchownSync,
   fsyncSync,
   lstatSync,
   mkdirSync,
   openSync,
   readFileSync,
-  renameSync,
-  rmSync,
   statSync,
   unlinkSync,
   writeSync,
 } from 'node:fs';
-import { basename, dirname, join } from 'node:path';
-import { AtelierError } from '../core/index.js';
+import { dirname, join } from 'node:path';
+import { AtelierError, syncDir, writeFileAtomic } from '../core/index.js';
 
 /** The project's settings file, at its root. */
 export const PROJECT_FILE = 'atelier.yaml';
@@ -80,40 +77,17 @@ export function writeProjectFile(root: string, rel: string, content: string): vo
   const full = join(root, rel);
   const existed = assertNotLink(full, rel);
   const prev = existed ? statSync(full) : undefined;
-  const tmp = join(dirname(full), `.${basename(full)}.atelier-${randomBytes(6).toString('hex')}`);
-  const fd = openSync(
-    tmp,
-    constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW,
-    prev ? prev.mode & 0o777 : 0o644,
-  );
-  try {
-    writeSync(fd, content);
-    const o = prev ?? ownerOf(root);
-    if (process.getuid?.() === 0) fchownSync(fd, o.uid, o.gid);
-    fsyncSync(fd);
-  } catch (err) {
-    closeSync(fd);
-    rmSync(tmp, { force: true });
-    throw err;
-  }
-  closeSync(fd);
-  renameSync(tmp, full);
-  syncDir(dirname(full));
+  const owner = prev ?? ownerOf(root);
+  writeFileAtomic(full, content, prev ? prev.mode & 0o777 : 0o644, {
+    durable: true,
+    ...(process.getuid?.() === 0 ? { owner: { uid: owner.uid, gid: owner.gid } } : {}),
+  });
 }
 
 export function removeProjectFile(root: string, rel: string): void {
   const full = join(root, rel);
   if (assertNotLink(full, rel)) unlinkSync(full);
   syncDir(dirname(full));
-}
-
-function syncDir(dir: string): void {
-  const fd = openSync(dir, constants.O_RDONLY);
-  try {
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
-  }
 }
 
 /**

@@ -3,7 +3,8 @@ import { basename, isAbsolute, sep } from 'node:path';
 import { AtelierError, newId } from '../core/index.js';
 import type { Pool } from '../db/index.js';
 import { ensureActionsDir, PROJECT_FILE, readProjectFile, writeProjectFile } from './projectFiles.js';
-import { stackStatus, STACKS } from './stacks.js';
+import type { StackBackend } from './stackBackends.js';
+import { STACKS } from './stacks.js';
 import type { Actor, Project } from './types.js';
 
 /** What `atelier projects add` writes when the repository has no atelier.yaml yet. */
@@ -49,7 +50,7 @@ export interface ProjectRegistry {
 }
 
 /** Projects registered on this server: a directory under an allowed root, per tenant. */
-export function createProjectRegistry(deps: { pool: Pool; allowRoots: string[]; stacksDir?: string }): ProjectRegistry {
+export function createProjectRegistry(deps: { pool: Pool; allowRoots: string[]; stacks?: StackBackend }): ProjectRegistry {
   const notFound = (ref: string): AtelierError =>
     new AtelierError(
       'PROJECT_NOT_FOUND',
@@ -134,7 +135,7 @@ export function createProjectRegistry(deps: { pool: Pool; allowRoots: string[]; 
     async remove(actor, ref) {
       const p = await this.resolve(actor, ref);
       // A forgotten project's stacks would run on with nobody to stop them.
-      const running = deps.stacksDir ? STACKS.filter((s) => stackStatus(deps.stacksDir!, p, s).running) : [];
+      const running = deps.stacks ? STACKS.filter((s) => deps.stacks!.running(p, s)) : [];
       if (running.length > 0)
         throw new AtelierError(
           'CONFLICT',

@@ -81,30 +81,6 @@ export function nativeArgv(stacksDir: string, project: Project, stack: StackId):
   ];
 }
 
-/**
- * The compose backend's argv (where a Docker or Podman engine exists). Never `down`, never a
- * volume flag: a stop keeps the data, and a recreate keeps the named volume.
- */
-export function composeArgv(
-  engine: 'docker' | 'podman',
-  file: string,
-  project: Project,
-  stack: StackId,
-  op: 'start' | 'stop' | 'restart' | 'recreate',
-): string[] {
-  const base = [engine, 'compose', '-f', file, '-p', `atelier-${project.name}-${stack}`];
-  switch (op) {
-    case 'start':
-      return [...base, 'up', '-d'];
-    case 'stop':
-      return [...base, 'stop'];
-    case 'restart':
-      return [...base, 'restart'];
-    case 'recreate':
-      return [...base, 'up', '-d', '--force-recreate'];
-  }
-}
-
 function readState(dir: string): State | undefined {
   try {
     return JSON.parse(readFileSync(join(dir, 'state.json'), 'utf8')) as State;

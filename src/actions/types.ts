@@ -1,4 +1,5 @@
 import type { z } from 'zod';
+import type { StackBackend } from './stackBackends.js';
 
 /** D2: what an action touches. A: the project's configuration; B: local services; C: system components (printed, never run). */
 export type ActionClass = 'A' | 'B' | 'C';
@@ -102,8 +103,8 @@ export interface ActionEnv {
   project: Project;
   /** Whether the server runs as root (class C commands then need no sudo). */
   isRoot: boolean;
-  /** The server's directory for long-lived stacks (DATA_DIR/stacks): their data ("named volumes"), sockets and logs. */
-  stacksDir: string;
+  /** Where the project's long-lived stacks run (the native backend, or compose where an engine exists). */
+  stacks: StackBackend;
   /** Checks an egress allow/deny list the way workshops will read it; throws with the entry at fault. */
   validateEgress(allow: string[], deny: string[]): void;
 }

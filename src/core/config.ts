@@ -40,6 +40,7 @@ import { z } from 'zod';
  * | ATELIER_SLACK_API_URL       | slack.apiUrl     | https://slack.com/api |
  * | ATELIER_COCKPIT_WRITES      | cockpitWrites    | copy-command: browsers get the CLI command for apply/rollback; `apply` lets a same-origin request with the CSRF token apply |
  * | ATELIER_ACTIONS_PLAN_TTL    | actionsPlanTtl   | 600 (seconds a typed action's plan may be applied after it was made) |
+ * | ATELIER_STACKS_BACKEND      | stacksBackend    | native: stacks are processes supervised by the server; `docker`/`podman`: that engine's compose; `compose`: the first engine whose `compose version` answers; `auto`: that, else native |
  * | DISPLAY, WAYLAND_DISPLAY    | canOpenBrowser   | `atelier auth login` opens a browser only in a graphical session |
  * | TERM                        | term             | (none) the terminal type `atelier ssh` and `run` give the workshop's PTY (else xterm-256color) |
  * | ATELIER_SSH_CONFIG          | sshConfigFile    | ~/.ssh/config (the file `atelier config-ssh` keeps its managed block in) |
@@ -82,6 +83,7 @@ const Env = z.object({
   ATELIER_SLACK_API_URL: z.url({ protocol: /^https?$/ }).optional(),
   ATELIER_COCKPIT_WRITES: z.enum(['apply', 'copy-command']).optional(),
   ATELIER_ACTIONS_PLAN_TTL: z.coerce.number().int().min(1).max(86400).optional(),
+  ATELIER_STACKS_BACKEND: z.enum(['native', 'auto', 'compose', 'docker', 'podman']).optional(),
   DISPLAY: z.string().min(1).optional(),
   WAYLAND_DISPLAY: z.string().min(1).optional(),
   SUDO_UID: z.coerce.number().int().nonnegative().optional(),
@@ -130,6 +132,7 @@ export interface Config {
   slack: { webhookUrl?: string; botToken?: string; channel?: string; signingSecret?: string; apiUrl: string };
   cockpitWrites: 'apply' | 'copy-command';
   actionsPlanTtl: number;
+  stacksBackend: 'native' | 'auto' | 'compose' | 'docker' | 'podman';
   /** The user who ran `sudo atelier server start`, whose CLI gets the `local` context too. */
   sudoUser: { uid: number; gid: number } | undefined;
 }
@@ -221,6 +224,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     },
     cockpitWrites: e.ATELIER_COCKPIT_WRITES ?? 'copy-command',
     actionsPlanTtl: e.ATELIER_ACTIONS_PLAN_TTL ?? 600,
+    stacksBackend: e.ATELIER_STACKS_BACKEND ?? 'native',
     canOpenBrowser: process.platform === 'darwin' || Boolean(e.DISPLAY ?? e.WAYLAND_DISPLAY),
     term: e.TERM,
     sshConfigFile: resolve(e.ATELIER_SSH_CONFIG ?? join(home, '.ssh', 'config')),

@@ -21,11 +21,12 @@ import { inspectIsolation, processStartTime } from '../sandbox/index.js';
 import { InternalNetwork, LocalDriver, SimulatorManager, WorkshopService } from '../workshops/index.js';
 import { warmSimulators } from '../simulators/index.js';
 import { AccountService, Authenticator, MasterKey, generatePassword, hashPassword } from '../identity/index.js';
-import { createActionService, createProjectRegistry } from '../actions/index.js';
+import { createActionService, createProjectRegistry, selectStackBackend } from '../actions/index.js';
 import { createEgressPolicy } from '../egress/index.js';
 import { buildApp } from './app.js';
 import { createApprovals } from './approvals.js';
 import { actionRoutes } from './routes/actions.js';
+import { consoleRoutes } from './routes/console.js';
 import { startEgress } from './egress.js';
 import { startIdentity } from './identity.js';
 import { McpGateway } from './mcp/gateway.js';
@@ -336,9 +337,13 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const identity = await startIdentity(identityConfig, pool, masterKey, logger);
     // Known once the server listens; the write guard compares browsers' Origin with it.
     const publicOrigin: { value?: string } = {};
+    // The server's own URL, for the Console's child CLI (known once it listens).
+    const localUrl: { value?: string } = {};
+    const stacks = selectStackBackend(config.stacksBackend, join(dataDir, 'stacks'));
+    logger.info({ backend: stacks.kind }, 'local stacks backend');
     const projects = createProjectRegistry({
       pool,
-      stacksDir: join(dataDir, 'stacks'),
+      stacks,
       allowRoots: opts.allowRepoRoots ?? [...config.allowRepoRoots, ...(sudoHome ? [sudoHome] : [])],
     });
     const actions = createActionService({
@@ -346,6 +351,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       projects,
       isRoot: config.isRoot,
       stacksDir: join(dataDir, 'stacks'),
+      stacks,
       planTtlSeconds: config.actionsPlanTtl,
       validateEgress: (allow, deny) => void createEgressPolicy({ allow, deny }),
     });
@@ -359,7 +365,15 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       trustProxy: config.trustProxy,
       extraRoutes: [
         ...identity.routes,
-        (a) => actionRoutes(a, { actions, projects, cockpitWrites: config.cockpitWrites, origin: () => publicOrigin.value }),
+        (a) =>
+          actionRoutes(a, {
+            actions,
+            projects,
+            cockpitWrites: config.cockpitWrites,
+            origin: () => publicOrigin.value,
+            csrfKey: masterKey.derive('cockpit-csrf'),
+          }),
+        (a) => consoleRoutes(a, { url: () => localUrl.value }),
         (a) => workshopMcpRoutes(a, { workshops, approvals: approvals.service, version: opts.version }),
       ],
       approvals: approvals.service,
@@ -379,6 +393,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const url = `http://${host}:${port}`;
     authenticator.setAuthority(await identity.ready(publicUrlFlag ?? config.publicUrl ?? url));
     publicOrigin.value = new URL(publicUrlFlag ?? config.publicUrl ?? url).origin;
+    localUrl.value = url;
     cleanups.push(() => identity.close());
     // Stacks with `restart: unless-stopped` come back with the server (the native backend's "machine").
     await actions.reconcileStacks((m) => logger.info(m));

@@ -31,36 +31,26 @@ function checkEgress(
   env.validateEgress(allow, deny);
 }
 
-/** `egress.allow`: adds one entry to the project's egress allowlist. */
-export const egressAllow = keyEditAction<EntryParams>({
-  id: 'egress.allow',
-  title: 'allow one more host in the egress allowlist of atelier.yaml',
-  path: ['egress', 'allow'],
-  parameters: Entry,
-  parameterHelp: help,
-  compute(current, { entry }) {
-    const l = list(current);
-    if (typeof l === 'string') return l;
-    if (l.includes(entry)) return `${entry} is already in egress.allow`;
-    return { value: [...l, entry] };
-  },
-  check: checkEgress,
-  inverseDescription: 'restore atelier.yaml to its exact prior bytes',
-});
+/** One entry added to (`allow`) or removed from (`remove`) the project's egress allowlist. */
+function egressEdit(op: 'allow' | 'remove', title: string) {
+  return keyEditAction<EntryParams>({
+    id: `egress.${op}`,
+    title,
+    path: ['egress', 'allow'],
+    parameters: Entry,
+    parameterHelp: help,
+    compute(current, { entry }) {
+      const l = list(current);
+      if (typeof l === 'string') return l;
+      if (op === 'allow') return l.includes(entry) ? `${entry} is already in egress.allow` : { value: [...l, entry] };
+      return l.includes(entry) ? { value: l.filter((x) => x !== entry) } : `${entry} is not in egress.allow`;
+    },
+    check: checkEgress,
+    inverseDescription: 'restore atelier.yaml to its exact prior bytes',
+  });
+}
 
+/** `egress.allow`: adds one entry to the project's egress allowlist. */
+export const egressAllow = egressEdit('allow', 'allow one more host in the egress allowlist of atelier.yaml');
 /** `egress.remove`: removes one entry from the project's egress allowlist. */
-export const egressRemove = keyEditAction<EntryParams>({
-  id: 'egress.remove',
-  title: 'remove one host from the egress allowlist of atelier.yaml',
-  path: ['egress', 'allow'],
-  parameters: Entry,
-  parameterHelp: help,
-  compute(current, { entry }) {
-    const l = list(current);
-    if (typeof l === 'string') return l;
-    if (!l.includes(entry)) return `${entry} is not in egress.allow`;
-    return { value: l.filter((x) => x !== entry) };
-  },
-  check: checkEgress,
-  inverseDescription: 'restore atelier.yaml to its exact prior bytes',
-});
+export const egressRemove = egressEdit('remove', 'remove one host from the egress allowlist of atelier.yaml');

@@ -12,49 +12,33 @@ import {
   writeProjectFile,
   writeSnapshot,
 } from '../projectFiles.js';
-import {
-  nativeArgv,
-  pingStack,
-  renderedPath,
-  renderTemplate,
-  restartPolicy,
-  stackStatus,
-  STACKS,
-  startStack,
-  stopStack,
-  type StackId,
-} from '../stacks.js';
+import { renderedPath, renderTemplate, restartPolicy, STACKS, type StackId } from '../stacks.js';
 import type { ActionEnv, ActionSpec, Effect, Inverse, ObservedEffect, Precondition, Verification } from '../types.js';
 import { readYamlMapping, setKey } from '../yamlEdit.js';
 
 const Stack = z.strictObject({ stack: z.enum(STACKS) });
 type StackParams = z.infer<typeof Stack>;
 const stackHelp = { name: 'stack', type: STACKS.join('|'), required: true, description: "a stack of the kit's templates (deploy/stacks)" };
-const SERVER_BINARY: Record<StackId, string> = { redis: 'redis-server' };
-
-function installed(binary: string): boolean {
-  return ['/usr/local/sbin', '/usr/local/bin', '/usr/sbin', '/usr/bin', '/sbin', '/bin'].some((d) => existsSync(`${d}/${binary}`));
-}
-
 function base(env: ActionEnv, params: StackParams | undefined): Precondition[] {
   const dirOk = existsSync(env.project.path) && statSync(env.project.path).isDirectory();
   const list: Precondition[] = [
     { name: 'project directory present', ok: dirOk, reason: dirOk ? env.project.path : `${env.project.path} does not exist any more` },
   ];
-  for (const stack of params ? [params.stack] : STACKS) {
-    const bin = SERVER_BINARY[stack];
-    const ok = installed(bin);
-    list.push({
-      name: `${bin} installed`,
-      ok,
-      reason: ok ? 'native backend: a process supervised by the server' : `plan extras.install-command with component=${bin}`,
-    });
-  }
+  for (const stack of params ? [params.stack] : STACKS) list.push(...env.stacks.preconditions(env.project, stack));
   return list;
 }
 
 function state(env: ActionEnv, stack: StackId): 'running' | 'stopped' {
-  return stackStatus(env.stacksDir, env.project, stack).running ? 'running' : 'stopped';
+  return env.stacks.running(env.project, stack) ? 'running' : 'stopped';
+}
+
+/** The state as a precondition: a backend that cannot tell (an engine down) makes it false, with its reason. */
+function stateCheck(env: ActionEnv, stack: StackId): { state?: 'running' | 'stopped'; failed?: Precondition } {
+  try {
+    return { state: state(env, stack) };
+  } catch (err) {
+    return { failed: { name: `${stack} state readable`, ok: false, reason: (err as Error).message } };
+  }
 }
 
 function inputsOf(env: ActionEnv, stack: StackId): Record<string, string> {
@@ -92,28 +76,21 @@ function renderEffect(env: ActionEnv, stack: StackId): Effect[] {
 }
 
 async function probe(env: ActionEnv, stack: StackId, want: 'running' | 'stopped'): Promise<Verification> {
-  const st = stackStatus(env.stacksDir, env.project, stack);
-  if (want === 'stopped')
+  if (want === 'stopped') {
+    const running = env.stacks.running(env.project, stack);
     return {
-      ok: !st.running,
-      checks: [
-        { name: `${stack} stopped`, ok: !st.running, detail: st.running ? `pid ${st.pid} still runs` : 'no process; its data is kept' },
-      ],
+      ok: !running,
+      checks: [{ name: `${stack} stopped`, ok: !running, detail: running ? 'still runs' : 'not running; its data is kept' }],
     };
-  const pong = st.running && (await pingStack(env.stacksDir, env.project, stack));
-  return { ok: pong, checks: [{ name: `${stack} answers PING`, ok: pong, detail: st.running ? `pid ${st.pid}` : 'not running' }] };
+  }
+  const p = await env.stacks.probe(env.project, stack);
+  return { ok: p.ok, checks: [{ name: `${stack} answers`, ok: p.ok, detail: p.detail }] };
 }
 
 async function bringTo(env: ActionEnv, stack: StackId, want: 'running' | 'stopped'): Promise<ObservedEffect[]> {
-  const now = state(env, stack);
-  if (now === want) return [];
-  if (want === 'stopped') {
-    await stopStack(env.stacksDir, env.project, stack);
-    return [{ kind: 'service', stack, operation: 'stop', detail: 'stopped; data kept' }];
-  }
-  ensureRendered(env, stack);
-  const { pid } = await startStack(env.stacksDir, env.project, stack);
-  return [{ kind: 'service', stack, operation: 'start', pid, detail: 'started' }];
+  if (state(env, stack) === want) return [];
+  if (want === 'stopped') return env.stacks.run(env.project, stack, 'stop');
+  return [...ensureRendered(env, stack), ...(await env.stacks.run(env.project, stack, 'start'))];
 }
 
 function serviceRollback(): NonNullable<ActionSpec['rollback']> {
@@ -122,12 +99,10 @@ function serviceRollback(): NonNullable<ActionSpec['rollback']> {
     const stack = inverse.stack as StackId;
     const effects: ObservedEffect[] = [];
     if (inverse.file) effects.push(...restoreFile(env, inverse.file));
-    if (inverse.file && state(env, stack) === 'running' && inverse.state === 'running') {
+    if (inverse.file && state(env, stack) === 'running' && inverse.state === 'running')
       // The restored file takes effect only when the service is recreated.
-      await stopStack(env.stacksDir, env.project, stack);
-      effects.push({ kind: 'service', stack, operation: 'stop', detail: 'recreate' });
-    }
-    effects.push(...(await bringTo(env, stack, inverse.state)));
+      effects.push(...(await env.stacks.run(env.project, stack, 'recreate')));
+    else effects.push(...(await bringTo(env, stack, inverse.state)));
     return { effects, verification: await probe(env, stack, inverse.state) };
   };
 }
@@ -172,8 +147,9 @@ function serviceAction(id: 'stack.start' | 'stack.stop' | 'stack.restart', title
     preconditions(env, params) {
       const list = base(env, params);
       if (params) {
-        const now = state(env, params.stack);
-        list.push({ name: `stack ${now === need ? 'is' : 'is not'} ${need}`, ok: now === need, reason: `${params.stack} is ${now}` });
+        const { state: now, failed } = stateCheck(env, params.stack);
+        if (failed) list.push(failed);
+        else list.push({ name: `stack ${now === need ? 'is' : 'is not'} ${need}`, ok: now === need, reason: `${params.stack} is ${now}` });
       }
       return list;
     },
@@ -181,13 +157,15 @@ function serviceAction(id: 'stack.start' | 'stack.stop' | 'stack.restart', title
     plan(env, params) {
       const failed = this.preconditions(env, params).filter((p) => !p.ok);
       if (failed.length > 0) throw refuse(failed, id);
-      const argv = nativeArgv(env.stacksDir, env.project, params.stack);
-      const effects: Effect[] =
-        id === 'stack.start'
-          ? [...renderEffect(env, params.stack), { kind: 'service', stack: params.stack, operation: 'start', argv, network: false }]
-          : id === 'stack.stop'
-            ? [{ kind: 'service', stack: params.stack, operation: 'stop', argv: ['kill', '-TERM', '(the stack process)'], network: false }]
-            : [{ kind: 'service', stack: params.stack, operation: 'restart', argv, network: false }];
+      const op = id === 'stack.start' ? 'start' : id === 'stack.stop' ? 'stop' : 'restart';
+      const service: Effect = {
+        kind: 'service',
+        stack: params.stack,
+        operation: op,
+        argv: env.stacks.argv(env.project, params.stack, op),
+        network: env.stacks.network(op),
+      };
+      const effects: Effect[] = id === 'stack.start' ? [...renderEffect(env, params.stack), service] : [service];
       return {
         effects,
         inputs: inputsOf(env, params.stack),
@@ -198,9 +176,9 @@ function serviceAction(id: 'stack.start' | 'stack.stop' | 'stack.restart', title
     },
     async apply(env, plan) {
       const stack = plan.data.stack as StackId;
-      if (id === 'stack.start') return [...ensureRendered(env, stack), ...(await bringTo(env, stack, 'running'))];
+      if (id === 'stack.start') return bringTo(env, stack, 'running');
       if (id === 'stack.stop') return bringTo(env, stack, 'stopped');
-      return [...(await bringTo(env, stack, 'stopped')), ...(await bringTo(env, stack, 'running'))];
+      return env.stacks.run(env.project, stack, 'restart');
     },
     verify(env, plan) {
       return probe(env, plan.data.stack as StackId, id === 'stack.stop' ? 'stopped' : 'running');
@@ -270,8 +248,8 @@ export const stackAutostart: ActionSpec<AutostartParams> = {
         kind: 'service',
         stack: params.stack,
         operation: 'recreate',
-        argv: nativeArgv(env.stacksDir, env.project, params.stack),
-        network: false,
+        argv: env.stacks.argv(env.project, params.stack, 'recreate'),
+        network: env.stacks.network('recreate'),
       });
     return {
       effects,
@@ -302,7 +280,7 @@ export const stackAutostart: ActionSpec<AutostartParams> = {
     const effects: ObservedEffect[] = [
       { kind: 'file', path: rel, beforeSha256: before === null ? null : sha256(before), afterSha256: fileState(env.project.path, rel) },
     ];
-    if (plan.data.running) effects.push(...(await bringTo(env, stack, 'stopped')), ...(await bringTo(env, stack, 'running')));
+    if (plan.data.running) effects.push(...(await env.stacks.run(env.project, stack, 'recreate')));
     return effects;
   },
   async verify(env, plan) {

@@ -1,4 +1,4 @@
-import { timingSafeEqual } from 'node:crypto';
+import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { AtelierError } from '../../core/index.js';
@@ -13,6 +13,38 @@ export interface ActionRoutesDeps {
   cockpitWrites: 'apply' | 'copy-command';
   /** The server's public origin (known once it listens). */
   origin(): string | undefined;
+  /** The key CSRF tokens are signed with (derived from the master key: tokens hold across restarts and replicas). */
+  csrfKey: string;
+}
+
+export const CSRF_COOKIE = 'atelier_csrf';
+export const CSRF_HEADER = 'x-atelier-csrf';
+const CSRF_TTL_SECONDS = 12 * 3600;
+
+function csrfMac(key: string, userId: string, exp: string, nonce: string): string {
+  return createHmac('sha256', key).update(`csrf:${userId}:${exp}:${nonce}`).digest('base64url');
+}
+
+/**
+ * A signed double-submit token: `<expiry>.<nonce>.<HMAC(user, expiry, nonce)>`. Equal cookie and
+ * header prove the page could read this server's response; the signature binds it to the user,
+ * so a cookie planted by a sibling site (cookie tossing) is worth nothing.
+ */
+export function issueCsrfToken(key: string, userId: string, now = Date.now()): { token: string; expiresAt: string } {
+  const exp = String(Math.floor(now / 1000) + CSRF_TTL_SECONDS);
+  const nonce = randomBytes(16).toString('base64url');
+  return { token: `${exp}.${nonce}.${csrfMac(key, userId, exp, nonce)}`, expiresAt: new Date(Number(exp) * 1000).toISOString() };
+}
+
+function sameText(a: string, b: string): boolean {
+  return a.length === b.length && timingSafeEqual(Buffer.from(a), Buffer.from(b));
+}
+
+export function csrfTokenValid(key: string, userId: string, token: string, now = Date.now()): boolean {
+  const [exp, nonce, mac, extra] = token.split('.');
+  if (!exp || !nonce || !mac || extra !== undefined || !/^\d{1,12}$/.test(exp)) return false;
+  if (Number(exp) * 1000 <= now) return false;
+  return sameText(mac, csrfMac(key, userId, exp, nonce));
 }
 
 const READ: RouteAccess = { role: 'viewer' };
@@ -65,10 +97,20 @@ function writeGuard(request: FastifyRequest, deps: ActionRoutesDeps, command: st
     throw new AtelierError('PERMISSION_DENIED', 'a cross-origin write is refused: use the dashboard served by this server', {
       field: 'origin',
     });
-  const c = cookie(h.cookie, 'atelier_csrf');
-  const t = h['x-atelier-csrf'];
-  if (!c || typeof t !== 'string' || c.length !== t.length || !timingSafeEqual(Buffer.from(c), Buffer.from(t)))
-    throw new AtelierError('PERMISSION_DENIED', 'the CSRF token is missing or wrong: reload the page', { field: 'x-atelier-csrf' });
+  const c = cookie(h.cookie, CSRF_COOKIE);
+  const t = h[CSRF_HEADER];
+  if (!c || typeof t !== 'string' || !sameText(c, t))
+    throw new AtelierError(
+      'PERMISSION_DENIED',
+      `the CSRF token is missing or wrong: GET /api/workspace/csrf, then send its token as ${CSRF_HEADER}`,
+      {
+        field: CSRF_HEADER,
+      },
+    );
+  if (!csrfTokenValid(deps.csrfKey, principalOf(request).userId, t))
+    throw new AtelierError('PERMISSION_DENIED', 'the CSRF token is not yours or has expired: GET /api/workspace/csrf for a new one', {
+      field: CSRF_HEADER,
+    });
 }
 
 type ActionParams = { Params: { id: string } };
@@ -85,6 +127,16 @@ export function actionRoutes(app: FastifyInstance, deps: ActionRoutesDeps): void
   app.delete<{ Params: { project: string } }>('/v1/projects/:project', { config: { access: MAINTAIN } }, async (request) => {
     const p = await projects.remove(actorOf(principalOf(request)), request.params.project);
     return { project: p, removed: true };
+  });
+
+  // The CSRF token a browser page sends back with its writes: in a cookie (SameSite=Strict, HttpOnly) and in the body for the header.
+  app.get('/api/workspace/csrf', { config: { access: READ } }, async (request, reply) => {
+    const { token, expiresAt } = issueCsrfToken(deps.csrfKey, principalOf(request).userId);
+    const secure = deps.origin()?.startsWith('https:') ? '; Secure' : '';
+    void reply
+      .header('cache-control', 'no-store')
+      .header('set-cookie', `${CSRF_COOKIE}=${token}; Path=/; Max-Age=${CSRF_TTL_SECONDS}; SameSite=Strict; HttpOnly${secure}`);
+    return { token, header: CSRF_HEADER, cookie: CSRF_COOKIE, expiresAt };
   });
 
   app.get('/api/workspace/actions', { config: { access: READ } }, async (request) => {
