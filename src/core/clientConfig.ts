@@ -68,7 +68,7 @@ const stderrNotice = (line: string): void => {
 };
 
 function writeAtomic(path: string, content: string): void {
-  writeFileAtomic(path, content, 0o600);
+  writeFileAtomic(path, content, 0o600, { durable: true });
 }
 
 /**

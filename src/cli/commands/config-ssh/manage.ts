@@ -74,7 +74,7 @@ export function withManagedBlock(text: string, block: string | null): string {
 
 function writeAtomic(file: string, text: string): void {
   mkdirSync(dirname(file), { recursive: true, mode: 0o700 });
-  writeFileAtomic(file, text, 0o600);
+  writeFileAtomic(file, text, 0o600, { durable: true });
 }
 
 /** How ssh runs this CLI as its ProxyCommand: the same node and script, and the same context. */

@@ -159,7 +159,7 @@ export function applyClientConfig(
       copyFileSync(path, backup);
       chmodSync(backup, mode);
     }
-    writeFileAtomic(path, after, mode);
+    writeFileAtomic(path, after, mode, { durable: true });
   }
   return { client, path, server, action, backup, dryRun: opts.dryRun, diff };
 }
