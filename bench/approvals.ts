@@ -5,6 +5,7 @@
  * Its own pair of servers on an external PostgreSQL cluster (the run's server is not used).
  */
 import { mkdtempSync, rmSync } from 'node:fs';
+import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { ExternalPostgres } from '../test/helpers/postgres.js';
 import { TestServer, makeRepo } from '../test/helpers/server.js';
@@ -15,6 +16,13 @@ const POLL_RUNS = 20;
 const THROUGHPUT_SECONDS = 10;
 const CONCURRENCY = 8;
 const GOAL_P99_MS = 25;
+
+/** The machine is shared: each figure is printed with the load it was measured under. */
+function load(): string {
+  return loadavg()
+    .map((x) => x.toFixed(2))
+    .join(' ');
+}
 
 export async function approvals(_server: BenchServer): Promise<Record<string, unknown>> {
   heading(`7. approval decision → waiting agent unblocked, across two servers (${RUNS} runs; goal p99 < ${GOAL_P99_MS} ms)`);
@@ -67,6 +75,7 @@ export async function approvals(_server: BenchServer): Promise<Record<string, un
       }
     }
     const us = summarize(unblock);
+    line(`(load average ${load()})`);
     statLine('atelier', 'decision sent on A → waiter on B answered', us, ['p50', 'p99']);
     statLine('(ref)', 'decision request on A (HTTP + UPDATE + audit)', summarize(decision), ['p50', 'p99']);
     result.notify = us;
@@ -102,6 +111,7 @@ export async function approvals(_server: BenchServer): Promise<Record<string, un
     ratioLine('polling / LISTEN-NOTIFY (p50)', ps.p50, us.p50);
     goalLine(`p99 decision → unblocked < ${GOAL_P99_MS} ms`, us.p99, GOAL_P99_MS);
     result.polling = ps;
+    result.loadDuringLatency = load();
 
     // Throughput: create + decide pairs, CONCURRENCY at a time, alternating servers.
     heading(`7b. create + decide throughput, ${CONCURRENCY} clients over both servers for ${THROUGHPUT_SECONDS} s`);
@@ -121,7 +131,9 @@ export async function approvals(_server: BenchServer): Promise<Record<string, un
     );
     const rate = done / ((performance.now() - started) / 1000);
     line(`atelier  ${done} requests filed and decided: ${rate.toFixed(0)} per second (each: 2 HTTP calls, 2 transactions, 2 audit rows)`);
+    line(`(load average ${load()})`);
     result.throughputPerSecond = rate;
+    result.loadDuringThroughput = load();
     return result;
   } finally {
     await a?.dispose();
