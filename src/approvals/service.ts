@@ -426,6 +426,48 @@ export class ApprovalService {
    * database clock). Any later or concurrent decision gets CONFLICT with the state as it is.
    */
   async decide(id: string, req: DecideApprovalRequest, actor: ApprovalActor, origin: CallOrigin): Promise<ApprovalRequest> {
+    const status: ApprovalStatus = req.decision === 'APPROVE' ? 'APPROVED' : 'REJECTED';
+    // The common case in one statement (one round trip, its own transaction, so the audit
+    // chain's lock is held that long): the conditional UPDATE, with the rights of checkDecider
+    // in its WHERE, its audit row and the notification. When it decides nothing, the slow path
+    // below reads the request and says exactly why.
+    if (actor.kind === 'user' && UUID.test(id)) {
+      const [won] = await this.query<Row>(
+        `WITH d AS (
+           UPDATE hitl_requests h SET status = $2::hitl_status, decided_by = $3, decision_reason = $4, decided_at = now()
+            WHERE h.id = $1 AND h.status = 'PENDING' AND h.expires_at > now()
+              AND EXISTS (SELECT 1 FROM hitl_request_context c WHERE c.request_id = h.id AND c.tenant_id = $9
+                             AND (c.requester_user_id IS NULL OR c.requester_user_id <> $10))
+              AND ($11::text IN ('maintainer', 'admin')
+                   OR ($11::text = 'member' AND EXISTS (SELECT 1 FROM workshops w WHERE w.id = h.workshop_id AND w.owner_id = $10)))
+           RETURNING h AS r, h.id
+         ), a AS (
+           INSERT INTO hitl_audit (seq, request_id, event, subject, channel, ip, request_hash, prev_hash, hash)
+           SELECT 0, d.id, $5, $6, $7, $8, hitl_request_digest(d.r), '', '' FROM d
+         )
+         SELECT (d.r).*, c.tenant_id, c.requester_user_id, c.effect_applied_at, c.effect_error, false AS due,
+                pg_notify('${CHANNEL}', json_build_object('id', d.id, 'type', 'decided')::text) AS notified
+           FROM d JOIN hitl_request_context c ON c.request_id = d.id`,
+        [
+          id,
+          status,
+          actor.userName.slice(0, 128),
+          req.reason,
+          status,
+          `user/${actor.userName}`,
+          origin.channel,
+          origin.ip,
+          actor.tenantId,
+          actor.userId,
+          actor.role,
+        ],
+      );
+      if (won) {
+        const approval = toApproval(won);
+        this.localEvents.emit('event', { event: { type: 'decided', approval }, tenantId: won.tenant_id } satisfies Scoped);
+        return approval;
+      }
+    }
     const [before] = UUID.test(id)
       ? await this.query<Row & { owner_id: string | null }>(
           `${SELECT.replace('FROM hitl_requests r', ', w.owner_id FROM hitl_requests r')}
@@ -435,36 +477,18 @@ export class ApprovalService {
       : [];
     if (!before || !this.visible(actor, before)) throw this.notFound(id);
     this.checkDecider(actor, before, before.owner_id);
-    const status: ApprovalStatus = req.decision === 'APPROVE' ? 'APPROVED' : 'REJECTED';
-    // One conditional UPDATE decides; its audit row and the notification go in the same
-    // statement (one round trip, its own transaction: the audit chain's lock is held that long).
-    const [won] = await this.query<Row>(
-      `WITH d AS (
-         UPDATE hitl_requests h SET status = $2::hitl_status, decided_by = $3, decision_reason = $4, decided_at = now()
-          WHERE h.id = $1 AND h.status = 'PENDING' AND h.expires_at > now()
-         RETURNING h AS r, h.id
-       ), a AS (
-         INSERT INTO hitl_audit (seq, request_id, event, subject, channel, ip, request_hash, prev_hash, hash)
-         SELECT 0, d.id, $5, $6, $7, $8, hitl_request_digest(d.r), '', '' FROM d
-       )
-       SELECT (d.r).*, c.tenant_id, c.requester_user_id, c.effect_applied_at, c.effect_error, false AS due,
-              pg_notify('${CHANNEL}', json_build_object('id', d.id, 'type', 'decided')::text) AS notified
-         FROM d JOIN hitl_request_context c ON c.request_id = d.id`,
-      [id, status, actor.userName.slice(0, 128), req.reason, status, `user/${actor.userName}`, origin.channel, origin.ip],
-    );
-    const after = won ?? (await this.current(id));
+    const after = await this.current(id);
     if (!after) throw this.notFound(id);
     const approval = toApproval(after);
-    if (!won)
-      throw new AtelierError(
-        'CONFLICT',
-        approval.status === 'EXPIRED'
-          ? `approval request ${id} expired at ${approval.expiresAt} before it was decided: the agent must ask again`
+    throw new AtelierError(
+      'CONFLICT',
+      approval.status === 'EXPIRED'
+        ? `approval request ${id} expired at ${approval.expiresAt} before it was decided: the agent must ask again`
+        : approval.status === 'PENDING'
+          ? `approval request ${id} changed while it was being decided: decide it again`
           : `approval request ${id} was already decided (${approval.status} by ${approval.decidedBy ?? 'someone'})`,
-        { approval },
-      );
-    this.localEvents.emit('event', { event: { type: 'decided', approval }, tenantId: after.tenant_id } satisfies Scoped);
-    return approval;
+      { approval },
+    );
   }
 
   /**
