@@ -4,7 +4,8 @@
  * client that polls every second (the peer). Then create + decide throughput over both servers.
  * Its own pair of servers on an external PostgreSQL cluster (the run's server is not used).
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { ExternalPostgres } from '../test/helpers/postgres.js';
 import { TestServer, makeRepo } from '../test/helpers/server.js';
@@ -15,6 +16,24 @@ const POLL_RUNS = 20;
 const THROUGHPUT_SECONDS = 10;
 const CONCURRENCY = 8;
 const GOAL_P99_MS = 25;
+
+/**
+ * CPU time (user + system, ms) a process has used: unlike latency, hardly moved by the other
+ * processes of a busy machine (clock ticks of 10 ms, so only over many runs).
+ */
+function cpuMs(pid: number | undefined): number {
+  if (pid === undefined) return NaN;
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(f[11]) + Number(f[12])) * 10;
+}
+
+/** The machine is shared: each figure is printed with the load it was measured under. */
+function load(): string {
+  return loadavg()
+    .map((x) => x.toFixed(2))
+    .join(' ');
+}
 
 export async function approvals(_server: BenchServer): Promise<Record<string, unknown>> {
   heading(`7. approval decision → waiting agent unblocked, across two servers (${RUNS} runs; goal p99 < ${GOAL_P99_MS} ms)`);
@@ -48,6 +67,7 @@ export async function approvals(_server: BenchServer): Promise<Record<string, un
 
     // LISTEN/NOTIFY: waiter on B (long poll), decision on A.
     const unblock: number[] = [];
+    const cpu0 = [cpuMs(a.proc?.pid), cpuMs(b.proc?.pid)];
     const decision: number[] = [];
     for (let i = 0; i < RUNS + 10; i++) {
       const id = await file(a);
@@ -66,9 +86,13 @@ export async function approvals(_server: BenchServer): Promise<Record<string, un
         decision.push(td - t0);
       }
     }
+    const cpu = [cpuMs(a.proc?.pid) - cpu0[0]!, cpuMs(b.proc?.pid) - cpu0[1]!].map((x) => x / (RUNS + 10));
     const us = summarize(unblock);
+    line(`(load average ${load()})`);
     statLine('atelier', 'decision sent on A → waiter on B answered', us, ['p50', 'p99']);
     statLine('(ref)', 'decision request on A (HTTP + UPDATE + audit)', summarize(decision), ['p50', 'p99']);
+    line(`(ref)    server CPU per run (file + wait + decide): A (decides) ${cpu[0]!.toFixed(2)} ms, B (waits) ${cpu[1]!.toFixed(2)} ms`);
+    result.cpuPerRunMs = { a: cpu[0], b: cpu[1] };
     result.notify = us;
     result.decisionRequest = summarize(decision);
 
@@ -102,6 +126,7 @@ export async function approvals(_server: BenchServer): Promise<Record<string, un
     ratioLine('polling / LISTEN-NOTIFY (p50)', ps.p50, us.p50);
     goalLine(`p99 decision → unblocked < ${GOAL_P99_MS} ms`, us.p99, GOAL_P99_MS);
     result.polling = ps;
+    result.loadDuringLatency = load();
 
     // Throughput: create + decide pairs, CONCURRENCY at a time, alternating servers.
     heading(`7b. create + decide throughput, ${CONCURRENCY} clients over both servers for ${THROUGHPUT_SECONDS} s`);
@@ -121,7 +146,9 @@ export async function approvals(_server: BenchServer): Promise<Record<string, un
     );
     const rate = done / ((performance.now() - started) / 1000);
     line(`atelier  ${done} requests filed and decided: ${rate.toFixed(0)} per second (each: 2 HTTP calls, 2 transactions, 2 audit rows)`);
+    line(`(load average ${load()})`);
     result.throughputPerSecond = rate;
+    result.loadDuringThroughput = load();
     return result;
   } finally {
     await a?.dispose();

@@ -4,6 +4,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, request, type Server } from 'node:http';
 import { join } from 'node:path';
 import WebSocket from 'ws';
+import { actors } from './helpers/actors.js';
 import { TestServer, makeRepo, runCli } from './helpers/server.js';
 
 // Approvals on one server with a real workshop: an agent (its workshop token, from outside)
@@ -28,11 +29,7 @@ describe('approvals', () => {
   let repo: string;
   let ws: string;
   let origin: Server;
-  const tokens: Record<string, string> = {};
-
-  const as = async <T = unknown>(who: string, method: string, path: string, body?: unknown) =>
-    server.api<T>(method, path, body, { authorization: `Bearer ${tokens[who]}` });
-  const cliAs = (who: string, args: string[]) => server.cli(args, { env: { ATELIER_TOKEN: tokens[who] } });
+  const { tokens, as, cliAs } = actors(() => server);
   const file = (who: string, category: string, payload: Record<string, unknown>) =>
     as<Approval>(who, 'POST', `/v1/workshops/${ws}/approvals`, { category, payload });
 

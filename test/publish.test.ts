@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
+import { actors } from './helpers/actors.js';
 import { TestServer, makeRepo } from './helpers/server.js';
 
 // PR_GATEWAY end to end: an agent (its workshop token, with the real CLI) asks to publish its
@@ -33,11 +34,7 @@ describe('PR_GATEWAY: workshops publish', () => {
   let remoteDir: string;
   let remote: string;
   let ws: string;
-  const tokens: Record<string, string> = {};
-
-  const as = async <T = unknown>(who: string, method: string, path: string, body?: unknown) =>
-    server.api<T>(method, path, body, { authorization: `Bearer ${tokens[who]}` });
-  const cliAs = (who: string, args: string[]) => server.cli(args, { env: { ATELIER_TOKEN: tokens[who] } });
+  const { tokens, as, cliAs } = actors(() => server);
   const publish = async (branch: string, extra: string[] = []): Promise<Approval> => {
     const r = await cliAs('agent', ['workshops', 'publish', ws, '--branch', branch, '--remote', remote, ...extra, '-o', 'json']);
     assert.equal(r.code, 0, r.stderr);

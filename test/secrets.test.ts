@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { rmSync } from 'node:fs';
+import { actors } from './helpers/actors.js';
 import { TestServer, makeRepo } from './helpers/server.js';
 
 // SECRET_REQUEST end to end in a real workshop: a maintainer sets a secret with the real CLI
@@ -23,21 +24,10 @@ describe('secrets and SECRET_REQUEST', () => {
   let server: TestServer;
   let repo: string;
   let ws: string;
-  const tokens: Record<string, string> = {};
   const VALUE = `sk_test_${randomBytes(12).toString('hex')}`;
   /** Every API and CLI answer of this test (not the workshop's own output), to check that the value never appears in one. */
   const answers: string[] = [];
-
-  const as = async <T = unknown>(who: string, method: string, path: string, body?: unknown) => {
-    const r = await server.api<T>(method, path, body, { authorization: `Bearer ${tokens[who]}` });
-    answers.push(JSON.stringify(r.body));
-    return r;
-  };
-  const cliAs = async (who: string, args: string[], input?: string) => {
-    const r = await server.cli(args, { env: { ATELIER_TOKEN: tokens[who] }, ...(input !== undefined ? { input } : {}) });
-    answers.push(r.stdout, r.stderr);
-    return r;
-  };
+  const { tokens, as, cliAs } = actors(() => server, { record: (text) => answers.push(text) });
   const sh = async (script: string) => {
     // What the workshop itself prints (it reads its granted secret on purpose): not an API answer about secrets.
     return server.exec(ws, ['sh', '-c', script]);

@@ -16,6 +16,8 @@ import {
 } from './types.js';
 
 const CHANNEL = 'atelier_approvals';
+/** Effects applied at once by one server (see effectSlot). */
+const EFFECT_CONCURRENCY = 3;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 interface Row {
@@ -107,15 +109,22 @@ type Scoped = { event: ApprovalEvent; tenantId: string };
  * LISTEN/NOTIFY; every creation, decision and expiry is audited in the same transaction.
  */
 export class ApprovalService {
-  private readonly waiters = new Map<string, Set<() => void>>();
+  /** Waiters per request: woken with the row as read after a notification (or with nothing: read it again). */
+  private readonly waiters = new Map<string, Set<(row?: Row) => void>>();
   private readonly handlers = new Map<ApprovalCategory, CategoryHandler>();
   /** Every event of every replica (from NOTIFY): the WebSocket stream listens here. */
   readonly events = new EventEmitter();
   /** Events this server caused (Slack and terminal notifiers listen here, so one replica sends them). */
   readonly localEvents = new EventEmitter();
+  /** Effects being applied by this process (one at a time per request), how many, and who waits for a slot. */
+  private readonly applying = new Set<string>();
+  private effectsRunning = 0;
+  private readonly effectQueue: (() => void)[] = [];
   private bus: NotificationBus | undefined;
   private sweeper: NodeJS.Timeout | undefined;
   private closed = false;
+  /** False until the workshops this server runs are recovered (resumeEffects): an effect needs its workshop up. */
+  private effectsReady = false;
 
   constructor(
     private readonly pool: Pool,
@@ -130,14 +139,17 @@ export class ApprovalService {
     this.handlers.set(category, handler);
   }
 
-  /** Starts listening for other replicas' events and the expiry sweeper; applies effects a previous run left undone. */
+  /**
+   * Starts listening for other replicas' events and the expiry sweeper. Effects wait for
+   * resumeEffects(), once the server's workshops are recovered.
+   */
   async start(): Promise<void> {
     this.bus = listenChannel(this.opts.databaseUrl, CHANNEL, {
       onNotify: (payload) => this.onNotify(payload),
       onResync: () => {
         // Notifications may have been lost while reconnecting: every waiter re-reads its request.
         for (const set of this.waiters.values()) for (const wake of set) wake();
-        void this.applyPendingEffects();
+        if (this.effectsReady) void this.applyPendingEffects();
       },
       onError: (err) => this.opts.log.warn({ err: err.message }, 'approvals: notification connection lost; reconnecting'),
     });
@@ -148,7 +160,17 @@ export class ApprovalService {
     }, interval);
     this.sweeper.unref();
     await this.expireDue().catch(() => undefined);
-    void this.applyPendingEffects();
+  }
+
+  /**
+   * Applies the effects a previous run left undone (a decision committed, then the process died
+   * before its effect was applied or recorded), then every new one as it is decided. Called once
+   * the workshops this server runs are recovered: before, an effect could find its sandbox down,
+   * or run a command that the recovery kills as an orphan.
+   */
+  async resumeEffects(): Promise<void> {
+    this.effectsReady = true;
+    await this.applyPendingEffects();
   }
 
   async close(): Promise<void> {
@@ -177,20 +199,24 @@ export class ApprovalService {
     }
     if (typeof msg.id !== 'string') return;
     const id = msg.id;
-    for (const wake of this.waiters.get(id) ?? []) wake();
     const type = msg.type;
-    if (type !== 'created' && type !== 'decided' && type !== 'expired') return;
+    const event = type === 'created' || type === 'decided' || type === 'expired';
+    if (!event && !this.waiters.has(id)) return;
+    // One read after the notification serves every waiter of this request and the event stream.
     void this.rowById(id)
       .then((row) => {
-        if (!row) return;
+        for (const wake of this.waiters.get(id) ?? []) wake(row);
+        if (!row || !event) return;
         const approval = toApproval(row);
         this.events.emit('event', { event: { type, approval }, tenantId: row.tenant_id } satisfies Scoped);
         if (approval.status === 'APPROVED' && approval.effect.appliedAt === null) void this.applyEffect(approval);
       })
-      .catch(() => undefined);
+      .catch(() => {
+        for (const wake of this.waiters.get(id) ?? []) wake();
+      });
   }
 
-  private subscribe(id: string, wake: () => void): () => void {
+  private subscribe(id: string, wake: (row?: Row) => void): () => void {
     let set = this.waiters.get(id);
     if (!set) this.waiters.set(id, (set = new Set()));
     set.add(wake);
@@ -358,23 +384,38 @@ export class ApprovalService {
     if (Buffer.byteLength(JSON.stringify(payload)) > 1 << 20)
       throw new AtelierError('PAYLOAD_TOO_LARGE', 'payload is larger than 1 MiB', { field: 'payload' });
     const ttl = Math.min(req.ttlSeconds ?? Infinity, this.opts.ttls[req.category]);
-    const row = await withTransaction(this.pool, async (c) => {
-      const [r] = (
-        await c.query<{ id: string }>(
-          `INSERT INTO hitl_requests (workshop_id, category, requested_by, payload, expires_at)
-           VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5)) RETURNING id`,
-          [ws.id, req.category, requester.name.slice(0, 128), JSON.stringify(payload), ttl],
-        )
-      ).rows;
-      await c.query('INSERT INTO hitl_request_context (request_id, tenant_id, requester_user_id, requester_kind) VALUES ($1, $2, $3, $4)', [
-        r!.id,
+    // One statement (one round trip, its own transaction): the request, its context, its audit
+    // row and the notification, all or nothing; the advisory lock of the audit chain is held
+    // for this statement only.
+    const [row] = await this.query<Row>(
+      `WITH i AS (
+         INSERT INTO hitl_requests (workshop_id, category, requested_by, payload, expires_at)
+         VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5)) RETURNING hitl_requests AS r, id
+       ), c AS (
+         INSERT INTO hitl_request_context (request_id, tenant_id, requester_user_id, requester_kind)
+         SELECT i.id, $6, $7, $8 FROM i
+       ), a AS (
+         INSERT INTO hitl_audit (seq, request_id, event, subject, channel, ip, request_hash, prev_hash, hash)
+         SELECT 0, i.id, 'CREATED', $3, $9, $10, hitl_request_digest(i.r), '', '' FROM i
+       )
+       SELECT (i.r).*, $6::text AS tenant_id, $7::text AS requester_user_id, NULL::timestamptz AS effect_applied_at,
+              NULL::text AS effect_error, false AS due,
+              pg_notify('${CHANNEL}', json_build_object('id', i.id, 'type', 'created')::text) AS notified
+         FROM i`,
+      [
+        ws.id,
+        req.category,
+        requester.name.slice(0, 128),
+        JSON.stringify(payload),
+        ttl,
         ws.tenant_id,
         requester.userId,
         requester.kind,
-      ]);
-      await this.audit(c, [r!.id], 'CREATED', requester.name, origin);
-      return (await this.rowById(r!.id, c))!;
-    });
+        origin.channel,
+        origin.ip,
+      ],
+    );
+    if (!row) throw new Error('the approval request was not stored');
     const approval = toApproval(row);
     this.localEvents.emit('event', { event: { type: 'created', approval }, tenantId: row.tenant_id } satisfies Scoped);
     return approval;
@@ -385,34 +426,69 @@ export class ApprovalService {
    * database clock). Any later or concurrent decision gets CONFLICT with the state as it is.
    */
   async decide(id: string, req: DecideApprovalRequest, actor: ApprovalActor, origin: CallOrigin): Promise<ApprovalRequest> {
-    const before = await this.rowById(id);
-    if (!before || !this.visible(actor, before)) throw this.notFound(id);
-    const ws = await this.workshop(before.workshop_id);
-    this.checkDecider(actor, before, ws?.owner_id ?? null);
     const status: ApprovalStatus = req.decision === 'APPROVE' ? 'APPROVED' : 'REJECTED';
-    const won = await withTransaction(this.pool, async (c) => {
-      const r = await c.query<{ id: string }>(
-        `UPDATE hitl_requests SET status = $2, decided_by = $3, decision_reason = $4, decided_at = now()
-          WHERE id = $1 AND status = 'PENDING' AND expires_at > now() RETURNING id`,
-        [id, status, actor.userName.slice(0, 128), req.reason],
+    // The common case in one statement (one round trip, its own transaction, so the audit
+    // chain's lock is held that long): the conditional UPDATE, with the rights of checkDecider
+    // in its WHERE, its audit row and the notification. When it decides nothing, the slow path
+    // below reads the request and says exactly why.
+    if (actor.kind === 'user' && UUID.test(id)) {
+      const [won] = await this.query<Row>(
+        `WITH d AS (
+           UPDATE hitl_requests h SET status = $2::hitl_status, decided_by = $3, decision_reason = $4, decided_at = now()
+            WHERE h.id = $1 AND h.status = 'PENDING' AND h.expires_at > now()
+              AND EXISTS (SELECT 1 FROM hitl_request_context c WHERE c.request_id = h.id AND c.tenant_id = $9
+                             AND (c.requester_user_id IS NULL OR c.requester_user_id <> $10))
+              AND ($11::text IN ('maintainer', 'admin')
+                   OR ($11::text = 'member' AND EXISTS (SELECT 1 FROM workshops w WHERE w.id = h.workshop_id AND w.owner_id = $10)))
+           RETURNING h AS r, h.id
+         ), a AS (
+           INSERT INTO hitl_audit (seq, request_id, event, subject, channel, ip, request_hash, prev_hash, hash)
+           SELECT 0, d.id, $5, $6, $7, $8, hitl_request_digest(d.r), '', '' FROM d
+         )
+         SELECT (d.r).*, c.tenant_id, c.requester_user_id, c.effect_applied_at, c.effect_error, false AS due,
+                pg_notify('${CHANNEL}', json_build_object('id', d.id, 'type', 'decided')::text) AS notified
+           FROM d JOIN hitl_request_context c ON c.request_id = d.id`,
+        [
+          id,
+          status,
+          actor.userName.slice(0, 128),
+          req.reason,
+          status,
+          `user/${actor.userName}`,
+          origin.channel,
+          origin.ip,
+          actor.tenantId,
+          actor.userId,
+          actor.role,
+        ],
       );
-      if (r.rowCount === 0) return false;
-      await this.audit(c, [id], status, `user/${actor.userName}`, origin);
-      return true;
-    });
+      if (won) {
+        const approval = toApproval(won);
+        this.localEvents.emit('event', { event: { type: 'decided', approval }, tenantId: won.tenant_id } satisfies Scoped);
+        return approval;
+      }
+    }
+    const [before] = UUID.test(id)
+      ? await this.query<Row & { owner_id: string | null }>(
+          `${SELECT.replace('FROM hitl_requests r', ', w.owner_id FROM hitl_requests r')}
+             LEFT JOIN workshops w ON w.id = r.workshop_id WHERE r.id = $1`,
+          [id],
+        )
+      : [];
+    if (!before || !this.visible(actor, before)) throw this.notFound(id);
+    this.checkDecider(actor, before, before.owner_id);
     const after = await this.current(id);
     if (!after) throw this.notFound(id);
     const approval = toApproval(after);
-    if (!won)
-      throw new AtelierError(
-        'CONFLICT',
-        approval.status === 'EXPIRED'
-          ? `approval request ${id} expired at ${approval.expiresAt} before it was decided: the agent must ask again`
+    throw new AtelierError(
+      'CONFLICT',
+      approval.status === 'EXPIRED'
+        ? `approval request ${id} expired at ${approval.expiresAt} before it was decided: the agent must ask again`
+        : approval.status === 'PENDING'
+          ? `approval request ${id} changed while it was being decided: decide it again`
           : `approval request ${id} was already decided (${approval.status} by ${approval.decidedBy ?? 'someone'})`,
-        { approval },
-      );
-    this.localEvents.emit('event', { event: { type: 'decided', approval }, tenantId: after.tenant_id } satisfies Scoped);
-    return approval;
+      { approval },
+    );
   }
 
   /**
@@ -467,25 +543,31 @@ export class ApprovalService {
 
   /**
    * Waits for a decision: subscribe first, then read, so a notification between the two is
-   * never missed; re-read on every wake (and at the expiry time). Resolves with the request as
-   * it stands when decided, expired, or when `timeoutMs` has passed (still PENDING).
+   * never missed; re-read on every wake (and at the expiry time), or take the row the
+   * notification's own read found decided. Resolves with the request as it stands when decided,
+   * expired, or when `timeoutMs` has passed (still PENDING).
    */
   async wait(id: string, actor: ApprovalActor | null, timeoutMs: number, signal?: AbortSignal): Promise<ApprovalRequest> {
     const deadline = Date.now() + timeoutMs;
+    let fresh: Row | undefined;
     for (;;) {
-      let wake!: () => void;
-      const woken = new Promise<void>((r) => (wake = r));
+      let wake!: (row?: Row) => void;
+      const woken = new Promise<Row | undefined>((r) => (wake = r));
       const unsubscribe = this.subscribe(id, wake);
       const onAbort = (): void => wake();
       signal?.addEventListener('abort', onAbort);
       let timer: NodeJS.Timeout | undefined;
       try {
-        const a = await this.get(id, actor);
+        const a =
+          fresh && fresh.status !== 'PENDING' && (!actor || this.visible(actor, fresh)) ? toApproval(fresh) : await this.get(id, actor);
         const left = deadline - Date.now();
         if (a.status !== 'PENDING' || left <= 0 || signal?.aborted || this.closed) return a;
         // The local clock only says when to look again; the database decides whether it expired.
         const untilExpiry = Math.max(20, Date.parse(a.expiresAt) - Date.now() + 20);
-        await Promise.race([woken, new Promise<void>((r) => (timer = setTimeout(r, Math.min(left, untilExpiry))))]);
+        fresh = await Promise.race([
+          woken,
+          new Promise<undefined>((r) => (timer = setTimeout(() => r(undefined), Math.min(left, untilExpiry)))),
+        ]);
       } finally {
         if (timer) clearTimeout(timer);
         signal?.removeEventListener('abort', onAbort);
@@ -496,11 +578,37 @@ export class ApprovalService {
 
   // ---- effects ---------------------------------------------------------------------------
 
+  /**
+   * Runs `fn` when fewer than EFFECT_CONCURRENCY effects are being applied: each holds a pool
+   * connection (its row lock) while its effect uses others, so many decisions at once must not
+   * take every connection and wait on each other.
+   */
+  private async effectSlot(fn: () => Promise<void>): Promise<void> {
+    while (this.effectsRunning >= EFFECT_CONCURRENCY) await new Promise<void>((r) => this.effectQueue.push(r));
+    this.effectsRunning++;
+    try {
+      await fn();
+    } finally {
+      this.effectsRunning--;
+      this.effectQueue.shift()?.();
+    }
+  }
+
   /** Applies an approved request's effect once: under a row lock, recorded in the same transaction. */
   async applyEffect(approval: ApprovalRequest): Promise<void> {
     const handler = this.handlers.get(approval.category);
-    if (!handler?.apply || this.closed) return;
-    if (handler.local && !(await handler.local(approval).catch(() => false))) return;
+    if (!handler?.apply || this.closed || !this.effectsReady || this.applying.has(approval.id)) return;
+    this.applying.add(approval.id);
+    try {
+      if (handler.local && !(await handler.local(approval).catch(() => false))) return;
+      await this.effectSlot(() => this.applyLocked(approval, handler));
+    } finally {
+      this.applying.delete(approval.id);
+    }
+  }
+
+  private async applyLocked(approval: ApprovalRequest, handler: CategoryHandler): Promise<void> {
+    if (this.closed) return;
     try {
       await withTransaction(this.pool, async (c) => {
         const r = await c.query(
@@ -528,7 +636,7 @@ export class ApprovalService {
   private async applyPendingEffects(): Promise<void> {
     try {
       const rows = await this.query<Row>(`${SELECT} WHERE r.status = 'APPROVED' AND c.effect_applied_at IS NULL ORDER BY r.decided_at`);
-      for (const r of rows) await this.applyEffect(toApproval(r));
+      await Promise.all(rows.map((r) => this.applyEffect(toApproval(r))));
     } catch (err) {
       this.opts.log.warn({ err: String(err) }, 'approvals: pending effects not applied yet');
     }

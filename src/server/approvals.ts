@@ -16,6 +16,8 @@ export interface ApprovalsRuntime {
   secrets: SecretStore;
   /** Wires each category to its effect once the workshop service exists, then starts listening and sweeping. */
   start(workshops: WorkshopService): Promise<void>;
+  /** Once the workshops are recovered after a start: applies the effects a previous run left undone, then each as decided. */
+  resumeEffects(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -179,6 +181,7 @@ export function createApprovals(opts: {
       secrets.start((id) => workshops.localSandbox(id));
       slack.start();
     },
+    resumeEffects: () => service.resumeEffects(),
     async close() {
       await secrets.close();
       await service.close();

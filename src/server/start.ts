@@ -331,6 +331,8 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     await approvals.start(workshops);
     cleanups.push(() => approvals.close());
     await workshops.reconcile();
+    // Effects need their workshop up (and must not be killed as orphans by reconcile): only now.
+    void approvals.resumeEffects();
 
     const authenticator = new Authenticator(pool);
     const identityConfig = opts.identityConfig ? resolve(opts.identityConfig) : config.identityConfig;

@@ -18,7 +18,8 @@ const MAX_BUNDLE = 512 << 20;
  * HEAD plus every change (untracked files too, .gitignore respected). Prints the base commit
  * (empty without one) and the tree; then, to describe it, the stat and the patch; or, to publish
  * it, a bundle of one commit (author, committer and date fixed by the server, so that applying
- * the same approval twice makes the same commit).
+ * the same approval twice makes the same commit) under a ref of its own approval, removed once
+ * bundled (approvals of one workshop applied at once never take each other's commit).
  */
 const SNAPSHOT = `set -e
 idx=$(mktemp); trap 'rm -f "$idx"' EXIT
@@ -34,8 +35,10 @@ if [ "$1" = describe ]; then
   exec git -c core.quotepath=off diff-tree --no-ext-diff --no-color -p --binary "$from" "$tree"
 fi
 if [ -n "$base" ]; then commit=$(git commit-tree "$tree" -p "$base" -m "$ATELIER_PUBLISH_MESSAGE"); else commit=$(git commit-tree "$tree" -m "$ATELIER_PUBLISH_MESSAGE"); fi
-git update-ref refs/atelier/publish "$commit"
-exec git bundle create - refs/atelier/publish 2>/dev/null
+git update-ref "$ATELIER_PUBLISH_REF" "$commit"
+rc=0; git bundle create - "$ATELIER_PUBLISH_REF" 2>/dev/null || rc=$?
+git update-ref -d "$ATELIER_PUBLISH_REF"
+exit $rc
 `;
 
 function failed(what: string, stderr: Buffer | string): Error {
@@ -106,7 +109,9 @@ export class Publisher {
   async apply(a: { id: string; workshopId: string; decidedAt: string | null; payload: Record<string, unknown> }): Promise<void> {
     const p = a.payload as { branch: string; remote: string; title: string; base: string; tree: string; requestedBy?: string };
     const date = `${Math.floor(Date.parse(a.decidedAt ?? '1970-01-01T00:00:00Z') / 1000)} +0000`;
+    const ref = `refs/atelier/publish/${a.id}`;
     const env = {
+      ATELIER_PUBLISH_REF: ref,
       ATELIER_PUBLISH_MESSAGE: `${p.title}\n\nPublished by Atelier from workshop ${a.workshopId} (approval ${a.id}).`,
       GIT_AUTHOR_NAME: 'Atelier',
       GIT_AUTHOR_EMAIL: 'atelier@localhost',
@@ -140,7 +145,7 @@ export class Publisher {
         }
       };
       await run('git', ['init', '-q', '--bare', repo]);
-      await git(['-c', 'transfer.fsckObjects=true', 'fetch', '-q', join(dir, 'bundle'), 'refs/atelier/publish:refs/atelier/publish']);
+      await git(['-c', 'transfer.fsckObjects=true', 'fetch', '-q', join(dir, 'bundle'), `${ref}:refs/atelier/publish`]);
       const commit = await git(['rev-parse', '--verify', 'refs/atelier/publish^{commit}']);
       // Checked again here, by the server's git: the commit is the tree that was shown, on the base that was shown.
       const [gotTree, parents] = [
