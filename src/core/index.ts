@@ -18,4 +18,5 @@ export type { ClientConfig, ClientContext, ConfigIo, Credential } from './client
 export { loadYaml } from './yaml.js';
 export { PTY_SIGNALS, PtyStart, TerminalControl } from './terminals.js';
 export type { TerminalEvent } from './terminals.js';
+export { TUNNEL_PROTOCOL, TUNNEL_RESUMED_HEADER, TunnelStream } from './tunnelStream.js';
 export { writeFileAtomic } from './files.js';

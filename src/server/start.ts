@@ -347,6 +347,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       approvals: approvals.service,
       slack: approvals.slack,
       secrets: approvals.secrets,
+      sealer: masterKey,
     });
     cleanups.push(() => app.close());
     // Runs before app.close (cleanups run in reverse): in-flight execs end, so their requests do.
