@@ -5,11 +5,12 @@ import { z } from 'zod';
 import { AtelierError, PtyStart, TUNNEL_PROTOCOL, TUNNEL_RESUMED_HEADER, TunnelStream } from '../../core/index.js';
 import type { Pool } from '../../db/index.js';
 import type { RouteAccess } from '../../identity/index.js';
-import { connectInSandbox, SandboxConnectError } from '../../sandbox/index.js';
+import { SandboxConnectError } from '../../sandbox/index.js';
 import type { WorkshopService } from '../../workshops/index.js';
 import { attachPty, bridgeSocket, failSocket, relayStream, sendEvent } from '../tunnels/bridge.js';
 import { PtySession, type TerminalTarget } from '../tunnels/pty.js';
 import { SshEndpoint, type Sealer } from '../tunnels/ssh.js';
+import { SandboxConnectors } from '../tunnels/connector.js';
 import { AgentSessions } from '../tunnels/sessions.js';
 import { parse, principalOf } from './common.js';
 
@@ -116,7 +117,8 @@ export function terminalRoutes(
   sealer: Sealer,
   log: FastifyInstance['log'],
 ): TerminalsRuntime {
-  const ssh = new SshEndpoint(pool, sealer, log);
+  const connectors = new SandboxConnectors();
+  const ssh = new SshEndpoint(pool, sealer, connectors, log);
   // Host keys left in clear by an older server are sealed at start (and on first use, if this fails).
   void ssh.sealStoredKeys().then(
     (n) => {
@@ -151,7 +153,7 @@ export function terminalRoutes(
     }
     // The remote port must answer before the client is told the tunnel is up.
     try {
-      const socket = await connectInSandbox(t.sandbox, port);
+      const socket = await connectors.connect(t.sandbox, port);
       // Never left open inside the workshop by a client that went away before (or after) the upgrade.
       request.raw.socket.once('close', () => socket.destroy());
       if (request.raw.socket.destroyed) socket.destroy();
@@ -308,6 +310,7 @@ export function terminalRoutes(
   return {
     close() {
       for (const t of streams) t.socket.destroy();
+      connectors.close();
       for (const p of ptys) p.close();
       sessions.close();
     },

@@ -5,7 +5,8 @@ import type { Duplex } from 'node:stream';
 import ssh2 from 'ssh2';
 import type { AuthContext, Connection, ParsedKey, PseudoTtyInfo, ServerChannel, Session } from 'ssh2';
 import { asDatabaseError, type Pool } from '../../db/index.js';
-import { connectInSandbox, privilegedEnv, sandboxArgv } from '../../sandbox/index.js';
+import { privilegedEnv, sandboxArgv } from '../../sandbox/index.js';
+import type { SandboxConnectors } from './connector.js';
 import { PtySession, type TerminalTarget } from './pty.js';
 
 const { Server, utils } = ssh2;
@@ -59,6 +60,7 @@ export class SshEndpoint {
   constructor(
     private readonly pool: Pool,
     private readonly sealer: Sealer,
+    private readonly connectors: SandboxConnectors,
     private readonly log: { warn(obj: object, msg?: string): void },
   ) {}
 
@@ -182,7 +184,7 @@ export class SshEndpoint {
       client.on('tcpip', (accept, reject, info) => {
         // direct-tcpip (ssh -L, Remote-SSH's port forwarding): only to the workshop's own loopback.
         if (!['127.0.0.1', 'localhost', '::1'].includes(info.destIP) || info.destPort < 1 || info.destPort > 65535) return reject();
-        connectInSandbox(target.sandbox, info.destPort).then(
+        this.connectors.connect(target.sandbox, info.destPort).then(
           (socket) => {
             const channel = accept();
             socket.on('error', () => channel.destroy());
