@@ -73,6 +73,8 @@ export class TunnelStream extends Duplex {
 
   /** Sends an ERROR frame (a reason the peer shows), then ends the tunnel. */
   fail(code: string, message: string): void {
+    // This side is the one that failed: the close that follows is no news to it.
+    this.closing = true;
     if (this.socket.destroyed || this.socket.writableEnded) return;
     const body = Buffer.from(JSON.stringify({ code, message }).slice(0, MAX_ERROR));
     this.socket.cork();
@@ -89,7 +91,11 @@ export class TunnelStream extends Duplex {
   }
 
   private cut(): void {
-    if (this.failed || this.closing) return;
+    if (this.failed) return;
+    if (this.closing) {
+      this.destroy();
+      return;
+    }
     this.failed = true;
     this.destroy(new AtelierError('UNAVAILABLE', this.cutMessage));
   }
