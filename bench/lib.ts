@@ -26,6 +26,16 @@ import { fileURLToPath } from 'node:url';
 export const REPO_ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
 export const ATELIER_BIN = join(REPO_ROOT, 'bin', 'atelier');
 
+/**
+ * Node flags that write a CPU profile of the server (and of the CLI processes a benchmark starts)
+ * into ATELIER_BENCH_CPU_PROF/<who>/ when that variable names a directory (`--cpu-prof` is not
+ * allowed in NODE_OPTIONS). Open the .cpuprofile files in Chrome DevTools.
+ */
+export function cpuProfileArgs(who: string): string[] {
+  const dir = process.env.ATELIER_BENCH_CPU_PROF;
+  return dir ? ['--cpu-prof', `--cpu-prof-dir=${join(resolve(dir), who)}`] : [];
+}
+
 // ---------------------------------------------------------------- statistics
 
 export interface Summary {
@@ -343,7 +353,18 @@ export class BenchServer {
       // the benchmark has deleted its workshops.
       child = spawn(
         process.execPath,
-        [ATELIER_BIN, 'server', 'start', '--data-dir', dataDir, '--listen', '127.0.0.1:0', '--allow-repo-root', '/tmp'],
+        [
+          ...cpuProfileArgs('server'),
+          ATELIER_BIN,
+          'server',
+          'start',
+          '--data-dir',
+          dataDir,
+          '--listen',
+          '127.0.0.1:0',
+          '--allow-repo-root',
+          '/tmp',
+        ],
         {
           env,
           stdio: ['ignore', logFd, logFd],

@@ -19,11 +19,24 @@ import net from 'node:net';
 import { join } from 'node:path';
 import * as nodePty from 'node-pty';
 import WebSocket from 'ws';
-import { ATELIER_BIN, goalLine, hasCommand, heading, line, ratioLine, sleep, statLine, summarize, type BenchServer } from './lib.js';
+import {
+  ATELIER_BIN,
+  cpuProfileArgs,
+  goalLine,
+  hasCommand,
+  heading,
+  line,
+  ratioLine,
+  sleep,
+  statLine,
+  summarize,
+  type BenchServer,
+} from './lib.js';
 
 const TRANSFER_BYTES = 64 * 2 ** 20;
 const TRANSFERS = 3;
 const RTT_SAMPLES = 300;
+const CONNECT_SAMPLES = 30;
 const ECHO_SAMPLES = 300;
 const PORT_IN_WORKSHOP = 9000;
 const GOAL_THROUGHPUT_OF_DIRECT = 0.5;
@@ -126,10 +139,28 @@ async function rtt(port: number): Promise<number[]> {
   return samples;
 }
 
+/** A new connection, then its first byte back: what a short request pays for the tunnel's set-up. */
+async function firstByte(port: number): Promise<number[]> {
+  const samples: number[] = [];
+  for (let i = 0; i < CONNECT_SAMPLES + 3; i++) {
+    const t0 = performance.now();
+    const s = await connectTo(port);
+    await new Promise<void>((resolve, reject) => {
+      s.once('data', () => resolve());
+      s.once('error', reject);
+      s.write('PING\nx');
+    });
+    if (i >= 3) samples.push(performance.now() - t0);
+    s.destroy();
+  }
+  return samples;
+}
+
 interface PathResult {
   down: number;
   up: number;
   rtt: ReturnType<typeof summarize>;
+  connect: ReturnType<typeof summarize>;
 }
 
 async function measure(port: number): Promise<PathResult> {
@@ -139,7 +170,7 @@ async function measure(port: number): Promise<PathResult> {
     downs.push(await download(port));
     ups.push(await upload(port));
   }
-  return { down: summarize(downs).p50, up: summarize(ups).p50, rtt: summarize(await rtt(port)) };
+  return { down: summarize(downs).p50, up: summarize(ups).p50, rtt: summarize(await rtt(port)), connect: summarize(await firstByte(port)) };
 }
 
 function watch(child: ChildProcess, re: RegExp, what: string): Promise<RegExpMatchArray> {
@@ -243,7 +274,7 @@ export async function terminals(server: BenchServer): Promise<Record<string, unk
     children.push(host);
     const directPort = Number((await watch(host, /listening (\d+)/, 'the host TCP server'))[1]);
 
-    const pf = spawn(process.execPath, [ATELIER_BIN, 'port-forward', ws.id, `0:${PORT_IN_WORKSHOP}`], {
+    const pf = spawn(process.execPath, [...cpuProfileArgs('cli'), ATELIER_BIN, 'port-forward', ws.id, `0:${PORT_IN_WORKSHOP}`], {
       env,
       stdio: ['ignore', 'pipe', 'pipe'],
     });
@@ -252,7 +283,7 @@ export async function terminals(server: BenchServer): Promise<Record<string, unk
 
     const rows: [string, string, number][] = [
       ['direct', 'loopback connection on the host', directPort],
-      ['atelier', 'atelier port-forward (WebSocket tunnel)', pfPort],
+      ['atelier', 'atelier port-forward (byte-stream tunnel)', pfPort],
     ];
     let sshNote = '';
     if (hasCommand('ssh') && hasCommand('ssh-keygen')) {
@@ -290,6 +321,7 @@ export async function terminals(server: BenchServer): Promise<Record<string, unk
       measured[who] = r;
       line(`${who.padEnd(8)} ${what.padEnd(44)} down ${r.down.toFixed(1).padStart(7)} MiB/s  up ${r.up.toFixed(1).padStart(7)} MiB/s`);
       statLine(who, 'round trip of 1 byte', r.rtt, ['p50', 'p99']);
+      statLine(who, 'new connection to its first byte back', r.connect, ['p50', 'p99']);
     }
     if (sshNote) line(sshNote);
     const a = measured.atelier!;
@@ -297,6 +329,7 @@ export async function terminals(server: BenchServer): Promise<Record<string, unk
     ratioLine('atelier / direct download', a.down, d.down);
     ratioLine('atelier / direct upload', a.up, d.up);
     ratioLine('atelier / direct RTT p50', a.rtt.p50, d.rtt.p50);
+    ratioLine('atelier / direct new connection p50', a.connect.p50, d.connect.p50);
     const share = a.down / d.down;
     line(
       `goal: port-forward download >= ${GOAL_THROUGHPUT_OF_DIRECT * 100}% of direct -> ${share >= GOAL_THROUGHPUT_OF_DIRECT ? 'MET' : 'NOT MET'} (${(share * 100).toFixed(0)}%)`,
@@ -306,6 +339,7 @@ export async function terminals(server: BenchServer): Promise<Record<string, unk
       ratioLine('atelier / ssh -L download', a.down, s.down);
       ratioLine('atelier / ssh -L upload', a.up, s.up);
       ratioLine('atelier / ssh -L RTT p50', a.rtt.p50, s.rtt.p50);
+      ratioLine('atelier / ssh -L new connection p50', a.connect.p50, s.connect.p50);
     }
     result.portForward = measured;
 

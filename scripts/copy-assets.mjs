@@ -10,6 +10,8 @@ cpSync('src/db/migrations', 'dist/db/migrations', { recursive: true });
 cpSync('src/sandbox/netns-listen.py', 'dist/sandbox/netns-listen.py');
 // And the one that connects to a port inside it (port-forward, ssh -L).
 cpSync('src/sandbox/netns-connect.py', 'dist/sandbox/netns-connect.py');
+// The long-lived variant the terminals area keeps per workshop (port-forward, ssh -L).
+cpSync('src/server/tunnels/netns-connector.py', 'dist/server/tunnels/netns-connector.py');
 rmSync('dist/bundle', { recursive: true, force: true });
 await build({
   entryPoints: ['dist/cli/main.js'],

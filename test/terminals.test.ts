@@ -3,8 +3,10 @@ import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer, connect } from 'node:net';
+import http from 'node:http';
+import { createServer, connect, type Socket } from 'node:net';
 import { join } from 'node:path';
+import pg from 'pg';
 import WebSocket from 'ws';
 import { BIN, TestServer, makeRepo } from './helpers/server.js';
 
@@ -61,6 +63,28 @@ function httpGet(port: number, path = '/'): Promise<string> {
     s.on('end', () => resolve(data));
     s.on('error', reject);
     s.setTimeout(20_000, () => s.destroy(new Error('timeout')));
+  });
+}
+
+/** An `Upgrade: atelier-tunnel` request, as the CLI makes it: the 101's socket, or the HTTP refusal. */
+function upgradeTunnel(
+  server: TestServer,
+  path: string,
+  headers: Record<string, string>,
+): Promise<{ socket: Socket; head: Buffer } | { status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(`${server.url}${path}`, {
+      agent: false,
+      headers: { connection: 'Upgrade', upgrade: 'atelier-tunnel', ...headers },
+    });
+    req.once('upgrade', (_res, socket: Socket, head: Buffer) => resolve({ socket, head }));
+    req.once('response', (res) => {
+      let body = '';
+      res.on('data', (c: Buffer) => (body += c.toString()));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+    });
+    req.once('error', reject);
+    req.end();
   });
 }
 
@@ -253,6 +277,59 @@ describe('terminals and tunnels', () => {
       assert.ok(Number(sent) < 64 << 20, `the source could write ${sent} bytes to a client that reads nothing`);
     });
 
+    it('the byte-stream tunnel (Upgrade: atelier-tunnel) is authenticated and bounded for a client that never reads', async () => {
+      const anonymous = await upgradeTunnel(server, `/v1/workshops/${ws}/tunnel?port=8000`, {});
+      assert.ok('status' in anonymous);
+      assert.equal(anonymous.status, 401);
+      assert.match(anonymous.body, /"code":"UNAUTHENTICATED"/);
+      const closed = await upgradeTunnel(server, `/v1/workshops/${ws}/tunnel?port=8999`, { authorization: `Bearer ${server.token}` });
+      assert.ok('status' in closed);
+      assert.equal(closed.status, 409);
+      assert.match(closed.body, /"code":"PORT_CLOSED"/);
+
+      const source =
+        'import socket, time\ns = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n' +
+        "s.bind(('127.0.0.1', 8201)); s.listen(1); open('/tmp/source2.ready', 'w').close()\n" +
+        "c, _ = s.accept(); c.settimeout(0.2); sent = 0; end = time.time() + 3; chunk = b'z' * 65536\n" +
+        'while time.time() < end:\n    try:\n        sent += c.send(chunk)\n    except socket.timeout:\n        pass\n' +
+        "open('/tmp/source2.sent', 'w').write(str(sent))\n";
+      await server.api('PUT', `/v1/workshops/${ws}/files?path=source2.py`, Buffer.from(source));
+      await server.exec(ws, [
+        'sh',
+        '-c',
+        'rm -f /tmp/source2.*; nohup python3 source2.py >/dev/null 2>&1 & while [ ! -e /tmp/source2.ready ]; do sleep 0.05; done',
+      ]);
+      const up = await upgradeTunnel(server, `/v1/workshops/${ws}/tunnel?port=8201`, { authorization: `Bearer ${server.token}` });
+      assert.ok('socket' in up, JSON.stringify(up));
+      // The client reads nothing at all.
+      up.socket.pause();
+      let sent = '';
+      for (let i = 0; i < 100 && !sent; i++) {
+        await new Promise((r) => setTimeout(r, 100));
+        sent = (await server.exec(ws, ['sh', '-c', 'cat /tmp/source2.sent 2>/dev/null || true'])).stdout;
+      }
+      up.socket.destroy();
+      assert.ok(sent !== '', 'the source never finished');
+      assert.ok(Number(sent) < 64 << 20, `the source could write ${sent} bytes to a client that reads nothing`);
+    });
+
+    it('a connection reset inside the workshop is reported as such by port-forward --stdio', async () => {
+      const resetter =
+        'import socket, struct\ns = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n' +
+        "s.bind(('127.0.0.1', 8202)); s.listen(8); open('/tmp/reset.ready', 'w').close()\n" +
+        'while True:\n    c, _ = s.accept(); c.recv(10)\n' +
+        "    c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0)); c.close()\n";
+      await server.api('PUT', `/v1/workshops/${ws}/files?path=reset.py`, Buffer.from(resetter));
+      await server.exec(ws, [
+        'sh',
+        '-c',
+        'rm -f /tmp/reset.ready; nohup python3 reset.py >/dev/null 2>&1 & while [ ! -e /tmp/reset.ready ]; do sleep 0.05; done',
+      ]);
+      const r = await server.cli(['port-forward', '--stdio', ws, '8202'], { input: 'hello\n' });
+      assert.equal(r.code, 1);
+      assert.match(r.stderr, /the connection inside the workshop was reset/);
+    });
+
     it('resumes a suspended workshop first and says so, unless --no-resume', async () => {
       const stop = await server.api('POST', `/v1/workshops/${ws}/stop`);
       assert.equal(stop.status, 200, JSON.stringify(stop.body));
@@ -375,6 +452,67 @@ describe('terminals and tunnels', () => {
       const t = await run('ssh', ['-F', sshConfig(), '-tt', `atelier-${ws}`, 'stty size; exit 4']);
       assert.equal(t.code, 4, t.stderr);
       assert.match(t.stdout, /^\d+ \d+/m);
+    });
+  });
+
+  describe('SSH host keys', () => {
+    const query = async <T extends object>(sql: string, params: unknown[] = []): Promise<T[]> => {
+      const client = new pg.Client({
+        connectionString: `postgresql://atelier@/atelier?host=${encodeURIComponent(join(server.dataDir, 'pgsock'))}`,
+      });
+      await client.connect();
+      try {
+        return (await client.query<T>(sql, params)).rows;
+      } finally {
+        await client.end();
+      }
+    };
+
+    it('are sealed with the master key, and keys stored in clear by an older server are sealed at start', async () => {
+      const hostKey = async (id: string): Promise<string> =>
+        (await server.api<{ hostKey: string }>('GET', `/v1/workshops/${id}/ssh`)).body.hostKey;
+      const first = await hostKey(ws);
+      const [row] = await query<{ private_key: string | null; private_key_sealed: string }>(
+        'SELECT private_key, private_key_sealed FROM workshop_host_keys WHERE workshop_id = $1',
+        [ws],
+      );
+      assert.equal(row?.private_key, null);
+      assert.doesNotMatch(Buffer.from(row!.private_key_sealed, 'base64url').toString('latin1'), /PRIVATE KEY|ssh-ed25519/);
+
+      // A row as a server before migration 013 wrote it: the private key in clear.
+      const old = (await server.createWorkshop({ repo })).id;
+      const keyFile = join(home, 'legacy_host_key');
+      await new Promise((r) => spawn('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', keyFile]).on('close', r));
+      const legacyPublic = readFileSync(`${keyFile}.pub`, 'utf8').trim().split(/\s+/).slice(0, 2).join(' ');
+      await query('INSERT INTO workshop_host_keys (workshop_id, private_key, public_key) VALUES ($1, $2, $3)', [
+        old,
+        readFileSync(keyFile, 'utf8'),
+        legacyPublic,
+      ]);
+      await server.stop();
+      await server.boot();
+      let left: { private_key: string | null }[] = [];
+      for (let i = 0; i < 100; i++) {
+        left = await query<{ private_key: string | null }>('SELECT private_key FROM workshop_host_keys WHERE private_key IS NOT NULL');
+        if (left.length === 0) break;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      assert.deepEqual(left, []);
+      // The same key pairs: the fingerprints pinned in users' SSH configs stay valid.
+      assert.equal(await hostKey(old), legacyPublic);
+      assert.equal(await hostKey(ws), first);
+      // The endpoint serves with the unsealed key: ssh (StrictHostKeyChecking yes) accepts it.
+      assert.equal((await server.cli(['config-ssh'], { env: env() })).code, 0);
+      const ssh = await new Promise<{ code: number; out: string }>((resolve) => {
+        const p = spawn('ssh', ['-F', join(home, 'ssh_config'), '-o', 'BatchMode=yes', `atelier-${old}`, 'echo sealed-ok'], { env: env() });
+        let out = '';
+        p.stdout.on('data', (c: Buffer) => (out += c.toString()));
+        p.stderr.on('data', (c: Buffer) => (out += c.toString()));
+        p.on('close', (code) => resolve({ code: code ?? -1, out }));
+      });
+      assert.equal(ssh.code, 0, ssh.out);
+      assert.match(ssh.out, /sealed-ok/);
+      await server.api('DELETE', `/v1/workshops/${old}`);
     });
   });
 

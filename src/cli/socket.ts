@@ -102,7 +102,7 @@ export async function openTerminalSocket(target: Target, path: string, opts: { s
 }
 
 /** Tells the user on stderr that the workshop was resumed for this command. */
-export function sayResumed(id: string, event: TerminalEvent): void {
-  if ((event.type === 'started' || event.type === 'connected') && event.resumed)
-    process.stderr.write(`atelier: workshop ${id} was suspended: resumed it (use --no-resume to refuse)\n`);
+export function sayResumed(id: string, event: TerminalEvent | boolean): void {
+  const resumed = typeof event === 'boolean' ? event : (event.type === 'started' || event.type === 'connected') && event.resumed;
+  if (resumed) process.stderr.write(`atelier: workshop ${id} was suspended: resumed it (use --no-resume to refuse)\n`);
 }

@@ -18,5 +18,6 @@ export type { ClientConfig, ClientContext, ConfigIo, Credential } from './client
 export { loadYaml } from './yaml.js';
 export { PTY_SIGNALS, PtyStart, TerminalControl } from './terminals.js';
 export type { TerminalEvent } from './terminals.js';
+export { TUNNEL_PROTOCOL, TUNNEL_RESUMED_HEADER, TunnelStream } from './tunnelStream.js';
 export { syncDir, writeFileAtomic } from './files.js';
 export type { AtomicWriteOptions } from './files.js';

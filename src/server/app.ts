@@ -46,6 +46,8 @@ export interface AppDeps {
   approvals?: ApprovalService;
   slack?: SlackNotifier;
   secrets?: SecretStore;
+  /** The master key: seals what the database must not hold in clear (SSH host keys). */
+  sealer: { encrypt(plain: string, context: string): string; decrypt(sealed: string, context: string): Buffer };
 }
 
 export interface RouteEntry {
@@ -163,7 +165,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   // onRequest hook before the upgrade, live in plugins registered after @fastify/websocket.
   void app.register(websocket, { options: { maxPayload: 1 << 20 } });
   void app.register(async (scope) => {
-    const terminals = terminalRoutes(scope, deps.workshops, deps.pool, deps.logger);
+    const terminals = terminalRoutes(scope, deps.workshops, deps.pool, deps.sealer, deps.logger);
     scope.addHook('onClose', async () => terminals.close());
   });
   for (const register of deps.extraRoutes ?? []) register(app);

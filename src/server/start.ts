@@ -381,6 +381,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       approvals: approvals.service,
       slack: approvals.slack,
       secrets: approvals.secrets,
+      sealer: masterKey,
     });
     cleanups.push(() => app.close());
     mcpRoute.to = (req, res) => app.routing(req, res);

@@ -2,14 +2,15 @@ import type { Socket } from 'node:net';
 import { createWebSocketStream, type RawData, type WebSocket } from 'ws';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import { AtelierError, PtyStart } from '../../core/index.js';
+import { AtelierError, PtyStart, TUNNEL_PROTOCOL, TUNNEL_RESUMED_HEADER, TunnelStream } from '../../core/index.js';
 import type { Pool } from '../../db/index.js';
 import type { RouteAccess } from '../../identity/index.js';
-import { connectInSandbox, SandboxConnectError } from '../../sandbox/index.js';
+import { SandboxConnectError } from '../../sandbox/index.js';
 import type { WorkshopService } from '../../workshops/index.js';
-import { attachPty, bridgeSocket, failSocket, sendEvent } from '../tunnels/bridge.js';
+import { attachPty, bridgeSocket, failSocket, relayStream, sendEvent } from '../tunnels/bridge.js';
 import { PtySession, type TerminalTarget } from '../tunnels/pty.js';
-import { SshEndpoint } from '../tunnels/ssh.js';
+import { SshEndpoint, type Sealer } from '../tunnels/ssh.js';
+import { SandboxConnectors } from '../tunnels/connector.js';
 import { AgentSessions } from '../tunnels/sessions.js';
 import { parse, principalOf } from './common.js';
 
@@ -45,6 +46,17 @@ function upgradeRequired(): never {
     'UPGRADE_REQUIRED',
     'this endpoint is a WebSocket: connect with `Upgrade: websocket` (the CLI does: `atelier ssh`, `atelier port-forward`)',
   );
+}
+
+function isStreamUpgrade(request: FastifyRequest): boolean {
+  return String(request.headers.upgrade ?? '').toLowerCase() === TUNNEL_PROTOCOL;
+}
+
+/** Bytes that came after the upgrade request's headers (kept by @fastify/websocket on the raw request). */
+function upgradeHead(raw: FastifyRequest['raw']): Buffer {
+  const key = Object.getOwnPropertySymbols(raw).find((s) => s.description === 'ws-head');
+  const head = key ? (raw as unknown as Record<symbol, unknown>)[key] : undefined;
+  return Buffer.isBuffer(head) ? head : Buffer.alloc(0);
 }
 
 /** What the preHandler prepared for a WebSocket route, before the upgrade. */
@@ -98,10 +110,31 @@ export interface TerminalsRuntime {
  * Terminals and tunnels: PTY and TCP-tunnel WebSockets into a workshop, its SSH endpoint (a
  * tunnel to port 22), the SSH keys users register, and agent sessions that outlive their client.
  */
-export function terminalRoutes(app: FastifyInstance, service: WorkshopService, pool: Pool, log: FastifyInstance['log']): TerminalsRuntime {
-  const ssh = new SshEndpoint(pool, log);
+export function terminalRoutes(
+  app: FastifyInstance,
+  service: WorkshopService,
+  pool: Pool,
+  sealer: Sealer,
+  log: FastifyInstance['log'],
+): TerminalsRuntime {
+  const connectors = new SandboxConnectors();
+  const ssh = new SshEndpoint(pool, sealer, connectors, log);
+  // Host keys left in clear by an older server are sealed at start (and on first use, if this fails).
+  void ssh.sealStoredKeys().then(
+    (n) => {
+      if (n > 0) log.info({ sealed: n }, 'sealed the SSH host keys stored in clear');
+    },
+    (err: unknown) => log.warn({ err: String(err) }, 'could not seal the SSH host keys stored in clear yet'),
+  );
   const sessions = new AgentSessions(service, log);
   const ptys = new Set<PtySession>();
+  const streams = new Set<TunnelStream>();
+  // Upgraded connections are not the HTTP server's any more, yet it waits for them to close:
+  // cut them first (clients say "the tunnel was cut"), as @fastify/websocket closes its sockets.
+  app.addHook('preClose', (done) => {
+    for (const t of streams) t.socket.destroy();
+    done();
+  });
 
   /** Authorises and finds the running sandbox (resuming unless ?resume=false) before any upgrade. */
   const prepare = async (request: FastifyRequest<IdParams & TunnelQuery>, withPort: boolean): Promise<void> => {
@@ -120,7 +153,7 @@ export function terminalRoutes(app: FastifyInstance, service: WorkshopService, p
     }
     // The remote port must answer before the client is told the tunnel is up.
     try {
-      const socket = await connectInSandbox(t.sandbox, port);
+      const socket = await connectors.connect(t.sandbox, port);
       // Never left open inside the workshop by a client that went away before (or after) the upgrade.
       request.raw.socket.once('close', () => socket.destroy());
       if (request.raw.socket.destroyed) socket.destroy();
@@ -164,11 +197,34 @@ export function terminalRoutes(app: FastifyInstance, service: WorkshopService, p
     },
   });
 
+  /** Serves a tunnel whose remote end is ready: a TCP connection, or the SSH endpoint for port 22. */
+  const serveTunnel = (p: Prepared, userId: string, tunnel: TunnelStream): void => {
+    if (p.socket) return relayStream(tunnel, p.socket);
+    tunnel.on('error', () => undefined);
+    ssh
+      .serve(tunnel, p.target, userId)
+      .catch((err: Error) => tunnel.fail('UNAVAILABLE', `the SSH endpoint could not start: ${err.message}`));
+  };
+
   app.route<IdParams & TunnelQuery>({
     method: 'GET',
     url: '/v1/workshops/:id/tunnel',
     config: { access: OPERATE },
-    preHandler: async (request) => prepare(request, true),
+    preHandler: async (request, reply) => {
+      await prepare(request, true);
+      if (!isStreamUpgrade(request)) return;
+      // `Upgrade: atelier-tunnel` (the CLI): a framed byte stream on the connection itself, no WebSocket.
+      const p = prepared.get(request)!;
+      const socket = request.raw.socket as Socket;
+      reply.hijack();
+      socket.write(
+        `HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${TUNNEL_PROTOCOL}\r\n${TUNNEL_RESUMED_HEADER}: ${p.target.resumed}\r\n\r\n`,
+      );
+      const tunnel = new TunnelStream(socket, upgradeHead(request.raw), 'the client went away');
+      streams.add(tunnel);
+      tunnel.once('close', () => streams.delete(tunnel));
+      serveTunnel(p, principalOf(request).userId, tunnel);
+    },
     handler: async () => upgradeRequired(),
     wsHandler: async (ws: WebSocket, request: FastifyRequest) => {
       const p = prepared.get(request)!;
@@ -253,6 +309,8 @@ export function terminalRoutes(app: FastifyInstance, service: WorkshopService, p
 
   return {
     close() {
+      for (const t of streams) t.socket.destroy();
+      connectors.close();
       for (const p of ptys) p.close();
       sessions.close();
     },

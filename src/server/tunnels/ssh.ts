@@ -5,7 +5,8 @@ import type { Duplex } from 'node:stream';
 import ssh2 from 'ssh2';
 import type { AuthContext, Connection, ParsedKey, PseudoTtyInfo, ServerChannel, Session } from 'ssh2';
 import { asDatabaseError, type Pool } from '../../db/index.js';
-import { connectInSandbox, privilegedEnv, sandboxArgv } from '../../sandbox/index.js';
+import { privilegedEnv, sandboxArgv } from '../../sandbox/index.js';
+import type { SandboxConnectors } from './connector.js';
 import { PtySession, type TerminalTarget } from './pty.js';
 
 const { Server, utils } = ssh2;
@@ -15,6 +16,17 @@ const SFTP_SERVER = '/usr/lib/openssh/sftp-server';
 const MAX_ENV = 64;
 /** The user's shell inside the workshop. */
 const SHELL = '/bin/bash';
+
+/** Seals what the database must not hold in clear (the server's MasterKey). */
+export interface Sealer {
+  encrypt(plain: string, context: string): string;
+  decrypt(sealed: string, context: string): Buffer;
+}
+
+/** The additional data a host key is sealed with: a sealed key cannot be passed off as another workshop's. */
+function hostKeyContext(workshopId: string): string {
+  return `ssh-host-key:${workshopId}`;
+}
 
 export interface SshKeyInfo {
   fingerprint: string;
@@ -47,6 +59,8 @@ export class SshEndpoint {
 
   constructor(
     private readonly pool: Pool,
+    private readonly sealer: Sealer,
+    private readonly connectors: SandboxConnectors,
     private readonly log: { warn(obj: object, msg?: string): void },
   ) {}
 
@@ -60,18 +74,47 @@ export class SshEndpoint {
 
   /** The workshop's host key pair (made on first use): private key OpenSSH format, public key one line. */
   async hostKey(workshopId: string): Promise<{ privateKey: string; publicKey: string }> {
-    const [row] = await this.query<{ private_key: string; public_key: string }>(
-      'SELECT private_key, public_key FROM workshop_host_keys WHERE workshop_id = $1',
+    const [row] = await this.query<{ private_key: string | null; private_key_sealed: string | null; public_key: string }>(
+      'SELECT private_key, private_key_sealed, public_key FROM workshop_host_keys WHERE workshop_id = $1',
       [workshopId],
     );
-    if (row) return { privateKey: row.private_key, publicKey: row.public_key };
+    if (row?.private_key_sealed)
+      return {
+        privateKey: this.sealer.decrypt(row.private_key_sealed, hostKeyContext(workshopId)).toString('utf8'),
+        publicKey: row.public_key,
+      };
+    if (row?.private_key) {
+      // Written before keys were sealed (migration 013) and not yet sealed at start: seal it now.
+      await this.sealStoredKeys();
+      return this.hostKey(workshopId);
+    }
     const pair = utils.generateKeyPairSync('ed25519', {});
     const publicKey = pair.public.trim().split(/\s+/).slice(0, 2).join(' ');
     await this.query(
-      'INSERT INTO workshop_host_keys (workshop_id, private_key, public_key) VALUES ($1, $2, $3) ON CONFLICT (workshop_id) DO NOTHING',
-      [workshopId, pair.private, publicKey],
+      'INSERT INTO workshop_host_keys (workshop_id, private_key_sealed, public_key) VALUES ($1, $2, $3) ON CONFLICT (workshop_id) DO NOTHING',
+      [workshopId, this.sealer.encrypt(pair.private, hostKeyContext(workshopId)), publicKey],
     );
     return this.hostKey(workshopId);
+  }
+
+  /**
+   * Seals the host keys stored in clear by a server older than migration 013 (same key pairs:
+   * the fingerprints pinned in users' SSH configs stay valid). Returns how many were sealed.
+   */
+  async sealStoredKeys(): Promise<number> {
+    const rows = await this.query<{ workshop_id: string; private_key: string }>(
+      'SELECT workshop_id, private_key FROM workshop_host_keys WHERE private_key IS NOT NULL',
+      [],
+    );
+    let sealed = 0;
+    for (const r of rows) {
+      const done = await this.query(
+        'UPDATE workshop_host_keys SET private_key_sealed = $2, private_key = NULL WHERE workshop_id = $1 AND private_key = $3 RETURNING 1',
+        [r.workshop_id, this.sealer.encrypt(r.private_key, hostKeyContext(r.workshop_id)), r.private_key],
+      );
+      sealed += done.length;
+    }
+    return sealed;
   }
 
   /** Registers a public key for a user (idempotent). */
@@ -141,7 +184,7 @@ export class SshEndpoint {
       client.on('tcpip', (accept, reject, info) => {
         // direct-tcpip (ssh -L, Remote-SSH's port forwarding): only to the workshop's own loopback.
         if (!['127.0.0.1', 'localhost', '::1'].includes(info.destIP) || info.destPort < 1 || info.destPort > 65535) return reject();
-        connectInSandbox(target.sandbox, info.destPort).then(
+        this.connectors.connect(target.sandbox, info.destPort).then(
           (socket) => {
             const channel = accept();
             socket.on('error', () => channel.destroy());

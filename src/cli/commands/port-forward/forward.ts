@@ -149,19 +149,17 @@ export async function portForward(ctx: CommandContext, id: string, specTexts: st
     state.connections++;
     openTunnel(target, workshop.id, state.remote, flags.resume).then(
       (tunnel) => {
-        const ws = tunnel.ws;
-        sayResumed(workshop.id, tunnel.first);
+        sayResumed(workshop.id, tunnel.resumed);
         local.setNoDelay(true);
-        pipeTunnel(tunnel, local, local)
+        local.once('close', () => tunnel.stream.close());
+        pipeTunnel(tunnel.stream, local, local)
           .catch((err: unknown) => {
             state.lastError = describe(err);
             local.destroy();
           })
           .finally(() => {
             state.connections--;
-            ws.close(1000);
           });
-        local.once('close', () => ws.close(1000));
         local.resume();
       },
       (err: unknown) => {
@@ -185,9 +183,9 @@ export async function portForward(ctx: CommandContext, id: string, specTexts: st
     }
     // 2. Every remote port answers (the tunnel opens only once the server has connected to it).
     for (const state of states) {
-      const { ws, first } = await openTunnel(target, workshop.id, state.remote, flags.resume);
-      sayResumed(workshop.id, first);
-      ws.close(1000);
+      const probe = await openTunnel(target, workshop.id, state.remote, flags.resume);
+      sayResumed(workshop.id, probe.resumed);
+      probe.stream.close();
     }
   } catch (err) {
     closeAll();
@@ -250,8 +248,7 @@ export async function portForward(ctx: CommandContext, id: string, specTexts: st
         if (!probe) continue;
         const before = s.health;
         try {
-          const { ws } = await openTunnel(target, w.id, s.remote, flags.resume);
-          ws.close(1000);
+          (await openTunnel(target, w.id, s.remote, flags.resume)).stream.close();
           s.health = 'ok';
           if (before !== 'ok') say(`${s.local} -> ${w.id}:${s.remote} is healthy again`);
         } catch (err) {
@@ -332,7 +329,7 @@ export async function portForwardStdio(ctx: CommandContext, id: string, portText
   const remote = port(portText, 'port', false);
   const target: Target = await ctx.target();
   const tunnel = await openTunnel(target, id, remote, flags.resume);
-  sayResumed(id, tunnel.first);
-  await pipeTunnel(tunnel, process.stdin, process.stdout);
+  sayResumed(id, tunnel.resumed);
+  await pipeTunnel(tunnel.stream, process.stdin, process.stdout);
   return 0;
 }

@@ -1,77 +1,81 @@
+import http from 'node:http';
+import https from 'node:https';
+import type { Socket } from 'node:net';
 import type { Readable, Writable } from 'node:stream';
-import { AtelierError } from '../../../core/index.js';
-import type { Target } from '../../client.js';
-import { asBuffer, eventError, openTerminalSocket, parseEvent, type TerminalSocket } from '../../socket.js';
+import { AtelierError, TUNNEL_PROTOCOL, TUNNEL_RESUMED_HEADER, TunnelStream } from '../../../core/index.js';
+import { freshBearer, readBody, serverError, type Target } from '../../client.js';
 
-/** Above this many bytes queued towards the server, the local side is paused. */
-const HIGH_WATER = 1 << 20;
-const LOW_WATER = 256 << 10;
+/** An open byte tunnel to a port inside a workshop. */
+export interface Tunnel {
+  stream: TunnelStream;
+  /** The workshop was suspended and resumed for this tunnel. */
+  resumed: boolean;
+}
 
-/** Opens a byte tunnel to `port` inside the workshop; resolves once the remote port has answered. */
-export function openTunnel(target: Target, id: string, port: number, resume: boolean): Promise<TerminalSocket> {
-  return openTerminalSocket(target, `/v1/workshops/${encodeURIComponent(id)}/tunnel?port=${port}&resume=${resume}`);
+function unreachable(target: Target, err: NodeJS.ErrnoException): AtelierError {
+  if (['ECONNREFUSED', 'ENOTFOUND', 'EHOSTUNREACH', 'ECONNRESET'].includes(err.code ?? ''))
+    return new AtelierError(
+      'UNAVAILABLE',
+      `cannot reach the Atelier server at ${target.url} (context ${target.context}): is it running? Start it with \`atelier server start\``,
+    );
+  return new AtelierError('UNAVAILABLE', `connection to ${target.url} failed: ${err.message}`);
 }
 
 /**
- * Relays a local byte stream through a tunnel WebSocket with backpressure both ways (a side that
- * does not read pauses the other, nothing is buffered without limit) and half-close as `eof`
- * frames. Resolves when the tunnel closes normally; rejects with the reason otherwise.
+ * Opens a byte tunnel to `port` inside the workshop: an HTTP/1.1 `Upgrade: atelier-tunnel` with
+ * the context's token, answered `101` only once the remote port has answered. A refusal (401,
+ * 404, PORT_CLOSED…) is thrown as the server's AtelierError.
  */
-export function pipeTunnel(tunnel: TerminalSocket, input: Readable, output: Writable, onEnd?: () => void): Promise<void> {
-  const ws = tunnel.ws;
+export async function openTunnel(target: Target, id: string, port: number, resume: boolean): Promise<Tunnel> {
+  const url = new URL(`/v1/workshops/${encodeURIComponent(id)}/tunnel?port=${port}&resume=${resume}`, target.url);
+  const headers: Record<string, string> = { connection: 'Upgrade', upgrade: TUNNEL_PROTOCOL };
+  const bearer = await freshBearer(target);
+  if (bearer) headers.authorization = `Bearer ${bearer}`;
+  if (target.tenant) headers['x-atelier-tenant'] = target.tenant;
+  const lib = url.protocol === 'https:' ? https : http;
+  return new Promise<Tunnel>((resolve, reject) => {
+    const req = lib.request(url, { method: 'GET', headers, agent: false });
+    req.once('upgrade', (res: http.IncomingMessage, socket: Socket, head: Buffer) => {
+      if (String(res.headers.upgrade).toLowerCase() !== TUNNEL_PROTOCOL) {
+        socket.destroy();
+        return reject(new AtelierError('INTERNAL', `the server at ${target.url} answered the tunnel with another protocol`));
+      }
+      resolve({ stream: new TunnelStream(socket, head), resumed: res.headers[TUNNEL_RESUMED_HEADER] === 'true' });
+    });
+    req.once('response', (res: http.IncomingMessage) => {
+      void readBody(res).then(
+        (body) => reject(serverError(target, res.statusCode ?? 500, body.toString('utf8'))),
+        (err: Error) => reject(unreachable(target, err)),
+      );
+    });
+    req.once('error', (err: NodeJS.ErrnoException) => reject(unreachable(target, err)));
+    req.end();
+  });
+}
+
+/**
+ * Relays a local byte stream through a tunnel with backpressure both ways (a side that does not
+ * read pauses the other, nothing is buffered without limit) and half-close carried as EOF.
+ * Resolves when both ways have ended, or when `close()` was called on the tunnel because the local
+ * side went away; rejects with the reason otherwise (an error inside the workshop, a cut tunnel).
+ */
+export function pipeTunnel(tunnel: TunnelStream, input: Readable, output: Writable): Promise<void> {
   return new Promise<void>((resolve, reject) => {
-    let failure: Error | undefined;
-    let remoteEof = false;
-    let waiting: NodeJS.Timeout | undefined;
-    const onData = (chunk: Buffer): void => {
-      if (ws.readyState !== ws.OPEN) return;
-      ws.send(chunk, { binary: true });
-      if (ws.bufferedAmount > HIGH_WATER && !waiting) {
-        input.pause();
-        waiting = setInterval(() => {
-          if (ws.bufferedAmount <= LOW_WATER || ws.readyState !== ws.OPEN) {
-            clearInterval(waiting);
-            waiting = undefined;
-            input.resume();
-          }
-        }, 2);
-      }
-    };
-    input.on('data', onData);
-    input.once('end', () => {
-      if (ws.readyState === ws.OPEN) ws.send(JSON.stringify({ type: 'eof' }));
+    input.on('data', (chunk: Buffer) => {
+      if (!tunnel.write(chunk)) input.pause();
     });
-    input.on('error', () => ws.close(1000));
-    output.on('error', () => ws.close(1000));
-    tunnel.listen((data, isBinary) => {
-      if (isBinary) {
-        if (!output.write(asBuffer(data))) {
-          ws.pause();
-          output.once('drain', () => ws.resume());
-        }
-        return;
+    tunnel.on('drain', () => input.resume());
+    input.once('end', () => tunnel.end());
+    input.on('error', () => tunnel.close());
+    output.on('error', () => tunnel.close());
+    tunnel.on('data', (chunk: Buffer) => {
+      if (!output.write(chunk)) {
+        tunnel.pause();
+        output.once('drain', () => tunnel.resume());
       }
-      let event;
-      try {
-        event = parseEvent(data);
-      } catch (err) {
-        failure = err as Error;
-        return;
-      }
-      if (event.type === 'eof') {
-        remoteEof = true;
-        output.end();
-        onEnd?.();
-      } else if (event.type === 'error') failure = eventError(event);
     });
-    ws.on('error', () => undefined);
-    ws.on('close', (code) => {
-      if (waiting) clearInterval(waiting);
-      input.off('data', onData);
-      if (failure) return reject(failure);
-      if (code !== 1000 && !remoteEof)
-        return reject(new AtelierError('UNAVAILABLE', 'the tunnel was cut (server restarted or network down)'));
-      resolve();
-    });
+    tunnel.once('end', () => output.end());
+    tunnel.once('error', (err) => reject(err));
+    tunnel.once('close', () => resolve());
   });
 }
