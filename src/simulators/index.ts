@@ -1,4 +1,13 @@
-export { isAlive, removeSimulator, resetSimulator, simulatorLogs, simulatorPort, startSimulator, stopSimulator, warmSimulators } from './lifecycle.js';
+export {
+  isAlive,
+  removeSimulator,
+  resetSimulator,
+  simulatorLogs,
+  simulatorPort,
+  startSimulator,
+  stopSimulator,
+  warmSimulators,
+} from './lifecycle.js';
 export { processTree } from './process.js';
 export { AWS_SERVICES, DEFAULT_SIMULATOR_NAMES, SIMULATOR_TYPES } from './types.js';
 export type { AwsService, RunAs, SimulatorHandle, SimulatorSpec, SimulatorType } from './types.js';
