@@ -74,7 +74,7 @@ export interface SimulatorManagerOptions {
   internal: InternalNetwork;
   /** Internal services every workshop has besides its simulators (the API). */
   baseServices: (workshopId: string) => InternalServiceSpec[];
-  log: { warn(obj: object, msg?: string): void; error(obj: object, msg?: string): void };
+  log: { info(obj: object, msg?: string): void; warn(obj: object, msg?: string): void; error(obj: object, msg?: string): void };
 }
 
 function memoryOf(handle: SimulatorHandle): { memoryBytes: number; processes: number } | null {
@@ -348,6 +348,7 @@ export class SimulatorManager {
       }
     }
     mkdirSync(this.workshopDir(ctx.id), { recursive: true, mode: 0o711 });
+    const t0 = performance.now();
     this.busy.add(ctx.id);
     try {
       // The listeners inside the workshop open while the simulators start (a helper spawn
@@ -374,7 +375,13 @@ export class SimulatorManager {
     } finally {
       this.busy.delete(ctx.id);
     }
+    const t1 = performance.now();
     await this.publish(ctx);
+    const t2 = performance.now();
+    this.opts.log.info(
+      { workshop: ctx.id, simulators: specs.map((s) => s.name), startMs: Math.round(t1 - t0), publishMs: Math.round(t2 - t1), live },
+      'simulators started',
+    );
     const rows = await this.rows(ctx.id);
     return rows.filter((r) => specs.some((s) => s.name === r.name)).map((r) => this.view(r));
   }
