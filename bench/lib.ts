@@ -342,7 +342,7 @@ export class BenchServer {
     const dataDir = join(scratch.dir, 'data');
     const configDir = join(scratch.dir, 'config');
     const logPath = join(scratch.dir, 'server.log');
-    const env: NodeJS.ProcessEnv = { ...process.env, ATELIER_CONFIG_DIR: configDir, ATELIER_LOG_LEVEL: 'warn' };
+    const env: NodeJS.ProcessEnv = { ...process.env, ATELIER_CONFIG_DIR: configDir, ATELIER_LOG_LEVEL: 'info' };
     for (const k of ['ATELIER_URL', 'ATELIER_TOKEN', 'ATELIER_CONTEXT', 'ATELIER_DATA_DIR', 'ATELIER_LISTEN', 'ATELIER_DATABASE_URL'])
       delete env[k];
     const logFd = openSync(logPath, 'a');
@@ -607,8 +607,29 @@ export class BenchServer {
       /^atelier: (isolation: no seccomp|creating the embedded|the CLI on this machine|the CLI now uses this server|server ready|admin credentials|create a workshop|SIGTERM: stopping)/;
     return text
       .split('\n')
-      .filter((l) => l.trim() && !usual.test(l))
+      .filter((l) => l.trim() && !usual.test(l) && !/^\{"level":(10|20|30),/.test(l))
       .map((l) => l.slice(0, 400));
+  }
+
+  /** The server's info-level log records whose message is `msg` (the server logs at info for the benches). */
+  logRecords(msg: string): Array<Record<string, unknown>> {
+    let text = '';
+    try {
+      text = readFileSync(join(this.scratch.dir, 'server.log'), 'utf8');
+    } catch {
+      return [];
+    }
+    const out: Array<Record<string, unknown>> = [];
+    for (const l of text.split('\n')) {
+      if (!l.startsWith('{')) continue;
+      try {
+        const r = JSON.parse(l) as Record<string, unknown>;
+        if (r.msg === msg) out.push(r);
+      } catch {
+        // not a record
+      }
+    }
+    return out;
   }
 
   /**

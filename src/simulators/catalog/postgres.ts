@@ -331,10 +331,9 @@ function adminPasswordFile(instance: SimulatorInstance): string {
 // place; the pool is refilled in the background.
 const SPARES = 3;
 /**
- * The refill waits a moment after a spare is taken: a copy is ~40 MB of writes and a `cp` that
- * competes for the CPU with the very start it is refilling for would slow that start down.
+ * The refill copies at the lowest CPU priority (`nice -n 19`): a copy is ~40 MB of writes, and
+ * one competing on equal terms with the very start it refills for would slow that start down.
  */
-const REFILL_DELAY_MS = 500;
 const refilling = new Map<string, Promise<void>>();
 
 function takeSpare(template: Template, dest: string): boolean {
@@ -371,7 +370,7 @@ function refillSpares(template: Template): Promise<void> {
       }
       while (readdirSync(pool).filter((e) => e.startsWith('spare-')).length < SPARES) {
         const id = randomBytes(4).toString('hex');
-        await run('cp', ['-a', template.data, join(pool, `.copy-${id}`)]);
+        await run('nice', ['-n', '19', 'cp', '-a', template.data, join(pool, `.copy-${id}`)]);
         renameSync(join(pool, `.copy-${id}`), join(pool, `spare-${id}`));
       }
     })()
@@ -387,7 +386,7 @@ async function copyTemplate(instance: SimulatorInstance, template: Template): Pr
   const data = dataDir(instance);
   rmSync(data, { recursive: true, force: true });
   if (!takeSpare(template, data)) await run('cp', ['-a', template.data, data]);
-  setTimeout(() => void refillSpares(template), REFILL_DELAY_MS).unref();
+  void refillSpares(template);
   await chownTree(data, instance.runAs);
   writeFileSync(adminPasswordFile(instance), `${template.adminPassword}\n`, { mode: 0o600 });
 }
