@@ -21,13 +21,7 @@ async function timeCommand(cmd: string, args: string[], env: NodeJS.ProcessEnv):
 
 export async function cliStart(server: BenchServer): Promise<Record<string, unknown>> {
   heading(`5. CLI start (${RUNS} runs each; goal --version p50 < ${GOAL_VERSION_MS} ms)`);
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    ATELIER_CONFIG_DIR: server.configDir,
-    ATELIER_URL: server.url,
-    ATELIER_TOKEN: server.token,
-  };
-  delete env.ATELIER_CONTEXT;
+  const env = server.cliEnv();
   // One workshop, so that `list` prints a row rather than an empty table.
   const ws = await server.createWorkshop();
   try {

@@ -10,13 +10,7 @@ const WARMUP = 2;
 
 export async function consoleBench(server: BenchServer): Promise<Record<string, unknown>> {
   heading(`Console: one read-only command (${RUNS} runs each)`);
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    ATELIER_CONFIG_DIR: server.configDir,
-    ATELIER_URL: server.url,
-    ATELIER_TOKEN: server.token,
-  };
-  delete env.ATELIER_CONTEXT;
+  const env = server.cliEnv();
   const direct: number[] = [];
   const viaConsole: number[] = [];
   for (let i = 0; i < WARMUP + RUNS; i++) {

@@ -338,6 +338,13 @@ export class BenchServer {
     return this.child.pid!;
   }
 
+  /** The environment of a CLI run against this server (its own config dir, URL and token; no context). */
+  cliEnv(): NodeJS.ProcessEnv {
+    const env: NodeJS.ProcessEnv = { ...process.env, ATELIER_CONFIG_DIR: this.configDir, ATELIER_URL: this.url, ATELIER_TOKEN: this.token };
+    delete env.ATELIER_CONTEXT;
+    return env;
+  }
+
   static async start(scratch: Scratch): Promise<BenchServer> {
     const dataDir = join(scratch.dir, 'data');
     const configDir = join(scratch.dir, 'config');

@@ -769,11 +769,7 @@ export class EgressProxy {
             ? connectTarget(internal)
             : net.connect({ host: address, port, lookup: pinnedLookup(address), noDelay: true });
           this.track(l, up);
-          const t = setTimeout(() => {
-            const e: NodeJS.ErrnoException = new Error(`connect to ${address}:${port} timed out`);
-            e.code = 'ETIMEDOUT';
-            up.destroy(e);
-          }, this.limits.connectTimeoutMs);
+          const t = connectDeadline(up, `${address}:${port}`, this.limits.connectTimeoutMs);
           up.once('connect', () => {
             clearTimeout(t);
             up.off('error', fail);
@@ -1551,11 +1547,7 @@ export class EgressProxy {
           // Nothing is read before splice() has somewhere to put it.
           up.pause();
           this.track(l, up);
-          const t = setTimeout(() => {
-            const e: NodeJS.ErrnoException = new Error(`connect to ${address}:${port} timed out`);
-            e.code = 'ETIMEDOUT';
-            up.destroy(e);
-          }, this.limits.connectTimeoutMs);
+          const t = connectDeadline(up, `${address}:${port}`, this.limits.connectTimeoutMs);
           up.once('connect', () => {
             clearTimeout(t);
             resolve({ socket: up, reader });
@@ -1598,6 +1590,15 @@ export class EgressProxy {
     b.resume();
     a.resume();
   }
+}
+
+/** Destroys `up` with an ETIMEDOUT error when it has not connected within `ms`; clear the timer on connect. */
+function connectDeadline(up: net.Socket, what: string, ms: number): NodeJS.Timeout {
+  return setTimeout(() => {
+    const e: NodeJS.ErrnoException = new Error(`connect to ${what} timed out`);
+    e.code = 'ETIMEDOUT';
+    up.destroy(e);
+  }, ms);
 }
 
 /**
