@@ -611,6 +611,25 @@ describe('terminals and tunnels', () => {
       assert.match(second.stdout, /agent got ping/);
     });
 
+    it('an attached terminal prints one line when the workshop asks a human for something, with the command that approves it', async () => {
+      const r = await server.cli(['run', ws, '--session', 'asks', '-d', '--', 'sh', '-c', 'echo "agent ready"; read line; exit 0']);
+      assert.equal(r.code, 0, r.stderr);
+      const attached = start(['attach', ws, '--session', 'asks']);
+      await attached.waitFor(/agent ready/);
+      const filed = await server.api<{ id: string }>('POST', `/v1/workshops/${ws}/approvals`, {
+        category: 'ALLOWLIST_EXPANSION',
+        payload: { host: 'asked.example', port: 443, justification: 'terminal notice test' },
+      });
+      assert.equal(filed.status, 201, JSON.stringify(filed.body));
+      await attached.waitFor(
+        new RegExp(
+          `waiting for approval of ALLOWLIST_EXPANSION asked\\.example \\(request ${filed.body.id}\\): run \`atelier approve ${filed.body.id}\``,
+        ),
+      );
+      attached.proc.stdin!.write('done\n');
+      assert.equal(await attached.exited, 0, attached.stderr);
+    });
+
     it('runs the agent atelier.yaml names, and says how to configure one when there is none', async () => {
       const none = await server.cli(['run', ws, '-d']);
       assert.equal(none.code, 1);

@@ -43,4 +43,6 @@ export type TerminalEvent =
   | { type: 'connected'; resumed: boolean }
   | { type: 'exit'; exitCode: number; signal: string | null }
   | { type: 'eof' }
+  /** Something the workshop asks a human for while this terminal is attached (never a secret's value). */
+  | { type: 'approval'; id: string; category: string; what: string }
   | { type: 'error'; code: string; message: string };

@@ -165,7 +165,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   // onRequest hook before the upgrade, live in plugins registered after @fastify/websocket.
   void app.register(websocket, { options: { maxPayload: 1 << 20 } });
   void app.register(async (scope) => {
-    const terminals = terminalRoutes(scope, deps.workshops, deps.pool, deps.sealer, deps.logger);
+    const terminals = terminalRoutes(scope, deps.workshops, deps.pool, deps.sealer, deps.logger, deps.approvals);
     scope.addHook('onClose', async () => terminals.close());
   });
   for (const register of deps.extraRoutes ?? []) register(app);

@@ -3,6 +3,7 @@ import { createWebSocketStream, type RawData, type WebSocket } from 'ws';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { AtelierError, PtyStart, TUNNEL_PROTOCOL, TUNNEL_RESUMED_HEADER, TunnelStream } from '../../core/index.js';
+import type { ApprovalEvent, ApprovalService } from '../../approvals/index.js';
 import type { Pool } from '../../db/index.js';
 import type { RouteAccess } from '../../identity/index.js';
 import { SandboxConnectError } from '../../sandbox/index.js';
@@ -13,6 +14,7 @@ import { SshEndpoint, type Sealer } from '../tunnels/ssh.js';
 import { SandboxConnectors } from '../tunnels/connector.js';
 import { AgentSessions } from '../tunnels/sessions.js';
 import { parse, principalOf } from './common.js';
+import { approvalWhat } from './workshops.js';
 
 const OPERATE: RouteAccess = { role: 'member', agent: true };
 const READ: RouteAccess = { role: 'viewer', agent: true };
@@ -116,7 +118,23 @@ export function terminalRoutes(
   pool: Pool,
   sealer: Sealer,
   log: FastifyInstance['log'],
+  approvals?: ApprovalService,
 ): TerminalsRuntime {
+  /**
+   * While a terminal is attached to a workshop, anything that workshop asks a human for (a held
+   * egress request, a command, a secret…) is announced to it in one event; the CLI prints the
+   * line with the command that approves it.
+   */
+  const announceApprovals = (ws: WebSocket, workshopId: string): void => {
+    if (!approvals) return;
+    const onEvent = ({ event }: { event: ApprovalEvent }): void => {
+      const a = event.approval;
+      if (event.type !== 'created' || a.workshopId !== workshopId) return;
+      sendEvent(ws, { type: 'approval', id: a.id, category: a.category, what: approvalWhat(a.payload) });
+    };
+    approvals.events.on('event', onEvent);
+    ws.once('close', () => approvals.events.off('event', onEvent));
+  };
   const connectors = new SandboxConnectors();
   const ssh = new SshEndpoint(pool, sealer, connectors, log);
   // Host keys left in clear by an older server are sealed at start (and on first use, if this fails).
@@ -187,6 +205,7 @@ export function terminalRoutes(
       const session = new PtySession(p.target, start.command ?? ['/bin/bash', '-l'], start);
       ptys.add(session);
       sendEvent(ws, { type: 'started', resumed: p.target.resumed });
+      announceApprovals(ws, (request.params as { id: string }).id);
       void attachPty(ws, session, { replay: false }).then(() => session.close());
       session.onExit((e) => {
         ptys.delete(session);
@@ -297,6 +316,7 @@ export function terminalRoutes(
       const session = sessions.get(request.params.id, request.params.name);
       if (!session) return failSocket(ws, 'NOT_FOUND', `session ${request.params.name} has ended`);
       sendEvent(ws, { type: 'started', resumed: p.target.resumed, session: request.params.name });
+      announceApprovals(ws, request.params.id);
       const onExit = (e: { exitCode: number; signal: string | null }): void => {
         sendEvent(ws, { type: 'exit', exitCode: e.exitCode, signal: e.signal });
         ws.close(1000);

@@ -37,7 +37,7 @@ const MEMBER: RouteAccess = { role: 'member' };
 const MAX_BUFFERED = 16 << 20;
 
 /** What an approval is about, in a few words (never a secret's value: requests hold only names). */
-function approvalWhat(p: Record<string, unknown>): string {
+export function approvalWhat(p: Record<string, unknown>): string {
   const v = p.entry ?? p.host ?? p.name ?? p.branch ?? (Array.isArray(p.command) ? p.command.join(' ') : '');
   return String(v).slice(0, 120);
 }

@@ -68,7 +68,12 @@ export function runTerminal(socket: TerminalSocket, opts: { detachable: boolean 
         failure = err as Error;
         return;
       }
-      if (event.type === 'exit') outcome = { kind: 'exit', exitCode: event.exitCode };
+      if (event.type === 'approval') {
+        // One line (CR LF: the terminal may be in raw mode) saying what waits and how to approve it.
+        process.stderr.write(
+          `\r\natelier: waiting for approval of ${event.category}${event.what ? ` ${event.what}` : ''} (request ${event.id}): run \`atelier approve ${event.id}\`\r\n`,
+        );
+      } else if (event.type === 'exit') outcome = { kind: 'exit', exitCode: event.exitCode };
       else if (event.type === 'error') failure = eventError(event);
     });
     ws.on('error', () => undefined);
