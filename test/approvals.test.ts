@@ -29,7 +29,7 @@ describe('approvals', () => {
   let repo: string;
   let ws: string;
   let origin: Server;
-  const { tokens, as, cliAs } = actors(() => server);
+  const { tokens, as, cliAs, workshopWithAgent } = actors(() => server);
   const file = (who: string, category: string, payload: Record<string, unknown>) =>
     as<Approval>(who, 'POST', `/v1/workshops/${ws}/approvals`, { category, payload });
 
@@ -62,11 +62,7 @@ describe('approvals', () => {
     assert.equal(other.status, 201, JSON.stringify(other.body));
     tokens.stranger = (await as<{ token: string }>('admin', 'POST', '/v1/tokens', { user: 'stranger', tenant: 'other' })).body.token;
     repo = makeRepo({ 'atelier.yaml': 'egress:\n  allow: []\n  askHoldSeconds: 60\n' });
-    const w = await as<{ id: string; status: string; statusReason: string }>('owner', 'POST', '/v1/workshops', { repo, name: 'hitl' });
-    assert.equal(w.status, 201, JSON.stringify(w.body));
-    assert.equal(w.body.status, 'Running', w.body.statusReason);
-    ws = w.body.id;
-    tokens.agent = (await as<{ token: string }>('owner', 'POST', '/v1/tokens', { workshopId: ws, expiresInSeconds: 3600 })).body.token;
+    ws = await workshopWithAgent(repo, 'hitl');
   });
 
   after(async () => {

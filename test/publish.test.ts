@@ -34,7 +34,7 @@ describe('PR_GATEWAY: workshops publish', () => {
   let remoteDir: string;
   let remote: string;
   let ws: string;
-  const { tokens, as, cliAs } = actors(() => server);
+  const { tokens, as, cliAs, workshopWithAgent } = actors(() => server);
   const publish = async (branch: string, extra: string[] = []): Promise<Approval> => {
     const r = await cliAs('agent', ['workshops', 'publish', ws, '--branch', branch, '--remote', remote, ...extra, '-o', 'json']);
     assert.equal(r.code, 0, r.stderr);
@@ -59,11 +59,7 @@ describe('PR_GATEWAY: workshops publish', () => {
     remote = join(remoteDir, 'origin.git');
     execFileSync('git', ['clone', '-q', '--bare', repo, remote]);
     git(remote, 'config', 'core.logAllRefUpdates', 'always');
-    const w = await as<{ id: string; status: string; statusReason: string }>('owner', 'POST', '/v1/workshops', { repo, name: 'publish' });
-    assert.equal(w.status, 201, JSON.stringify(w.body));
-    assert.equal(w.body.status, 'Running', w.body.statusReason);
-    ws = w.body.id;
-    tokens.agent = (await as<{ token: string }>('owner', 'POST', '/v1/tokens', { workshopId: ws, expiresInSeconds: 3600 })).body.token;
+    ws = await workshopWithAgent(repo, 'publish');
   });
 
   after(async () => {

@@ -27,7 +27,7 @@ describe('secrets and SECRET_REQUEST', () => {
   const VALUE = `sk_test_${randomBytes(12).toString('hex')}`;
   /** Every API and CLI answer of this test (not the workshop's own output), to check that the value never appears in one. */
   const answers: string[] = [];
-  const { tokens, as, cliAs } = actors(() => server, { record: (text) => answers.push(text) });
+  const { tokens, as, cliAs, workshopWithAgent } = actors(() => server, { record: (text) => answers.push(text) });
   const sh = async (script: string) => {
     // What the workshop itself prints (it reads its granted secret on purpose): not an API answer about secrets.
     return server.exec(ws, ['sh', '-c', script]);
@@ -72,11 +72,7 @@ describe('secrets and SECRET_REQUEST', () => {
     assert.equal((await as('admin', 'POST', '/v1/users', { name: 'stranger', role: 'admin', tenant: 'other' })).status, 201);
     tokens.stranger = (await as<{ token: string }>('admin', 'POST', '/v1/tokens', { user: 'stranger', tenant: 'other' })).body.token;
     repo = makeRepo();
-    const w = await as<{ id: string; status: string; statusReason: string }>('owner', 'POST', '/v1/workshops', { repo, name: 'secrets' });
-    assert.equal(w.status, 201, JSON.stringify(w.body));
-    assert.equal(w.body.status, 'Running', w.body.statusReason);
-    ws = w.body.id;
-    tokens.agent = (await as<{ token: string }>('owner', 'POST', '/v1/tokens', { workshopId: ws, expiresInSeconds: 3600 })).body.token;
+    ws = await workshopWithAgent(repo, 'secrets');
   });
 
   after(async () => {

@@ -8,6 +8,8 @@ export interface Actors {
   as<T = unknown>(who: string, method: string, path: string, body?: unknown): Promise<ApiResult<T>>;
   /** The real CLI as `who` (its token in ATELIER_TOKEN), `input` on stdin. */
   cliAs(who: string, args: string[], input?: string): Promise<CliResult>;
+  /** A running workshop made by `owner` from `repo`, and `tokens.agent` set to its own agent token; its id. */
+  workshopWithAgent(repo: string, name: string): Promise<string>;
 }
 
 /**
@@ -16,7 +18,7 @@ export interface Actors {
  */
 export function actors(server: () => TestServer, opts: { record?: (text: string) => void } = {}): Actors {
   const tokens: Record<string, string> = {};
-  return {
+  const self: Actors = {
     tokens,
     async as<T = unknown>(who: string, method: string, path: string, body?: unknown): Promise<ApiResult<T>> {
       const token = tokens[who];
@@ -33,5 +35,14 @@ export function actors(server: () => TestServer, opts: { record?: (text: string)
       opts.record?.(r.stderr);
       return r;
     },
+    async workshopWithAgent(repo: string, name: string): Promise<string> {
+      const w = await self.as<{ id: string; status: string; statusReason: string }>('owner', 'POST', '/v1/workshops', { repo, name });
+      if (w.status !== 201 || w.body.status !== 'Running') throw new Error(`workshop ${name} not running: ${JSON.stringify(w.body)}`);
+      const t = await self.as<{ token: string }>('owner', 'POST', '/v1/tokens', { workshopId: w.body.id, expiresInSeconds: 3600 });
+      if (t.status !== 201) throw new Error(`no agent token for ${w.body.id}: ${JSON.stringify(t.body)}`);
+      tokens.agent = t.body.token;
+      return w.body.id;
+    },
   };
+  return self;
 }
