@@ -1,5 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { build } from 'esbuild';
 import { presetCommand } from '../src/server/tunnels/sessions.js';
 import { TestServer, makeRepo } from './helpers/server.js';
@@ -278,5 +280,13 @@ describe('the MCP endpoint inside a workshop', () => {
     }
     const afterRun = await server.exec(ws, ['git', 'status', '--porcelain', '--', '.', ':!.fakebin', ':!mcp-client.cjs']);
     assert.equal(afterRun.stdout, before.stdout, 'the presets wrote nothing into the repository');
+  });
+  it("a deleted workshop's endpoint socket goes with it, at once", async () => {
+    const w = await server.createWorkshop({ repo: makeRepo(), name: 'mcp-gone' });
+    const sock = join(server.dataDir, 'mcp', `${w.id}.sock`);
+    assert.ok(existsSync(sock), `the endpoint's socket exists while the workshop does: ${sock}`);
+    const del = await server.api('DELETE', `/v1/workshops/${w.id}`);
+    assert.equal(del.status, 200, JSON.stringify(del.body));
+    assert.equal(existsSync(sock), false, 'gone when the delete answered, not at the next sweep');
   });
 });

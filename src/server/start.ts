@@ -327,6 +327,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       sealer: masterKey,
       execGate: approvals.execGate,
       secretEnv: (id) => approvals.secrets.envFor(id),
+      onDeleted: (id) => mcpGateway.forget(id),
     });
     await approvals.start(workshops);
     cleanups.push(() => approvals.close());

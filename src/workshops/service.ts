@@ -74,6 +74,8 @@ export interface ServiceOptions {
   execGate?: ExecGate;
   /** Variables of granted secrets (approved SECRET_REQUESTs) for new execs of a workshop. */
   secretEnv?: (workshopId: string) => Promise<Record<string, string>>;
+  /** Called once a workshop is deleted (its row gone): what other parts of the server held for it goes too. */
+  onDeleted?: (workshopId: string) => void;
 }
 
 export type ExecGate = (
@@ -586,6 +588,7 @@ export class WorkshopService {
       });
       await this.query('DELETE FROM workshops WHERE id = $1', [id]);
     });
+    this.opts.onDeleted?.(id);
   }
 
   private sandboxEnv(row: WorkshopRow, extra: Record<string, string> = {}): Record<string, string> {

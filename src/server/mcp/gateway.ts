@@ -12,7 +12,7 @@ export function workshopOfConnection(socket: net.Socket | undefined): string | u
   return socket ? origins.get(socket) : undefined;
 }
 
-/** How often listeners of deleted workshops are looked for. */
+/** How often listeners of workshops deleted by another server (or while this one was down) are looked for. */
 const SWEEP_MS = 60_000;
 
 export interface McpGatewayOptions {
@@ -115,7 +115,8 @@ export class McpGateway {
     }
   }
 
-  private forget(workshopId: string): void {
+  /** Closes a workshop's endpoint and forgets its token (its workshop was deleted). */
+  forget(workshopId: string): void {
     this.listeners.get(workshopId)?.close();
     this.listeners.delete(workshopId);
     this.tokens.delete(workshopId);
