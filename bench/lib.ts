@@ -75,6 +75,28 @@ export function summarize(samples: readonly number[]): Summary {
 
 // ---------------------------------------------------------------- printing
 
+/**
+ * Times two variants alternately, `warmup` rounds dropped then `runs` kept, so that both see the
+ * same machine state: each call's time is what it returns (its own measure of the part that
+ * counts) or, when it returns nothing, its whole duration.
+ */
+export async function alternate(
+  runs: number,
+  warmup: number,
+  a: () => Promise<number | void>,
+  b: () => Promise<number | void>,
+): Promise<[number[], number[]]> {
+  const out: [number[], number[]] = [[], []];
+  for (let i = 0; i < warmup + runs; i++) {
+    for (const [k, f] of [a, b].entries()) {
+      const t0 = performance.now();
+      const own = await f();
+      if (i >= warmup) out[k]!.push(typeof own === 'number' ? own : performance.now() - t0);
+    }
+  }
+  return out;
+}
+
 export function ms(x: number): string {
   if (!Number.isFinite(x)) return 'n/a';
   return `${x < 10 ? x.toFixed(2) : x.toFixed(1)} ms`;

@@ -4,7 +4,7 @@
  * measured the same way in the same run; then the cost granted secrets add to an exec: `true`
  * in a workshop holding one grant beside `true` in one holding none (interleaved).
  */
-import { heading, line, ratioLine, sleep, statLine, summarize, type BenchServer } from './lib.js';
+import { alternate, heading, line, ratioLine, sleep, statLine, summarize, type BenchServer } from './lib.js';
 
 const GRANTS = 30;
 const EXECS = 150;
@@ -40,16 +40,12 @@ export async function secrets(server: BenchServer): Promise<Record<string, unkno
         await sleep(2);
       }
     };
-    const grant: number[] = [];
-    const allow: number[] = [];
-    for (let i = 0; i < GRANTS + 3; i++) {
-      const g = await decideAndApply(await file('SECRET_REQUEST', { name: 'BENCH_SECRET' }));
-      const a = await decideAndApply(await file('ALLOWLIST_EXPANSION', { host: `h${++n}.bench.example` }));
-      if (i >= 3) {
-        grant.push(g);
-        allow.push(a);
-      }
-    }
+    const [grant, allow] = await alternate(
+      GRANTS,
+      3,
+      async () => decideAndApply(await file('SECRET_REQUEST', { name: 'BENCH_SECRET' })),
+      async () => decideAndApply(await file('ALLOWLIST_EXPANSION', { host: `h${++n}.bench.example` })),
+    );
     const gs = summarize(grant);
     const as = summarize(allow);
     statLine('atelier', 'SECRET_REQUEST decision → file written on the tmpfs', gs, ['p50', 'p99']);
@@ -60,20 +56,12 @@ export async function secrets(server: BenchServer): Promise<Record<string, unkno
     const check = await server.exec(withSecret.id, ['sh', '-c', 'cat /run/atelier/secrets/BENCH_SECRET; printenv BENCH_SECRET']);
     if (check.stdout !== 'bench-valuebench-value\n') throw new Error(`the secret is not in the workshop: ${JSON.stringify(check)}`);
 
-    const e1: number[] = [];
-    const e0: number[] = [];
-    for (let i = 0; i < 10; i++) {
-      await server.exec(withSecret.id, ['true']);
-      await server.exec(without.id, ['true']);
-    }
-    for (let i = 0; i < EXECS; i++) {
-      let t0 = performance.now();
-      await server.exec(withSecret.id, ['true']);
-      e1.push(performance.now() - t0);
-      t0 = performance.now();
-      await server.exec(without.id, ['true']);
-      e0.push(performance.now() - t0);
-    }
+    const [e1, e0] = await alternate(
+      EXECS,
+      10,
+      async () => void (await server.exec(withSecret.id, ['true'])),
+      async () => void (await server.exec(without.id, ['true'])),
+    );
     const s1 = summarize(e1);
     const s0 = summarize(e0);
     statLine('atelier', 'exec `true`, workshop holding a granted secret', s1, ['p50', 'p99']);
