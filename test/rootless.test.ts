@@ -1,6 +1,6 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { chownSync, cpSync, existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { REPO_ROOT, TestServer, makeRepo, processesNaming, HARD_TO_DELETE } from './helpers/server.js';
@@ -114,6 +114,73 @@ describe('rootless server (started by an ordinary user)', () => {
       if (left !== '') await new Promise((x) => setTimeout(x, 200));
     }
     assert.equal(left, '');
+    assert.equal((await server.api('DELETE', `/v1/workshops/${w.id}`)).status, 200);
+  });
+
+  it('gives terminals and tunnels as a root server does: ssh with a PTY, port-forward, and the SSH endpoint', async () => {
+    const w = await server.createWorkshop({ repo });
+    await server.exec(w.id, ['sh', '-c', 'nohup python3 -m http.server 8000 --bind 127.0.0.1 >/dev/null 2>&1 &']);
+    for (let i = 0; i < 100; i++) {
+      const r = await server.exec(w.id, ['python3', '-c', 'import socket; socket.create_connection(("127.0.0.1", 8000)).close()']);
+      if (r.exitCode === 0) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    // A PTY (node-pty in the user namespace): a terminal, the exit code back.
+    const pty = await server.cli(['ssh', w.id, '--', 'sh', '-c', 'test -t 0 && test -t 1 && echo on-a-tty; exit 7']);
+    assert.equal(pty.code, 7, pty.stderr);
+    assert.match(pty.stdout, /on-a-tty/);
+    // A tunnel to a port inside (the connect helper enters the workshop's namespaces as the server's user).
+    const get = await server.cli(['port-forward', '--stdio', w.id, '8000'], { input: 'GET /README.md HTTP/1.0\r\n\r\n' });
+    assert.equal(get.code, 0, get.stderr);
+    assert.match(get.stdout, /^HTTP\/1\.0 200 [\s\S]*# rootless\n$/);
+    // A forward on a local port, with a real client on it.
+    const pf = spawn(process.execPath, [join(REPO_ROOT, 'bin', 'atelier'), 'port-forward', w.id, '0:8000'], {
+      env: { ...process.env, ...server.env() },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    try {
+      let out = '';
+      const local = await new Promise<number>((resolve, reject) => {
+        const t = setTimeout(() => reject(new Error(`no forward reported: ${out}`)), 30_000);
+        const seen = (c: Buffer): void => {
+          out += c.toString();
+          const m = /127\.0\.0\.1:(\d+)/.exec(out);
+          if (m) {
+            clearTimeout(t);
+            resolve(Number(m[1]));
+          }
+        };
+        pf.stdout.on('data', seen);
+        pf.stderr.on('data', seen);
+      });
+      const res = await fetch(`http://127.0.0.1:${local}/README.md`);
+      assert.equal(res.status, 200, 'the forward answered');
+      assert.equal(await res.text(), '# rootless\n', 'with the file inside the workshop');
+    } finally {
+      pf.kill();
+    }
+    // The SSH endpoint at port 22 answers with its banner (the client then goes away).
+    const ssh = spawn(process.execPath, [join(REPO_ROOT, 'bin', 'atelier'), 'port-forward', '--stdio', w.id, '22'], {
+      env: { ...process.env, ...server.env() },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    try {
+      ssh.stdin.write('SSH-2.0-probe\r\n');
+      const banner = await new Promise<string>((resolve, reject) => {
+        let out = '';
+        const t = setTimeout(() => reject(new Error(`no SSH banner: ${out}`)), 30_000);
+        ssh.stdout.on('data', (c: Buffer) => {
+          out += c.toString('latin1');
+          if (out.includes('\r\n')) {
+            clearTimeout(t);
+            resolve(out);
+          }
+        });
+      });
+      assert.match(banner, /^SSH-2\.0-/, 'the SSH endpoint answered');
+    } finally {
+      ssh.kill();
+    }
     assert.equal((await server.api('DELETE', `/v1/workshops/${w.id}`)).status, 200);
   });
 
