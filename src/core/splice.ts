@@ -75,9 +75,12 @@ export class SpliceRelay {
    * is taken here and sent on first. Callers check `usable()` first.
    */
   async relay(a: Socket, b: Socket, options: RelayOptions = {}): Promise<SpliceResult> {
-    // Nobody else reads them from now on (a listener would see what is taken below).
+    // Nobody else reads them from now on (a listener would see what is taken below); an error
+    // while they are flushed ends the pair below, it must not be an uncaught exception.
     a.removeAllListeners('data');
     b.removeAllListeners('data');
+    a.on('error', noop);
+    b.on('error', noop);
     const fromA = [options.fromA, ...takeBuffered(a)].filter((x): x is Buffer => !!x && x.length > 0);
     const fromB = [options.fromB, ...takeBuffered(b)].filter((x): x is Buffer => !!x && x.length > 0);
     // What was already read goes out first, and what Node still queues is flushed: only then is
@@ -174,6 +177,8 @@ export class SpliceRelay {
     });
   }
 }
+
+function noop(): void {}
 
 /** Stops libuv reading this socket, as Node itself does when a stream's buffer is full. */
 function stopReading(s: Socket): void {

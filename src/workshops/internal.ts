@@ -2,6 +2,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import net from 'node:net';
 import { join } from 'node:path';
 import { writeFileAtomic } from '../core/index.js';
+import { spliceRelay } from '../core/splice.js';
 import { INTERNAL_SUFFIX, tieSockets, type EgressProxy, type InternalTarget } from '../egress/index.js';
 import { hostsFile, listenInSandboxMany, type SandboxHandle, type SandboxLayout } from '../sandbox/index.js';
 
@@ -180,10 +181,26 @@ export class InternalNetwork {
     n.sockets.add(b);
     a.once('close', () => n.sockets.delete(a));
     b.once('close', () => n.sockets.delete(b));
-    tieSockets(a, b);
-    // pipe() keeps both directions under backpressure and passes a FIN on (half-close).
-    a.pipe(b);
-    b.pipe(a);
+    const relay = spliceRelay();
+    if (relay.usable(a)) {
+      // Opaque bytes once connected: the zero-copy relay carries them (src/core/splice.ts), cut
+      // with the workshop's other connections by close().
+      const fail = (): void => {
+        a.destroy();
+        b.destroy();
+      };
+      b.once('error', fail);
+      a.once('error', fail);
+      b.once('connect', () => {
+        b.off('error', fail);
+        a.off('error', fail);
+        if (a.destroyed) b.destroy();
+        else if (relay.usable(a, b)) void relay.relay(a, b, { tag: `internal:${n.id}` });
+        else pipeBoth(a, b);
+      });
+      return;
+    }
+    pipeBoth(a, b);
   }
 
   /** Closes the workshop's listeners and connections (delete, failure, server stop). */
@@ -193,9 +210,17 @@ export class InternalNetwork {
     this.nets.delete(workshopId);
     for (const l of n.listeners.values()) l.server.close();
     for (const s of n.sockets) s.destroy();
+    spliceRelay().closeTag(`internal:${workshopId}`);
   }
 
   closeAll(): void {
     for (const id of [...this.nets.keys()]) this.close(id);
   }
+}
+
+/** Relays a and b in this process: both directions under backpressure, a FIN passed on (half-close). */
+function pipeBoth(a: net.Socket, b: net.Socket): void {
+  tieSockets(a, b);
+  a.pipe(b);
+  b.pipe(a);
 }
