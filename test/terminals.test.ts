@@ -75,7 +75,7 @@ function upgradeTunnel(
   return new Promise((resolve, reject) => {
     const req = http.request(`${server.url}${path}`, {
       agent: false,
-      headers: { connection: 'Upgrade', upgrade: 'atelier-tunnel', ...headers },
+      headers: { connection: 'Upgrade', upgrade: 'atelier-tunnel', 'atelier-tunnel-mode': 'raw', ...headers },
     });
     req.once('upgrade', (_res, socket: Socket, head: Buffer) => resolve({ socket, head }));
     req.once('response', (res) => {

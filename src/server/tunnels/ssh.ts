@@ -150,8 +150,8 @@ export class SshEndpoint {
       server = new Server({ hostKeys: [privateKey], ident: 'Atelier' });
       this.servers.set(target.id, server);
     }
-    // The remote address fields are read by ssh2 for its 'connection' info.
-    Object.assign(stream, { remoteAddress: '127.0.0.1', remotePort: 0, remoteFamily: 'IPv4' });
+    // The remote address fields are read by ssh2 for its 'connection' info (a socket has its own).
+    if (!('remoteAddress' in stream)) Object.assign(stream, { remoteAddress: '127.0.0.1', remotePort: 0, remoteFamily: 'IPv4' });
     const onConnection = (client: Connection): void => {
       server!.off('connection', onConnection);
       this.handle(client, target, allowed);
