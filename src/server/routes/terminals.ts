@@ -125,6 +125,11 @@ const StartSessionRequest = z.strictObject({
 /** What the terminals area keeps running; closed with the server. */
 export interface TerminalsRuntime {
   close(): void;
+  /**
+   * A root `preHandler` hook: before `DELETE /v1/workshops/:id` (by someone allowed to) takes the
+   * sandbox down, the workshop's tunnels are cut, and clients asking why are told it was deleted.
+   */
+  beforeDelete(request: FastifyRequest): Promise<void>;
 }
 
 /**
@@ -170,15 +175,6 @@ export function terminalRoutes(
   // reset them first (clients then say "the tunnel was cut"), as @fastify/websocket closes its sockets.
   app.addHook('preClose', (done) => {
     relays.closeAll();
-    done();
-  });
-  // A deleted workshop's tunnels are cut at once (their clients, asking why, are told it was deleted).
-  app.addHook('onResponse', (request, reply, done) => {
-    if (request.method === 'DELETE' && request.routeOptions.url === '/v1/workshops/:id' && reply.statusCode < 300) {
-      const id = (request.params as { id: string }).id;
-      relays.cutWorkshop(id, 'WORKSHOP_NOT_FOUND', `workshop ${id} was deleted`);
-      ssh.forget(id);
-    }
     done();
   });
 
@@ -371,6 +367,17 @@ export function terminalRoutes(
   });
 
   return {
+    async beforeDelete(request) {
+      if (request.method !== 'DELETE' || request.routeOptions.url !== '/v1/workshops/:id') return;
+      const id = (request.params as { id: string }).id;
+      try {
+        await service.authorize(id, principalOf(request), 'delete');
+      } catch {
+        return; // the route itself refuses, saying why
+      }
+      relays.cutWorkshop(id, 'WORKSHOP_NOT_FOUND', `workshop ${id} was deleted`);
+      ssh.forget(id);
+    },
     close() {
       relays.closeAll();
       connectors.close();
