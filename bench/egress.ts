@@ -458,13 +458,22 @@ interface Variant {
   pid?: number;
 }
 
-/** CPU time (user + system) of a process in ms, from /proc (clock ticks assumed 100 Hz, Linux's USER_HZ). */
+/**
+ * CPU time (user + system) of a process and its live children in ms, from /proc (clock ticks
+ * assumed 100 Hz, Linux's USER_HZ): the proxy's zero-copy relay (splice-relay.py) is a child,
+ * and its time is the proxy's.
+ */
 function cpuMs(pid: number | undefined): number {
   if (pid === undefined) return Number.NaN;
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
     const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(f[11]) + Number(f[12])) * 10;
+    let children = 0;
+    for (const child of readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').split(' ').filter(Boolean)) {
+      const c = cpuMs(Number(child));
+      if (Number.isFinite(c)) children += c;
+    }
+    return (Number(f[11]) + Number(f[12])) * 10 + children;
   } catch {
     return Number.NaN;
   }

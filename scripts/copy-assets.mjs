@@ -12,6 +12,8 @@ cpSync('src/sandbox/netns-listen.py', 'dist/sandbox/netns-listen.py');
 cpSync('src/sandbox/netns-connect.py', 'dist/sandbox/netns-connect.py');
 // The long-lived variant the terminals area keeps per workshop (port-forward, ssh -L).
 cpSync('src/server/tunnels/netns-connector.py', 'dist/server/tunnels/netns-connector.py');
+// The zero-copy relay of tunnels (src/core/splice.ts; the CLI's bundle finds it in dist/core).
+cpSync('src/core/splice-relay.py', 'dist/core/splice-relay.py');
 rmSync('dist/bundle', { recursive: true, force: true });
 await build({
   entryPoints: ['dist/cli/main.js'],

@@ -298,6 +298,27 @@ describe('egress proxy', () => {
     }
   });
 
+  it('cuts the open tunnels of a workshop whose listener closes, and only those', async () => {
+    const a = await workshop('ws-cut');
+    const b = await workshop('ws-stay');
+    const open = async (sock: string): Promise<RawClient> => {
+      const t = new RawClient(sock);
+      t.write(`CONNECT allowed.com:${origin.port} HTTP/1.1\r\n\r\n`);
+      assert.equal((await t.response()).status, 200, 'the tunnel opened');
+      t.write('GET /before HTTP/1.1\r\nHost: t\r\n\r\n');
+      assert.equal((await t.response()).status, 200, 'and carries a request');
+      return t;
+    };
+    const [ta, tb] = [await open(a), await open(b)];
+    const cut = new Promise<void>((r) => ta.socket.once('close', () => r()));
+    await proxy.close('ws-cut');
+    await cut;
+    tb.write('GET /after HTTP/1.1\r\nHost: t\r\n\r\n');
+    assert.equal((await tb.response()).status, 200, "the other workshop's tunnel still carries requests");
+    tb.destroy();
+    await proxy.close('ws-stay');
+  });
+
   it('keeps workshops apart, refuses everything without a policy, and owns its socket file', async () => {
     const a = await workshop('ws-a');
     const b = await workshop('ws-b', [`other.com:${origin.port}`]);

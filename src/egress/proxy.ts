@@ -9,6 +9,7 @@ import { type CanonicalHost, canonicalizeHost, describeRaw } from './canonical.j
 import { BodyFramer, HttpFramingError, parseRequestHead, parseResponseHead, type RequestHead, type ResponseHead } from './http1.js';
 import type { EgressPolicy, EgressProtocol } from './policy.js';
 import { parseAnswers, type Resolver, ResolveError } from './resolver.js';
+import { spliceRelay } from '../core/splice.js';
 
 export type EgressReason =
   | 'ALLOW_LISTED'
@@ -423,6 +424,7 @@ export class EgressProxy {
     this.listeners.delete(workshopId);
     const closed = new Promise<void>((resolve) => l.server.close(() => resolve()));
     for (const s of l.sockets) s.destroy();
+    spliceRelay().closeTag(`egress:${workshopId}`);
     await closed;
   }
 
@@ -1157,7 +1159,7 @@ export class EgressProxy {
     }
     s.write('HTTP/1.1 200 Connection Established\r\n\r\n');
     if (head.length > 0) up.socket.write(head);
-    this.splice(s, up);
+    this.splice(l, s, up);
   }
 
   // ---- SOCKS5 (RFC 1928): no authentication, CONNECT only -------------------------------
@@ -1274,7 +1276,7 @@ export class EgressProxy {
     }
     s.write(reply(0x00));
     if (rest.length > 0) up.socket.write(rest);
-    this.splice(s, up);
+    this.splice(l, s, up);
   }
 
   // ---- decision ------------------------------------------------------------------------
@@ -1570,8 +1572,20 @@ export class EgressProxy {
    * other direction keeps flowing; an error or reset on either side ends both; no traffic
    * either way for idleTimeoutMs ends both. Either direction stops reading while the other
    * side's write buffer is full (backpressure).
+   *
+   * Once a tunnel is decided and dialled its bytes are opaque, so plain sockets are handed to
+   * the zero-copy relay (src/core/splice.ts): same rules, enforced by splice-relay.py, with the
+   * bytes never copied through this process (CONNECT upload ran at ~0.5× of a direct connection
+   * relayed here). The tunnel still counts against the workshop's connections until it ends,
+   * and closing the workshop's listener cuts it (its tag).
    */
-  private splice(a: net.Socket, up: Upstream): void {
+  private splice(l: Listener, a: net.Socket, up: Upstream): void {
+    const relay = spliceRelay();
+    if (relay.usable(a, up.socket)) {
+      l.clients++;
+      void relay.relay(a, up.socket, { tag: `egress:${l.workshopId}`, idleMs: this.limits.idleTimeoutMs }).finally(() => l.clients--);
+      return;
+    }
     const b = up.socket;
     const kill = tieSockets(a, b);
     a.setTimeout(this.limits.idleTimeoutMs, kill);
