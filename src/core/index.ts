@@ -27,8 +27,9 @@ export {
   TUNNEL_RESET_INSIDE_MESSAGE,
   TUNNEL_RESUMED_HEADER,
   nodeRelay,
+  relayPair,
   resetSocket,
 } from './tunnelStream.js';
-export type { RelayEnd, TunnelOutcome } from './tunnelStream.js';
+export type { RelayEnd, RelayedPair, TunnelOutcome } from './tunnelStream.js';
 export { syncDir, writeFileAtomic } from './files.js';
 export type { AtomicWriteOptions } from './files.js';

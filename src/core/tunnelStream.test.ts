@@ -2,7 +2,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, connect, type Socket } from 'node:net';
 import { createHash, randomBytes } from 'node:crypto';
-import { nodeRelay } from './tunnelStream.js';
+import { nodeRelay, relayPair, type RelayEnd } from './tunnelStream.js';
 
 /** Two real sockets connected over loopback (port 0). */
 async function socketPair(): Promise<[Socket, Socket]> {
@@ -29,46 +29,60 @@ function readAll(s: Socket): Promise<Buffer> {
 
 const sha = (b: Buffer): string => createHash('sha256').update(b).digest('hex');
 
-/** client ↔ [a relay b] ↔ inside: what a tunnel hop is. */
-async function hop(): Promise<{ client: Socket; inside: Socket; relay: ReturnType<typeof nodeRelay> }> {
-  const [client, a] = await socketPair();
-  const [b, inside] = await socketPair();
-  return { client, inside, relay: nodeRelay(a, b) };
+type Relay = { done: Promise<RelayEnd>; cut(): void };
+let tags = 0;
+
+for (const [name, relay] of [
+  ['nodeRelay (the raw tunnel relayed in Node: TLS, no python)', (a: Socket, b: Socket): Relay => nodeRelay(a, b)],
+  [
+    'relayPair (the raw tunnel spliced by the kernel)',
+    (a: Socket, b: Socket): Relay => {
+      const r = relayPair(a, b, { tag: `test-${++tags}` });
+      assert.equal(r.spliced, true, 'plain TCP sockets are spliced');
+      return r;
+    },
+  ],
+] as const) {
+  /** client ↔ [a relay b] ↔ inside: what a tunnel hop is. */
+  const hop = async (): Promise<{ client: Socket; inside: Socket; relay: Relay }> => {
+    const [client, a] = await socketPair();
+    const [b, inside] = await socketPair();
+    return { client, inside, relay: relay(a, b) };
+  };
+  describe(name, () => {
+    it('carries bytes both ways with half-close: the answer still comes after one side ended', async () => {
+      const { client, inside, relay } = await hop();
+      const big = randomBytes(5 << 20);
+      const atInside = readAll(inside);
+      client.end(big);
+      assert.equal(sha(await atInside), sha(big));
+      const atClient = readAll(client);
+      inside.end('answer after the half-close');
+      assert.equal((await atClient).toString(), 'answer after the half-close');
+      const end = await relay.done;
+      assert.deepEqual(end, { aToB: big.length, bToA: 27 });
+    });
+
+    it('a reset on one side resets the other, and says which side failed', async () => {
+      const { client, inside, relay } = await hop();
+      const atClient = readAll(client);
+      inside.write('partial');
+      await new Promise((r) => setTimeout(r, 50));
+      inside.resetAndDestroy();
+      await assert.rejects(atClient, (err: NodeJS.ErrnoException) => err.code === 'ECONNRESET');
+      const end = await relay.done;
+      assert.equal(end.failed, 'b');
+      assert.equal(end.error, 'ECONNRESET');
+    });
+
+    it('cut() resets both sides', async () => {
+      const { client, inside, relay } = await hop();
+      const atClient = readAll(client);
+      const atInside = readAll(inside);
+      relay.cut();
+      await assert.rejects(atClient, (err: NodeJS.ErrnoException) => err.code === 'ECONNRESET');
+      await assert.rejects(atInside, (err: NodeJS.ErrnoException) => err.code === 'ECONNRESET');
+      assert.equal((await relay.done).error, 'cut');
+    });
+  });
 }
-
-describe('nodeRelay (the raw tunnel relayed in Node)', () => {
-  it('carries bytes both ways with half-close: the answer still comes after one side ended', async () => {
-    const { client, inside, relay } = await hop();
-    const big = randomBytes(5 << 20);
-    const atInside = readAll(inside);
-    client.end(big);
-    assert.equal(sha(await atInside), sha(big));
-    const atClient = readAll(client);
-    inside.end('answer after the half-close');
-    assert.equal((await atClient).toString(), 'answer after the half-close');
-    const end = await relay.done;
-    assert.deepEqual(end, { aToB: big.length, bToA: 27 });
-  });
-
-  it('a reset on one side resets the other, and says which side failed', async () => {
-    const { client, inside, relay } = await hop();
-    const atClient = readAll(client);
-    inside.write('partial');
-    await new Promise((r) => setTimeout(r, 50));
-    inside.resetAndDestroy();
-    await assert.rejects(atClient, (err: NodeJS.ErrnoException) => err.code === 'ECONNRESET');
-    const end = await relay.done;
-    assert.equal(end.failed, 'b');
-    assert.equal(end.error, 'ECONNRESET');
-  });
-
-  it('cut() resets both sides', async () => {
-    const { client, inside, relay } = await hop();
-    const atClient = readAll(client);
-    const atInside = readAll(inside);
-    relay.cut();
-    await assert.rejects(atClient, (err: NodeJS.ErrnoException) => err.code === 'ECONNRESET');
-    await assert.rejects(atInside, (err: NodeJS.ErrnoException) => err.code === 'ECONNRESET');
-    assert.equal((await relay.done).error, 'cut');
-  });
-});

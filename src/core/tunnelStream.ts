@@ -1,5 +1,6 @@
 import type { Socket } from 'node:net';
 import type { ErrorCode } from './errors.js';
+import { spliceRelay } from './splice.js';
 
 /**
  * The byte tunnel: what `GET /v1/workshops/:id/tunnel?port=N` speaks after an HTTP/1.1
@@ -125,6 +126,50 @@ export function nodeRelay(a: Socket, b: Socket, opts: { fromA?: Buffer; fromB?: 
       if (end.error === undefined) end.error = 'cut';
       resetSocket(a);
       resetSocket(b);
+    },
+  };
+}
+
+/** A relayed pair: `done` once both sockets are closed; `cut()` resets both. */
+export interface RelayedPair {
+  done: Promise<RelayEnd>;
+  /** `spliced`: relayed by the kernel (splice(2) in the relay child), not through this process. */
+  spliced: boolean;
+  cut(): void;
+}
+
+/** A cut asked for before the splice child registered the pair is asked again this often. */
+const CUT_RETRY_MS = 100;
+
+/**
+ * Relays two connected sockets: through the splice relay (zero copy, in its child process) when
+ * both can be spliced, in Node otherwise (TLS, no python). Same behaviour either way: half-close
+ * both ways, a failure on one side resets the other, `cut()` resets both.
+ */
+export function relayPair(a: Socket, b: Socket, opts: { tag: string; fromA?: Buffer; fromB?: Buffer }): RelayedPair {
+  const splice = spliceRelay();
+  if (!splice.usable(a, b)) return { ...nodeRelay(a, b, opts), spliced: false };
+  let ended = false;
+  let retry: NodeJS.Timeout | undefined;
+  const done = splice.relay(a, b, { tag: opts.tag, fromA: opts.fromA, fromB: opts.fromB }).then((r): RelayEnd => {
+    ended = true;
+    clearInterval(retry);
+    const end: RelayEnd = { aToB: r.aToB, bToA: r.bToA };
+    if (r.error !== undefined) {
+      end.error = r.error === 'ECANCELED' ? 'cut' : r.error;
+      if (r.side !== undefined) end.failed = r.side === 0 ? 'a' : 'b';
+    }
+    return end;
+  });
+  return {
+    done,
+    spliced: true,
+    cut() {
+      if (ended) return;
+      splice.closeTag(opts.tag);
+      // The pair is registered with the child only once what Node held was flushed.
+      retry ??= setInterval(() => splice.closeTag(opts.tag), CUT_RETRY_MS);
+      retry.unref();
     },
   };
 }

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Socket } from 'node:net';
 import {
-  nodeRelay,
+  relayPair,
   resetSocket,
   TUNNEL_CUT_MESSAGE,
   TUNNEL_RESET_INSIDE_MESSAGE,
@@ -50,7 +50,7 @@ export class TunnelRelays {
    * are done (`fromClient`: bytes the client sent right behind its request).
    */
   relay(id: string, workshop: string, client: Socket, inside: Socket, fromClient: Buffer): void {
-    const r = nodeRelay(client, inside, { fromA: fromClient });
+    const r = relayPair(client, inside, { tag: id, fromA: fromClient });
     this.track(id, workshop, r.done, () => r.cut());
   }
 
@@ -89,6 +89,7 @@ export class TunnelRelays {
 
   private ending(end: RelayEnd): Ending {
     if (end.error === undefined) return { state: 'closed', message: 'the tunnel ended normally (both sides closed)' };
+    if (end.error === 'EHELPER') return { state: 'cut', code: 'UNAVAILABLE', message: `${TUNNEL_CUT_MESSAGE}: the server's relay stopped` };
     if (end.failed === 'b') return { state: 'reset', code: 'UNAVAILABLE', message: TUNNEL_RESET_INSIDE_MESSAGE };
     return { state: 'reset', code: 'UNAVAILABLE', message: `the client's side of the tunnel failed (${end.error})` };
   }

@@ -1,7 +1,7 @@
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
-import { AtelierError, nodeRelay, type Workshop } from '../../../core/index.js';
+import { AtelierError, relayPair, type Workshop } from '../../../core/index.js';
 import { call, type Target } from '../../client.js';
 import type { CommandContext } from '../../context.js';
 import { sayResumed } from '../../socket.js';
@@ -150,7 +150,7 @@ export async function portForward(ctx: CommandContext, id: string, specTexts: st
     openTunnel(target, workshop.id, state.remote, flags.resume).then(
       (tunnel) => {
         sayResumed(workshop.id, tunnel.resumed);
-        void nodeRelay(local, tunnel.socket, { fromB: tunnel.head }).done.then(async (end) => {
+        void relayPair(local, tunnel.socket, { tag: tunnel.id, fromB: tunnel.head }).done.then(async (end) => {
           state.connections--;
           // A reset from the tunnel's side (passed on to the local client as a reset): ask the server why.
           if (end.error === undefined || end.failed !== 'b') return;
