@@ -277,11 +277,19 @@ describe('terminals and tunnels', () => {
       assert.ok(Number(sent) < 64 << 20, `the source could write ${sent} bytes to a client that reads nothing`);
     });
 
-    it('the byte-stream tunnel (Upgrade: atelier-tunnel) is authenticated and bounded for a client that never reads', async () => {
+    it('the raw tunnel (Upgrade: atelier-tunnel) is authenticated, tells an older CLI to update, and is bounded for a client that never reads', async () => {
       const anonymous = await upgradeTunnel(server, `/v1/workshops/${ws}/tunnel?port=8000`, {});
       assert.ok('status' in anonymous);
       assert.equal(anonymous.status, 401);
       assert.match(anonymous.body, /"code":"UNAUTHENTICATED"/);
+      // An older CLI (framed tunnels) is told to update, before anything is connected inside.
+      const framed = await upgradeTunnel(server, `/v1/workshops/${ws}/tunnel?port=8000`, {
+        authorization: `Bearer ${server.token}`,
+        'atelier-tunnel-mode': 'framed',
+      });
+      assert.ok('status' in framed);
+      assert.equal(framed.status, 400);
+      assert.match(framed.body, /"code":"INVALID_ARGUMENT".*atelier-tunnel-mode: raw.*update it/);
       const closed = await upgradeTunnel(server, `/v1/workshops/${ws}/tunnel?port=8999`, { authorization: `Bearer ${server.token}` });
       assert.ok('status' in closed);
       assert.equal(closed.status, 409);

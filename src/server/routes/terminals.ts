@@ -289,6 +289,8 @@ export function terminalRoutes(
     '/v1/workshops/:id/tunnels/:tunnel',
     { config: { access: OPERATE } },
     async (request): Promise<TunnelOutcome> => {
+      // Whoever may open the workshop's tunnels (the `operate` right) may ask how one ended.
+      await service.authorize(request.params.id, principalOf(request), 'operate');
       const w = await service.get(request.params.id, principalOf(request));
       const outcome = await relays.why(w.id, request.params.tunnel);
       if (w.status === 'Deleting' && outcome.state !== 'closed')
