@@ -15,6 +15,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
+import http from 'node:http';
 import net from 'node:net';
 import { join } from 'node:path';
 import * as nodePty from 'node-pty';
@@ -156,6 +157,35 @@ async function firstByte(port: number): Promise<number[]> {
   return samples;
 }
 
+/** One request on a fresh connection (as each forwarded connection makes): time to its answer (or its 101). */
+function timedRequest(server: BenchServer, path: string, upgrade: boolean): Promise<number> {
+  const t0 = performance.now();
+  const headers: Record<string, string> = { authorization: `Bearer ${server.token}` };
+  if (upgrade) Object.assign(headers, { connection: 'Upgrade', upgrade: 'atelier-tunnel', 'atelier-tunnel-mode': 'raw' });
+  return new Promise((resolve, reject) => {
+    const req = http.request(`${server.url}${path}`, { agent: false, headers });
+    req.once('upgrade', (_res, socket: net.Socket) => {
+      resolve(performance.now() - t0);
+      socket.destroy();
+    });
+    req.once('response', (res) => {
+      res.resume();
+      res.once('end', () => (upgrade ? reject(new Error(`${path}: ${res.statusCode}`)) : resolve(performance.now() - t0)));
+    });
+    req.once('error', reject);
+    req.end();
+  });
+}
+
+async function timedRequests(server: BenchServer, path: string, upgrade: boolean): Promise<ReturnType<typeof summarize>> {
+  const samples: number[] = [];
+  for (let i = 0; i < CONNECT_SAMPLES + 3; i++) {
+    const t = await timedRequest(server, path, upgrade);
+    if (i >= 3) samples.push(t);
+  }
+  return summarize(samples);
+}
+
 interface PathResult {
   down: number;
   up: number;
@@ -283,7 +313,7 @@ export async function terminals(server: BenchServer): Promise<Record<string, unk
 
     const rows: [string, string, number][] = [
       ['direct', 'loopback connection on the host', directPort],
-      ['atelier', 'atelier port-forward (byte-stream tunnel)', pfPort],
+      ['atelier', 'atelier port-forward (raw tunnel, relayed twice)', pfPort],
     ];
     let sshNote = '';
     if (hasCommand('ssh') && hasCommand('ssh-keygen')) {
@@ -342,6 +372,17 @@ export async function terminals(server: BenchServer): Promise<Record<string, unk
       ratioLine('atelier / ssh -L new connection p50', a.connect.p50, s.connect.p50);
     }
     result.portForward = measured;
+
+    // Where a new forwarded connection's time goes: each connection is one authenticated request.
+    const parts = {
+      get: await timedRequests(server, `/v1/workshops/${ws.id}`, false),
+      upgrade22: await timedRequests(server, `/v1/workshops/${ws.id}/tunnel?port=22`, true),
+      upgrade: await timedRequests(server, `/v1/workshops/${ws.id}/tunnel?port=${PORT_IN_WORKSHOP}`, true),
+    };
+    statLine('request', 'GET /v1/workshops/ID (token + 1 lookup)', parts.get, ['p50', 'p99']);
+    statLine('request', 'tunnel 101, no connection inside (port 22)', parts.upgrade22, ['p50', 'p99']);
+    statLine('request', 'tunnel 101 once the port inside answered', parts.upgrade, ['p50', 'p99']);
+    result.newConnection = parts;
 
     const echo = summarize(await ptyEcho(server, ws.id));
     statLine('atelier', 'PTY echo over the WebSocket (sandboxed)', echo, ['p50', 'p99']);

@@ -233,6 +233,11 @@ const TABLE: Record<string, Row> = {
     expect: e(401, 404, 403, 403, 426, 426, 426, 404),
     call: (f) => ({ method: 'GET', path: `/v1/workshops/${f.ws}/tunnel?port=22` }),
   },
+  // Why a raw tunnel ended (an unknown tunnel is answered too: `state: "unknown"`).
+  'GET /v1/workshops/:id/tunnels/:tunnel': {
+    expect: e(401, 404, 403, 403, 200, 200, 200, 404),
+    call: (f) => ({ method: 'GET', path: `/v1/workshops/${f.ws}/tunnels/tun-matrix` }),
+  },
   'GET /v1/workshops/:id/ssh': {
     expect: e(401, 404, 200, 200, 200, 200, 200, 404),
     call: (f) => ({ method: 'GET', path: `/v1/workshops/${f.ws}/ssh` }),

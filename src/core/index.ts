@@ -18,6 +18,18 @@ export type { ClientConfig, ClientContext, ConfigIo, Credential } from './client
 export { loadYaml } from './yaml.js';
 export { PTY_SIGNALS, PtyStart, TerminalControl } from './terminals.js';
 export type { TerminalEvent } from './terminals.js';
-export { TUNNEL_PROTOCOL, TUNNEL_RESUMED_HEADER, TunnelStream } from './tunnelStream.js';
+export {
+  TUNNEL_CUT_MESSAGE,
+  TUNNEL_ID_HEADER,
+  TUNNEL_MODE_HEADER,
+  TUNNEL_MODE_RAW,
+  TUNNEL_PROTOCOL,
+  TUNNEL_RESET_INSIDE_MESSAGE,
+  TUNNEL_RESUMED_HEADER,
+  nodeRelay,
+  relayPair,
+  resetSocket,
+} from './tunnelStream.js';
+export type { RelayEnd, RelayedPair, TunnelOutcome } from './tunnelStream.js';
 export { syncDir, writeFileAtomic } from './files.js';
 export type { AtomicWriteOptions } from './files.js';

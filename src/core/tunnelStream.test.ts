@@ -1,9 +1,8 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, connect, type Socket } from 'node:net';
-import { randomBytes } from 'node:crypto';
-import { AtelierError } from './errors.js';
-import { TunnelStream } from './tunnelStream.js';
+import { createHash, randomBytes } from 'node:crypto';
+import { nodeRelay, relayPair, type RelayEnd } from './tunnelStream.js';
 
 /** Two real sockets connected over loopback (port 0). */
 async function socketPair(): Promise<[Socket, Socket]> {
@@ -18,86 +17,72 @@ async function socketPair(): Promise<[Socket, Socket]> {
   return [client, other];
 }
 
-function collect(t: TunnelStream): Promise<Buffer> {
+/** Everything read until the peer's end (resolves), or the error that ended it (rejects). */
+function readAll(s: Socket): Promise<Buffer> {
   const chunks: Buffer[] = [];
-  t.on('data', (c: Buffer) => chunks.push(c));
+  s.on('data', (c: Buffer) => chunks.push(c));
   return new Promise((resolve, reject) => {
-    t.once('end', () => resolve(Buffer.concat(chunks)));
-    t.once('error', reject);
+    s.once('end', () => resolve(Buffer.concat(chunks)));
+    s.once('error', reject);
   });
 }
 
-function frame(type: number, payload: Buffer): Buffer {
-  const h = Buffer.alloc(5);
-  h[0] = type;
-  h.writeUInt32BE(payload.length, 1);
-  return Buffer.concat([h, payload]);
+const sha = (b: Buffer): string => createHash('sha256').update(b).digest('hex');
+
+type Relay = { done: Promise<RelayEnd>; cut(): void };
+let tags = 0;
+
+for (const [name, relay] of [
+  ['nodeRelay (the raw tunnel relayed in Node: TLS, no python)', (a: Socket, b: Socket): Relay => nodeRelay(a, b)],
+  [
+    'relayPair (the raw tunnel spliced by the kernel)',
+    (a: Socket, b: Socket): Relay => {
+      const r = relayPair(a, b, { tag: `test-${++tags}` });
+      assert.equal(r.spliced, true, 'plain TCP sockets are spliced');
+      return r;
+    },
+  ],
+] as const) {
+  /** client ↔ [a relay b] ↔ inside: what a tunnel hop is. */
+  const hop = async (): Promise<{ client: Socket; inside: Socket; relay: Relay }> => {
+    const [client, a] = await socketPair();
+    const [b, inside] = await socketPair();
+    return { client, inside, relay: relay(a, b) };
+  };
+  describe(name, () => {
+    it('carries bytes both ways with half-close: the answer still comes after one side ended', async () => {
+      const { client, inside, relay } = await hop();
+      const big = randomBytes(5 << 20);
+      const atInside = readAll(inside);
+      client.end(big);
+      assert.equal(sha(await atInside), sha(big));
+      const atClient = readAll(client);
+      inside.end('answer after the half-close');
+      assert.equal((await atClient).toString(), 'answer after the half-close');
+      const end = await relay.done;
+      assert.deepEqual(end, { aToB: big.length, bToA: 27 });
+    });
+
+    it('a reset on one side resets the other, and says which side failed', async () => {
+      const { client, inside, relay } = await hop();
+      const atClient = readAll(client);
+      inside.write('partial');
+      await new Promise((r) => setTimeout(r, 50));
+      inside.resetAndDestroy();
+      await assert.rejects(atClient, (err: NodeJS.ErrnoException) => err.code === 'ECONNRESET');
+      const end = await relay.done;
+      assert.equal(end.failed, 'b');
+      assert.equal(end.error, 'ECONNRESET');
+    });
+
+    it('cut() resets both sides', async () => {
+      const { client, inside, relay } = await hop();
+      const atClient = readAll(client);
+      const atInside = readAll(inside);
+      relay.cut();
+      await assert.rejects(atClient, (err: NodeJS.ErrnoException) => err.code === 'ECONNRESET');
+      await assert.rejects(atInside, (err: NodeJS.ErrnoException) => err.code === 'ECONNRESET');
+      assert.equal((await relay.done).error, 'cut');
+    });
+  });
 }
-
-describe('TunnelStream (Upgrade: atelier-tunnel frames)', () => {
-  it('carries bytes both ways with half-close, then both ends close', async () => {
-    const [a, b] = await socketPair();
-    const ta = new TunnelStream(a);
-    const tb = new TunnelStream(b);
-    const big = randomBytes(3 << 20);
-    const atB = collect(tb);
-    ta.end(big);
-    assert.deepEqual(await atB, big);
-    // B has seen A's end and may still answer.
-    const atA = collect(ta);
-    tb.end(Buffer.from('answer after the half-close'));
-    assert.equal((await atA).toString(), 'answer after the half-close');
-    await Promise.all([new Promise((r) => a.once('close', r)), new Promise((r) => b.once('close', r))]);
-  });
-
-  it('parses frames split at any byte', async () => {
-    const [a, b] = await socketPair();
-    const tb = new TunnelStream(b);
-    const got = collect(tb);
-    const wire = Buffer.concat([
-      frame(0, Buffer.from('hello ')),
-      frame(0, Buffer.alloc(0)),
-      frame(0, Buffer.from('world')),
-      frame(1, Buffer.alloc(0)),
-    ]);
-    for (const byte of wire) {
-      a.write(Buffer.from([byte]));
-      await new Promise((r) => setImmediate(r));
-    }
-    assert.equal((await got).toString(), 'hello world');
-    a.destroy();
-  });
-
-  it("reports the peer's ERROR frame with its code, and a cut without EOF as such", async () => {
-    const [a, b] = await socketPair();
-    const ta = new TunnelStream(a);
-    const tb = new TunnelStream(b);
-    ta.on('data', () => undefined);
-    const failed = new Promise<Error>((r) => ta.once('error', r));
-    // The side that failed closes quietly (no error of its own, nothing left open).
-    const failerClosed = new Promise((r) => tb.once('close', r));
-    tb.fail('PORT_CLOSED', 'nothing listens there');
-    await failerClosed;
-    const err = await failed;
-    assert.ok(err instanceof AtelierError);
-    assert.equal(err.code, 'PORT_CLOSED');
-    assert.equal(err.message, 'nothing listens there');
-
-    const [c, d] = await socketPair();
-    const tc = new TunnelStream(c, Buffer.alloc(0), 'the tunnel was cut');
-    tc.on('data', () => undefined);
-    const cut = new Promise<Error>((r) => tc.once('error', r));
-    d.destroy();
-    assert.match((await cut).message, /the tunnel was cut/);
-  });
-
-  it('refuses a frame it does not know, or a length beyond the limit', async () => {
-    const [a, b] = await socketPair();
-    const tb = new TunnelStream(b);
-    tb.on('data', () => undefined);
-    const bad = new Promise<Error>((r) => tb.once('error', r));
-    a.write(frame(0, Buffer.alloc(0)).fill(0xff, 1, 5));
-    assert.match((await bad).message, /broke the protocol/);
-    a.destroy();
-  });
-});

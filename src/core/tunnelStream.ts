@@ -1,208 +1,175 @@
-import { Duplex } from 'node:stream';
 import type { Socket } from 'node:net';
-import { AtelierError, isErrorCode } from './errors.js';
+import type { ErrorCode } from './errors.js';
+import { spliceRelay } from './splice.js';
 
 /**
- * The byte-tunnel stream: what `GET /v1/workshops/:id/tunnel?port=N` speaks after an HTTP/1.1
+ * The byte tunnel: what `GET /v1/workshops/:id/tunnel?port=N` speaks after an HTTP/1.1
  * `Upgrade: atelier-tunnel` (the WebSocket form of the same route stays for browsers).
  *
- * After the `101 Switching Protocols` each side sends frames: a 5-byte header (type, then the
- * payload length as a big-endian uint32) and the payload. No masking and no copy: a chunk read
- * from one socket is written to the other as it is, behind its header, in one writev. The
- * framing exists only to say what TCP alone cannot: the other side's end of data (`EOF`, a
- * half-close) apart from a tunnel cut by a server restart, and why a connection failed (`ERROR`,
- * `{code, message}`).
+ * The request carries `Atelier-Tunnel-Mode: raw`; the `101 Switching Protocols` acknowledges it
+ * (same header) and names the tunnel (`Atelier-Tunnel-Id`). From then on the connection carries
+ * the bytes of the connection inside the workshop and nothing else, so that both the server and
+ * the CLI can hand their two sockets to a zero-copy splice relay:
+ * - a half-close is a half-close (TCP FIN), both ways;
+ * - a connection reset inside the workshop resets the tunnel (TCP RST), and the client's reset
+ *   resets the connection inside;
+ * - why a tunnel ended abnormally (reset inside the workshop, the workshop deleted, the server
+ *   shutting down) is kept by the server for a while: the client asks
+ *   `GET /v1/workshops/:id/tunnels/:tunnel` once it sees a reset. A server that cannot be reached
+ *   or has no record of the tunnel means it was cut (server restarted or network down).
  */
 export const TUNNEL_PROTOCOL = 'atelier-tunnel';
 /** The 101 response header saying whether the workshop was resumed for this tunnel. */
 export const TUNNEL_RESUMED_HEADER = 'atelier-resumed';
+/** Request header asking for a raw tunnel, echoed by the 101 that grants it. */
+export const TUNNEL_MODE_HEADER = 'atelier-tunnel-mode';
+export const TUNNEL_MODE_RAW = 'raw';
+/** The 101 response header naming the tunnel (for `GET /v1/workshops/:id/tunnels/:tunnel`). */
+export const TUNNEL_ID_HEADER = 'atelier-tunnel-id';
 
-const DATA = 0;
-const EOF = 1;
-const ERROR = 2;
-const HEADER = 5;
-/** Larger writes are split: a receiver never has to trust a length beyond this. */
-const MAX_DATA = 1 << 20;
-const MAX_ERROR = 16 << 10;
-/** Bytes a tunnel queues (either way) before it pauses its source. */
-const HIGH_WATER = 1 << 20;
+export const TUNNEL_CUT_MESSAGE = 'the tunnel was cut (server restarted or network down)';
+export const TUNNEL_RESET_INSIDE_MESSAGE = 'the connection inside the workshop was reset';
 
-function header(type: number, length: number): Buffer {
-  const h = Buffer.allocUnsafe(HEADER);
-  h[0] = type;
-  h.writeUInt32BE(length, 1);
-  return h;
+/**
+ * How a tunnel went, as the server tells it: `open` (still relaying), `closed` (both ways ended
+ * normally), `reset` (a reset inside the workshop, or by the client), `cut` (by the server:
+ * workshop deleted, server shutting down, SSH endpoint failure), `unknown` (no record: the server
+ * restarted since, or it ended long ago).
+ */
+export interface TunnelOutcome {
+  id: string;
+  workshop: string;
+  state: 'open' | 'closed' | 'reset' | 'cut' | 'unknown';
+  code?: ErrorCode;
+  message: string;
+}
+
+/** What a relay reports when a pair of connections is over. */
+export interface RelayEnd {
+  /** Bytes relayed from the first socket to the second, and back. */
+  aToB: number;
+  bToA: number;
+  /** Set when the pair did not end with both half-closes: how (`ECONNRESET`, `EPIPE`, `cut`…). */
+  error?: string;
+  /** Which side failed first (its error was propagated to the other as a reset). */
+  failed?: 'a' | 'b';
+}
+
+/** Resets a TCP connection (RST), or just closes what is not a plain TCP socket (TLS). */
+export function resetSocket(s: Socket): void {
+  if (s.destroyed) return;
+  try {
+    s.resetAndDestroy();
+  } catch {
+    s.destroy();
+  }
 }
 
 /**
- * One end of a byte tunnel, as a Duplex over the upgraded socket: what is written goes out as
- * DATA frames (ended by EOF), what comes in as DATA is read. Backpressure is the socket's: a
- * reader that stops reading pauses the socket, hence the peer (nothing grows without bound).
- * Emits 'error' with an AtelierError when the peer reports one (ERROR frame) or when the socket
- * closes before the peer's EOF ("the tunnel was cut").
+ * Relays two connected sockets in Node (for what a splice relay cannot take: TLS, or no splice
+ * helper): backpressure both ways (a side that does not read pauses the other; nothing is queued
+ * beyond the sockets' own buffers), half-close both ways, and an error or reset on one side
+ * resets the other. `fromA` is what was already read from `a` and goes to `b` first. `cut()`
+ * resets both. `done` resolves once both sockets are closed.
  */
-export class TunnelStream extends Duplex {
-  private head: Buffer = Buffer.alloc(0);
-  private type = -1;
-  private left = 0;
-  private errorText: Buffer[] = [];
-  private peerEof = false;
-  private eofSent = false;
-  private failed = false;
-  private closing = false;
-
-  constructor(
-    readonly socket: Socket,
-    first: Buffer = Buffer.alloc(0),
-    private readonly cutMessage = 'the tunnel was cut (server restarted or network down)',
-  ) {
-    super({ allowHalfOpen: true, readableHighWaterMark: HIGH_WATER, writableHighWaterMark: HIGH_WATER });
-    socket.setNoDelay(true);
-    socket.on('data', (chunk: Buffer) => this.parse(chunk));
-    socket.on('end', () => {
-      if (!this.peerEof) this.cut();
+export function nodeRelay(a: Socket, b: Socket, opts: { fromA?: Buffer; fromB?: Buffer } = {}): { done: Promise<RelayEnd>; cut(): void } {
+  const end: RelayEnd = { aToB: 0, bToA: 0 };
+  const sides = { a, b };
+  const other = (side: 'a' | 'b'): Socket => (side === 'a' ? b : a);
+  const readEnded = { a: false, b: false };
+  const fail = (side: 'a' | 'b', why: string): void => {
+    if (end.error === undefined) {
+      end.error = why;
+      end.failed = side;
+    }
+    resetSocket(other(side));
+    sides[side].destroy();
+  };
+  for (const side of ['a', 'b'] as const) {
+    const src = sides[side];
+    const dst = other(side);
+    src.allowHalfOpen = true;
+    src.setNoDelay(true);
+    src.on('data', (chunk: Buffer) => {
+      if (side === 'a') end.aToB += chunk.length;
+      else end.bToA += chunk.length;
+      if (!dst.write(chunk)) {
+        src.pause();
+        dst.once('drain', () => src.resume());
+      }
     });
-    socket.on('error', () => undefined);
-    // After the peer's EOF a close loses nothing: what was read is still handed out, in order.
-    socket.on('close', () => {
-      if (!this.peerEof) this.cut();
+    src.on('end', () => {
+      readEnded[side] = true;
+      if (!dst.destroyed) dst.end();
     });
-    socket.on('drain', () => this.emit('socketDrain'));
-    if (first.length > 0) this.parse(first);
+    src.on('error', (err: NodeJS.ErrnoException) => fail(side, err.code ?? err.message));
+    // Closed by its owner before both ways were done: the other side is reset, not left open.
+    src.on('close', () => {
+      if (!dst.destroyed && !(readEnded[side] && src.writableFinished)) fail(side, 'closed');
+    });
   }
-
-  /** Sends an ERROR frame (a reason the peer shows), then ends the tunnel. */
-  fail(code: string, message: string): void {
-    // This side is the one that failed: the close that follows is no news to it.
-    this.closing = true;
-    if (this.socket.destroyed || this.socket.writableEnded) return;
-    const body = Buffer.from(JSON.stringify({ code, message }).slice(0, MAX_ERROR));
-    this.socket.cork();
-    this.socket.write(header(ERROR, body.length));
-    this.socket.write(body);
-    this.socket.uncork();
-    this.socket.end();
+  if (opts.fromA?.length) {
+    end.aToB += opts.fromA.length;
+    b.write(opts.fromA);
   }
-
-  /** Closes the tunnel on purpose (the local side went away): no 'error' for the cut that follows. */
-  close(): void {
-    this.closing = true;
-    this.destroy();
+  if (opts.fromB?.length) {
+    end.bToA += opts.fromB.length;
+    a.write(opts.fromB);
   }
+  const closed = (s: Socket): Promise<void> => (s.closed ? Promise.resolve() : new Promise((r) => s.once('close', () => r())));
+  const done = Promise.all([closed(a), closed(b)]).then(() => end);
+  a.resume();
+  b.resume();
+  return {
+    done,
+    cut() {
+      if (end.error === undefined) end.error = 'cut';
+      resetSocket(a);
+      resetSocket(b);
+    },
+  };
+}
 
-  private cut(): void {
-    if (this.failed) return;
-    if (this.closing) {
-      this.destroy();
-      return;
+/** A relayed pair: `done` once both sockets are closed; `cut()` resets both. */
+export interface RelayedPair {
+  done: Promise<RelayEnd>;
+  /** `spliced`: relayed by the kernel (splice(2) in the relay child), not through this process. */
+  spliced: boolean;
+  cut(): void;
+}
+
+/** A cut asked for before the splice child registered the pair is asked again this often. */
+const CUT_RETRY_MS = 100;
+
+/**
+ * Relays two connected sockets: through the splice relay (zero copy, in its child process) when
+ * both can be spliced, in Node otherwise (TLS, no python). Same behaviour either way: half-close
+ * both ways, a failure on one side resets the other, `cut()` resets both.
+ */
+export function relayPair(a: Socket, b: Socket, opts: { tag: string; fromA?: Buffer; fromB?: Buffer }): RelayedPair {
+  const splice = spliceRelay();
+  if (!splice.usable(a, b)) return { ...nodeRelay(a, b, opts), spliced: false };
+  let ended = false;
+  let retry: NodeJS.Timeout | undefined;
+  const done = splice.relay(a, b, { tag: opts.tag, fromA: opts.fromA, fromB: opts.fromB }).then((r): RelayEnd => {
+    ended = true;
+    clearInterval(retry);
+    const end: RelayEnd = { aToB: r.aToB, bToA: r.bToA };
+    if (r.error !== undefined) {
+      end.error = r.error === 'ECANCELED' ? 'cut' : r.error;
+      if (r.side !== undefined) end.failed = r.side === 0 ? 'a' : 'b';
     }
-    this.failed = true;
-    this.destroy(new AtelierError('UNAVAILABLE', this.cutMessage));
-  }
-
-  private protocolError(what: string): void {
-    this.failed = true;
-    this.socket.destroy();
-    this.destroy(new AtelierError('INTERNAL', `the tunnel's peer broke the protocol: ${what}`));
-  }
-
-  private parse(chunk: Buffer): void {
-    let off = 0;
-    while (off < chunk.length && !this.failed) {
-      if (this.type < 0) {
-        const need = HEADER - this.head.length;
-        const part = chunk.subarray(off, off + need);
-        off += part.length;
-        this.head = this.head.length === 0 && part.length === HEADER ? part : Buffer.concat([this.head, part]);
-        if (this.head.length < HEADER) return;
-        this.type = this.head[0]!;
-        this.left = this.head.readUInt32BE(1);
-        this.head = Buffer.alloc(0);
-        if (this.type === EOF) {
-          if (this.left !== 0) return this.protocolError('an EOF frame with a payload');
-          this.type = -1;
-          this.peerEof = true;
-          this.push(null);
-          if (this.eofSent) this.socket.end();
-          continue;
-        }
-        if (this.type === DATA ? this.left > MAX_DATA : this.type === ERROR ? this.left > MAX_ERROR : true)
-          return this.protocolError(`frame type ${this.type}, length ${this.left}`);
-        if (this.left === 0) {
-          if (this.type === ERROR) this.peerError();
-          this.type = -1;
-        }
-        continue;
-      }
-      const part = chunk.subarray(off, off + this.left);
-      off += part.length;
-      this.left -= part.length;
-      if (this.type === DATA) {
-        if (!this.push(part)) this.socket.pause();
-      } else this.errorText.push(part);
-      if (this.left === 0) {
-        if (this.type === ERROR) this.peerError();
-        this.type = -1;
-      }
-    }
-  }
-
-  private peerError(): void {
-    let err: AtelierError;
-    try {
-      const e = JSON.parse(Buffer.concat(this.errorText).toString('utf8')) as { code?: unknown; message?: unknown };
-      const code = typeof e.code === 'string' && isErrorCode(e.code) ? e.code : 'UNAVAILABLE';
-      err = new AtelierError(code, typeof e.message === 'string' ? e.message : 'the tunnel failed');
-    } catch {
-      err = new AtelierError('UNAVAILABLE', 'the tunnel failed (unreadable reason)');
-    }
-    this.failed = true;
-    this.destroy(err);
-  }
-
-  override _read(): void {
-    if (!this.failed && this.socket.isPaused()) this.socket.resume();
-  }
-
-  override _write(chunk: Buffer, _enc: BufferEncoding, done: (err?: Error | null) => void): void {
-    this.send(chunk, done);
-  }
-
-  override _writev(chunks: { chunk: Buffer }[], done: (err?: Error | null) => void): void {
-    this.send(
-      chunks.map((c) => c.chunk),
-      done,
-    );
-  }
-
-  private send(chunks: Buffer | Buffer[], done: (err?: Error | null) => void): void {
-    if (this.socket.destroyed || this.socket.writableEnded) return done();
-    let ok = true;
-    // Header and payload leave in one writev (corked), the payload never copied.
-    this.socket.cork();
-    for (const chunk of Array.isArray(chunks) ? chunks : [chunks])
-      for (let off = 0; off < chunk.length; off += MAX_DATA) {
-        const part = off === 0 && chunk.length <= MAX_DATA ? chunk : chunk.subarray(off, off + MAX_DATA);
-        this.socket.write(header(DATA, part.length));
-        ok = this.socket.write(part);
-      }
-    this.socket.uncork();
-    if (ok) done();
-    else this.once('socketDrain', () => done());
-  }
-
-  override _final(done: (err?: Error | null) => void): void {
-    if (!this.socket.destroyed && !this.socket.writableEnded) {
-      this.socket.write(header(EOF, 0));
-      this.eofSent = true;
-      // Both ways are done: the connection ends (the peer does the same; either end is fine).
-      if (this.peerEof) this.socket.end();
-    }
-    done();
-  }
-
-  override _destroy(err: Error | null, done: (err?: Error | null) => void): void {
-    if (!this.socket.destroyed && !(this.peerEof && this.eofSent)) this.socket.destroy();
-    done(err);
-  }
+    return end;
+  });
+  return {
+    done,
+    spliced: true,
+    cut() {
+      if (ended) return;
+      splice.closeTag(opts.tag);
+      // The pair is registered with the child only once what Node held was flushed.
+      retry ??= setInterval(() => splice.closeTag(opts.tag), CUT_RETRY_MS);
+      retry.unref();
+    },
+  };
 }

@@ -167,6 +167,8 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   void app.register(async (scope) => {
     const terminals = terminalRoutes(scope, deps.workshops, deps.pool, deps.sealer, deps.logger, deps.approvals);
     scope.addHook('onClose', async () => terminals.close());
+    // A deleted workshop's tunnels are cut before its sandbox goes (the DELETE route is the root's).
+    app.addHook('preHandler', (request) => terminals.beforeDelete(request));
   });
   for (const register of deps.extraRoutes ?? []) register(app);
   const approvals = deps.approvals;

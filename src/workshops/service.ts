@@ -525,7 +525,8 @@ export class WorkshopService {
       await this.resume(id, actor);
       resumed = true;
     }
-    const row = await this.runnable(id, access);
+    // One lookup per tunnel connection unless the workshop was just resumed.
+    const row = await this.runnable(id, access, resumed ? undefined : first);
     return { id: row.id, name: row.name, sandbox: row.sandbox, env: this.sandboxEnv(row), resumed };
   }
 
@@ -656,8 +657,9 @@ export class WorkshopService {
     return rows.map((r) => this.context(r, r.sandbox!));
   }
 
-  private async runnable(id: string, access: Access | undefined): Promise<WorkshopRow & { sandbox: SandboxHandle }> {
-    const row = await this.row(id, access);
+  /** The workshop's row if it runs (`known`: a row just read with the same access check). */
+  private async runnable(id: string, access: Access | undefined, known?: WorkshopRow): Promise<WorkshopRow & { sandbox: SandboxHandle }> {
+    const row = known ?? (await this.row(id, access));
     if (row.status === 'Suspended')
       throw new AtelierError('WORKSHOP_SUSPENDED', `workshop ${id} is suspended: run \`atelier workshops resume ${id}\``, { id });
     if (row.status !== 'Running' || !row.sandbox) {

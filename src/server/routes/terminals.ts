@@ -2,17 +2,27 @@ import type { Socket } from 'node:net';
 import { createWebSocketStream, type RawData, type WebSocket } from 'ws';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import { AtelierError, PtyStart, TUNNEL_PROTOCOL, TUNNEL_RESUMED_HEADER, TunnelStream } from '../../core/index.js';
+import {
+  AtelierError,
+  PtyStart,
+  TUNNEL_ID_HEADER,
+  TUNNEL_MODE_HEADER,
+  TUNNEL_MODE_RAW,
+  TUNNEL_PROTOCOL,
+  TUNNEL_RESUMED_HEADER,
+  type TunnelOutcome,
+} from '../../core/index.js';
 import type { ApprovalEvent, ApprovalService } from '../../approvals/index.js';
 import type { Pool } from '../../db/index.js';
 import type { RouteAccess } from '../../identity/index.js';
 import { SandboxConnectError } from '../../sandbox/index.js';
 import type { WorkshopService } from '../../workshops/index.js';
-import { attachPty, bridgeSocket, failSocket, relayStream, sendEvent } from '../tunnels/bridge.js';
+import { attachPty, bridgeSocket, failSocket, sendEvent } from '../tunnels/bridge.js';
 import { PtySession, type TerminalTarget } from '../tunnels/pty.js';
 import { SshEndpoint, type Sealer } from '../tunnels/ssh.js';
 import { SandboxConnectors } from '../tunnels/connector.js';
 import { AgentSessions } from '../tunnels/sessions.js';
+import { TunnelRelays } from '../tunnels/relays.js';
 import { parse, principalOf } from './common.js';
 import { approvalWhat } from './workshops.js';
 
@@ -51,7 +61,14 @@ function upgradeRequired(): never {
 }
 
 function isStreamUpgrade(request: FastifyRequest): boolean {
-  return String(request.headers.upgrade ?? '').toLowerCase() === TUNNEL_PROTOCOL;
+  if (String(request.headers.upgrade ?? '').toLowerCase() !== TUNNEL_PROTOCOL) return false;
+  if (String(request.headers[TUNNEL_MODE_HEADER] ?? '').toLowerCase() !== TUNNEL_MODE_RAW)
+    throw new AtelierError(
+      'INVALID_ARGUMENT',
+      `an \`Upgrade: ${TUNNEL_PROTOCOL}\` request must ask for a raw tunnel (\`${TUNNEL_MODE_HEADER}: ${TUNNEL_MODE_RAW}\`); an older CLI does not: update it`,
+      { field: TUNNEL_MODE_HEADER },
+    );
+  return true;
 }
 
 /** Bytes that came after the upgrade request's headers (kept by @fastify/websocket on the raw request). */
@@ -65,6 +82,8 @@ function upgradeHead(raw: FastifyRequest['raw']): Buffer {
 interface Prepared {
   target: TerminalTarget & { resumed: boolean };
   socket?: Socket;
+  /** Hands `socket` over (to a relay): the client's socket closing no longer destroys it. */
+  release?: () => void;
 }
 const prepared = new WeakMap<FastifyRequest, Prepared>();
 
@@ -106,6 +125,11 @@ const StartSessionRequest = z.strictObject({
 /** What the terminals area keeps running; closed with the server. */
 export interface TerminalsRuntime {
   close(): void;
+  /**
+   * A root `preHandler` hook: before `DELETE /v1/workshops/:id` (by someone allowed to) takes the
+   * sandbox down, the workshop's tunnels are cut, and clients asking why are told it was deleted.
+   */
+  beforeDelete(request: FastifyRequest): Promise<void>;
 }
 
 /**
@@ -146,20 +170,20 @@ export function terminalRoutes(
   );
   const sessions = new AgentSessions(service, log);
   const ptys = new Set<PtySession>();
-  const streams = new Set<TunnelStream>();
+  const relays = new TunnelRelays();
   // Upgraded connections are not the HTTP server's any more, yet it waits for them to close:
-  // cut them first (clients say "the tunnel was cut"), as @fastify/websocket closes its sockets.
+  // reset them first (clients then say "the tunnel was cut"), as @fastify/websocket closes its sockets.
   app.addHook('preClose', (done) => {
-    for (const t of streams) t.socket.destroy();
+    relays.closeAll();
     done();
   });
 
   /** Authorises and finds the running sandbox (resuming unless ?resume=false) before any upgrade. */
-  const prepare = async (request: FastifyRequest<IdParams & TunnelQuery>, withPort: boolean): Promise<void> => {
+  const prepare = async (request: FastifyRequest<IdParams & TunnelQuery>, withPort: boolean, upgrade: boolean): Promise<void> => {
     const actor = principalOf(request);
     const port = withPort ? portParam(request.query.port) : undefined;
     const resume = boolParam(request.query.resume, 'resume', true);
-    if (!(request as FastifyRequest & { ws?: boolean }).ws) {
+    if (!upgrade) {
       await service.authorize(request.params.id, actor, 'operate');
       return;
     }
@@ -172,10 +196,11 @@ export function terminalRoutes(
     // The remote port must answer before the client is told the tunnel is up.
     try {
       const socket = await connectors.connect(t.sandbox, port);
-      // Never left open inside the workshop by a client that went away before (or after) the upgrade.
-      request.raw.socket.once('close', () => socket.destroy());
+      // Never left open inside the workshop by a client that went away before the upgrade.
+      const drop = (): void => void socket.destroy();
+      request.raw.socket.once('close', drop);
       if (request.raw.socket.destroyed) socket.destroy();
-      prepared.set(request, { target, socket });
+      prepared.set(request, { target, socket, release: () => request.raw.socket.off('close', drop) });
     } catch (err) {
       if (err instanceof SandboxConnectError)
         throw new AtelierError('PORT_CLOSED', `${err.message} (${request.params.id}): start the server there first`, {
@@ -190,7 +215,7 @@ export function terminalRoutes(
     method: 'GET',
     url: '/v1/workshops/:id/pty',
     config: { access: OPERATE },
-    preHandler: async (request) => prepare(request, false),
+    preHandler: async (request) => prepare(request, false, !!(request as FastifyRequest & { ws?: boolean }).ws),
     handler: async () => upgradeRequired(),
     wsHandler: async (ws: WebSocket, request: FastifyRequest) => {
       const p = prepared.get(request)!;
@@ -216,33 +241,34 @@ export function terminalRoutes(
     },
   });
 
-  /** Serves a tunnel whose remote end is ready: a TCP connection, or the SSH endpoint for port 22. */
-  const serveTunnel = (p: Prepared, userId: string, tunnel: TunnelStream): void => {
-    if (p.socket) return relayStream(tunnel, p.socket);
-    tunnel.on('error', () => undefined);
-    ssh
-      .serve(tunnel, p.target, userId)
-      .catch((err: Error) => tunnel.fail('UNAVAILABLE', `the SSH endpoint could not start: ${err.message}`));
-  };
-
   app.route<IdParams & TunnelQuery>({
     method: 'GET',
     url: '/v1/workshops/:id/tunnel',
     config: { access: OPERATE },
     preHandler: async (request, reply) => {
-      await prepare(request, true);
-      if (!isStreamUpgrade(request)) return;
-      // `Upgrade: atelier-tunnel` (the CLI): a framed byte stream on the connection itself, no WebSocket.
+      const stream = isStreamUpgrade(request);
+      await prepare(request, true, stream || !!(request as FastifyRequest & { ws?: boolean }).ws);
+      if (!stream) return;
+      // `Upgrade: atelier-tunnel` (the CLI): the connection itself becomes the tunnel, raw bytes.
       const p = prepared.get(request)!;
       const socket = request.raw.socket as Socket;
+      const id = relays.newId();
       reply.hijack();
+      const head = upgradeHead(request.raw);
       socket.write(
-        `HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${TUNNEL_PROTOCOL}\r\n${TUNNEL_RESUMED_HEADER}: ${p.target.resumed}\r\n\r\n`,
+        `HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${TUNNEL_PROTOCOL}\r\n${TUNNEL_MODE_HEADER}: ${TUNNEL_MODE_RAW}\r\n` +
+          `${TUNNEL_ID_HEADER}: ${id}\r\n${TUNNEL_RESUMED_HEADER}: ${p.target.resumed}\r\n\r\n`,
       );
-      const tunnel = new TunnelStream(socket, upgradeHead(request.raw), 'the client went away');
-      streams.add(tunnel);
-      tunnel.once('close', () => streams.delete(tunnel));
-      serveTunnel(p, principalOf(request).userId, tunnel);
+      if (p.socket) {
+        p.release?.();
+        return relays.relay(id, p.target.id, socket, p.socket, head);
+      }
+      // Port 22: the workshop's SSH endpoint, for the user the tunnel authenticated.
+      relays.serve(id, p.target.id, socket);
+      if (head.length > 0) socket.unshift(head);
+      ssh
+        .serve(socket, p.target, principalOf(request).userId)
+        .catch((err: Error) => relays.fail(id, 'UNAVAILABLE', `the SSH endpoint could not start: ${err.message}`));
     },
     handler: async () => upgradeRequired(),
     wsHandler: async (ws: WebSocket, request: FastifyRequest) => {
@@ -257,6 +283,21 @@ export function terminalRoutes(
       });
     },
   });
+
+  // Why a raw tunnel ended: asked by a client that saw its tunnel reset.
+  app.get<IdParams & { Params: { tunnel: string } }>(
+    '/v1/workshops/:id/tunnels/:tunnel',
+    { config: { access: OPERATE } },
+    async (request): Promise<TunnelOutcome> => {
+      // Whoever may open the workshop's tunnels (the `operate` right) may ask how one ended.
+      await service.authorize(request.params.id, principalOf(request), 'operate');
+      const w = await service.get(request.params.id, principalOf(request));
+      const outcome = await relays.why(w.id, request.params.tunnel);
+      if (w.status === 'Deleting' && outcome.state !== 'closed')
+        return { ...outcome, state: 'cut', code: 'WORKSHOP_NOT_FOUND', message: `workshop ${w.id} was deleted` };
+      return outcome;
+    },
+  );
 
   app.get<IdParams>('/v1/workshops/:id/ssh', { config: { access: READ } }, async (request) => {
     const w = await service.get(request.params.id, principalOf(request));
@@ -328,8 +369,19 @@ export function terminalRoutes(
   });
 
   return {
+    async beforeDelete(request) {
+      if (request.method !== 'DELETE' || request.routeOptions.url !== '/v1/workshops/:id') return;
+      const id = (request.params as { id: string }).id;
+      try {
+        await service.authorize(id, principalOf(request), 'delete');
+      } catch {
+        return; // the route itself refuses, saying why
+      }
+      relays.cutWorkshop(id, 'WORKSHOP_NOT_FOUND', `workshop ${id} was deleted`);
+      ssh.forget(id);
+    },
     close() {
-      for (const t of streams) t.socket.destroy();
+      relays.closeAll();
       connectors.close();
       for (const p of ptys) p.close();
       sessions.close();

@@ -1,6 +1,6 @@
 import type { Socket } from 'node:net';
 import type { WebSocket, RawData } from 'ws';
-import { TerminalControl, type TerminalEvent, type TunnelStream } from '../../core/index.js';
+import { TerminalControl, type TerminalEvent } from '../../core/index.js';
 import type { PtyReader, PtySession } from './pty.js';
 
 /** Above this many bytes queued towards a WebSocket client, the source is paused. */
@@ -137,35 +137,4 @@ export function bridgeSocket(ws: WebSocket, socket: Socket): void {
     } else failSocket(ws, 'INVALID_ARGUMENT', 'a tunnel takes binary frames and {type: "eof"} only');
   });
   ws.on('close', () => socket.destroy());
-}
-
-/**
- * Relays bytes between a byte-tunnel stream (`Upgrade: atelier-tunnel`) and a TCP connection
- * inside a workshop, with backpressure both ways (each side is paused while the other has not
- * taken what it was given) and half-close both ways. A connection reset inside the workshop is
- * reported to the client as an ERROR frame; a client that goes away closes the connection.
- */
-export function relayStream(tunnel: TunnelStream, socket: Socket): void {
-  let remoteEof = false;
-  socket.setNoDelay(true);
-  socket.on('data', (chunk: Buffer) => {
-    if (!tunnel.write(chunk)) socket.pause();
-  });
-  tunnel.on('drain', () => socket.resume());
-  socket.on('end', () => {
-    remoteEof = true;
-    tunnel.end();
-  });
-  socket.on('error', () => undefined);
-  socket.on('close', (hadError) => {
-    if (hadError || !remoteEof) tunnel.fail('UNAVAILABLE', 'the connection inside the workshop was reset');
-  });
-  tunnel.on('data', (chunk: Buffer) => {
-    if (!socket.write(chunk)) {
-      tunnel.pause();
-      socket.once('drain', () => tunnel.resume());
-    }
-  });
-  tunnel.on('end', () => socket.end());
-  tunnel.on('error', () => socket.destroy());
 }

@@ -148,15 +148,21 @@ export class SshEndpoint {
     if (!server) {
       const { privateKey } = await this.hostKey(target.id);
       server = new Server({ hostKeys: [privateKey], ident: 'Atelier' });
+      // One 'connection' listener per tunnel still in its SSH handshake (see below).
+      server.setMaxListeners(0);
       this.servers.set(target.id, server);
     }
-    // The remote address fields are read by ssh2 for its 'connection' info.
-    Object.assign(stream, { remoteAddress: '127.0.0.1', remotePort: 0, remoteFamily: 'IPv4' });
+    // The remote address fields are read by ssh2 for its 'connection' info (a socket has its own).
+    if (!('remoteAddress' in stream)) Object.assign(stream, { remoteAddress: '127.0.0.1', remotePort: 0, remoteFamily: 'IPv4' });
+    // ssh2 says 'connection' once the client's SSH header came: several tunnels may be opening at
+    // once, each handles its own stream only; one closed before its header leaves nothing behind.
     const onConnection = (client: Connection): void => {
+      if ((client as unknown as { _sock?: unknown })._sock !== stream) return;
       server!.off('connection', onConnection);
       this.handle(client, target, allowed);
     };
     server.on('connection', onConnection);
+    stream.once('close', () => server!.off('connection', onConnection));
     server.injectSocket(stream as never);
   }
 

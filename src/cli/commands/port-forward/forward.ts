@@ -1,11 +1,11 @@
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
-import { AtelierError, type Workshop } from '../../../core/index.js';
+import { AtelierError, relayPair, type Workshop } from '../../../core/index.js';
 import { call, type Target } from '../../client.js';
 import type { CommandContext } from '../../context.js';
 import { sayResumed } from '../../socket.js';
-import { openTunnel, pipeTunnel } from './tunnel.js';
+import { openTunnel, pipeStdio, tunnelFailure } from './tunnel.js';
 
 export interface ForwardFlags {
   resume: boolean;
@@ -150,17 +150,15 @@ export async function portForward(ctx: CommandContext, id: string, specTexts: st
     openTunnel(target, workshop.id, state.remote, flags.resume).then(
       (tunnel) => {
         sayResumed(workshop.id, tunnel.resumed);
-        local.setNoDelay(true);
-        local.once('close', () => tunnel.stream.close());
-        pipeTunnel(tunnel.stream, local, local)
-          .catch((err: unknown) => {
-            state.lastError = describe(err);
-            local.destroy();
-          })
-          .finally(() => {
-            state.connections--;
-          });
-        local.resume();
+        void relayPair(local, tunnel.socket, { tag: tunnel.id, fromB: tunnel.head }).done.then(async (end) => {
+          state.connections--;
+          // A reset from the tunnel's side (passed on to the local client as a reset): ask the server why.
+          if (end.error === undefined || end.failed !== 'b') return;
+          const why = await tunnelFailure(target, tunnel);
+          state.lastError = why.message;
+          say(`a connection to ${address}:${state.local} ended: ${why.message}`);
+          publish();
+        });
       },
       (err: unknown) => {
         state.connections--;
@@ -185,7 +183,7 @@ export async function portForward(ctx: CommandContext, id: string, specTexts: st
     for (const state of states) {
       const probe = await openTunnel(target, workshop.id, state.remote, flags.resume);
       sayResumed(workshop.id, probe.resumed);
-      probe.stream.close();
+      probe.socket.destroy();
     }
   } catch (err) {
     closeAll();
@@ -248,7 +246,7 @@ export async function portForward(ctx: CommandContext, id: string, specTexts: st
         if (!probe) continue;
         const before = s.health;
         try {
-          (await openTunnel(target, w.id, s.remote, flags.resume)).stream.close();
+          (await openTunnel(target, w.id, s.remote, flags.resume)).socket.destroy();
           s.health = 'ok';
           if (before !== 'ok') say(`${s.local} -> ${w.id}:${s.remote} is healthy again`);
         } catch (err) {
@@ -330,6 +328,6 @@ export async function portForwardStdio(ctx: CommandContext, id: string, portText
   const target: Target = await ctx.target();
   const tunnel = await openTunnel(target, id, remote, flags.resume);
   sayResumed(id, tunnel.resumed);
-  await pipeTunnel(tunnel.stream, process.stdin, process.stdout);
+  await pipeStdio(target, tunnel, process.stdin, process.stdout);
   return 0;
 }
