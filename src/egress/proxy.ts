@@ -742,12 +742,12 @@ export class EgressProxy {
   private dialUpstream(p: PlainConn, ex: PlainExchange, key: string): void {
     const v = ex.verdict!;
     this.dialPlain(p.l, v.dial, ex.port, v.internal).then(
-      ({ sock, address }) => {
+      ({ sock, address, reader }) => {
         if (p.done || p.ex !== ex) {
           sock.destroy();
           return;
         }
-        this.attachUpstream(p, ex, { sock, key, address, ex: undefined });
+        this.attachUpstream(p, ex, { sock, key, address, reader, ex: undefined });
       },
       (err: NodeJS.ErrnoException) => {
         if (p.done || p.ex !== ex) return;
@@ -770,14 +770,26 @@ export class EgressProxy {
     addresses: readonly string[],
     port: number,
     internal?: InternalTarget,
-  ): Promise<{ sock: net.Socket; address: string }> {
+  ): Promise<{ sock: net.Socket; address: string; reader: PlainReader }> {
     let last: unknown = new Error('no address');
     for (const address of internal ? [describeTarget(internal)] : addresses) {
+      // Reads land in one buffer shared by every plain upstream (see PLAIN_READ_BUFFER).
+      const reader: PlainReader = { on: undefined };
+      const onread: net.OnReadOpts = {
+        buffer: PLAIN_READ_BUFFER,
+        callback: (n: number) => {
+          if (reader.on) reader.on(PLAIN_READ_BUFFER.subarray(0, n));
+          // Nobody to give the bytes to yet: an upstream does not speak first.
+          else up.destroy();
+          return true;
+        },
+      };
+      let up: net.Socket;
       try {
         const sock = await new Promise<net.Socket>((resolve, reject) => {
-          const up = internal
-            ? connectTarget(internal)
-            : net.connect({ host: address, port, lookup: pinnedLookup(address), noDelay: true });
+          up = internal
+            ? connectTarget(internal, onread)
+            : net.connect({ host: address, port, lookup: pinnedLookup(address), noDelay: true, onread });
           this.track(l, up);
           const t = connectDeadline(up, `${address}:${port}`, this.limits.connectTimeoutMs);
           up.once('connect', () => {
@@ -792,7 +804,7 @@ export class EgressProxy {
           };
           up.once('error', fail);
         });
-        return { sock, address };
+        return { sock, address, reader };
       } catch (err) {
         last = err;
       }
@@ -807,7 +819,8 @@ export class EgressProxy {
     const sock = u.sock;
     if (!u.listening) {
       u.listening = true;
-      sock.on('data', (chunk: Buffer) => {
+      // `chunk` is PLAIN_READ_BUFFER: whatever outlives this call is copied (writeOut, rbuf).
+      u.reader.on = (chunk: Buffer) => {
         const cur = u.ex;
         if (!cur) {
           // An idle upstream does not speak first: it is not reused.
@@ -815,7 +828,7 @@ export class EgressProxy {
           return;
         }
         this.onUpstreamData(p, cur, chunk);
-      });
+      };
       sock.on('end', () => this.onUpstreamGone(p, u, undefined));
       sock.on('close', () => {
         if (p.pool.get(u.key) === u) this.unpool(p, u.key);
@@ -825,6 +838,8 @@ export class EgressProxy {
         if (u.ex && !p.done) p.s.resume();
       });
       sock.setTimeout(this.limits.idleTimeoutMs, () => sock.destroy());
+      // Flowing, so that the end of the stream is seen ('end'); the bytes go to reader.on.
+      sock.resume();
     }
     const head = ex.head;
     const d = ex.verdict!.decision;
@@ -888,7 +903,7 @@ export class EgressProxy {
     }
   }
 
-  /** Write what an origin read produced for the client, as one buffer when it is small. */
+  /** Write what an origin read produced for the client, as one buffer (never a view of PLAIN_READ_BUFFER). */
   private writeOut(p: PlainConn, ex: PlainExchange, out: Buffer[]): void {
     if (out.length === 0) return;
     const s = p.s;
@@ -898,18 +913,12 @@ export class EgressProxy {
       return;
     }
     let ok: boolean;
-    if (out.length === 1) ok = s.write(out[0]!);
-    else {
-      let n = 0;
-      for (const b of out) n += b.length;
-      if (n <= MERGE_WRITE_BYTES) ok = s.write(Buffer.concat(out, n));
-      else {
-        s.cork();
-        ok = true;
-        for (const b of out) ok = s.write(b) && ok;
-        s.uncork();
-      }
+    if (out.length === 1) {
+      const b = out[0]!;
+      ok = s.write(b.buffer === PLAIN_READ_BUFFER.buffer ? Buffer.from(b) : b);
     }
+    // One read's worth (at most the read buffer, a head, chunk framing): one copy, one write.
+    else ok = s.write(Buffer.concat(out));
     out.length = 0;
     // The client reads slower than the origin sends: the origin waits.
     if (!ok && ex.up && ex.res && !ex.res.done && p.ex === ex) {
@@ -925,10 +934,12 @@ export class EgressProxy {
     let from = 0;
     while (from < buf.length || (ex.res && ex.res.done)) {
       if (!ex.res) {
-        ex.rbuf = ex.rbuf ? Buffer.concat([ex.rbuf, from ? buf.subarray(from) : buf]) : from ? buf.subarray(from) : buf;
+        // The head is parsed where it is; only an incomplete one is kept, as a copy (concat), since
+        // the read buffer is reused.
+        const hb = ex.rbuf ? (ex.rbuf = Buffer.concat([ex.rbuf, buf.subarray(from)])) : from ? buf.subarray(from) : buf;
         let rh: ResponseHead | undefined;
         try {
-          rh = parseResponseHead(ex.rbuf, RESPONSE_HEAD_BYTES, ex.rscanned);
+          rh = parseResponseHead(hb, RESPONSE_HEAD_BYTES, ex.rscanned);
         } catch (err) {
           if (!(err instanceof HttpFramingError)) throw err;
           this.writeOut(p, ex, out);
@@ -936,10 +947,11 @@ export class EgressProxy {
           return;
         }
         if (!rh) {
+          ex.rbuf ??= Buffer.from(hb);
           ex.rscanned = ex.rbuf.length;
           return;
         }
-        buf = ex.rbuf;
+        buf = hb;
         from = rh.end;
         ex.rbuf = undefined;
         ex.rscanned = 0;
@@ -1794,6 +1806,7 @@ interface PlainExchange {
 /** An upstream socket of a client connection, dialed to `address` (a checked answer) or an internal target. */
 interface PlainUpstream {
   sock: net.Socket;
+  reader: PlainReader;
   key: string;
   address: string;
   ex: PlainExchange | undefined;
@@ -1811,8 +1824,18 @@ const MAX_POOLED_PER_CLIENT = 4;
  */
 const MAX_POOLED_PER_WORKSHOP = 256;
 
-/** Below this, a response head and the body bytes that came with it are written as one buffer. */
-const MERGE_WRITE_BYTES = 16 * 1024;
+/** Where an upstream's reads go once it serves an exchange. */
+interface PlainReader {
+  on: ((chunk: Buffer) => void) | undefined;
+}
+
+/**
+ * The read buffer of every plain-HTTP upstream (net's `onread`): reads are handled at once, one
+ * at a time, so one buffer serves them all; what must outlive a read (a response head still
+ * incomplete, a chunk written to a client that could not take it at once) is copied.
+ */
+const PLAIN_READ_BUFFER = Buffer.allocUnsafeSlow(64 * 1024);
+
 const CRLF_BYTES = 2;
 
 /**
