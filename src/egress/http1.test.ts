@@ -69,6 +69,14 @@ describe('parseRequestHead', () => {
     assert.deepEqual([plain.upgrade, plain.http2Settings, plain.expect, plain.connection.size], ['h2c', true, '100-continue', 0]);
   });
 
+  it('reads Connection tokens from every Connection field', () => {
+    const two = req('GET http://a.test/ HTTP/1.1\r\nConnection: Keep-Alive\r\nConnection: X-Hop, close\r\n\r\n')!;
+    assert.deepEqual([...two.connection].sort(), ['close', 'keep-alive', 'x-hop']);
+    assert.equal(two.connectionNamesFields, true);
+    const one = req('GET http://a.test/ HTTP/1.1\r\nConnection: keep-alive\r\n\r\n')!;
+    assert.deepEqual([[...one.connection], one.connectionNamesFields], [['keep-alive'], false], 'the first head left it as it was');
+  });
+
   it('refuses every ambiguous framing (request smuggling)', () => {
     refused('POST http://a/ HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n', 400, /both/);
     refused('POST http://a/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n', 400, /both/);

@@ -157,6 +157,14 @@ export function forwarded(h: MessageHead, i: number): boolean {
 }
 
 const EMPTY_SET: ReadonlySet<string> = new Set();
+const KEEP_ALIVE = { name: 'keep-alive', set: new Set(['keep-alive']) };
+const CLOSE = { name: 'close', set: new Set(['close']) };
+
+/** buf[at…] is `name` (lower-case ASCII), case-insensitively. */
+function sameLower(buf: Buffer, at: number, name: string): boolean {
+  for (let i = 0; i < name.length; i++) if (lower(buf[at + i]!) !== name.charCodeAt(i)) return false;
+  return true;
+}
 
 /**
  * Where the head of the message at `from` ends (the index after its empty line), or -1 while
@@ -194,6 +202,7 @@ interface Fields {
  */
 function parseFields(buf: Buffer, at: number, end: number, bad: 400 | 502): Fields {
   const spans: number[] = [];
+  // A shared set (KEEP_ALIVE, CLOSE) is never added to: it is copied first.
   let connection: Set<string> | undefined;
   let namesFields = false;
   let clAt = -1;
@@ -247,6 +256,14 @@ function parseFields(buf: Buffer, at: number, end: number, bad: 400 | 502): Fiel
         (te ??= []).push(at5);
         break;
       case FieldKind.Connection: {
+        // The usual one, `Connection: keep-alive` (or close) alone: a shared set, nothing split.
+        if (connection === undefined) {
+          const known = valueEnd - valueStart === 10 ? KEEP_ALIVE : valueEnd - valueStart === 5 ? CLOSE : undefined;
+          if (known && sameLower(buf, valueStart, known.name)) {
+            connection = known.set;
+            break;
+          }
+        } else if (connection === KEEP_ALIVE.set || connection === CLOSE.set) connection = new Set(connection);
         connection ??= new Set();
         for (const t of buf.toString('latin1', valueStart, valueEnd).split(',')) {
           const tok = t.trim().toLowerCase();
