@@ -13,6 +13,16 @@
  *   ceiling of any proxy process here, since with the client, the proxy and the origin sharing
  *   the machine's cores each request pays an extra process hop whatever the proxy does.
  *
+ * - `socat` (apt, optional: measured when installed) as a second bare relay, in C, one process per
+ *   connection: the cost of one extra hop when the relay itself costs next to nothing.
+ *
+ * Fairness: every variant gets the same client (this process, one minimal HTTP/1.1 client), the
+ * same CONCURRENCY connections and the same GET (origin-form to the origin and the bare relays,
+ * absolute-form to the proxies), against the same origin process. On 2 cores the client and the
+ * origin share the machine with the proxy, so the CPU each of them spends per request (from
+ * /proc, before/after each round) is printed beside the proxy's: together they say where the
+ * ceiling of any proxy lies here.
+ *
  * Atelier's proxy is measured the way a workshop reaches it in production: a TCP socket handed
  * to the proxy (in production opened inside the workshop's network namespace), and also on a
  * unix socket.
@@ -21,7 +31,7 @@
  * Every process is started here and stopped at the end; their files live under the run's
  * scratch directory. ATELIER_BENCH_EGRESS_PROF=<dir> runs the proxy with `node --cpu-prof`;
  * ATELIER_BENCH_EGRESS_MODULE=<file> loads the proxy library from that file instead of dist/egress/index.js
- * (to compare two builds in the same conditions).
+ * (to compare two builds in the same conditions); ATELIER_BENCH_EGRESS_PARTS=http (or connect) runs one part only.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { execFileSync } from 'node:child_process';
@@ -447,6 +457,17 @@ function median(xs: readonly number[]): number {
 
 // ---------------------------------------------------------------- the benchmark
 
+interface HttpResult {
+  rps: number;
+  rounds: number[];
+  latency: Summary;
+  /** CPU per request of the relay or proxy process (absent for direct). */
+  proxyCpuUsPerRequest?: number;
+  /** CPU per request of the load generator (this process) and of the origin. */
+  clientCpuUsPerRequest: number;
+  originCpuUsPerRequest: number;
+}
+
 interface Variant {
   who: string;
   what: string;
@@ -456,27 +477,51 @@ interface Variant {
   proxied: boolean;
   /** The proxy's process, whose CPU time is reported. */
   pid?: number;
+  /** Count the CPU of the process's children too (socat: one child per connection). */
+  tree?: boolean;
+}
+
+/** Fields of /proc/PID/stat after the command name (index 0 is the state); undefined when the process is gone. */
+function statFields(pid: number): string[] | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  } catch {
+    return undefined;
+  }
 }
 
 /**
- * CPU time (user + system) of a process and its live children in ms, from /proc (clock ticks
- * assumed 100 Hz, Linux's USER_HZ): the proxy's zero-copy relay (splice-relay.py) is a child,
- * and its time is the proxy's.
+ * CPU time (user + system) of a process in ms, from /proc (clock ticks assumed 100 Hz, Linux's
+ * USER_HZ). With `tree`, also its children, live (their own time) and reaped (cutime, cstime):
+ * socat serves each connection in a child process of its own, and atelier's CONNECT tunnels are
+ * relayed by its zero-copy child (splice-relay.py), whose time is the proxy's.
  */
-function cpuMs(pid: number | undefined): number {
+function cpuMs(pid: number | undefined, tree = false): number {
   if (pid === undefined) return Number.NaN;
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    let children = 0;
-    for (const child of readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').split(' ').filter(Boolean)) {
-      const c = cpuMs(Number(child));
-      if (Number.isFinite(c)) children += c;
+  const f = statFields(pid);
+  if (!f) return Number.NaN;
+  let ticks = Number(f[11]) + Number(f[12]);
+  if (tree) {
+    ticks += Number(f[13]) + Number(f[14]);
+    let kids: string[] = [];
+    try {
+      kids = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean);
+    } catch {
+      // no children file (old kernel): reaped children only
     }
-    return (Number(f[11]) + Number(f[12])) * 10 + children;
-  } catch {
-    return Number.NaN;
+    for (const k of kids) {
+      const c = statFields(Number(k));
+      if (c) ticks += Number(c[11]) + Number(c[12]);
+    }
   }
+  return ticks * 10;
+}
+
+/** This process's CPU time (the load generator) in ms. */
+function selfCpuMs(): number {
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1000;
 }
 
 function cpuText(cpu: number, wallMs: number, per: number, unit: string): string {
@@ -552,6 +597,27 @@ export async function egress(server: BenchServer): Promise<Record<string, unknow
       pid: splice.proc.pid,
     });
 
+    if (!hasCommand('socat')) {
+      line('socat    skipped: socat is not installed (apt-get install socat): no C relay beside the node one');
+    } else {
+      const port = await freePort();
+      const socat = startChild('socat relay', 'socat', [
+        `TCP-LISTEN:${port},bind=127.0.0.1,reuseaddr,fork,backlog=511,nodelay`,
+        `TCP:127.0.0.1:${ports.http},nodelay`,
+      ]);
+      children.push(socat);
+      await waitForPort(port, socat);
+      variants.push({
+        who: 'socat',
+        what: 'bare TCP relay in C (socat, a process per conn.)',
+        key: 'socat',
+        target: { port },
+        proxied: false,
+        pid: socat.proc.pid,
+        tree: true,
+      });
+    }
+
     if (!hasCommand('squid')) {
       line('squid    skipped: squid is not installed (apt-get install squid)');
     } else {
@@ -573,124 +639,164 @@ export async function egress(server: BenchServer): Promise<Record<string, unknow
     }
 
     // ---- (1) plain HTTP keep-alive
+    const parts = (process.env.ATELIER_BENCH_EGRESS_PARTS ?? 'http,connect').split(',');
     const authority = `${ORIGIN_NAME}:${ports.http}`;
     const direct = Buffer.from(`GET / HTTP/1.1\r\nHost: ${authority}\r\nUser-Agent: atelier-bench\r\n\r\n`);
     const absolute = Buffer.from(`GET http://${authority}/ HTTP/1.1\r\nHost: ${authority}\r\nUser-Agent: atelier-bench\r\n\r\n`);
-    for (const v of variants) await httpLoad(v.target, v.proxied ? absolute : direct, WARMUP_MS);
-    const rounds = new Map<string, number[]>(variants.map((v) => [v.key, []]));
-    const cpu = new Map(variants.map((v) => [v.key, { ms: 0, wall: 0, requests: 0 }]));
-    const lat = new Map<string, number[]>(variants.map((v) => [v.key, []]));
-    for (let r = 0; r < ROUNDS; r++) {
-      for (const v of variants) {
-        const c0 = cpuMs(v.pid);
-        const w0 = performance.now();
-        const run = {
-          ...(await httpLoad(v.target, v.proxied ? absolute : direct, ROUND_MS)),
-          cpuMs: cpuMs(v.pid) - c0,
-          wallMs: performance.now() - w0,
-        };
-        rounds.get(v.key)!.push((run.requests / run.ms) * 1000);
-        const c = cpu.get(v.key)!;
-        c.ms += run.cpuMs;
-        c.wall += run.wallMs;
-        c.requests += run.requests;
-        for (const x of run.latencies) lat.get(v.key)!.push(x);
+    const http: Record<string, HttpResult> = {};
+    if (parts.includes('http')) {
+      for (const v of variants) await httpLoad(v.target, v.proxied ? absolute : direct, WARMUP_MS);
+      const rounds = new Map<string, number[]>(variants.map((v) => [v.key, []]));
+      // CPU ms of the relay/proxy, the client (this process) and the origin, and requests, summed over the rounds.
+      const cpu = new Map(variants.map((v) => [v.key, { ms: 0, client: 0, origin: 0, wall: 0, requests: 0 }]));
+      const lat = new Map<string, number[]>(variants.map((v) => [v.key, []]));
+      const originPid = origin.proc.pid;
+      for (let r = 0; r < ROUNDS; r++) {
+        for (const v of variants) {
+          // Connections of the previous variant are gone before this one is measured (socat's children exit).
+          await sleep(50);
+          const c0 = cpuMs(v.pid, v.tree);
+          const k0 = selfCpuMs();
+          const o0 = cpuMs(originPid);
+          const w0 = performance.now();
+          const run = await httpLoad(v.target, v.proxied ? absolute : direct, ROUND_MS);
+          const wall = performance.now() - w0;
+          const k1 = selfCpuMs();
+          const o1 = cpuMs(originPid);
+          if (v.tree) await sleep(50); // socat's children exit (and are reaped) once the client closed
+          const c1 = cpuMs(v.pid, v.tree);
+          rounds.get(v.key)!.push((run.requests / run.ms) * 1000);
+          const c = cpu.get(v.key)!;
+          c.ms += c1 - c0;
+          c.client += k1 - k0;
+          c.origin += o1 - o0;
+          c.wall += wall;
+          c.requests += run.requests;
+          for (const x of run.latencies) lat.get(v.key)!.push(x);
+        }
       }
+      line('plain HTTP keep-alive GET (absolute-form through the proxies), median of rounds; latency pooled:');
+      for (const v of variants) {
+        const s = summarize(lat.get(v.key)!);
+        const r = median(rounds.get(v.key)!);
+        const c = cpu.get(v.key)!;
+        const us = (x: number): number => (x * 1000) / c.requests;
+        http[v.key] = {
+          rps: r,
+          rounds: rounds.get(v.key)!,
+          latency: s,
+          clientCpuUsPerRequest: us(c.client),
+          originCpuUsPerRequest: us(c.origin),
+        };
+        if (Number.isFinite(c.ms)) http[v.key]!.proxyCpuUsPerRequest = us(c.ms);
+        line(
+          `${v.who.padEnd(8)} ${v.what.padEnd(48)} ${rps(r).padStart(12)}  p50 ${fmtMs(s.p50).padStart(9)}  p99 ${fmtMs(s.p99).padStart(9)}${cpuText(c.ms, c.wall, c.requests, 'req')}`,
+        );
+      }
+      line('CPU per request of each process (µs, from /proc; the machine has 2 cores, so 2 000 000 / total is the ceiling in req/s):');
+      for (const v of variants) {
+        const h = http[v.key]!;
+        const mid = h.proxyCpuUsPerRequest ?? 0;
+        const total = h.clientCpuUsPerRequest + h.originCpuUsPerRequest + mid;
+        line(
+          `${v.who.padEnd(8)} client ${Math.round(h.clientCpuUsPerRequest).toString().padStart(4)}  origin ${Math.round(h.originCpuUsPerRequest).toString().padStart(4)}  ` +
+            `relay/proxy ${(v.pid === undefined ? '-' : Math.round(mid).toString()).padStart(4)}  total ${Math.round(total).toString().padStart(4)} µs/req` +
+            `  -> 2-core ceiling ${rps(2e6 / total).padStart(12)}, measured ${rps(h.rps).padStart(12)}`,
+        );
+      }
+      result.http = http;
     }
-    line('plain HTTP keep-alive GET (absolute-form through the proxies), median of rounds; latency pooled:');
-    const http: Record<string, { rps: number; rounds: number[]; latency: Summary; proxyCpuUsPerRequest?: number }> = {};
-    for (const v of variants) {
-      const s = summarize(lat.get(v.key)!);
-      const r = median(rounds.get(v.key)!);
-      const c = cpu.get(v.key)!;
-      http[v.key] = { rps: r, rounds: rounds.get(v.key)!, latency: s };
-      if (Number.isFinite(c.ms)) http[v.key]!.proxyCpuUsPerRequest = (c.ms * 1000) / c.requests;
-      line(
-        `${v.who.padEnd(8)} ${v.what.padEnd(44)} ${rps(r).padStart(12)}  p50 ${fmtMs(s.p50).padStart(9)}  p99 ${fmtMs(s.p99).padStart(9)}${cpuText(c.ms, c.wall, c.requests, 'req')}`,
-      );
-    }
-    result.http = http;
 
-    // ---- (2) CONNECT throughput (the bare relay is an HTTP-only reference: not here)
-    const tunnelled = variants.filter((v) => v.key !== 'relay');
+    // ---- (2) CONNECT throughput (the bare relays are HTTP-only references: not here)
+    const tunnelled = variants.filter((v) => v.key !== 'relay' && v.key !== 'socat');
     const tput: Record<
       string,
       { down: number[]; up: number[]; downMiBps: number; upMiBps: number; cpu: { ms: number; wall: number; mib: number } }
     > = {};
-    const open = (v: Variant): Promise<net.Socket> => (v.proxied ? openTunnel(v.target, ports.tcp) : connectTo({ port: ports.tcp }));
-    const once = async (v: Variant, d: 'down' | 'up', bytes: number): Promise<number> => {
-      const s = await open(v);
-      try {
-        const c0 = cpuMs(v.pid);
-        const ms = await transfer(s, d, bytes);
-        const c = tput[v.key]!.cpu;
-        c.ms += cpuMs(v.pid) - c0;
-        c.wall += ms;
-        c.mib += bytes / 2 ** 20;
-        return ((bytes / 2 ** 20) * 1000) / ms;
-      } finally {
-        s.destroy();
-      }
-    };
-    for (const v of tunnelled) {
-      tput[v.key] = { down: [], up: [], downMiBps: 0, upMiBps: 0, cpu: { ms: 0, wall: 0, mib: 0 } };
-      await once(v, 'down', 16 * 2 ** 20);
-      await once(v, 'up', 16 * 2 ** 20);
-    }
-    for (const v of tunnelled) tput[v.key]!.cpu = { ms: 0, wall: 0, mib: 0 };
-    for (let i = 0; i < TRANSFERS; i++) {
+    if (parts.includes('connect')) {
+      const open = (v: Variant): Promise<net.Socket> => (v.proxied ? openTunnel(v.target, ports.tcp) : connectTo({ port: ports.tcp }));
+      const once = async (v: Variant, d: 'down' | 'up', bytes: number): Promise<number> => {
+        const s = await open(v);
+        try {
+          const c0 = cpuMs(v.pid, true);
+          const ms = await transfer(s, d, bytes);
+          const c = tput[v.key]!.cpu;
+          c.ms += cpuMs(v.pid, true) - c0;
+          c.wall += ms;
+          c.mib += bytes / 2 ** 20;
+          return ((bytes / 2 ** 20) * 1000) / ms;
+        } finally {
+          s.destroy();
+        }
+      };
       for (const v of tunnelled) {
-        tput[v.key]!.down.push(await once(v, 'down', TRANSFER_BYTES));
-        tput[v.key]!.up.push(await once(v, 'up', TRANSFER_BYTES));
+        tput[v.key] = { down: [], up: [], downMiBps: 0, upMiBps: 0, cpu: { ms: 0, wall: 0, mib: 0 } };
+        await once(v, 'down', 16 * 2 ** 20);
+        await once(v, 'up', 16 * 2 ** 20);
       }
+      for (const v of tunnelled) tput[v.key]!.cpu = { ms: 0, wall: 0, mib: 0 };
+      for (let i = 0; i < TRANSFERS; i++) {
+        for (const v of tunnelled) {
+          tput[v.key]!.down.push(await once(v, 'down', TRANSFER_BYTES));
+          tput[v.key]!.up.push(await once(v, 'up', TRANSFER_BYTES));
+        }
+      }
+      line(`one TCP stream, ${TRANSFER_BYTES / 2 ** 20} MiB, median of ${TRANSFERS} (direct: plain TCP; proxies: CONNECT tunnel):`);
+      for (const v of tunnelled) {
+        const t = tput[v.key]!;
+        t.downMiBps = median(t.down);
+        t.upMiBps = median(t.up);
+        line(
+          `${v.who.padEnd(8)} ${v.what.padEnd(48)} download ${mibps(t.downMiBps).padStart(11)}  upload ${mibps(t.upMiBps).padStart(11)}${cpuText(t.cpu.ms, t.cpu.wall, t.cpu.mib, 'MiB')}`,
+        );
+      }
+      result.connect = tput;
     }
-    line(`one TCP stream, ${TRANSFER_BYTES / 2 ** 20} MiB, median of ${TRANSFERS} (direct: plain TCP; proxies: CONNECT tunnel):`);
-    for (const v of tunnelled) {
-      const t = tput[v.key]!;
-      t.downMiBps = median(t.down);
-      t.upMiBps = median(t.up);
-      line(
-        `${v.who.padEnd(8)} ${v.what.padEnd(44)} download ${mibps(t.downMiBps).padStart(11)}  upload ${mibps(t.upMiBps).padStart(11)}${cpuText(t.cpu.ms, t.cpu.wall, t.cpu.mib, 'MiB')}`,
-      );
-    }
-    result.connect = tput;
 
     // ---- ratios and goals (on the production path)
-    const p = http[production]!;
-    const d = http.direct!;
+    const p = http[production];
+    const d = http.direct;
     const sq = http.squid;
-    ratioLine(`atelier (${production}) / direct req/s`, p.rps, d.rps);
-    if (http.relay) {
-      ratioLine('bare TCP relay / direct req/s (what the extra hop alone costs)', http.relay.rps, d.rps);
-      ratioLine(`atelier (${production}) / bare TCP relay req/s`, p.rps, http.relay.rps);
+    if (p && d) {
+      ratioLine(`atelier (${production}) / direct req/s`, p.rps, d.rps);
+      if (http.relay) {
+        ratioLine('bare TCP relay in node / direct req/s (what the extra hop costs a node process)', http.relay.rps, d.rps);
+        ratioLine(`atelier (${production}) / bare TCP relay in node req/s`, p.rps, http.relay.rps);
+      }
+      if (http.socat) {
+        ratioLine('socat relay / direct req/s (what one extra hop in C costs)', http.socat.rps, d.rps);
+        ratioLine(`atelier (${production}) / socat relay req/s`, p.rps, http.socat.rps);
+      }
+      if (http.atelierUnix) ratioLine('atelier (unix socket) / direct req/s', http.atelierUnix.rps, d.rps);
+      if (sq) {
+        ratioLine(`atelier (${production}) / squid req/s`, p.rps, sq.rps);
+        ratioLine(`atelier (${production}) / squid p99`, p.latency.p99, sq.latency.p99);
+        ratioLine('squid / direct req/s', sq.rps, d.rps);
+      }
+      goalAtLeast(`req/s ≥ ${GOAL_RPS_OF_DIRECT * 100} % of direct`, p.rps, GOAL_RPS_OF_DIRECT * d.rps, rps);
+      if (sq) goalAtLeast('req/s ≥ squid', p.rps, sq.rps, rps);
+      else line('goal: req/s ≥ squid -> NOT MEASURED (no squid)');
     }
-    if (http.atelierUnix) ratioLine('atelier (unix socket) / direct req/s', http.atelierUnix.rps, d.rps);
-    if (sq) {
-      ratioLine(`atelier (${production}) / squid req/s`, p.rps, sq.rps);
-      ratioLine(`atelier (${production}) / squid p99`, p.latency.p99, sq.latency.p99);
-      ratioLine('squid / direct req/s', sq.rps, d.rps);
+    const pt = tput[production];
+    const dt = tput.direct;
+    if (pt && dt) {
+      ratioLine(`atelier (${production}) / direct MiB/s download`, pt.downMiBps, dt.downMiBps);
+      ratioLine(`atelier (${production}) / direct MiB/s upload`, pt.upMiBps, dt.upMiBps);
+      if (tput.atelierUnix) {
+        ratioLine('atelier (unix socket) / direct MiB/s download', tput.atelierUnix.downMiBps, dt.downMiBps);
+        ratioLine('atelier (unix socket) / direct MiB/s upload', tput.atelierUnix.upMiBps, dt.upMiBps);
+      }
+      if (tput.squid) {
+        ratioLine('squid / direct MiB/s download', tput.squid.downMiBps, dt.downMiBps);
+        ratioLine('squid / direct MiB/s upload', tput.squid.upMiBps, dt.upMiBps);
+      }
+      goalAtLeast(`CONNECT download ≥ ${GOAL_MBPS_OF_DIRECT * 100} % of direct`, pt.downMiBps, GOAL_MBPS_OF_DIRECT * dt.downMiBps, mibps);
+      goalAtLeast(`CONNECT upload ≥ ${GOAL_MBPS_OF_DIRECT * 100} % of direct`, pt.upMiBps, GOAL_MBPS_OF_DIRECT * dt.upMiBps, mibps);
     }
-    const pt = tput[production]!;
-    const dt = tput.direct!;
-    ratioLine(`atelier (${production}) / direct MiB/s download`, pt.downMiBps, dt.downMiBps);
-    ratioLine(`atelier (${production}) / direct MiB/s upload`, pt.upMiBps, dt.upMiBps);
-    if (tput.atelierUnix) {
-      ratioLine('atelier (unix socket) / direct MiB/s download', tput.atelierUnix.downMiBps, dt.downMiBps);
-      ratioLine('atelier (unix socket) / direct MiB/s upload', tput.atelierUnix.upMiBps, dt.upMiBps);
-    }
-    if (tput.squid) {
-      ratioLine('squid / direct MiB/s download', tput.squid.downMiBps, dt.downMiBps);
-      ratioLine('squid / direct MiB/s upload', tput.squid.upMiBps, dt.upMiBps);
-    }
-    goalAtLeast(`req/s ≥ ${GOAL_RPS_OF_DIRECT * 100} % of direct`, p.rps, GOAL_RPS_OF_DIRECT * d.rps, rps);
-    if (sq) goalAtLeast('req/s ≥ squid', p.rps, sq.rps, rps);
-    else line('goal: req/s ≥ squid -> NOT MEASURED (no squid)');
-    goalAtLeast(`CONNECT download ≥ ${GOAL_MBPS_OF_DIRECT * 100} % of direct`, pt.downMiBps, GOAL_MBPS_OF_DIRECT * dt.downMiBps, mibps);
-    goalAtLeast(`CONNECT upload ≥ ${GOAL_MBPS_OF_DIRECT * 100} % of direct`, pt.upMiBps, GOAL_MBPS_OF_DIRECT * dt.upMiBps, mibps);
     result.production = production;
     for (const c of children) {
       const err = c.stderr.join('').trim();
-      if (err && c.name !== 'squid') line(`${c.name} stderr: ${err.slice(-300)}`);
+      if (err && c.name !== 'squid' && c.name !== 'socat relay') line(`${c.name} stderr: ${err.slice(-300)}`);
     }
   } finally {
     for (const c of children.reverse()) await stopChild(c);

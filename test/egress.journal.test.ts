@@ -62,4 +62,23 @@ describe('egress decisions journal', () => {
     );
     await j.close();
   });
+
+  it('writes a burst of decisions in the order they were made, across batches', async () => {
+    const j = new EgressJournal(pool, log);
+    const before = (await j.list('ws-journal1', { limit: 1 })).at(-1)?.id ?? 0;
+    const n = 4500;
+    for (let i = 0; i < n; i++)
+      j.record('ws-journal1', decision({ host: `burst-${i}.test`, allowed: i % 2 === 0, entry: i % 3 === 0 ? 'burst' : undefined }));
+    const rows = await j.list('ws-journal1', { afterId: before, limit: n + 10 });
+    assert.equal(rows.length, n);
+    assert.deepEqual(
+      rows.map((r) => r.host),
+      Array.from({ length: n }, (_, i) => `burst-${i}.test`),
+    );
+    assert.deepEqual(
+      [rows[0]!.allowed, rows[1]!.allowed, rows[0]!.entry, rows[1]!.entry, rows[0]!.port],
+      [true, false, 'burst', null, 443],
+    );
+    await j.close();
+  });
 });

@@ -112,6 +112,79 @@ describe('egress proxy', () => {
     await proxy.close('ws-flip');
   });
 
+  it('keeps a plain-HTTP decision per client connection only while the policy and the answers stay the same', async () => {
+    // A second origin on another allowed address, same port: where a changed answer must lead.
+    const moved = await startOrigin('127.0.0.4', origin.port);
+    let answer = IP;
+    let lookups = 0;
+    const kept = new EgressProxy({
+      resolver: createHostsResolver({
+        'kept.com': () => {
+          lookups++;
+          return [answer];
+        },
+      }),
+      onDecision: (ws, d) => decisions.push({ ws, d }),
+      onError: (_ws, err) => errors.push(err),
+    });
+    // Counts the policy evaluations: a kept decision is not evaluated again.
+    let evaluated = 0;
+    const counted = (allow: string[], deny: string[] = []) => {
+      const policy = createEgressPolicy({ allow, deny, allowRanges: [`${IP}/32`, '127.0.0.4/32'] });
+      const evaluate = policy.evaluate.bind(policy);
+      policy.evaluate = (...args) => {
+        evaluated++;
+        return evaluate(...args);
+      };
+      return policy;
+    };
+    const sock = join(dir.path, 'ws-kept.sock');
+    await kept.listen('ws-kept', sock, counted([`kept.com:${origin.port}`]));
+    const trapBefore = trap.connections;
+    const get = async (c: RawClient) => {
+      c.write(`GET http://kept.com:${origin.port}/ HTTP/1.1\r\nHost: kept.com\r\n\r\n`);
+      const r = await c.response();
+      return [r.status, r.headers['x-origin'] ?? r.headers['x-atelier-egress-reason']];
+    };
+    try {
+      const c = new RawClient(sock);
+      // Same policy, same answer: evaluated once, kept; still resolved (and recorded) for every request.
+      for (let i = 0; i < 3; i++) assert.deepEqual(await get(c), [200, `${IP}:${origin.port}`]);
+      assert.deepEqual([evaluated, lookups], [1, 3]);
+      const recorded = decisions.filter((x) => x.ws === 'ws-kept').map((x) => [x.d.reason, x.d.host, x.d.address]);
+      assert.deepEqual(recorded, Array(3).fill(['ALLOW_LISTED', 'kept.com', IP]));
+
+      // The answer changes (to another allowed address): decided afresh from that one lookup, dialed there.
+      answer = '127.0.0.4';
+      assert.deepEqual(await get(c), [200, `127.0.0.4:${origin.port}`]);
+      assert.deepEqual([evaluated, lookups], [2, 4]);
+      assert.equal(last('ws-kept').address, '127.0.0.4');
+      // Rebinding to a forbidden address: refused at once, never dialed.
+      answer = '127.0.0.3';
+      assert.deepEqual(await get(c), [403, 'ADDRESS_FORBIDDEN']);
+      assert.deepEqual([evaluated, lookups], [3, 5]);
+      assert.equal(trap.connections, trapBefore, 'the forbidden address was never dialed');
+      c.destroy();
+
+      // A live policy change: the next request on a connection that kept a decision is judged by the new policy.
+      answer = IP;
+      const c2 = new RawClient(sock);
+      assert.deepEqual(await get(c2), [200, `${IP}:${origin.port}`]);
+      assert.deepEqual(await get(c2), [200, `${IP}:${origin.port}`]);
+      assert.equal(evaluated, 4);
+      kept.setPolicy('ws-kept', counted([`kept.com:${origin.port}`, 'other.com']));
+      assert.deepEqual(await get(c2), [200, `${IP}:${origin.port}`]);
+      assert.equal(evaluated, 5, 'a new policy object: evaluated again');
+      kept.setPolicy('ws-kept', counted([`kept.com:${origin.port}`], ['kept.com']));
+      assert.deepEqual(await get(c2), [403, 'DENY_LISTED']);
+      assert.equal(evaluated, 6);
+      c2.destroy();
+    } finally {
+      await kept.closeAll();
+      await moved.close();
+    }
+  });
+
   it('asks about unknown hosts: allow, pending with an approval id, timeout, and never for forbidden addresses', async () => {
     const asked: string[] = [];
     const askHook: AskHook = async (host, port, ctx) => {

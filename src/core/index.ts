@@ -33,3 +33,4 @@ export {
 export type { RelayEnd, RelayedPair, TunnelOutcome } from './tunnelStream.js';
 export { syncDir, writeFileAtomic } from './files.js';
 export type { AtomicWriteOptions } from './files.js';
+export { spliceRelay, SpliceRelay, type RelayOptions, type SpliceResult } from './splice.js';

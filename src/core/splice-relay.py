@@ -9,8 +9,9 @@
 # before it sends the next socket ({pair, side, tag, idleMs}: a pair with no byte either way for
 # idleMs is cut with ETIMEDOUT). Other lines: {"close": pair} and {"closeTag": tag}. Each pair,
 # once ended, is answered with {"done": pair, "aToB": n, "bToA": n, "error": "ECONNRESET"?,
-# "side": 0|1?} (the side whose socket failed). Exits when the channel closes (its parent is gone):
-# the pairs it relays die with it, as they would with the parent.
+# "side": 0|1?} (the side whose socket failed). Exits when the channel closes (its parent is gone),
+# resetting the pairs it relays: their peers see a reset, not a clean end, as they would if the
+# parent had relayed them itself.
 import errno
 import fcntl
 import json
@@ -235,6 +236,12 @@ def read_channel():
         except BlockingIOError:
             return
         if not data:
+            for p in list(pairs.values()):
+                for s in p.socks:
+                    try:
+                        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    except OSError:
+                        pass
             raise SystemExit(0)
         for level, kind, payload in anc:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:

@@ -1,5 +1,6 @@
 import { describe, it, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { createServer, connect, type Server, type Socket } from 'node:net';
@@ -172,9 +173,16 @@ describe('SpliceRelay (zero-copy tunnels through splice-relay.py)', () => {
 
 describe('SpliceRelay descriptors', () => {
   it('closes every socket and pipe of the pairs that ended (the helper leaks no descriptor)', async () => {
+    // One pair first, so that the helper runs and holds nothing: its baseline.
+    const first = await tunnel();
+    const ended = relay.relay(first.a, first.b);
+    first.outer.end();
+    first.inner.end();
+    first.outer.resume();
+    first.inner.resume();
+    await ended;
+    first.server.close();
     const fds = (): number => readdirSync(`/proc/${relay.pid!}/fd`).length;
-    // The helper runs (earlier tests used it) and holds nothing now: its baseline.
-    await new Promise((r) => setTimeout(r, 50));
     const baseline = fds();
     const ends: Promise<unknown>[] = [];
     for (let i = 0; i < 20; i++) {
@@ -192,6 +200,59 @@ describe('SpliceRelay descriptors', () => {
     }
     await Promise.all(ends);
     assert.equal(fds(), baseline, 'as many descriptors as before the 20 pairs');
+  });
+});
+
+describe('SpliceRelay cuts and deaths', () => {
+  it('cuts a pair whose tag is closed while it is still being handed over', async () => {
+    const t = await tunnel();
+    for (const x of [t.outer, t.inner]) {
+      x.on('error', () => {});
+      x.on('data', () => {});
+    }
+    const closed = [t.outer, t.inner].map((x) => new Promise<void>((r) => x.once('close', () => r()).once('end', () => r())));
+    const result = relay.relay(t.a, t.b, { tag: 'early', fromA: Buffer.from('x') });
+    relay.closeTag('early');
+    assert.equal((await result).error, 'ECANCELED', 'the pair was cut, not relayed');
+    // Both ends are ended: a reset, or (this early, when Node had just written to a side) an end.
+    await Promise.all(closed);
+    t.server.close();
+  });
+
+  it('resets the pairs it relays when its parent process dies (kill -9)', async () => {
+    const far = createServer({ allowHalfOpen: true });
+    await new Promise<void>((r) => far.listen(0, '127.0.0.1', () => r()));
+    const port = (far.address() as { port: number }).port;
+    const accepted: Socket[] = [];
+    far.on('connection', (s) => accepted.push(s));
+    // A parent of its own: connects twice to `far` and relays the two connections.
+    const script = `
+      import { connect } from 'node:net';
+      import { SpliceRelay } from ${JSON.stringify(new URL('./splice.ts', import.meta.url).href)};
+      const dial = () => new Promise((r) => { const s = connect({ port: ${port}, host: '127.0.0.1', allowHalfOpen: true }, () => r(s)); });
+      const [a, b] = [await dial(), await dial()];
+      void new SpliceRelay().relay(a, b);
+      setTimeout(() => process.stdout.write('relaying\\n'), 200);
+      setInterval(() => {}, 1000);
+    `;
+    const parent = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    await new Promise<void>((resolve, reject) => {
+      parent.stdout.on('data', (c: Buffer) => c.toString().includes('relaying') && resolve());
+      parent.once('exit', (code) => reject(new Error(`the parent exited early (${code})`)));
+    });
+    assert.equal(accepted.length, 2, 'both connections reached far');
+    const [x, y] = accepted as [Socket, Socket];
+    const got = new Promise((r) => y.once('data', r));
+    x.write('through');
+    await got;
+    const errors = [x, y].map(
+      (s) => new Promise<string>((r) => s.once('error', (e: NodeJS.ErrnoException) => r(e.code ?? '')).once('end', () => r('end'))),
+    );
+    parent.kill('SIGKILL');
+    assert.deepEqual(await Promise.all(errors), ['ECONNRESET', 'ECONNRESET'], 'a reset, not a clean end');
+    far.close();
   });
 });
 

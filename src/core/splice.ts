@@ -55,6 +55,8 @@ function helperPath(): string | undefined {
 export class SpliceRelay {
   private child: ChildProcess | undefined;
   private readonly waiting = new Map<number, Waiting>();
+  /** Pairs whose sockets are still being flushed, before the child has them. */
+  private readonly handing = new Set<{ tag: string | undefined; cut: boolean }>();
   private nextId = 1;
   private broken = false;
   private readonly script = helperPath();
@@ -81,11 +83,20 @@ export class SpliceRelay {
     b.removeAllListeners('data');
     a.on('error', noop);
     b.on('error', noop);
+    // A cut asked for while the pair is still being flushed applies when the flush is done.
+    const handing = { tag: options.tag, cut: false };
+    this.handing.add(handing);
     const fromA = [options.fromA, ...takeBuffered(a)].filter((x): x is Buffer => !!x && x.length > 0);
     const fromB = [options.fromB, ...takeBuffered(b)].filter((x): x is Buffer => !!x && x.length > 0);
     // What was already read goes out first, and what Node still queues is flushed: only then is
     // the kernel's socket the whole truth, to be handed over.
     await Promise.all([flush(b, fromA), flush(a, fromB)]);
+    this.handing.delete(handing);
+    if (handing.cut) {
+      resetSocket(a);
+      resetSocket(b);
+      return { aToB: 0, bToA: 0, error: 'ECANCELED' };
+    }
     if (a.destroyed || b.destroyed) {
       a.destroy();
       b.destroy();
@@ -115,8 +126,9 @@ export class SpliceRelay {
     return this.child?.pid;
   }
 
-  /** Ends every pair that has this tag. */
+  /** Ends every pair that has this tag, including pairs still being handed over. */
   closeTag(tag: string): void {
+    for (const h of this.handing) if (h.tag === tag) h.cut = true;
     if (!this.child || ![...this.waiting.values()].some((w) => w.tag === tag)) return;
     this.child.send({ closeTag: tag });
   }
@@ -179,6 +191,16 @@ export class SpliceRelay {
 }
 
 function noop(): void {}
+
+/** Resets a TCP connection (RST), or just closes what is not a plain TCP socket (TLS). */
+export function resetSocket(s: Socket): void {
+  if (s.destroyed) return;
+  try {
+    s.resetAndDestroy();
+  } catch {
+    s.destroy();
+  }
+}
 
 /** Stops libuv reading this socket, as Node itself does when a stream's buffer is full. */
 function stopReading(s: Socket): void {

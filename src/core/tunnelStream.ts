@@ -1,6 +1,8 @@
 import type { Socket } from 'node:net';
 import type { ErrorCode } from './errors.js';
-import { spliceRelay } from './splice.js';
+import { resetSocket, spliceRelay } from './splice.js';
+
+export { resetSocket };
 
 /**
  * The byte tunnel: what `GET /v1/workshops/:id/tunnel?port=N` speaks after an HTTP/1.1
@@ -53,16 +55,6 @@ export interface RelayEnd {
   error?: string;
   /** Which side failed first (its error was propagated to the other as a reset). */
   failed?: 'a' | 'b';
-}
-
-/** Resets a TCP connection (RST), or just closes what is not a plain TCP socket (TLS). */
-export function resetSocket(s: Socket): void {
-  if (s.destroyed) return;
-  try {
-    s.resetAndDestroy();
-  } catch {
-    s.destroy();
-  }
 }
 
 /**
@@ -138,9 +130,6 @@ export interface RelayedPair {
   cut(): void;
 }
 
-/** A cut asked for before the splice child registered the pair is asked again this often. */
-const CUT_RETRY_MS = 100;
-
 /**
  * Relays two connected sockets: through the splice relay (zero copy, in its child process) when
  * both can be spliced, in Node otherwise (TLS, no python). Same behaviour either way: half-close
@@ -150,10 +139,8 @@ export function relayPair(a: Socket, b: Socket, opts: { tag: string; fromA?: Buf
   const splice = spliceRelay();
   if (!splice.usable(a, b)) return { ...nodeRelay(a, b, opts), spliced: false };
   let ended = false;
-  let retry: NodeJS.Timeout | undefined;
   const done = splice.relay(a, b, { tag: opts.tag, fromA: opts.fromA, fromB: opts.fromB }).then((r): RelayEnd => {
     ended = true;
-    clearInterval(retry);
     const end: RelayEnd = { aToB: r.aToB, bToA: r.bToA };
     if (r.error !== undefined) {
       end.error = r.error === 'ECANCELED' ? 'cut' : r.error;
@@ -165,11 +152,7 @@ export function relayPair(a: Socket, b: Socket, opts: { tag: string; fromA?: Buf
     done,
     spliced: true,
     cut() {
-      if (ended) return;
-      splice.closeTag(opts.tag);
-      // The pair is registered with the child only once what Node held was flushed.
-      retry ??= setInterval(() => splice.closeTag(opts.tag), CUT_RETRY_MS);
-      retry.unref();
+      if (!ended) splice.closeTag(opts.tag);
     },
   };
 }

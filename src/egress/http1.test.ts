@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { BodyFramer, HttpFramingError, parseRequestHead, parseResponseHead } from './http1.js';
+import { BodyFramer, fieldList, forwarded, HttpFramingError, parseRequestHead, parseResponseHead, reasonPhrase } from './http1.js';
 
 const req = (text: string, max = 8192) => parseRequestHead(Buffer.from(text, 'latin1'), max);
 
@@ -35,6 +35,46 @@ describe('parseRequestHead', () => {
     assert.equal(text.slice(h.end), 'abcGET');
     assert.equal(req('GET http://a.test/ HTTP/1.1\r\nHost: a'), undefined, 'incomplete');
     assert.equal(req('\r\nGET http://a.test/ HTTP/1.0\r\n\r\n')!.minor, 0, 'a leading empty line is ignored');
+  });
+
+  it('keeps every field where it was sent, and says which go on to the next hop', () => {
+    const text =
+      'GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nX-A:  1 \t\r\nConnection: Keep-Alive, X-Hop\r\nX-Hop: 2\r\n' +
+      'Keep-Alive: timeout=5\r\nProxy-Authorization: Basic x\r\nTE: trailers\r\nContent-Length: 0\r\nx-b:\r\n\r\n';
+    const h = req(text)!;
+    assert.deepEqual(fieldList(h), [
+      'Host',
+      'a.test',
+      'X-A',
+      '1',
+      'Connection',
+      'Keep-Alive, X-Hop',
+      'X-Hop',
+      '2',
+      'Keep-Alive',
+      'timeout=5',
+      'Proxy-Authorization',
+      'Basic x',
+      'TE',
+      'trailers',
+      'Content-Length',
+      '0',
+      'x-b',
+      '',
+    ]);
+    const kept: string[] = [];
+    for (let i = 0; i < h.spans.length; i += 5) if (forwarded(h, i)) kept.push(h.raw.toString('latin1', h.spans[i], h.spans[i + 1]));
+    assert.deepEqual(kept, ['X-A', 'x-b'], 'hop-by-hop, Connection-named, Host and framing fields stay behind');
+    const plain = req('GET http://a.test/ HTTP/1.1\r\nUpgrade: h2c\r\nHTTP2-Settings: AAA\r\nExpect: 100-Continue\r\n\r\n')!;
+    assert.deepEqual([plain.upgrade, plain.http2Settings, plain.expect, plain.connection.size], ['h2c', true, '100-continue', 0]);
+  });
+
+  it('reads Connection tokens from every Connection field', () => {
+    const two = req('GET http://a.test/ HTTP/1.1\r\nConnection: Keep-Alive\r\nConnection: X-Hop, close\r\n\r\n')!;
+    assert.deepEqual([...two.connection].sort(), ['close', 'keep-alive', 'x-hop']);
+    assert.equal(two.connectionNamesFields, true);
+    const one = req('GET http://a.test/ HTTP/1.1\r\nConnection: keep-alive\r\n\r\n')!;
+    assert.deepEqual([[...one.connection], one.connectionNamesFields], [['keep-alive'], false], 'the first head left it as it was');
   });
 
   it('refuses every ambiguous framing (request smuggling)', () => {
@@ -86,12 +126,12 @@ describe('parseRequestHead', () => {
 describe('parseResponseHead', () => {
   it('reads the status and the framing; Transfer-Encoding overrides Content-Length', () => {
     const r = parseResponseHead(Buffer.from('HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc'), 8192)!;
-    assert.deepEqual([r.status, r.reasonPhrase, r.contentLength, r.chunked, r.end], [200, 'OK', 3, false, 38]);
+    assert.deepEqual([r.status, reasonPhrase(r), r.contentLength, r.chunked, r.end], [200, 'OK', 3, false, 38]);
     const c = parseResponseHead(Buffer.from('HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n'), 8192)!;
     assert.deepEqual([c.contentLength, c.chunked], [undefined, true]);
     const g = parseResponseHead(Buffer.from('HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n'), 8192)!;
     assert.deepEqual([g.chunked, g.otherCoding], [false, true]);
-    assert.equal(parseResponseHead(Buffer.from('HTTP/1.1 204\r\n\r\n'), 8192)!.reasonPhrase, '');
+    assert.equal(reasonPhrase(parseResponseHead(Buffer.from('HTTP/1.1 204\r\n\r\n'), 8192)!), '');
     for (const bad of [
       'HTTP/1.1 200 OK\nX: 1\r\n\r\n',
       'HTTP/2 200\r\n\r\n',

@@ -3,13 +3,21 @@
 // its first byte: 0x05 is SOCKS5, a letter is HTTP (CONNECT or absolute-form requests).
 import { chmod, lstat, unlink } from 'node:fs/promises';
 import net from 'node:net';
-import { AtelierError } from '../core/index.js';
+import { AtelierError, spliceRelay } from '../core/index.js';
 import { type AddressClass, checkAddress } from './addresses.js';
 import { type CanonicalHost, canonicalizeHost, describeRaw } from './canonical.js';
-import { BodyFramer, HttpFramingError, parseRequestHead, parseResponseHead, type RequestHead, type ResponseHead } from './http1.js';
+import {
+  BodyFramer,
+  FieldKind,
+  forwarded,
+  HttpFramingError,
+  parseRequestHead,
+  parseResponseHead,
+  type RequestHead,
+  type ResponseHead,
+} from './http1.js';
 import type { EgressPolicy, EgressProtocol } from './policy.js';
 import { parseAnswers, type Resolver, ResolveError } from './resolver.js';
-import { spliceRelay } from '../core/splice.js';
 
 export type EgressReason =
   | 'ALLOW_LISTED'
@@ -100,12 +108,6 @@ export interface EgressLimits {
   /** Extra time the ask hook gets beyond the hold to report its approval id. */
   askGraceMs: number;
   maxConnectionsPerWorkshop: number;
-  /**
-   * How long an allowed plain-HTTP decision (policy entry, resolved and checked addresses) is
-   * reused for the same workshop policy, host, port and protocol; 0 resolves every request.
-   * Tunnels (CONNECT, SOCKS5) are always decided afresh.
-   */
-  decisionCacheMs: number;
 }
 
 export const DEFAULT_EGRESS_LIMITS: EgressLimits = {
@@ -116,7 +118,6 @@ export const DEFAULT_EGRESS_LIMITS: EgressLimits = {
   dnsTimeoutMs: 5_000,
   askGraceMs: 2_000,
   maxConnectionsPerWorkshop: 1024,
-  decisionCacheMs: 2_000,
 };
 
 export interface EgressProxyOptions {
@@ -139,8 +140,6 @@ interface Listener {
   clients: number;
   /** Idle plain-HTTP upstreams kept by this workshop's client connections (bounded). */
   pooled: number;
-  /** Allowed plain-HTTP decisions by `host|port`, valid only for the policy they were made under. */
-  decisions: Map<string, CachedAllow>;
 }
 
 interface ClientConn {
@@ -151,18 +150,26 @@ interface ClientConn {
   quiet?: () => boolean;
 }
 
-interface CachedAllow {
+/**
+ * An allowed plain-HTTP decision kept by one client connection for the exact authority it was
+ * made for (the bytes of the request target's `host[:port]`): what depends only on the policy
+ * (the canonical host, the entry that allowed it) and what the resolver's answers gave (the
+ * checked addresses). Used only while the workshop's policy is the same object and the
+ * resolver, asked again for this request, gives the same answers; anything else decides afresh.
+ */
+interface ConnDecision {
   policy: EgressPolicy;
-  expires: number;
   host: string;
-  reason: EgressReason;
+  port: number;
   entry: string | undefined;
   message: string;
-  /** The checked answers, re-checked against the policy's ranges on every use. */
-  answers: Uint8Array[];
+  /** The resolver's answers, as it gave them, joined with newlines. */
+  answers: string;
+  dial: string[];
 }
 
-const MAX_CACHED_DECISIONS = 1024;
+/** Decisions a client connection keeps (distinct authorities it alternates between). */
+const MAX_CONN_DECISIONS = 16;
 
 /**
  * An abort signal made only when something asks for it (the ask hook, a resolver): fired when
@@ -191,6 +198,8 @@ interface Verdict {
   dial: string[];
   /** Set for an internal name: the server's own target, dialed instead of any address. */
   internal?: InternalTarget;
+  /** A list-allowed name: the resolver's answers it was decided on (a client connection may keep it). */
+  answers?: string[];
 }
 
 function describeTarget(t: InternalTarget): string {
@@ -201,21 +210,6 @@ function connectTarget(t: InternalTarget, onread?: net.OnReadOpts): net.Socket {
   const common = { allowHalfOpen: true, ...(onread ? { onread } : {}) };
   return 'path' in t ? net.connect({ ...common, path: t.path }) : net.connect({ ...common, host: t.host, port: t.port });
 }
-
-// Hop-by-hop headers (RFC 9110 §7.6.1) plus the proxy's own: never forwarded either way.
-const HOP_BY_HOP = new Set([
-  'connection',
-  'keep-alive',
-  'proxy-connection',
-  'proxy-authenticate',
-  'proxy-authorization',
-  'te',
-  'trailer',
-  'transfer-encoding',
-  'upgrade',
-  'http2-settings',
-  'expect',
-]);
 
 const STATUS: Record<EgressReason, number> = {
   ALLOW_LISTED: 200,
@@ -339,11 +333,9 @@ export class EgressProxy {
   /** Replace a workshop's policy; the next request sees it, open tunnels and requests in flight are not touched. */
   setPolicy(workshopId: string, policy: EgressPolicy): void {
     this.policies.set(workshopId, policy);
+    // Decisions kept by client connections hold the policy they were made under: they lapse now.
     const l = this.listeners.get(workshopId);
-    if (l) {
-      l.policy = policy;
-      l.decisions.clear();
-    }
+    if (l) l.policy = policy;
   }
 
   /**
@@ -393,7 +385,6 @@ export class EgressProxy {
       sockets: new Set(),
       clients: 0,
       pooled: 0,
-      decisions: new Map(),
     };
     l.server.on('connection', (s) => {
       // A handed-over server was made without allowHalfOpen: the tunnel logic needs it.
@@ -527,7 +518,20 @@ export class EgressProxy {
   // ended, whatever host it names. Requests on one client connection are served one at a time.
 
   private serveHttp1(l: Listener, s: net.Socket): void {
-    const p: PlainConn = { l, s, buf: undefined, scanned: 0, ex: undefined, pool: new Map(), done: false, ended: false };
+    const p: PlainConn = {
+      l,
+      s,
+      buf: undefined,
+      scanned: 0,
+      ex: undefined,
+      pool: new Map(),
+      decisions: undefined,
+      dnsAbort: undefined,
+      dnsTimer: undefined,
+      onDnsTimeout: undefined,
+      done: false,
+      ended: false,
+    };
     s.setNoDelay(true);
     const c = this.conns.get(s);
     if (c) c.quiet = () => !p.buf && !p.ex;
@@ -546,6 +550,8 @@ export class EgressProxy {
       p.done = true;
       if (p.ex?.up) p.ex.up.sock.destroy();
       this.drainPool(p);
+      p.dnsAbort?.abort();
+      if (p.dnsTimer) clearTimeout(p.dnsTimer);
     });
     s.setTimeout(this.limits.idleTimeoutMs, () => s.destroy());
     s.resume();
@@ -595,7 +601,7 @@ export class EgressProxy {
     }
     const target = boundTarget(head.target);
     const parsed = this.parseAbsolute(head.target);
-    if (head.upgrade !== undefined || head.connection.has('upgrade') || fieldIndex(head.fields, 'http2-settings') >= 0) {
+    if (head.upgrade !== undefined || head.connection.has('upgrade') || head.http2Settings) {
       // Upgrade (WebSocket, h2c) on plain HTTP would turn a checked request into an unchecked
       // byte stream: refused. Clients reach wss:// and ws:// through CONNECT instead.
       const canonical = parsed ? canonicalizeHost(parsed.host) : null;
@@ -653,15 +659,18 @@ export class EgressProxy {
     p.ex = ex;
     // Nothing more is read until the request is decided and has an upstream to go to.
     s.pause();
-    const v = this.cachedDecision(l, parsed.host, parsed.port, target);
-    if (v) {
-      this.startExchange(p, ex, v);
-      return;
-    }
+    const policyAt = l.policy;
     const gone = new LazySignal(s);
-    this.decide(l, 'http', parsed.host, parsed.port, target, gone).then(
+    const kept = p.decisions?.get(parsed.authority);
+    const decided =
+      kept && kept.policy === l.policy && kept.port === parsed.port
+        ? this.decideKept(p, kept, parsed.host, target, gone)
+        : this.decide(l, 'http', parsed.host, parsed.port, target, gone);
+    decided.then(
       (v) => {
         gone.dispose();
+        if (v.answers && v.decision.reason === 'ALLOW_LISTED' && l.policy && l.policy === policyAt)
+          this.keepDecision(p, parsed.authority, l.policy, v);
         this.startExchange(p, ex, v);
       },
       (err: unknown) => {
@@ -734,12 +743,12 @@ export class EgressProxy {
   private dialUpstream(p: PlainConn, ex: PlainExchange, key: string): void {
     const v = ex.verdict!;
     this.dialPlain(p.l, v.dial, ex.port, v.internal).then(
-      ({ sock, address }) => {
+      ({ sock, address, reader }) => {
         if (p.done || p.ex !== ex) {
           sock.destroy();
           return;
         }
-        this.attachUpstream(p, ex, { sock, key, address, ex: undefined });
+        this.attachUpstream(p, ex, { sock, key, address, reader, ex: undefined });
       },
       (err: NodeJS.ErrnoException) => {
         if (p.done || p.ex !== ex) return;
@@ -762,14 +771,26 @@ export class EgressProxy {
     addresses: readonly string[],
     port: number,
     internal?: InternalTarget,
-  ): Promise<{ sock: net.Socket; address: string }> {
+  ): Promise<{ sock: net.Socket; address: string; reader: PlainReader }> {
     let last: unknown = new Error('no address');
     for (const address of internal ? [describeTarget(internal)] : addresses) {
+      // Reads land in one buffer shared by every plain upstream (see PLAIN_READ_BUFFER).
+      const reader: PlainReader = { on: undefined };
+      const onread: net.OnReadOpts = {
+        buffer: PLAIN_READ_BUFFER,
+        callback: (n: number) => {
+          if (reader.on) reader.on(PLAIN_READ_BUFFER.subarray(0, n));
+          // Nobody to give the bytes to yet: an upstream does not speak first.
+          else up.destroy();
+          return true;
+        },
+      };
+      let up: net.Socket;
       try {
         const sock = await new Promise<net.Socket>((resolve, reject) => {
-          const up = internal
-            ? connectTarget(internal)
-            : net.connect({ host: address, port, lookup: pinnedLookup(address), noDelay: true });
+          up = internal
+            ? connectTarget(internal, onread)
+            : net.connect({ host: address, port, lookup: pinnedLookup(address), noDelay: true, onread });
           this.track(l, up);
           const t = connectDeadline(up, `${address}:${port}`, this.limits.connectTimeoutMs);
           up.once('connect', () => {
@@ -784,7 +805,7 @@ export class EgressProxy {
           };
           up.once('error', fail);
         });
-        return { sock, address };
+        return { sock, address, reader };
       } catch (err) {
         last = err;
       }
@@ -799,7 +820,8 @@ export class EgressProxy {
     const sock = u.sock;
     if (!u.listening) {
       u.listening = true;
-      sock.on('data', (chunk: Buffer) => {
+      // `chunk` is PLAIN_READ_BUFFER: whatever outlives this call is copied (writeOut, rbuf).
+      u.reader.on = (chunk: Buffer) => {
         const cur = u.ex;
         if (!cur) {
           // An idle upstream does not speak first: it is not reused.
@@ -807,7 +829,7 @@ export class EgressProxy {
           return;
         }
         this.onUpstreamData(p, cur, chunk);
-      });
+      };
       sock.on('end', () => this.onUpstreamGone(p, u, undefined));
       sock.on('close', () => {
         if (p.pool.get(u.key) === u) this.unpool(p, u.key);
@@ -817,27 +839,21 @@ export class EgressProxy {
         if (u.ex && !p.done) p.s.resume();
       });
       sock.setTimeout(this.limits.idleTimeoutMs, () => sock.destroy());
+      // Flowing, so that the end of the stream is seen ('end'); the bytes go to reader.on.
+      sock.resume();
     }
     const head = ex.head;
     const d = ex.verdict!.decision;
     // RFC 9112 §3.2.2: a proxy replaces Host with the authority of the absolute URL, so a
     // request checked for one name cannot be routed by the origin to another (domain fronting).
     const authority = ex.port === 80 ? hostFor(d.host) : `${hostFor(d.host)}:${ex.port}`;
-    let text = `${head.method} ${ex.path} HTTP/1.1\r\n`;
-    const f = head.fields;
-    for (let i = 0; i < f.length; i += 2) {
-      const lk = f[i]!.toLowerCase();
-      if (HOP_BY_HOP.has(lk) || lk === 'host' || lk === 'content-length' || head.connection.has(lk)) continue;
-      text += `${f[i]}: ${f[i + 1]}\r\n`;
-    }
-    text += `Host: ${authority}\r\n`;
-    if (head.chunked) text += 'Transfer-Encoding: chunked\r\n';
-    else if (head.contentLength !== undefined) text += `Content-Length: ${head.contentLength}\r\n`;
-    text += '\r\n';
-    sock.cork();
-    sock.write(text, 'latin1');
-    if (ex.reqBody && !ex.reqBody.done) this.sendBody(p, ex);
-    sock.uncork();
+    const bytes = requestHeadBytes(head, ex.path, authority);
+    if (ex.reqBody && !ex.reqBody.done) {
+      sock.cork();
+      sock.write(bytes);
+      this.sendBody(p, ex);
+      sock.uncork();
+    } else sock.write(bytes);
     if (!ex.reqBody || ex.reqBody.done) this.requestSent(p, ex);
   }
 
@@ -878,85 +894,110 @@ export class EgressProxy {
 
   private onUpstreamData(p: PlainConn, ex: PlainExchange, chunk: Buffer): void {
     if (p.done || p.ex !== ex) return;
-    // One write to the client per read from the origin (head and body together).
-    const s = p.s;
-    s.cork();
+    // One write to the client per read from the origin (head and body together): what is to be
+    // written is collected in `out` and written at the end, or before anything else happens.
+    const out: Buffer[] = [];
     try {
-      this.relayAnswer(p, ex, chunk);
+      this.relayAnswer(p, ex, chunk, out);
     } finally {
-      if (s.writableCorked > 0) s.uncork();
+      this.writeOut(p, ex, out);
     }
   }
 
-  private relayAnswer(p: PlainConn, ex: PlainExchange, chunk: Buffer): void {
+  /** Write what an origin read produced for the client, as one buffer (never a view of PLAIN_READ_BUFFER). */
+  private writeOut(p: PlainConn, ex: PlainExchange, out: Buffer[]): void {
+    if (out.length === 0) return;
+    const s = p.s;
+    if (!s.writable) {
+      // Answered and ending, or gone: nothing more goes to this client.
+      out.length = 0;
+      return;
+    }
+    let ok: boolean;
+    if (out.length === 1) {
+      const b = out[0]!;
+      ok = s.write(b.buffer === PLAIN_READ_BUFFER.buffer ? Buffer.from(b) : b);
+    }
+    // One read's worth (at most the read buffer, a head, chunk framing): one copy, one write.
+    else ok = s.write(Buffer.concat(out));
+    out.length = 0;
+    // The client reads slower than the origin sends: the origin waits.
+    if (!ok && ex.up && ex.res && !ex.res.done && p.ex === ex) {
+      const up = ex.up.sock;
+      up.pause();
+      s.once('drain', () => up.resume());
+    }
+  }
+
+  private relayAnswer(p: PlainConn, ex: PlainExchange, chunk: Buffer, out: Buffer[]): void {
     ex.bytesIn += chunk.length;
     let buf = chunk;
     let from = 0;
     while (from < buf.length || (ex.res && ex.res.done)) {
       if (!ex.res) {
-        ex.rbuf = ex.rbuf ? Buffer.concat([ex.rbuf, from ? buf.subarray(from) : buf]) : from ? buf.subarray(from) : buf;
+        // The head is parsed where it is; only an incomplete one is kept, as a copy (concat), since
+        // the read buffer is reused.
+        const hb = ex.rbuf ? (ex.rbuf = Buffer.concat([ex.rbuf, buf.subarray(from)])) : from ? buf.subarray(from) : buf;
         let rh: ResponseHead | undefined;
         try {
-          rh = parseResponseHead(ex.rbuf, RESPONSE_HEAD_BYTES, ex.rscanned);
+          rh = parseResponseHead(hb, RESPONSE_HEAD_BYTES, ex.rscanned);
         } catch (err) {
           if (!(err instanceof HttpFramingError)) throw err;
+          this.writeOut(p, ex, out);
           this.upstreamFailed(p, ex, err.message);
           return;
         }
         if (!rh) {
+          ex.rbuf ??= Buffer.from(hb);
           ex.rscanned = ex.rbuf.length;
           return;
         }
-        buf = ex.rbuf;
+        buf = hb;
         from = rh.end;
         ex.rbuf = undefined;
         ex.rscanned = 0;
-        if (!this.responseHead(p, ex, rh)) return;
+        if (!this.responseHead(p, ex, rh, out)) return;
         continue;
       }
       if (ex.res.done) {
         // Bytes after the end of the answer: the origin does not frame its answers as it says.
         const extra = from < buf.length;
+        this.writeOut(p, ex, out);
         this.exchangeDone(p, ex, !extra && ex.keepUp === true);
         return;
       }
-      const out: Buffer[] = [];
       let used: number;
       try {
         used = ex.res.push(buf, from, out);
       } catch (err) {
         if (!(err instanceof HttpFramingError)) throw err;
+        this.writeOut(p, ex, out);
         this.upstreamFailed(p, ex, err.message);
         return;
       }
       from += used;
-      let ok = true;
-      for (const b of out) ok = p.s.write(b) && ok;
-      if (!ok && ex.up && !ex.res.done) {
-        const up = ex.up.sock;
-        up.pause();
-        p.s.once('drain', () => up.resume());
-      }
       if (!ex.res.done) return;
     }
   }
 
   /** A response head from upstream: relayed (1xx, then the final one) with its framing decided. False when the exchange ended. */
-  private responseHead(p: PlainConn, ex: PlainExchange, rh: ResponseHead): boolean {
+  private responseHead(p: PlainConn, ex: PlainExchange, rh: ResponseHead, out: Buffer[]): boolean {
     const clientMinor = ex.head.minor;
     if (rh.status < 200) {
       if (rh.status === 101) {
+        this.writeOut(p, ex, out);
         this.upstreamFailed(p, ex, 'the origin switched protocols without being asked to');
         return false;
       }
       // 100 was answered by the proxy itself; other interim answers (103) go to HTTP/1.1 clients.
-      if (rh.status !== 100 && clientMinor === 1) p.s.write(this.responseText(rh, '', false), 'latin1');
+      if (rh.status !== 100 && clientMinor === 1) out.push(responseHeadBytes(rh, '', false));
       return true;
     }
     const noBody = ex.head.method === 'HEAD' || rh.status === 204 || rh.status === 304;
     let framing: string;
     if (rh.otherCoding && !noBody) {
       // A transfer coding (gzip…) the client was never offered cannot be passed on as it is.
+      this.writeOut(p, ex, out);
       this.upstreamFailed(p, ex, 'the origin answered with a transfer coding other than chunked');
       return false;
     }
@@ -983,21 +1024,8 @@ export class EgressProxy {
     // A request whose body is not all upstream yet cannot be followed by another on this connection.
     if (ex.reqBody && !ex.reqBody.done) ex.close = true;
     ex.headSent = true;
-    p.s.write(this.responseText(rh, framing, ex.close), 'latin1');
+    out.push(responseHeadBytes(rh, framing, ex.close));
     return true;
-  }
-
-  private responseText(rh: ResponseHead, framing: string, close: boolean): string {
-    let text = `HTTP/1.1 ${rh.status} ${rh.reasonPhrase}\r\n`;
-    const f = rh.fields;
-    for (let i = 0; i < f.length; i += 2) {
-      const lk = f[i]!.toLowerCase();
-      if (HOP_BY_HOP.has(lk) || rh.connection.has(lk)) continue;
-      // Content-Length stays (HEAD, 304 and length-framed answers) unless the body is chunked.
-      if (lk === 'content-length' && (rh.chunked || rh.otherCoding)) continue;
-      text += `${f[i]}: ${f[i + 1]}\r\n`;
-    }
-    return `${text}${framing}${close ? 'Connection: close\r\n' : ''}\r\n`;
   }
 
   /** The answer is complete: the upstream goes back to this connection's pool (or away), the next request is read. */
@@ -1104,7 +1132,7 @@ export class EgressProxy {
   }
 
   /** `http://host[:port]/path` → parts; null when the target is not absolute-form http. */
-  private parseAbsolute(url: string): { host: string; port: number; path: string } | null {
+  private parseAbsolute(url: string): { authority: string; host: string; port: number; path: string } | null {
     const m = /^http:\/\/([^/?#]*)(.*)$/i.exec(url);
     if (!m) return null;
     const authority = m[1]!;
@@ -1117,7 +1145,7 @@ export class EgressProxy {
     if (path === '') path = '/';
     else if (path.startsWith('?')) path = `/${path}`;
     else if (!path.startsWith('/')) return null;
-    return { host: a.host, port, path };
+    return { authority, host: a.host, port, path };
   }
 
   private async serveConnect(l: Listener, authority: string, s: net.Socket, head: Buffer): Promise<void> {
@@ -1300,6 +1328,7 @@ export class EgressProxy {
     port: number,
     target: string,
     gone: LazySignal,
+    resolved?: { answers: string[] } | { error: unknown },
   ): Promise<Verdict> {
     const base = { at: new Date(), protocol, target, port };
     const done = (d: EgressDecision, dial: string[] = []): Verdict => {
@@ -1393,16 +1422,13 @@ export class EgressProxy {
     }
 
     let dial: string[];
-    let dialBytes: Uint8Array[];
+    let raw: string[] | undefined;
     if (h.kind === 'name') {
       let answers: Uint8Array[];
       try {
-        const raw = await withDeadline(
-          this.limits.dnsTimeoutMs,
-          gone.signal,
-          (sig) => this.resolver.resolve(h.value, sig),
-          () => new ResolveError('DNS_TIMEOUT', `no answer for ${h.value} within ${this.limits.dnsTimeoutMs} ms`),
-        );
+        // Resolved already when a client connection's kept decision was checked for this request.
+        if (resolved && 'error' in resolved) throw resolved.error;
+        raw = resolved ? resolved.answers : await this.resolve(h.value, gone);
         answers = parseAnswers(h.value, raw);
         if (answers.length === 0) throw new ResolveError('DNS_NOT_FOUND', `${h.value} has no address`);
       } catch (err) {
@@ -1410,7 +1436,6 @@ export class EgressProxy {
         return refuse(code, h.value, `${(err as Error).message}`);
       }
       dial = [];
-      dialBytes = answers;
       for (const b of answers) {
         const a = checkAddress(b, policy.allowRanges);
         // One forbidden answer condemns the name: a name that points at both a public and an
@@ -1424,7 +1449,6 @@ export class EgressProxy {
       }
     } else {
       dial = [checkAddress(h.bytes, policy.allowRanges).address];
-      dialBytes = [h.bytes];
     }
     const d: EgressDecision = {
       ...base,
@@ -1437,62 +1461,106 @@ export class EgressProxy {
     };
     if (entry !== undefined) d.entry = entry;
     if (approvalId !== undefined) d.approvalId = approvalId;
-    // Only list-allowed plain-HTTP decisions are reused: an asked host is asked again, and a
-    // tunnel is long-lived enough that deciding it afresh costs nothing.
-    if (protocol === 'http' && reason === 'ALLOW_LISTED' && this.limits.decisionCacheMs > 0 && l.policy === policy) {
-      if (l.decisions.size >= MAX_CACHED_DECISIONS) l.decisions.clear();
-      l.decisions.set(`${rawHost}|${port}`, {
-        policy,
-        expires: performance.now() + this.limits.decisionCacheMs,
-        host: h.value,
-        reason,
-        entry,
-        message: d.message,
-        answers: dialBytes,
-      });
-    }
-    return done(d, dial);
+    const v = done(d, dial);
+    // A list-allowed name may be kept by the client connection (plain HTTP; see decideKept()).
+    if (raw && protocol === 'http' && reason === 'ALLOW_LISTED') v.answers = raw;
+    return v;
+  }
+
+  /** The resolver's answers for a canonical name, within dnsTimeoutMs. */
+  private resolve(name: string, gone: LazySignal): Promise<string[]> {
+    return withDeadline(
+      this.limits.dnsTimeoutMs,
+      gone.signal,
+      (sig) => this.resolver.resolve(name, sig),
+      () => new ResolveError('DNS_TIMEOUT', `no answer for ${name} within ${this.limits.dnsTimeoutMs} ms`),
+    );
   }
 
   /**
-   * A plain-HTTP decision from the cache: same policy object (setPolicy clears the cache
-   * anyway), not expired, and every cached answer still passes the address check. Recorded
-   * like any other decision. Undefined when the request must be decided afresh.
+   * A plain-HTTP request for an authority its client connection has a kept decision for, under
+   * the same policy: the name is resolved again (one lookup per request, as always), and when
+   * the answers are exactly those the kept decision checked, it stands (recorded like any other
+   * decision); any other answer, or a failure, is decided afresh from those same answers.
    */
-  private cachedDecision(l: Listener, rawHost: string, port: number, target: string): Verdict | undefined {
-    if (l.decisions.size === 0) return undefined;
-    const key = `${rawHost}|${port}`;
-    const c = l.decisions.get(key);
-    if (!c) return undefined;
-    const policy = l.policy;
-    if (c.policy !== policy || performance.now() > c.expires) {
-      l.decisions.delete(key);
-      return undefined;
+  private async decideKept(p: PlainConn, k: ConnDecision, rawHost: string, target: string, gone: LazySignal): Promise<Verdict> {
+    const l = p.l;
+    let answers: string[];
+    try {
+      answers = await this.resolveKept(p, k.host);
+    } catch (error) {
+      return this.decide(l, 'http', rawHost, k.port, target, gone, { error });
     }
-    const dial: string[] = [];
-    for (const b of c.answers) {
-      const a = checkAddress(b, policy.allowRanges);
-      if (!a.allowed) {
-        l.decisions.delete(key);
-        return undefined;
-      }
-      if (!dial.includes(a.address)) dial.push(a.address);
-    }
+    if (l.policy !== k.policy || answers.join('\n') !== k.answers)
+      return this.decide(l, 'http', rawHost, k.port, target, gone, { answers });
     const d: EgressDecision = {
       at: new Date(),
       protocol: 'http',
       target,
-      port,
-      host: c.host,
+      host: k.host,
+      port: k.port,
       allowed: true,
       outcome: 'allowed',
-      reason: c.reason,
-      message: c.message,
-      address: dial[0]!,
+      reason: 'ALLOW_LISTED',
+      message: k.message,
+      address: k.dial[0]!,
     };
-    if (c.entry !== undefined) d.entry = c.entry;
+    if (k.entry !== undefined) d.entry = k.entry;
     this.record(l, d);
-    return { decision: d, dial };
+    return { decision: d, dial: k.dial, answers };
+  }
+
+  /**
+   * resolve() for a connection's kept decisions, without the two abort controllers and the timer
+   * per request: one controller per connection (aborted when it closes) and one timer, re-armed.
+   * A timeout aborts the connection's controller: a DNS_TIMEOUT is answered and the connection closed.
+   */
+  private resolveKept(p: PlainConn, name: string): Promise<string[]> {
+    const ctl = (p.dnsAbort ??= new AbortController());
+    return new Promise<string[]>((resolve, reject) => {
+      let settled = false;
+      p.onDnsTimeout = () => {
+        if (settled) return;
+        settled = true;
+        ctl.abort();
+        reject(new ResolveError('DNS_TIMEOUT', `no answer for ${name} within ${this.limits.dnsTimeoutMs} ms`));
+      };
+      if (p.dnsTimer) p.dnsTimer.refresh();
+      else {
+        p.dnsTimer = setTimeout(() => p.onDnsTimeout?.(), this.limits.dnsTimeoutMs);
+        p.dnsTimer.unref();
+      }
+      this.resolver.resolve(name, ctl.signal).then(
+        (answers) => {
+          if (settled) return;
+          settled = true;
+          p.onDnsTimeout = undefined;
+          resolve(answers);
+        },
+        (err: unknown) => {
+          if (settled) return;
+          settled = true;
+          p.onDnsTimeout = undefined;
+          reject(err);
+        },
+      );
+    });
+  }
+
+  /** Keep an allowed decision on its client connection, for the exact authority of the request. */
+  private keepDecision(p: PlainConn, authority: string, policy: EgressPolicy, v: Verdict): void {
+    const d = v.decision;
+    p.decisions ??= new Map();
+    if (p.decisions.size >= MAX_CONN_DECISIONS && !p.decisions.has(authority)) p.decisions.clear();
+    p.decisions.set(authority, {
+      policy,
+      host: d.host,
+      port: d.port,
+      entry: d.entry,
+      message: d.message,
+      answers: v.answers!.join('\n'),
+      dial: v.dial,
+    });
   }
 
   private async askHuman(
@@ -1709,6 +1777,13 @@ interface PlainConn {
   ex: PlainExchange | undefined;
   /** Idle upstreams of this connection by `canonical host|port` (or internal target). */
   pool: Map<string, PlainUpstream>;
+  /** Allowed decisions this connection keeps, by the exact authority of the request target. */
+  decisions: Map<string, ConnDecision> | undefined;
+  /** Aborts the resolutions of kept decisions when the client goes (or one of them times out: the connection is then answered and closed). */
+  dnsAbort: AbortController | undefined;
+  /** One deadline timer per connection for those resolutions (one at a time), re-armed with refresh(). */
+  dnsTimer: NodeJS.Timeout | undefined;
+  onDnsTimeout: (() => void) | undefined;
   /** No more requests are read (answered and closing, or handed over to a tunnel). */
   done: boolean;
   /** The client half-closed. */
@@ -1744,6 +1819,7 @@ interface PlainExchange {
 /** An upstream socket of a client connection, dialed to `address` (a checked answer) or an internal target. */
 interface PlainUpstream {
   sock: net.Socket;
+  reader: PlainReader;
   key: string;
   address: string;
   ex: PlainExchange | undefined;
@@ -1761,10 +1837,83 @@ const MAX_POOLED_PER_CLIENT = 4;
  */
 const MAX_POOLED_PER_WORKSHOP = 256;
 
-/** Index of the first field named `name` (lower-case) in a flat name/value list; -1 when absent. */
-function fieldIndex(fields: readonly string[], name: string): number {
-  for (let i = 0; i < fields.length; i += 2) if (fields[i]!.length === name.length && fields[i]!.toLowerCase() === name) return i;
-  return -1;
+/** Where an upstream's reads go once it serves an exchange. */
+interface PlainReader {
+  on: ((chunk: Buffer) => void) | undefined;
+}
+
+/**
+ * The read buffer of every plain-HTTP upstream (net's `onread`): reads are handled at once, one
+ * at a time, so one buffer serves them all; what must outlive a read (a response head still
+ * incomplete, a chunk written to a client that could not take it at once) is copied.
+ */
+const PLAIN_READ_BUFFER = Buffer.allocUnsafeSlow(64 * 1024);
+
+const CRLF_BYTES = 2;
+
+/**
+ * The request head for the origin, as one buffer: the request line in origin-form, the fields
+ * that go on copied as the client sent them (parsed and checked already), then Host (the
+ * checked authority) and the framing the proxy itself writes.
+ */
+function requestHeadBytes(head: RequestHead, path: string, authority: string): Buffer {
+  const raw = head.raw;
+  const sp = head.spans;
+  // Method (token), path (visible ASCII) and authority (canonical, ASCII): one byte per char.
+  const line = `${head.method} ${path} HTTP/1.1\r\n`;
+  const tail =
+    `Host: ${authority}\r\n` +
+    (head.chunked
+      ? 'Transfer-Encoding: chunked\r\n'
+      : head.contentLength !== undefined
+        ? `Content-Length: ${head.contentLength}\r\n`
+        : '') +
+    '\r\n';
+  let n = line.length + tail.length;
+  for (let i = 0; i < sp.length; i += 5) if (forwarded(head, i)) n += sp[i + 3]! - sp[i]! + CRLF_BYTES;
+  const out = Buffer.allocUnsafe(n);
+  let o = out.write(line, 0, 'latin1');
+  for (let i = 0; i < sp.length; i += 5) {
+    if (!forwarded(head, i)) continue;
+    o += raw.copy(out, o, sp[i], sp[i + 3]);
+    out[o++] = 0x0d;
+    out[o++] = 0x0a;
+  }
+  out.write(tail, o, 'latin1');
+  return out;
+}
+
+/** Whether a response field goes on to the client: Host and Content-Length (unless chunked) besides the ordinary ones. */
+function responseKeeps(rh: ResponseHead, i: number): boolean {
+  const kind = rh.spans[i + 4];
+  if (kind === FieldKind.ContentLength) return !rh.chunked && !rh.otherCoding;
+  if (kind === FieldKind.Host) return !rh.connectionNamesFields || !rh.connection.has('host');
+  return forwarded(rh, i);
+}
+
+/** A response head for the client, as one buffer: `HTTP/1.1`, the origin's status and reason, its fields but hop-by-hop ones, the framing. */
+function responseHeadBytes(rh: ResponseHead, framing: string, close: boolean): Buffer {
+  const raw = rh.raw;
+  const sp = rh.spans;
+  const tail = `${framing}${close ? 'Connection: close\r\n' : ''}\r\n`;
+  // "HTTP/1.1 " + the status code + SP + the reason as the origin sent it (RFC 9112 §4: the SP even without a reason).
+  let n = 9 + 3 + 1 + (rh.reasonEnd - rh.reasonStart) + CRLF_BYTES + tail.length;
+  for (let i = 0; i < sp.length; i += 5) if (responseKeeps(rh, i)) n += sp[i + 3]! - sp[i]! + CRLF_BYTES;
+  const out = Buffer.allocUnsafe(n);
+  let o = out.write('HTTP/1.1 ', 0, 'latin1');
+  o += raw.copy(out, o, 9, 12);
+  out[o++] = 0x20;
+  o += raw.copy(out, o, rh.reasonStart, rh.reasonEnd);
+  out[o++] = 0x0d;
+  out[o++] = 0x0a;
+  for (let i = 0; i < sp.length; i += 5) {
+    if (!responseKeeps(rh, i)) continue;
+    o += raw.copy(out, o, sp[i], sp[i + 3]);
+    out[o++] = 0x0d;
+    out[o++] = 0x0a;
+  }
+  out.write(tail, o, 'latin1');
+  return out;
 }
 
 function hostFor(value: string): string {

@@ -1,8 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import net from 'node:net';
 import { join } from 'node:path';
-import { writeFileAtomic } from '../core/index.js';
-import { spliceRelay } from '../core/splice.js';
+import { spliceRelay, writeFileAtomic } from '../core/index.js';
 import { INTERNAL_SUFFIX, tieSockets, type EgressProxy, type InternalTarget } from '../egress/index.js';
 import { hostsFile, listenInSandboxMany, type SandboxHandle, type SandboxLayout } from '../sandbox/index.js';
 
