@@ -19,6 +19,7 @@ import {
   type SimulatorHandle,
   type SimulatorSpec,
   type SimulatorType,
+  type StartTimings,
 } from '../simulators/index.js';
 import type { InternalNetwork, InternalServiceSpec } from './internal.js';
 
@@ -308,6 +309,7 @@ export class SimulatorManager {
    * (unknown type, same name twice, too many) are refused before anything starts.
    */
   async start(ctx: WorkshopContext, requests: SimulatorRequest[], live = false): Promise<SimulatorView[]> {
+    const tEnter = performance.now();
     // A declared simulator that cannot be made (unknown type, a stubs directory outside the
     // repository) is recorded Failed with the reason; the workshop goes on. A live request is refused.
     const specs = requests.map((req) => {
@@ -349,6 +351,7 @@ export class SimulatorManager {
     }
     mkdirSync(this.workshopDir(ctx.id), { recursive: true, mode: 0o711 });
     const t0 = performance.now();
+    const phases: Record<string, StartTimings> = {};
     this.busy.add(ctx.id);
     try {
       // The listeners inside the workshop open while the simulators start (a helper spawn
@@ -361,9 +364,9 @@ export class SimulatorManager {
           specs.flatMap(({ spec }) => (spec ? [{ label: spec.name, port: simulatorPort(spec.type) }] : [])),
         )
         .catch((err: Error) => err);
-      const refused = (await Promise.all(specs.map(({ spec }) => (spec ? this.launch(ctx.id, spec, false, live) : undefined)))).find(
-        (e) => e !== undefined,
-      );
+      const refused = (
+        await Promise.all(specs.map(({ spec }) => (spec ? this.launch(ctx.id, spec, false, live, (phases[spec.name] = {})) : undefined)))
+      ).find((e) => e !== undefined);
       // A listener that could not open is retried, and its error reported, by the publish below.
       await listening;
       // A live request with bad input (an unsupported version, an unknown option) is the
@@ -377,18 +380,34 @@ export class SimulatorManager {
     }
     const t1 = performance.now();
     await this.publish(ctx);
+    const rows = await this.rows(ctx.id);
     const t2 = performance.now();
     this.opts.log.info(
-      { workshop: ctx.id, simulators: specs.map((s) => s.name), startMs: Math.round(t1 - t0), publishMs: Math.round(t2 - t1), live },
+      {
+        workshop: ctx.id,
+        simulators: specs.map((s) => s.name),
+        // Before the start (checks, rows), the start itself, then publishing (and reading the rows back).
+        beforeMs: Math.round(t0 - tEnter),
+        startMs: Math.round(t1 - t0),
+        publishMs: Math.round(t2 - t1),
+        phases,
+        live,
+      },
       'simulators started',
     );
-    const rows = await this.rows(ctx.id);
     return rows.filter((r) => specs.some((s) => s.name === r.name)).map((r) => this.view(r));
   }
 
-  private async launch(workshopId: string, spec: SimulatorSpec, restarted = false, live = false): Promise<AtelierError | undefined> {
+  private async launch(
+    workshopId: string,
+    spec: SimulatorSpec,
+    restarted = false,
+    live = false,
+    timings?: StartTimings,
+  ): Promise<AtelierError | undefined> {
     try {
-      const handle = await startSimulator(spec);
+      const handle = await startSimulator(spec, timings);
+      const t = performance.now();
       await this.query(
         `UPDATE workshop_simulators SET handle = $3, status = 'Running', updated_at = now(),
            status_reason = $4, restarts = restarts + $5 WHERE workshop_id = $1 AND name = $2`,
@@ -400,6 +419,7 @@ export class SimulatorManager {
           restarted ? 1 : 0,
         ],
       );
+      if (timings) timings.recordMs = Math.round(performance.now() - t);
     } catch (err) {
       if (live && err instanceof AtelierError && err.code !== 'UNAVAILABLE') {
         await this.query('DELETE FROM workshop_simulators WHERE workshop_id = $1 AND name = $2', [workshopId, spec.name]);

@@ -2,6 +2,7 @@ import { createHash, createHmac, pbkdf2, randomBytes } from 'node:crypto';
 import {
   appendFileSync,
   chmodSync,
+  chownSync,
   existsSync,
   mkdirSync,
   readdirSync,
@@ -16,7 +17,7 @@ import pg from 'pg';
 import { AtelierError } from '../../core/index.js';
 import { assertReachable, chownTree, run, SIMULATOR_ENV } from '../process.js';
 import type { RunAs, SimulatorHandle, SimulatorSpec } from '../types.js';
-import { checkKeys, checkSocketPath, invalid, requestedMajor, type CatalogEntry, type SimulatorInstance } from './entry.js';
+import { checkKeys, checkSocketPath, finalError, invalid, requestedMajor, type CatalogEntry, type SimulatorInstance } from './entry.js';
 
 /**
  * PostgreSQL simulator: the system PostgreSQL, one throwaway cluster per simulator.
@@ -39,7 +40,7 @@ import { checkKeys, checkSocketPath, invalid, requestedMajor, type CatalogEntry,
 
 const ADMIN = 'atelier_admin';
 /** Bump when the template's contents change: older templates are then left unused. */
-const TEMPLATE_FORMAT = 'v2';
+const TEMPLATE_FORMAT = 'v3';
 /** A database made in the template, renamed into the one asked for (a rename is instant; CREATE DATABASE copies files). */
 const SPARE_DATABASE = 'atelier_spare';
 const PORT = 5432;
@@ -291,6 +292,7 @@ async function createTemplate(cacheDir: string, dir: string, inst: Installation,
     // The template belongs to the server, not to the workshop user that ran initdb: a workshop
     // must never be able to change what other workshops' clusters are copied from.
     await chownTree(scratch, { uid: process.getuid!(), gid: process.getgid!() });
+    openInside(data);
     chmodSync(scratch, 0o700);
     try {
       renameSync(scratch, dir);
@@ -313,6 +315,26 @@ async function createTemplate(cacheDir: string, dir: string, inst: Installation,
 export async function warmPostgresTemplate(opts: { cacheDir: string; runAs?: RunAs | undefined }): Promise<void> {
   const all = await installations();
   if (all.length > 0) await refillSpares(await ensureTemplate(opts.cacheDir, all[0]!, opts.runAs));
+}
+
+/**
+ * Why a copy is not chowned file by file: PostgreSQL checks the owner of its data directory
+ * only, and `chown -R` of the ~1300 files of a cluster costs 25–70 ms of inode updates on this
+ * disk (more under load), on the path of every start. So everything *inside* the template's
+ * data directory is made rw for all (0666 files, 0777 directories) and, in a copy, only the data
+ * directory itself is handed over (chown + 0700). Nobody else can reach those files: the only
+ * path to them goes through that 0700 directory, owned by the simulator's uid (and, before a copy
+ * is handed over, through the server's 0700 template and spare directories). Files PostgreSQL
+ * creates afterwards are its own, 0600.
+ */
+function openInside(dir: string): void {
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, e.name);
+    if (e.isDirectory()) {
+      chmodSync(path, 0o777);
+      openInside(path);
+    } else if (e.isFile()) chmodSync(path, 0o666);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -387,7 +409,9 @@ async function copyTemplate(instance: SimulatorInstance, template: Template): Pr
   rmSync(data, { recursive: true, force: true });
   if (!takeSpare(template, data)) await run('cp', ['-a', template.data, data]);
   void refillSpares(template);
-  await chownTree(data, instance.runAs);
+  // The data directory only (see openInside): what is inside is reachable through it alone.
+  if (instance.runAs) chownSync(data, instance.runAs.uid, instance.runAs.gid);
+  chmodSync(data, 0o700);
   writeFileSync(adminPasswordFile(instance), `${template.adminPassword}\n`, { mode: 0o600 });
 }
 
@@ -446,6 +470,62 @@ function quoteIdent(name: string): string {
 
 function encodeUrlPart(value: string): string {
   return encodeURIComponent(value);
+}
+
+/** True once the postmaster of `handle` wrote "ready" in its postmaster.pid (PostgreSQL 10+). */
+function postmasterReady(handle: SimulatorHandle): boolean {
+  let lines: string[];
+  try {
+    lines = readFileSync(join(dataDir(handle), 'postmaster.pid'), 'utf8').split('\n');
+  } catch {
+    return false;
+  }
+  return lines[0] === String(handle.pid) && lines[7]?.trim() === 'ready';
+}
+
+/**
+ * The instance's own admin password, the user asked for and its database, on `client` (which it
+ * ends). One round trip, one implicit transaction.
+ */
+async function setUp(client: pg.Client, handle: SimulatorHandle): Promise<void> {
+  const s = handle.settings;
+  if (!pendingPasswords.has(handle.dir)) preparePasswords(handle);
+  const passwords = pendingPasswords.get(handle.dir)!;
+  pendingPasswords.delete(handle.dir);
+  let ended = false;
+  try {
+    const { admin, adminVerifier, userVerifier } = await passwords;
+    const role = quoteIdent(s.user!);
+    const attributes = s.superuser === 'true' ? 'SUPERUSER' : 'NOSUPERUSER CREATEDB';
+    const lit = (v: string): string => `'${v.replace(/'/g, "''")}'`;
+    // Each instance gets its own admin password (the template's is shared by every copy), the
+    // user asked for, and its database (owner of it, hence of its public schema:
+    // pg_database_owner, PostgreSQL 15).
+    const statements = [
+      `ALTER ROLE ${ADMIN} PASSWORD ${lit(adminVerifier)}`,
+      `CREATE ROLE ${role} LOGIN ${attributes} PASSWORD ${lit(userVerifier)}`,
+    ];
+    if (s.database === 'postgres') statements.push(`ALTER DATABASE postgres OWNER TO ${role}`);
+    else {
+      // The template's spare database becomes the one asked for: catalog changes only.
+      if (s.database !== SPARE_DATABASE) statements.push(`ALTER DATABASE ${SPARE_DATABASE} RENAME TO ${quoteIdent(s.database!)}`);
+      statements.push(`ALTER DATABASE ${quoteIdent(s.database!)} OWNER TO ${role}`);
+    }
+    await client.query(statements.join(';\n'));
+    writeFileSync(adminPasswordFile(handle), `${admin}\n`, { mode: 0o600 });
+    if (s.database === 'postgres') {
+      // The spare database is not needed: dropped after the start has answered (a DROP DATABASE
+      // unlinks ~300 files), on this connection, which it then closes. Not in a transaction
+      // block, hence a statement of its own. A failure leaves an empty extra database, said in its log.
+      ended = true;
+      void client
+        .query(`DROP DATABASE ${SPARE_DATABASE}`)
+        .catch(() => undefined)
+        .finally(() => void client.end().catch(() => undefined));
+    }
+  } finally {
+    if (!ended) await client.end().catch(() => undefined);
+  }
 }
 
 export const postgres: CatalogEntry = {
@@ -522,39 +602,33 @@ export const postgres: CatalogEntry = {
   },
 
   async initialise(handle) {
-    const s = handle.settings;
-    if (!pendingPasswords.has(handle.dir)) preparePasswords(handle);
-    const passwords = pendingPasswords.get(handle.dir)!;
-    pendingPasswords.delete(handle.dir);
-    const { admin, adminVerifier, userVerifier } = await passwords;
-    const role = quoteIdent(s.user!);
-    const attributes = s.superuser === 'true' ? 'SUPERUSER' : 'NOSUPERUSER CREATEDB';
-    const lit = (v: string): string => `'${v.replace(/'/g, "''")}'`;
-    // One round trip, one implicit transaction: each instance gets its own admin password (the
-    // template's is shared by every copy), the user asked for, and its database (owner of it,
-    // hence of its public schema: pg_database_owner, PostgreSQL 15).
-    const statements = [
-      `ALTER ROLE ${ADMIN} PASSWORD ${lit(adminVerifier)}`,
-      `CREATE ROLE ${role} LOGIN ${attributes} PASSWORD ${lit(userVerifier)}`,
-    ];
-    if (s.database === 'postgres') statements.push(`ALTER DATABASE postgres OWNER TO ${role}`);
-    else {
-      // The template's spare database becomes the one asked for: catalog changes only.
-      if (s.database !== SPARE_DATABASE) statements.push(`ALTER DATABASE ${SPARE_DATABASE} RENAME TO ${quoteIdent(s.database!)}`);
-      statements.push(`ALTER DATABASE ${quoteIdent(s.database!)} OWNER TO ${role}`);
-    }
     const client = adminClient(handle);
     await client.connect();
-    try {
-      await client.query(statements.join(';\n'));
-      writeFileSync(adminPasswordFile(handle), `${admin}\n`, { mode: 0o600 });
-      // Not in a transaction block, hence a statement of its own.
-      if (s.database === 'postgres') await client.query(`DROP DATABASE ${SPARE_DATABASE}`);
-    } finally {
-      await client.end().catch(() => undefined);
-    }
+    await setUp(client, handle);
   },
 
+  // Most of a start is PostgreSQL's own (its 42 libraries, shared memory, the startup process):
+  // what is ours is to try the first connection the moment the server says it is ready, and to
+  // do the set-up on that very connection.
+  pollMs: 1,
+
+  async readyAndInitialise(handle) {
+    // postmaster.pid says "ready" once the server accepts connections (what `pg_ctl -w` reads):
+    // a cheap file read every millisecond instead of connection attempts that the server would
+    // refuse with "the database system is starting up". The round trip below is the readiness.
+    if (!postmasterReady(handle)) throw new Error('PostgreSQL is not accepting connections yet');
+    const client = adminClient(handle);
+    try {
+      await client.connect();
+    } catch (err) {
+      await client.end().catch(() => undefined);
+      throw err;
+    }
+    // In from here: an error now is an answer, not a server still starting.
+    await setUp(client, handle).catch((err: unknown) => {
+      throw finalError(err);
+    });
+  },
   async refresh(instance) {
     const inst = (await installations()).find((i) => i.binDir === instance.settings.binDir);
     if (!inst)
