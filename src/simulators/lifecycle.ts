@@ -209,7 +209,7 @@ export async function startSimulator(spec: SimulatorSpec, timings?: StartTimings
   const mark = timer(timings);
   const entry = checkSpec(spec);
   await assertNameFree(join(spec.socketDir, spec.name), spec.name);
-  const instance = await entry.prepare(spec, join(spec.socketDir, spec.name));
+  const instance = await entry.prepare(spec, join(spec.socketDir, spec.name), timings);
   if (spec.cgroupProcs) instance.cgroupProcs = spec.cgroupProcs;
   mark('prepareMs');
   return launch(entry, instance, spec.startTimeoutMs ?? entry.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS, timings);

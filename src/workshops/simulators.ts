@@ -271,7 +271,7 @@ export class SimulatorManager {
    * Publishes the workshop's current simulators: listeners and hosts entries (InternalNetwork),
    * the environment of new execs and /run/atelier/simulators.json.
    */
-  async publish(ctx: WorkshopContext): Promise<void> {
+  async publish(ctx: WorkshopContext): Promise<SimRow[]> {
     const rows = await this.rows(ctx.id);
     const services: InternalServiceSpec[] = [...this.opts.baseServices(ctx.id)];
     const env: Record<string, string> = {};
@@ -301,6 +301,7 @@ export class SimulatorManager {
     this.envs.set(ctx.id, env);
     await this.opts.internal.apply(ctx.id, ctx.sandbox, ctx.layout, ctx.hostname, services);
     writeFileAtomic(join(ctx.layout.run, 'simulators.json'), JSON.stringify({ simulators: doc }, null, 2) + '\n', 0o644);
+    return rows;
   }
 
   /**
@@ -379,8 +380,7 @@ export class SimulatorManager {
       this.busy.delete(ctx.id);
     }
     const t1 = performance.now();
-    await this.publish(ctx);
-    const rows = await this.rows(ctx.id);
+    const rows = await this.publish(ctx);
     const t2 = performance.now();
     this.opts.log.info(
       {
@@ -395,6 +395,13 @@ export class SimulatorManager {
       },
       'simulators started',
     );
+    for (const [name, p] of Object.entries(phases)) {
+      if (p.waitedForCopyMs !== undefined)
+        this.opts.log.warn(
+          { workshop: ctx.id, simulator: name, waitedForCopyMs: p.waitedForCopyMs },
+          'no spare copy of the postgres template was ready (a burst of starts): this start waited for one; the pool now keeps more for a while',
+        );
+    }
     return rows.filter((r) => specs.some((s) => s.name === r.name)).map((r) => this.view(r));
   }
 

@@ -13,9 +13,10 @@ export interface CatalogEntry {
   port: number;
   /**
    * Checks the request against what is installed and prepares `spec.dir` (fresh state); starts
-   * nothing. `sockDir` is this instance's own directory under `spec.socketDir`.
+   * nothing. `sockDir` is this instance's own directory under `spec.socketDir`. Anything worth
+   * the caller's log goes in `timings` (postgres: `waitedForCopyMs`, a start that found no spare copy).
    */
-  prepare(spec: SimulatorSpec, sockDir: string): Promise<SimulatorInstance>;
+  prepare(spec: SimulatorSpec, sockDir: string, timings?: Record<string, number>): Promise<SimulatorInstance>;
   /** The command line of the server process. */
   command(instance: SimulatorInstance): string[];
   /** One real round trip (a query, a PING); throws while the server is not ready. */

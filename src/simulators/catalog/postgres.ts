@@ -1,3 +1,4 @@
+import { execFile, type ChildProcess } from 'node:child_process';
 import { createHash, createHmac, pbkdf2, randomBytes } from 'node:crypto';
 import {
   appendFileSync,
@@ -12,6 +13,7 @@ import {
   statSync,
   writeFileSync,
 } from 'node:fs';
+import { setPriority } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { AtelierError } from '../../core/index.js';
@@ -348,71 +350,188 @@ function adminPasswordFile(instance: SimulatorInstance): string {
   return join(instance.dir, 'admin.password');
 }
 
-// Spare copies: the copy is most of a start (~100 ms on an idle disk, over 500 ms on a busy
-// one), so a few ready-made copies wait next to the template and a start renames one into
-// place; the pool is refilled in the background.
+// Spare copies: the copy is most of a start (~100 ms on an idle disk, 1–2 s on a busy one), so
+// a few ready-made copies wait next to the template and a start renames one into place.
+//
+// Bursts: a start that finds the pool empty does not copy on its own beside the refill (two
+// copies fighting for the disk, each slower); it waits for the next copy the refill finishes,
+// which then runs at normal priority, two at a time while anyone waits, and the pool keeps
+// BURST_SPARES instead of SPARES for the next ten minutes. Disk only: ~35 MB a copy.
 const SPARES = 3;
-/**
- * The refill copies at the lowest CPU priority (`nice -n 19`): a copy is ~40 MB of writes, and
- * one competing on equal terms with the very start it refills for would slow that start down.
- */
-const refilling = new Map<string, Promise<void>>();
+const BURST_SPARES = 6;
+const BURST_MEMORY_MS = 600_000;
+/** A refill not triggered by a start's answer (the start failed) happens after this. */
+const REFILL_FALLBACK_MS = 2000;
 
-function takeSpare(template: Template, dest: string): boolean {
-  let entries: string[];
-  try {
-    entries = readdirSync(`${template.dir}.spares`).filter((e) => e.startsWith('spare-'));
-  } catch {
-    return false;
+interface SparePool {
+  dir: string;
+  template: Template;
+  /** Until when the pool keeps BURST_SPARES. */
+  burstUntil: number;
+  /** Copies in progress (their `cp` processes). */
+  copying: Set<ChildProcess>;
+  /** Starts waiting for a copy, served first come first served. */
+  waiters: Array<{ resolve: (copy: string) => void; reject: (err: Error) => void }>;
+  /** The running refill loop, if any. */
+  job: Promise<void> | undefined;
+}
+
+const pools = new Map<string, SparePool>();
+/** Instance directory → the pool it took a spare from, refilled once the instance answered. */
+const afterStart = new Map<string, SparePool>();
+
+function poolOf(template: Template): SparePool {
+  const dir = `${template.dir}.spares`;
+  let pool = pools.get(dir);
+  if (!pool) {
+    pool = { dir, template, burstUntil: 0, copying: new Set(), waiters: [], job: undefined };
+    pools.set(dir, pool);
   }
-  for (const entry of entries) {
+  return pool;
+}
+
+function spares(pool: SparePool): string[] {
+  try {
+    return readdirSync(pool.dir).filter((e) => e.startsWith('spare-'));
+  } catch {
+    return [];
+  }
+}
+
+/** Renames a ready spare to `dest`: true when one was there. */
+function takeSpare(pool: SparePool, dest: string): boolean {
+  for (const entry of spares(pool)) {
     try {
-      renameSync(join(`${template.dir}.spares`, entry), dest);
+      renameSync(join(pool.dir, entry), dest);
       return true;
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
-      if (code === 'ENOENT') continue; // taken by a concurrent start
-      if (code === 'EXDEV') return false; // the instance is on another file system: copy instead
+      if (code === 'ENOENT') continue; // taken by a concurrent start (another server on the same cache)
       throw err;
     }
   }
   return false;
 }
 
-/** Tops the spare pool of `template` up (one refill at a time per process); never rejects. */
-function refillSpares(template: Template): Promise<void> {
-  const pool = `${template.dir}.spares`;
-  let job = refilling.get(pool);
-  if (!job) {
-    job = (async () => {
-      mkdirSync(pool, { recursive: true, mode: 0o700 });
-      for (const entry of readdirSync(pool)) {
-        const path = join(pool, entry);
-        if (entry.startsWith('.copy-') && Date.now() - statSync(path).mtimeMs > 600_000) rmSync(path, { recursive: true, force: true });
-      }
-      while (readdirSync(pool).filter((e) => e.startsWith('spare-')).length < SPARES) {
-        const id = randomBytes(4).toString('hex');
-        await run('nice', ['-n', '19', 'cp', '-a', template.data, join(pool, `.copy-${id}`)]);
-        renameSync(join(pool, `.copy-${id}`), join(pool, `spare-${id}`));
-      }
-    })()
-      .catch(() => undefined)
-      .finally(() => refilling.delete(pool));
-    refilling.set(pool, job);
-  }
-  return job;
+/** One copy of the template into the pool directory, at the lowest CPU priority unless someone waits for it. */
+function copyOnce(pool: SparePool): Promise<string> {
+  const copy = join(pool.dir, `.copy-${randomBytes(4).toString('hex')}`);
+  const urgent = pool.waiters.length > 0;
+  return new Promise((resolve, reject) => {
+    const argv = [...(urgent ? [] : ['nice', '-n', '19']), 'cp', '-a', pool.template.data, copy];
+    const child = execFile(argv[0]!, argv.slice(1), (err) => {
+      pool.copying.delete(child);
+      if (err) {
+        rmSync(copy, { recursive: true, force: true });
+        reject(err);
+      } else resolve(copy);
+    });
+    pool.copying.add(child);
+  });
 }
 
-/** Replaces the instance's data with a fresh copy of the template. */
-async function copyTemplate(instance: SimulatorInstance, template: Template): Promise<void> {
+/** Tops the pool up and serves the starts waiting for a copy; one loop per pool; never rejects. */
+function refillSpares(template: Template): Promise<void> {
+  const pool = poolOf(template);
+  pool.job ??= (async () => {
+    mkdirSync(pool.dir, { recursive: true, mode: 0o700 });
+    for (const entry of readdirSync(pool.dir)) {
+      const path = join(pool.dir, entry);
+      if (entry.startsWith('.copy-') && !pool.copying.size && Date.now() - statSync(path).mtimeMs > 600_000)
+        rmSync(path, { recursive: true, force: true });
+    }
+    const target = (): number => (Date.now() < pool.burstUntil ? BURST_SPARES : SPARES);
+    const running = new Set<Promise<void>>();
+    let failed: Error | undefined;
+    for (;;) {
+      const wanted = pool.waiters.length + Math.max(0, target() - spares(pool).length);
+      // Two copies at once while starts wait (they share the disk, but not one CPU), else one.
+      const parallel = pool.waiters.length > 0 ? 2 : 1;
+      while (running.size < Math.min(wanted, parallel)) {
+        const one: Promise<void> = copyOnce(pool)
+          .then((copy) => {
+            const waiter = pool.waiters.shift();
+            if (waiter) waiter.resolve(copy);
+            else renameSync(copy, join(pool.dir, `spare-${copy.slice(-8)}`));
+          })
+          .catch((err: Error) => {
+            // The disk refused (full?): the starts waiting are told, the pool tries again later.
+            for (const w of pool.waiters.splice(0)) w.reject(err);
+            failed = err;
+          })
+          .finally(() => running.delete(one));
+        running.add(one);
+      }
+      if (running.size === 0) return;
+      await Promise.race(running);
+      if (failed) {
+        await Promise.all(running);
+        return;
+      }
+    }
+  })()
+    .catch(() => undefined)
+    .finally(() => {
+      pool.job = undefined;
+      // A start may have queued after the loop's last look.
+      if (pool.waiters.length > 0) void refillSpares(template);
+    });
+  return pool.job;
+}
+
+/**
+ * A copy for a start that found the pool empty: the next one the refill finishes (copies in
+ * progress are raised to normal priority for it). Returns the copy's path, to rename.
+ */
+function waitForCopy(pool: SparePool): Promise<string> {
+  pool.burstUntil = Date.now() + BURST_MEMORY_MS;
+  const copy = new Promise<string>((resolve, reject) => pool.waiters.push({ resolve, reject }));
+  for (const child of pool.copying) {
+    try {
+      if (child.pid !== undefined) setPriority(child.pid, 0);
+    } catch {
+      // not root: a lower nice value is not ours to set; the copy finishes at its pace
+    }
+  }
+  void refillSpares(pool.template);
+  return copy;
+}
+
+/**
+ * Replaces the instance's data with a fresh copy of the template. Returns how long it waited
+ * for a copy (0 when a spare was ready).
+ */
+async function copyTemplate(instance: SimulatorInstance, template: Template): Promise<number> {
   const data = dataDir(instance);
   rmSync(data, { recursive: true, force: true });
-  if (!takeSpare(template, data)) await run('cp', ['-a', template.data, data]);
-  void refillSpares(template);
+  const pool = poolOf(template);
+  let waited = 0;
+  let took = false;
+  try {
+    took = takeSpare(pool, data);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EXDEV') throw err;
+    // The instance is on another file system than the cache: a copy of its own.
+    await run('cp', ['-a', template.data, data]);
+  }
+  if (took) {
+    // Refilled once this start has answered (setUp), or in a while if it never does: the
+    // refill's fork and its writes would otherwise compete with this very start.
+    afterStart.set(instance.dir, pool);
+    setTimeout(() => {
+      if (afterStart.get(instance.dir) === pool) afterStart.delete(instance.dir);
+      void refillSpares(template);
+    }, REFILL_FALLBACK_MS).unref();
+  } else if (!existsSync(data)) {
+    const t0 = performance.now();
+    renameSync(await waitForCopy(pool), data);
+    waited = performance.now() - t0;
+  }
   // The data directory only (see openInside): what is inside is reachable through it alone.
   if (instance.runAs) chownSync(data, instance.runAs.uid, instance.runAs.gid);
   chmodSync(data, 0o700);
   writeFileSync(adminPasswordFile(instance), `${template.adminPassword}\n`, { mode: 0o600 });
+  return waited;
 }
 
 /**
@@ -454,7 +573,7 @@ function preparePasswords(instance: SimulatorInstance): void {
 }
 
 function adminClient(handle: SimulatorHandle): pg.Client {
-  return new pg.Client({
+  const client = new pg.Client({
     host: join(handle.socketDir, handle.name),
     port: PORT,
     user: ADMIN,
@@ -462,6 +581,11 @@ function adminClient(handle: SimulatorHandle): pg.Client {
     password: readFileSync(adminPasswordFile(handle), 'utf8').trim(),
     connectionTimeoutMillis: 2000,
   });
+  // An idle connection's error (the instance stopped while the background DROP DATABASE ran)
+  // comes as an event: without a listener it would be the server's uncaught exception. Errors
+  // of a query still reject that query.
+  client.on('error', () => undefined);
+  return client;
 }
 
 function quoteIdent(name: string): string {
@@ -513,6 +637,11 @@ async function setUp(client: pg.Client, handle: SimulatorHandle): Promise<void> 
     }
     await client.query(statements.join(';\n'));
     writeFileSync(adminPasswordFile(handle), `${admin}\n`, { mode: 0o600 });
+    const pool = afterStart.get(handle.dir);
+    if (pool) {
+      afterStart.delete(handle.dir);
+      void refillSpares(pool.template);
+    }
     if (s.database === 'postgres') {
       // The spare database is not needed: dropped after the start has answered (a DROP DATABASE
       // unlinks ~300 files), on this connection, which it then closes. Not in a transaction
@@ -533,7 +662,7 @@ export const postgres: CatalogEntry = {
   // Fast shutdown (SIGINT): SIGTERM is "smart" and waits for every client to disconnect.
   stopSignal: 'SIGINT',
 
-  async prepare(spec, sockDir) {
+  async prepare(spec, sockDir, timings) {
     const settings = settingsOf(spec);
     const inst = await resolveInstallation(spec);
     checkSocketPath(join(sockDir, `.s.PGSQL.${PORT}.lock`));
@@ -575,7 +704,8 @@ export const postgres: CatalogEntry = {
     };
     assertReachable(dataDir(instance), spec.runAs, 'data directory');
     preparePasswords(instance);
-    await copyTemplate(instance, template);
+    const waited = await copyTemplate(instance, template);
+    if (waited > 0 && timings) timings.waitedForCopyMs = Math.round(waited);
     return instance;
   },
 
