@@ -362,6 +362,8 @@ const BURST_SPARES = 6;
 const BURST_MEMORY_MS = 600_000;
 /** A refill not triggered by a start's answer (the start failed) happens after this. */
 const REFILL_FALLBACK_MS = 2000;
+/** How long after a start's answer the refill waits while the pool still has a spare. */
+const REFILL_DELAY_MS = 300;
 
 interface SparePool {
   dir: string;
@@ -640,7 +642,10 @@ async function setUp(client: pg.Client, handle: SimulatorHandle): Promise<void> 
     const pool = afterStart.get(handle.dir);
     if (pool) {
       afterStart.delete(handle.dir);
-      void refillSpares(pool.template);
+      // The client's first query comes right after this answer: the refill (a fork of the server
+      // and ~35 MB of writes) leaves it REFILL_DELAY_MS, unless the pool is empty now.
+      if (spares(pool).length === 0) void refillSpares(pool.template);
+      else setTimeout(() => void refillSpares(pool.template), REFILL_DELAY_MS).unref();
     }
     if (s.database === 'postgres') {
       // The spare database is not needed: dropped after the start has answered (a DROP DATABASE
