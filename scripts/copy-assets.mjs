@@ -12,6 +12,8 @@ cpSync('src/sandbox/netns-listen.py', 'dist/sandbox/netns-listen.py');
 cpSync('src/sandbox/netns-connect.py', 'dist/sandbox/netns-connect.py');
 // The long-lived variant the terminals area keeps per workshop (port-forward, ssh -L).
 cpSync('src/server/tunnels/netns-connector.py', 'dist/server/tunnels/netns-connector.py');
+// The small helper that forks the simulators' processes (a fork of the server costs 10–40 ms).
+cpSync('src/simulators/spawner.py', 'dist/simulators/spawner.py');
 rmSync('dist/bundle', { recursive: true, force: true });
 await build({
   entryPoints: ['dist/cli/main.js'],

@@ -1,4 +1,4 @@
-import { execFile, type ChildProcess } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { createHash, createHmac, pbkdf2, randomBytes } from 'node:crypto';
 import {
   appendFileSync,
@@ -18,6 +18,7 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { AtelierError } from '../../core/index.js';
 import { assertReachable, chownTree, run, SIMULATOR_ENV } from '../process.js';
+import { spawnViaHelper } from '../spawner.js';
 import type { RunAs, SimulatorHandle, SimulatorSpec } from '../types.js';
 import { checkKeys, checkSocketPath, finalError, invalid, requestedMajor, type CatalogEntry, type SimulatorInstance } from './entry.js';
 
@@ -370,8 +371,8 @@ interface SparePool {
   template: Template;
   /** Until when the pool keeps BURST_SPARES. */
   burstUntil: number;
-  /** Copies in progress (their `cp` processes). */
-  copying: Set<ChildProcess>;
+  /** Copies in progress (the pids of their `cp` processes). */
+  copying: Set<number>;
   /** Starts waiting for a copy, served first come first served. */
   waiters: Array<{ resolve: (copy: string) => void; reject: (err: Error) => void }>;
   /** The running refill loop, if any. */
@@ -419,17 +420,28 @@ function takeSpare(pool: SparePool, dest: string): boolean {
 function copyOnce(pool: SparePool): Promise<string> {
   const copy = join(pool.dir, `.copy-${randomBytes(4).toString('hex')}`);
   const urgent = pool.waiters.length > 0;
-  return new Promise((resolve, reject) => {
-    const argv = [...(urgent ? [] : ['nice', '-n', '19']), 'cp', '-a', pool.template.data, copy];
-    const child = execFile(argv[0]!, argv.slice(1), (err) => {
-      pool.copying.delete(child);
-      if (err) {
-        rmSync(copy, { recursive: true, force: true });
-        reject(err);
-      } else resolve(copy);
+  const argv = [...(urgent ? [] : ['/usr/bin/nice', '-n', '19']), '/usr/bin/cp', '-a', pool.template.data, copy];
+  const failed = (err: Error): never => {
+    rmSync(copy, { recursive: true, force: true });
+    throw err;
+  };
+  // Through the spawner when it runs (a fork of the server would stop its event loop meanwhile).
+  const viaHelper = spawnViaHelper({ argv, cwd: '/', env: SIMULATOR_ENV, detached: false, awaited: true });
+  if (viaHelper) {
+    return viaHelper.then(async ({ pid, exit }) => {
+      pool.copying.add(pid);
+      const code = await exit.finally(() => pool.copying.delete(pid));
+      return code === 0 ? copy : failed(new Error(`copying the PostgreSQL template failed (cp: ${code})`));
     });
-    pool.copying.add(child);
-  });
+  }
+  return new Promise<string>((resolve, reject) => {
+    const child = execFile(argv[0]!, argv.slice(1), (err) => {
+      if (child.pid !== undefined) pool.copying.delete(child.pid);
+      if (err) reject(err);
+      else resolve(copy);
+    });
+    if (child.pid !== undefined) pool.copying.add(child.pid);
+  }).catch(failed);
 }
 
 /** Tops the pool up and serves the starts waiting for a copy; one loop per pool; never rejects. */
@@ -488,9 +500,9 @@ function refillSpares(template: Template): Promise<void> {
 function waitForCopy(pool: SparePool): Promise<string> {
   pool.burstUntil = Date.now() + BURST_MEMORY_MS;
   const copy = new Promise<string>((resolve, reject) => pool.waiters.push({ resolve, reject }));
-  for (const child of pool.copying) {
+  for (const pid of pool.copying) {
     try {
-      if (child.pid !== undefined) setPriority(child.pid, 0);
+      setPriority(pid, 0);
     } catch {
       // not root: a lower nice value is not ours to set; the copy finishes at its pace
     }
