@@ -78,10 +78,29 @@ export interface SimulatorManagerOptions {
   log: { info(obj: object, msg?: string): void; warn(obj: object, msg?: string): void; error(obj: object, msg?: string): void };
 }
 
+/**
+ * The simulator's processes: those of its own cgroup when it has one (a file read; everything
+ * it started is there and cannot leave), else its process tree (a walk of all of /proc, ~10 ms).
+ */
+function processesOf(handle: SimulatorHandle): Array<{ pid: number }> {
+  const procs = handle.cgroupProcs?.[0];
+  if (procs) {
+    try {
+      return readFileSync(procs, 'utf8')
+        .split('\n')
+        .filter((l) => /^\d+$/.test(l))
+        .map((l) => ({ pid: Number(l) }));
+    } catch {
+      // the cgroup is gone (a server restarted without it): the tree below
+    }
+  }
+  return processTree(handle.pid);
+}
+
 function memoryOf(handle: SimulatorHandle): { memoryBytes: number; processes: number } | null {
   if (!isAlive(handle)) return null;
   let memoryBytes = 0;
-  const tree = processTree(handle.pid);
+  const tree = processesOf(handle);
   for (const p of tree) {
     try {
       const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${p.pid}/status`, 'utf8'));
