@@ -213,7 +213,10 @@ export async function liveSimulator(server: BenchServer): Promise<Record<string,
       `server side (p50 of ${started.length}): before the start ${beforeMs.p50.toFixed(0)} ms, processes up to first answer ${startMs.p50.toFixed(0)} ms, publishing ${publishMs.p50.toFixed(0)} ms`,
     );
     line(
-      `  the start, phase by phase (p50): ${phaseNames.map((p) => `${p.replace(/Ms$/, '')} ${phases[p]!.p50.toFixed(0)}`).join(', ')} ms`,
+      `  the start, phase by phase (p50): ${phaseNames
+        .filter((p) => phases[p]!.n > 0)
+        .map((p) => `${p.replace(/Ms$/, '')} ${phases[p]!.p50.toFixed(0)}`)
+        .join(', ')} ms`,
     );
   }
   return {
