@@ -6,8 +6,9 @@
  * hand: `initdb` + start + first query of a PostgreSQL and a `redis-server` start + PING, from
  * scratch on this host (what Testcontainers-style set-ups pay, minus the container runtime).
  */
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, closeSync, constants, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
+import { postgresFromScratch } from './simulators.js';
 import { goalLine, heading, line, ratioLine, sleep, statLine, summarize, timedSpawn, type BenchServer } from './lib.js';
 
 const ROUNDS = 8;
@@ -85,9 +86,32 @@ export async function createSimulators(server: BenchServer): Promise<Record<stri
   };
 }
 
+/** Writes `text` to the FIFO `path` once a reader has it open (retries while none has: ENXIO). */
+async function writeFifo(path: string, text: string, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    let fd: number;
+    try {
+      fd = openSync(path, constants.O_WRONLY | constants.O_NONBLOCK);
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if ((code !== 'ENXIO' && code !== 'ENOENT') || Date.now() > deadline) throw err;
+      await sleep(1);
+      continue;
+    }
+    try {
+      writeSync(fd, text);
+    } finally {
+      closeSync(fd);
+    }
+    return;
+  }
+}
+
 /**
  * A live request in a running workshop (an agent's `request_simulator`): postgres through
- * `POST /v1/workshops/:id/simulators`, up to the first query from inside the workshop.
+ * `POST /v1/workshops/:id/simulators`, up to the first query from inside the workshop. Beside
+ * it, in the same run, the peer: `initdb` + start + first query from scratch on this host.
  */
 export async function liveSimulator(server: BenchServer): Promise<Record<string, unknown>> {
   heading(`live postgres request in a running workshop -> first query from inside (${LIVE_ROUNDS} rounds; goal p50 < 250 ms)`);
@@ -95,24 +119,34 @@ export async function liveSimulator(server: BenchServer): Promise<Record<string,
   // first query from inside, two ways:
   // - "agent": a shell already running in the workshop (as an agent's is) gets the connection
   //   URL from the API's answer and runs psql; the time is the moment psql answered, read from
-  //   the workshop's clock (the same kernel clock as the host's);
+  //   the workshop's clock (the same kernel clock as the host's). The shell waits for the URL on
+  //   a FIFO (blocked, like an agent waiting for an HTTP answer): a polling loop would spawn a
+  //   process every millisecond in the workshop, beside the start it measures.
   // - "exec": the same psql through a new `POST /exec` (adds the exec's own spawn and HTTP).
   const live: number[] = [];
+  const api: number[] = [];
+  let first = Number.NaN;
   const liveExec: number[] = [];
+  const scratch: number[] = [];
   const liveIds: string[] = [];
   const now = (): number => performance.timeOrigin + performance.now();
+  const runAs = process.getuid?.() === 0 ? { uid: 65534, gid: 65534 } : undefined;
+  const scratchBase = join(server.scratch.dir, 'live-scratch');
+  mkdirSync(scratchBase, { recursive: true });
+  chmodSync(scratchBase, 0o711);
   try {
     const ws = await server.createWorkshop({ memory: '1g' });
     liveIds.push(ws.id);
     const dir = join(server.dataDir, 'workshops', ws.id, 'workspace', '.bench-live');
     const rounds = LIVE_ROUNDS + 1;
+    const d = '/workspace/.bench-live';
     const agent =
-      `mkdir -p /workspace/.bench-live && i=1 && while [ $i -le ${rounds} ]; do ` +
-      `f=/workspace/.bench-live/go-$i; while [ ! -e $f ]; do sleep 0.001; done; ` +
-      `psql "$(cat $f)" -Atc "select 1" >/dev/null 2>/workspace/.bench-live/err-$i; ` +
-      `date +%s%N > /workspace/.bench-live/t-$i.tmp && mv /workspace/.bench-live/t-$i.tmp /workspace/.bench-live/t-$i; i=$((i+1)); done`;
+      `mkdir -p ${d} && mkfifo ${d}/go && i=1 && while [ $i -le ${rounds} ]; do ` +
+      `read url < ${d}/go; ` +
+      `psql "$url" -Atc "select 1" >/dev/null 2>${d}/err-$i; ` +
+      `date +%s%N > ${d}/t-$i.tmp && mv ${d}/t-$i.tmp ${d}/t-$i; i=$((i+1)); done`;
     const execView = await server.request<{ id: string }>('POST', `/v1/workshops/${ws.id}/execs`, { command: ['sh', '-c', agent] });
-    for (let k = 0; !existsSync(dir); k++) {
+    for (let k = 0; !existsSync(join(dir, 'go')); k++) {
       if (k > 5000) throw new Error('the in-workshop client did not start');
       await sleep(2);
     }
@@ -122,8 +156,8 @@ export async function liveSimulator(server: BenchServer): Promise<Record<string,
         type: 'postgres',
         name: `p${i}`,
       });
-      writeFileSync(join(dir, `go-${i}.tmp`), view.env.DATABASE_URL!);
-      renameSync(join(dir, `go-${i}.tmp`), join(dir, `go-${i}`));
+      const tApi = now();
+      await writeFifo(join(dir, 'go'), `${view.env.DATABASE_URL!}\n`);
       const done = join(dir, `t-${i}`);
       for (let k = 0; !existsSync(done); k++) {
         if (k > 15_000) throw new Error(`live postgres p${i}: no answer from the in-workshop client`);
@@ -132,7 +166,12 @@ export async function liveSimulator(server: BenchServer): Promise<Record<string,
       const err = readFileSync(join(dir, `err-${i}`), 'utf8').trim();
       if (err) throw new Error(`live postgres p${i} not reachable: ${err}`);
       const t1 = Number(BigInt(readFileSync(done, 'utf8').trim()) / 1000n) / 1000;
-      if (i > 1) live.push(t1 - t0);
+      if (i > 1) {
+        live.push(t1 - t0);
+        api.push(tApi - t0);
+      } else first = t1 - t0;
+      // The peer, between two rounds so that a busy moment on the machine hits both.
+      scratch.push(await postgresFromScratch(join(scratchBase, `r${i}`), runAs));
     }
     await server.request('GET', `/v1/execs/${execView.id}?wait=30`);
     // A workshop runs at most 8 simulators: the exec rounds get a workshop of their own.
@@ -147,18 +186,48 @@ export async function liveSimulator(server: BenchServer): Promise<Record<string,
     }
   } finally {
     await server.deleteMany(liveIds).catch((err: Error) => line(`delete failed: ${err.message}`));
+    rmSync(scratchBase, { recursive: true, force: true });
   }
   statLine('atelier', 'live request (API) -> first query by a client in the workshop', summarize(live), ['p50', 'p95']);
+  statLine('atelier', '  of which: the API answered (201, reachable)', summarize(api), ['p50', 'p95']);
+  line(`  (round 1, not counted: the first request after the server's start, its spare copies still being made: ${first.toFixed(0)} ms)`);
   statLine('atelier', 'live request (API) -> the same query through a new exec', summarize(liveExec), ['p50', 'p95']);
+  statLine('peer', 'initdb + postgres start -> first SELECT 1, from scratch (same run)', summarize(scratch), ['p50', 'p95']);
+  ratioLine('live request / from scratch (p50)', summarize(live).p50, summarize(scratch).p50);
   goalLine('live request -> first query, p50 < 250 ms', summarize(live).p50, 250);
+  goalLine('live request -> first query, p50 < 1/4 of from scratch', summarize(live).p50, summarize(scratch).p50 / 4);
   // Where the server's time went (its own log): the simulator's processes up to their first
   // answer, then publishing them (listeners, names, environment).
   const started = server.logRecords('simulators started').filter((r) => r.live === true);
-  const startMs = summarize(started.map((r) => Number(r.startMs)));
-  const publishMs = summarize(started.map((r) => Number(r.publishMs)));
-  if (started.length > 0)
+  const split = (key: string, of: (r: Record<string, unknown>) => unknown = (r) => r[key]) =>
+    summarize(started.map(of).filter((v): v is number => typeof v === 'number'));
+  const beforeMs = split('beforeMs');
+  const startMs = split('startMs');
+  const publishMs = split('publishMs');
+  const phaseNames = ['prepareMs', 'socketDirMs', 'spawnMs', 'readyMs', 'initialiseMs', 'recordMs'];
+  const phases = Object.fromEntries(
+    phaseNames.map((p) => [p, split(p, (r) => Object.values((r.phases ?? {}) as Record<string, Record<string, number>>)[0]?.[p])]),
+  );
+  if (started.length > 0) {
     line(
-      `server side (p50 of ${started.length}): processes up to first answer ${startMs.p50.toFixed(0)} ms, publishing ${publishMs.p50.toFixed(0)} ms`,
+      `server side (p50 of ${started.length}): before the start ${beforeMs.p50.toFixed(0)} ms, processes up to first answer ${startMs.p50.toFixed(0)} ms, publishing ${publishMs.p50.toFixed(0)} ms`,
     );
-  return { liveRequest: summarize(live), liveRequestExec: summarize(liveExec), serverStartMs: startMs, serverPublishMs: publishMs };
+    line(
+      `  the start, phase by phase (p50): ${phaseNames
+        .filter((p) => phases[p]!.n > 0)
+        .map((p) => `${p.replace(/Ms$/, '')} ${phases[p]!.p50.toFixed(0)}`)
+        .join(', ')} ms`,
+    );
+  }
+  return {
+    liveRequest: summarize(live),
+    apiAnswer: summarize(api),
+    firstRoundMs: first,
+    liveRequestExec: summarize(liveExec),
+    fromScratch: summarize(scratch),
+    serverBeforeMs: beforeMs,
+    serverStartMs: startMs,
+    serverPublishMs: publishMs,
+    serverPhases: phases,
+  };
 }

@@ -23,7 +23,7 @@ const PG_BIN = '/usr/lib/postgresql/15/bin';
  * `SELECT 1` over the socket directory, retried until the server answers (the from-scratch
  * peer's readiness); gives up when `gone()` says the server exited.
  */
-async function firstQuery(
+export async function firstQuery(
   socketDir: string,
   user: string,
   password: string | undefined,
@@ -45,6 +45,44 @@ async function firstQuery(
     } finally {
       await client.end();
     }
+  }
+}
+
+/**
+ * The peer: `initdb` + `postgres` start + first `SELECT 1` in `dir` (removed after), with the
+ * simulator's settings (no fsync, unix socket only, the same unprivileged uid); milliseconds.
+ */
+export async function postgresFromScratch(dir: string, runAs: { uid: number; gid: number } | undefined): Promise<number> {
+  mkdirSync(dir, { mode: 0o700 });
+  if (runAs) chownSync(dir, runAs.uid, runAs.gid);
+  const ids = runAs ? { uid: runAs.uid, gid: runAs.gid } : {};
+  const env = { PATH: '/usr/bin:/bin', LANG: 'C.UTF-8' };
+  const s0 = performance.now();
+  const init = await timedSpawn(
+    join(PG_BIN, 'initdb'),
+    ['-D', join(dir, 'data'), '-U', 'dev', '--auth=trust', '--encoding=UTF8', '--no-locale', '--no-sync', '--no-instructions'],
+    { cwd: dir, env, ...ids },
+  );
+  if (init.code !== 0) throw new Error(`initdb failed: ${init.stderr.trim().slice(0, 300)}`);
+  const server = spawn(
+    join(PG_BIN, 'postgres'),
+    ['-D', join(dir, 'data'), '-k', dir, '-p', '5432', '-c', 'listen_addresses=', '-c', 'fsync=off', '-c', 'synchronous_commit=off'],
+    { cwd: dir, env, stdio: ['ignore', 'ignore', 'pipe'], ...ids },
+  );
+  let stderr = '';
+  server.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+  const exited = new Promise((r) => server.once('exit', r));
+  let gone = false;
+  void exited.then(() => (gone = true));
+  try {
+    await firstQuery(dir, 'dev', undefined, 'postgres', () => gone).catch((err: Error) => {
+      throw new Error(`${err.message}\n${stderr.trim().slice(-500)}`);
+    });
+    return performance.now() - s0;
+  } finally {
+    server.kill('SIGINT');
+    await exited;
+    rmSync(dir, { recursive: true, force: true });
   }
 }
 
@@ -84,38 +122,7 @@ export async function postgresSimulator(_server: BenchServer): Promise<Record<st
       }
 
       // From scratch: initdb, start, the same first query.
-      const dir = join(base, `scratch${i}`);
-      mkdirSync(dir, { mode: 0o700 });
-      if (runAs) chownSync(dir, runAs.uid, runAs.gid);
-      const ids = runAs ? { uid: runAs.uid, gid: runAs.gid } : {};
-      const env = { PATH: '/usr/bin:/bin', LANG: 'C.UTF-8' };
-      const s0 = performance.now();
-      const init = await timedSpawn(
-        join(PG_BIN, 'initdb'),
-        ['-D', join(dir, 'data'), '-U', 'dev', '--auth=trust', '--encoding=UTF8', '--no-locale', '--no-sync', '--no-instructions'],
-        { cwd: dir, env, ...ids },
-      );
-      if (init.code !== 0) throw new Error(`initdb failed: ${init.stderr.trim().slice(0, 300)}`);
-      const server = spawn(
-        join(PG_BIN, 'postgres'),
-        ['-D', join(dir, 'data'), '-k', dir, '-p', '5432', '-c', 'listen_addresses=', '-c', 'fsync=off', '-c', 'synchronous_commit=off'],
-        { cwd: dir, env, stdio: ['ignore', 'ignore', 'pipe'], ...ids },
-      );
-      let stderr = '';
-      server.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-      const exited = new Promise((r) => server.once('exit', r));
-      let gone = false;
-      void exited.then(() => (gone = true));
-      try {
-        await firstQuery(dir, 'dev', undefined, 'postgres', () => gone).catch((err: Error) => {
-          throw new Error(`${err.message}\n${stderr.trim().slice(-500)}`);
-        });
-        scratch.push(performance.now() - s0);
-      } finally {
-        server.kill('SIGINT');
-        await exited;
-        rmSync(dir, { recursive: true, force: true });
-      }
+      scratch.push(await postgresFromScratch(join(base, `scratch${i}`), runAs));
     }
 
     const a = summarize(atelier);

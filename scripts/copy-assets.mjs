@@ -14,6 +14,8 @@ cpSync('src/sandbox/netns-connect.py', 'dist/sandbox/netns-connect.py');
 cpSync('src/server/tunnels/netns-connector.py', 'dist/server/tunnels/netns-connector.py');
 // The zero-copy relay of tunnels (src/core/splice.ts; the CLI's bundle finds it in dist/core).
 cpSync('src/core/splice-relay.py', 'dist/core/splice-relay.py');
+// The small helper that forks the simulators' processes (a fork of the server costs 10–40 ms).
+cpSync('src/simulators/spawner.py', 'dist/simulators/spawner.py');
 rmSync('dist/bundle', { recursive: true, force: true });
 await build({
   entryPoints: ['dist/cli/main.js'],

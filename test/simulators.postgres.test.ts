@@ -55,7 +55,7 @@ describe('postgres simulator', () => {
     t.diagnostic(`two concurrent first starts (initdb of the template + copy + start): ${(performance.now() - t0).toFixed(0)} ms`);
     assert.deepEqual(
       readdirSync(sim.cacheDir).filter((e) => e.startsWith('template-') && !e.endsWith('.spares')),
-      ['template-pg15-v2'],
+      ['template-pg15-v3'],
     );
     assert.equal((await query(a, 'SELECT 1 AS one')).rows[0].one, 1);
     assert.equal((await query(b, 'SELECT 1 AS one')).rows[0].one, 1);
@@ -67,7 +67,7 @@ describe('postgres simulator', () => {
     await warmSimulators({ cacheDir: sim.cacheDir, runAs: RUN_AS });
     t.diagnostic(`warmSimulators (spare copies): ${(performance.now() - w0).toFixed(0)} ms`);
     assert.ok(
-      readdirSync(join(sim.cacheDir, 'template-pg15-v2.spares')).filter((e) => e.startsWith('spare-')).length >= 2,
+      readdirSync(join(sim.cacheDir, 'template-pg15-v3.spares')).filter((e) => e.startsWith('spare-')).length >= 2,
       'spare copies are kept ready',
     );
 

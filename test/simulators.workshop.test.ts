@@ -315,6 +315,38 @@ describe('simulators in a workshop', () => {
     assert.equal(pg.stdout.trim(), '1', pg.stderr);
   });
 
+  it('a burst of 5 live postgres requests all answer, each reachable from inside at its own name', async () => {
+    // A workshop of its own (a workshop runs at most 8 simulators). The five requests arrive at
+    // once; they drain the spare copies, and those that find none wait for the refill's copies.
+    const c = await server.cli(['workshops', 'create', '--repo', makeRepo(), '--name', 'burst', '-o', 'json']);
+    assert.equal(c.code, 0, c.stderr);
+    const id = (JSON.parse(c.stdout) as { id: string }).id;
+    try {
+      const names = ['b1', 'b2', 'b3', 'b4', 'b5'];
+      const answers = await Promise.all(
+        names.map((name) =>
+          server.api<Sim>('POST', `/v1/workshops/${id}/simulators`, { type: 'postgres', name, options: { database: `db_${name}` } }),
+        ),
+      );
+      for (const a of answers) {
+        assert.equal(a.status, 201, JSON.stringify(a.body));
+        assert.equal(a.body.status, 'Running', a.body.statusReason ?? '');
+      }
+      const q = await server.exec(id, [
+        'sh',
+        '-c',
+        names.map((n) => `psql "$${n.toUpperCase()}_DATABASE_URL" -Atc "select current_database()"`).join(' && '),
+      ]);
+      assert.equal(q.exitCode, 0, q.stderr);
+      assert.deepEqual(
+        q.stdout.trim().split('\n'),
+        names.map((n) => `db_${n}`),
+      );
+    } finally {
+      await server.api('DELETE', `/v1/workshops/${id}`);
+    }
+  });
+
   it('delete removes every simulator process and file', async () => {
     const dir = join(server.dataDir, 'simulators', ws);
     assert.ok(existsSync(dir), `${dir} exists`);

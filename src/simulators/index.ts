@@ -10,4 +10,5 @@ export {
 } from './lifecycle.js';
 export { processTree } from './process.js';
 export { AWS_SERVICES, DEFAULT_SIMULATOR_NAMES, SIMULATOR_TYPES } from './types.js';
+export type { StartTimings } from './lifecycle.js';
 export type { AwsService, RunAs, SimulatorHandle, SimulatorSpec, SimulatorType } from './types.js';

@@ -2,7 +2,7 @@ import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, readFileSync,
 import { connect } from 'node:net';
 import { isAbsolute, join } from 'node:path';
 import { AtelierError } from '../core/index.js';
-import type { CatalogEntry, SimulatorInstance } from './catalog/entry.js';
+import { isFinal, type CatalogEntry, type SimulatorInstance } from './catalog/entry.js';
 import { localstack } from './catalog/localstack.js';
 import { postgres, warmPostgresTemplate } from './catalog/postgres.js';
 import { redis } from './catalog/redis.js';
@@ -118,28 +118,54 @@ async function prepareSocketDir(sockDir: string, runAs: RunAs | undefined): Prom
   chmodSync(sockDir, 0o755);
 }
 
-/** Waits for a real round trip, failing early if the process exits. */
-async function waitReady(entry: CatalogEntry, handle: SimulatorHandle, started: Started, timeoutMs: number): Promise<void> {
+/** Where a start's time went, phase by phase (milliseconds), for the caller's log. */
+export type StartTimings = Record<string, number>;
+
+/** Records into `timings` the time since the previous mark under each name given. */
+function timer(timings: StartTimings | undefined): (phase: string) => void {
+  let last = performance.now();
+  return (phase) => {
+    const now = performance.now();
+    if (timings) timings[phase] = Math.round((timings[phase] ?? 0) + now - last);
+    last = now;
+  };
+}
+
+/** Waits for a real round trip (`attempt`), failing early if the process exits or the attempt says its error is final. */
+async function waitReady(
+  entry: CatalogEntry,
+  attempt: (handle: SimulatorHandle) => Promise<void>,
+  handle: SimulatorHandle,
+  started: Started,
+  timeoutMs: number,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
   for (;;) {
     try {
-      await Promise.race([entry.probe(handle), started.exited]);
+      await Promise.race([attempt(handle), started.exited]);
       return;
     } catch (err) {
-      if (processStartTime(handle.pid) !== handle.startTime) throw err;
+      if (isFinal(err) || processStartTime(handle.pid) !== handle.startTime) throw err;
       last = err;
     }
     if (Date.now() > deadline) {
       throw new Error(`no answer within ${timeoutMs} ms: ${(last as Error).message}`);
     }
-    await sleep(5);
+    await sleep(entry.pollMs ?? 5);
   }
 }
 
 /** Starts the process of a prepared instance and waits until it answers; kills it and says why when it does not. */
-async function launch(entry: CatalogEntry, instance: SimulatorInstance, timeoutMs: number): Promise<SimulatorHandle> {
+async function launch(
+  entry: CatalogEntry,
+  instance: SimulatorInstance,
+  timeoutMs: number,
+  timings?: StartTimings,
+): Promise<SimulatorHandle> {
+  const mark = timer(timings);
   await prepareSocketDir(join(instance.socketDir, instance.name), instance.runAs);
+  mark('socketDirMs');
   let started: Started | undefined;
   try {
     started = await spawnDetached({
@@ -149,9 +175,17 @@ async function launch(entry: CatalogEntry, instance: SimulatorInstance, timeoutM
       runAs: instance.runAs,
       cgroupProcs: instance.cgroupProcs,
     });
+    mark('spawnMs');
     const handle: SimulatorHandle = { ...instance, pid: started.pid, startTime: started.startTime };
-    await waitReady(entry, handle, started, timeoutMs);
-    await entry.initialise(handle);
+    if (entry.readyAndInitialise) {
+      await waitReady(entry, entry.readyAndInitialise.bind(entry), handle, started, timeoutMs);
+      mark('readyMs');
+    } else {
+      await waitReady(entry, entry.probe.bind(entry), handle, started, timeoutMs);
+      mark('readyMs');
+      await entry.initialise(handle);
+      mark('initialiseMs');
+    }
     return handle;
   } catch (err) {
     if (started?.startTime !== undefined) await stopGroup(started.pid, started.startTime, 'SIGKILL', 0).catch(() => undefined);
@@ -171,12 +205,14 @@ async function launch(entry: CatalogEntry, instance: SimulatorInstance, timeoutM
  * group, running as `spec.runAs`, listening only on a unix socket under `spec.socketDir`.
  * Resolves once a real round trip (a query, a PING) succeeded.
  */
-export async function startSimulator(spec: SimulatorSpec): Promise<SimulatorHandle> {
+export async function startSimulator(spec: SimulatorSpec, timings?: StartTimings): Promise<SimulatorHandle> {
+  const mark = timer(timings);
   const entry = checkSpec(spec);
   await assertNameFree(join(spec.socketDir, spec.name), spec.name);
-  const instance = await entry.prepare(spec, join(spec.socketDir, spec.name));
+  const instance = await entry.prepare(spec, join(spec.socketDir, spec.name), timings);
   if (spec.cgroupProcs) instance.cgroupProcs = spec.cgroupProcs;
-  return launch(entry, instance, spec.startTimeoutMs ?? entry.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS);
+  mark('prepareMs');
+  return launch(entry, instance, spec.startTimeoutMs ?? entry.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS, timings);
 }
 
 /** True while the simulator's process is the very one that was started (a reused pid is not). */

@@ -4,6 +4,7 @@ import { open } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { promisify } from 'node:util';
 import { AtelierError } from '../core/index.js';
+import { spawnViaHelper } from './spawner.js';
 import type { RunAs } from './types.js';
 
 export const run = promisify(execFile);
@@ -101,22 +102,32 @@ export async function spawnDetached(opts: {
   runAs: RunAs | undefined;
   cgroupProcs?: string[] | undefined;
 }): Promise<Started> {
-  const logFd = openSync(opts.logFile, 'a', 0o640);
   // Into the cgroups first (as root: the files are root's), then down to runAs, then exec: the
   // process and everything it forks are in them from the first instruction. Same pid throughout.
   const inCgroups = opts.cgroupProcs && opts.cgroupProcs.length > 0 ? opts.cgroupProcs : undefined;
-  const argv = inCgroups
-    ? [
-        '/bin/sh',
-        '-c',
-        CGROUP_ENTER,
-        'sh',
-        String(inCgroups.length),
-        ...inCgroups,
-        ...(opts.runAs ? ['/usr/bin/setpriv', `--reuid=${opts.runAs.uid}`, `--regid=${opts.runAs.gid}`, '--clear-groups', '--'] : []),
-        ...opts.argv,
-      ]
-    : opts.argv;
+  const dropTo = opts.runAs ? ['/usr/bin/setpriv', `--reuid=${opts.runAs.uid}`, `--regid=${opts.runAs.gid}`, '--clear-groups', '--'] : [];
+  const cgroupEnter = inCgroups ? ['/bin/sh', '-c', CGROUP_ENTER, 'sh', String(inCgroups.length), ...inCgroups] : [];
+
+  const viaHelper = spawnViaHelper({
+    argv: [...cgroupEnter, ...dropTo, ...opts.argv],
+    cwd: opts.cwd,
+    env: SIMULATOR_ENV,
+    log: opts.logFile,
+    detached: true,
+  });
+  if (viaHelper) {
+    const { pid, exit } = await viaHelper;
+    const exited = exit.then((code): never => {
+      throw new Error(`${opts.argv[0]} exited during start (${code < 0 ? `signal ${-code}` : `code ${code}`})`);
+    });
+    exited.catch(() => undefined);
+    const startTime = processStartTime(pid);
+    if (startTime === undefined) await exited;
+    return { pid, startTime: startTime!, exited };
+  }
+
+  const logFd = openSync(opts.logFile, 'a', 0o640);
+  const argv = inCgroups ? [...cgroupEnter, ...dropTo, ...opts.argv] : opts.argv;
   let child;
   try {
     child = spawn(argv[0]!, argv.slice(1), {

@@ -19,6 +19,7 @@ import {
   type SimulatorHandle,
   type SimulatorSpec,
   type SimulatorType,
+  type StartTimings,
 } from '../simulators/index.js';
 import type { InternalNetwork, InternalServiceSpec } from './internal.js';
 
@@ -77,10 +78,29 @@ export interface SimulatorManagerOptions {
   log: { info(obj: object, msg?: string): void; warn(obj: object, msg?: string): void; error(obj: object, msg?: string): void };
 }
 
+/**
+ * The simulator's processes: those of its own cgroup when it has one (a file read; everything
+ * it started is there and cannot leave), else its process tree (a walk of all of /proc, ~10 ms).
+ */
+function processesOf(handle: SimulatorHandle): Array<{ pid: number }> {
+  const procs = handle.cgroupProcs?.[0];
+  if (procs) {
+    try {
+      return readFileSync(procs, 'utf8')
+        .split('\n')
+        .filter((l) => /^\d+$/.test(l))
+        .map((l) => ({ pid: Number(l) }));
+    } catch {
+      // the cgroup is gone (a server restarted without it): the tree below
+    }
+  }
+  return processTree(handle.pid);
+}
+
 function memoryOf(handle: SimulatorHandle): { memoryBytes: number; processes: number } | null {
   if (!isAlive(handle)) return null;
   let memoryBytes = 0;
-  const tree = processTree(handle.pid);
+  const tree = processesOf(handle);
   for (const p of tree) {
     try {
       const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${p.pid}/status`, 'utf8'));
@@ -270,7 +290,7 @@ export class SimulatorManager {
    * Publishes the workshop's current simulators: listeners and hosts entries (InternalNetwork),
    * the environment of new execs and /run/atelier/simulators.json.
    */
-  async publish(ctx: WorkshopContext): Promise<void> {
+  async publish(ctx: WorkshopContext): Promise<SimRow[]> {
     const rows = await this.rows(ctx.id);
     const services: InternalServiceSpec[] = [...this.opts.baseServices(ctx.id)];
     const env: Record<string, string> = {};
@@ -300,6 +320,7 @@ export class SimulatorManager {
     this.envs.set(ctx.id, env);
     await this.opts.internal.apply(ctx.id, ctx.sandbox, ctx.layout, ctx.hostname, services);
     writeFileAtomic(join(ctx.layout.run, 'simulators.json'), JSON.stringify({ simulators: doc }, null, 2) + '\n', 0o644);
+    return rows;
   }
 
   /**
@@ -308,6 +329,7 @@ export class SimulatorManager {
    * (unknown type, same name twice, too many) are refused before anything starts.
    */
   async start(ctx: WorkshopContext, requests: SimulatorRequest[], live = false): Promise<SimulatorView[]> {
+    const tEnter = performance.now();
     // A declared simulator that cannot be made (unknown type, a stubs directory outside the
     // repository) is recorded Failed with the reason; the workshop goes on. A live request is refused.
     const specs = requests.map((req) => {
@@ -349,6 +371,7 @@ export class SimulatorManager {
     }
     mkdirSync(this.workshopDir(ctx.id), { recursive: true, mode: 0o711 });
     const t0 = performance.now();
+    const phases: Record<string, StartTimings> = {};
     this.busy.add(ctx.id);
     try {
       // The listeners inside the workshop open while the simulators start (a helper spawn
@@ -361,9 +384,9 @@ export class SimulatorManager {
           specs.flatMap(({ spec }) => (spec ? [{ label: spec.name, port: simulatorPort(spec.type) }] : [])),
         )
         .catch((err: Error) => err);
-      const refused = (await Promise.all(specs.map(({ spec }) => (spec ? this.launch(ctx.id, spec, false, live) : undefined)))).find(
-        (e) => e !== undefined,
-      );
+      const refused = (
+        await Promise.all(specs.map(({ spec }) => (spec ? this.launch(ctx.id, spec, false, live, (phases[spec.name] = {})) : undefined)))
+      ).find((e) => e !== undefined);
       // A listener that could not open is retried, and its error reported, by the publish below.
       await listening;
       // A live request with bad input (an unsupported version, an unknown option) is the
@@ -376,19 +399,41 @@ export class SimulatorManager {
       this.busy.delete(ctx.id);
     }
     const t1 = performance.now();
-    await this.publish(ctx);
+    const rows = await this.publish(ctx);
     const t2 = performance.now();
     this.opts.log.info(
-      { workshop: ctx.id, simulators: specs.map((s) => s.name), startMs: Math.round(t1 - t0), publishMs: Math.round(t2 - t1), live },
+      {
+        workshop: ctx.id,
+        simulators: specs.map((s) => s.name),
+        // Before the start (checks, rows), the start itself, then publishing (and reading the rows back).
+        beforeMs: Math.round(t0 - tEnter),
+        startMs: Math.round(t1 - t0),
+        publishMs: Math.round(t2 - t1),
+        phases,
+        live,
+      },
       'simulators started',
     );
-    const rows = await this.rows(ctx.id);
+    for (const [name, p] of Object.entries(phases)) {
+      if (p.waitedForCopyMs !== undefined)
+        this.opts.log.warn(
+          { workshop: ctx.id, simulator: name, waitedForCopyMs: p.waitedForCopyMs },
+          'no spare copy of the postgres template was ready (a burst of starts): this start waited for one; the pool now keeps more for a while',
+        );
+    }
     return rows.filter((r) => specs.some((s) => s.name === r.name)).map((r) => this.view(r));
   }
 
-  private async launch(workshopId: string, spec: SimulatorSpec, restarted = false, live = false): Promise<AtelierError | undefined> {
+  private async launch(
+    workshopId: string,
+    spec: SimulatorSpec,
+    restarted = false,
+    live = false,
+    timings?: StartTimings,
+  ): Promise<AtelierError | undefined> {
     try {
-      const handle = await startSimulator(spec);
+      const handle = await startSimulator(spec, timings);
+      const t = performance.now();
       await this.query(
         `UPDATE workshop_simulators SET handle = $3, status = 'Running', updated_at = now(),
            status_reason = $4, restarts = restarts + $5 WHERE workshop_id = $1 AND name = $2`,
@@ -400,6 +445,7 @@ export class SimulatorManager {
           restarted ? 1 : 0,
         ],
       );
+      if (timings) timings.recordMs = Math.round(performance.now() - t);
     } catch (err) {
       if (live && err instanceof AtelierError && err.code !== 'UNAVAILABLE') {
         await this.query('DELETE FROM workshop_simulators WHERE workshop_id = $1 AND name = $2', [workshopId, spec.name]);

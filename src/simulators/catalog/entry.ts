@@ -13,15 +13,25 @@ export interface CatalogEntry {
   port: number;
   /**
    * Checks the request against what is installed and prepares `spec.dir` (fresh state); starts
-   * nothing. `sockDir` is this instance's own directory under `spec.socketDir`.
+   * nothing. `sockDir` is this instance's own directory under `spec.socketDir`. Anything worth
+   * the caller's log goes in `timings` (postgres: `waitedForCopyMs`, a start that found no spare copy).
    */
-  prepare(spec: SimulatorSpec, sockDir: string): Promise<SimulatorInstance>;
+  prepare(spec: SimulatorSpec, sockDir: string, timings?: Record<string, number>): Promise<SimulatorInstance>;
   /** The command line of the server process. */
   command(instance: SimulatorInstance): string[];
   /** One real round trip (a query, a PING); throws while the server is not ready. */
   probe(handle: SimulatorHandle): Promise<void>;
   /** Runs once after the first successful probe (postgres: the role and database asked for). */
   initialise(handle: SimulatorHandle): Promise<void>;
+  /**
+   * When set, the start's readiness check and `initialise` in one: tried like `probe` until it
+   * succeeds (postgres: the first connection that gets in runs the role and database statements,
+   * a connection and its authentication fewer on every start). An error it marks `final` (see
+   * `finalError`) ends the start at once instead of being retried.
+   */
+  readyAndInitialise?(handle: SimulatorHandle): Promise<void>;
+  /** Milliseconds between two readiness attempts (default 5). */
+  pollMs?: number;
   /** First signal of a stop, before SIGKILL. */
   stopSignal: NodeJS.Signals;
   /** How long a start may take when the spec does not say (default 20 s; a JVM needs more on a busy machine). */
@@ -30,6 +40,16 @@ export interface CatalogEntry {
   resetInPlace?(handle: SimulatorHandle): Promise<void>;
   /** Puts fresh state in place while the instance is stopped (postgres: a new copy of the template). */
   refresh?(instance: SimulatorInstance): Promise<void>;
+}
+
+/** Marks an error of `readyAndInitialise` as not worth retrying (the server answered, and refused). */
+export function finalError(err: unknown): Error {
+  const e = err instanceof Error ? err : new Error(String(err));
+  return Object.assign(e, { final: true });
+}
+
+export function isFinal(err: unknown): boolean {
+  return (err as { final?: unknown } | null)?.final === true;
 }
 
 export function invalid(message: string, details?: Record<string, unknown>): AtelierError {
