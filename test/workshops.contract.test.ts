@@ -239,8 +239,14 @@ for (const mode of ['embedded', 'external'] as const) {
       assert.equal(w.status, 'Running', w.statusReason ?? '');
       const r = await server.exec(w.id, ['sh', '-c', 'echo "$PATH"; [ -e /workspace/.pwned ] && echo PWNED; id -u']);
       const [path, ...rest] = r.stdout.trim().split('\n');
-      // ${containerEnv:PATH} expands to the workshop's default PATH.
-      assert.equal(path, '/workspace/.bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin');
+      // ${containerEnv:PATH} expands to the workshop's default PATH (the installed PostgreSQL's
+      // own bin first: psql without Debian's wrapper).
+      assert.match(
+        path!,
+        /^\/workspace\/\.bin:\/usr\/lib\/postgresql\/\d+\/bin:\/usr\/local\/sbin:\/usr\/local\/bin:\/usr\/sbin:\/usr\/bin:\/sbin:\/bin$/,
+      );
+      const psql = await server.exec(w.id, ['sh', '-c', 'PATH=$(printenv PATH | cut -d: -f2-) command -v psql']);
+      assert.match(psql.stdout, /^\/usr\/lib\/postgresql\/\d+\/bin\/psql\n$/, 'psql is the client itself, not the wrapper');
       assert.deepEqual(rest.length, 1, r.stdout);
       assert.notEqual(rest[0], '0');
     });

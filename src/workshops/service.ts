@@ -1,4 +1,4 @@
-import { mkdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { constants as osConstants, cpus as hostCpus, totalmem } from 'node:os';
 import { posix } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
@@ -120,8 +120,29 @@ const CREATE_COMMAND_TIMEOUT_SECONDS = 30 * 60;
 const PROXY_URL = `http://127.0.0.1:${EGRESS_PORT}`;
 const DEFAULT_ASK_HOLD_SECONDS = 30;
 
+/**
+ * The installed PostgreSQL's own bin directory (Debian: /usr/lib/postgresql/N/bin), first on a
+ * workshop's PATH: Debian's /usr/bin/psql is a Perl wrapper that picks a cluster, which costs
+ * ~50 ms per call here, and a workshop has no local cluster to pick (its databases are
+ * simulators reached by URL). The directory holds the same version's client and server tools.
+ */
+function postgresBin(): string | undefined {
+  let versions: number[] = [];
+  try {
+    versions = readdirSync('/usr/lib/postgresql')
+      .filter((v) => /^\d+$/.test(v))
+      .map(Number)
+      .sort((a, b) => b - a);
+  } catch {
+    return undefined;
+  }
+  return versions.map((v) => `/usr/lib/postgresql/${v}/bin`).find((dir) => existsSync(`${dir}/psql`));
+}
+
+const PG_BIN = postgresBin();
+
 const BASE_ENV: Record<string, string> = {
-  PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+  PATH: `${PG_BIN ? `${PG_BIN}:` : ''}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`,
   HOME: '/home/atelier',
   USER: 'atelier',
   LOGNAME: 'atelier',
