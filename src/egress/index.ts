@@ -6,7 +6,7 @@ export { createEgressPolicy, defaultPort, EgressPolicy } from './policy.js';
 export type { EgressPolicyConfig, EgressProtocol, PolicyOutcome } from './policy.js';
 export { createDnsResolver, createHostsResolver, ResolveError } from './resolver.js';
 export type { DnsResolverOptions, HostsEntry, Resolver, ResolveErrorCode } from './resolver.js';
-export { DEFAULT_EGRESS_LIMITS, EgressProxy, INTERNAL_SUFFIX, tieSockets } from './proxy.js';
+export { DEFAULT_EGRESS_LIMITS, EgressProxy, INTERNAL_SUFFIX } from './proxy.js';
 export type {
   AskAnswer,
   AskContext,

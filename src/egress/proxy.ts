@@ -1688,7 +1688,7 @@ function connectDeadline(up: net.Socket, what: string, ms: number): NodeJS.Timeo
  * closes after a clean FIN has already passed it on (its 'end' ended the other side, which then
  * closes by itself once flushed), any other close ends the other side now. Returns the kill.
  */
-export function tieSockets(a: net.Socket, b: net.Socket): () => void {
+function tieSockets(a: net.Socket, b: net.Socket): () => void {
   const kill = (): void => {
     a.destroy();
     b.destroy();

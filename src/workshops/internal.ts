@@ -1,8 +1,8 @@
 import { existsSync, readFileSync } from 'node:fs';
 import net from 'node:net';
 import { join } from 'node:path';
-import { spliceRelay, writeFileAtomic } from '../core/index.js';
-import { INTERNAL_SUFFIX, tieSockets, type EgressProxy, type InternalTarget } from '../egress/index.js';
+import { relayPair, spliceRelay, writeFileAtomic } from '../core/index.js';
+import { INTERNAL_SUFFIX, type EgressProxy, type InternalTarget } from '../egress/index.js';
 import { hostsFile, listenInSandboxMany, type SandboxHandle, type SandboxLayout } from '../sandbox/index.js';
 
 /** One service of a workshop, reached inside it as `<label>.atelier.internal:<port>`. */
@@ -180,26 +180,20 @@ export class InternalNetwork {
     n.sockets.add(b);
     a.once('close', () => n.sockets.delete(a));
     b.once('close', () => n.sockets.delete(b));
-    const relay = spliceRelay();
-    if (relay.usable(a)) {
-      // Opaque bytes once connected: the zero-copy relay carries them (src/core/splice.ts), cut
-      // with the workshop's other connections by close().
-      const fail = (): void => {
-        a.destroy();
-        b.destroy();
-      };
-      b.once('error', fail);
-      a.once('error', fail);
-      b.once('connect', () => {
-        b.off('error', fail);
-        a.off('error', fail);
-        if (a.destroyed) b.destroy();
-        else if (relay.usable(a, b)) void relay.relay(a, b, { tag: `internal:${n.id}` });
-        else pipeBoth(a, b);
-      });
-      return;
-    }
-    pipeBoth(a, b);
+    // Until the target answers, a failure on either side ends both; then relayPair takes the
+    // pair (zero copy when it can), cut with the workshop's other connections by close().
+    const fail = (): void => {
+      a.destroy();
+      b.destroy();
+    };
+    a.once('error', fail);
+    b.once('error', fail);
+    b.once('connect', () => {
+      a.off('error', fail);
+      b.off('error', fail);
+      if (a.destroyed) b.destroy();
+      else relayPair(a, b, { tag: `internal:${n.id}` });
+    });
   }
 
   /** Closes the workshop's listeners and connections (delete, failure, server stop). */
@@ -215,11 +209,4 @@ export class InternalNetwork {
   closeAll(): void {
     for (const id of [...this.nets.keys()]) this.close(id);
   }
-}
-
-/** Relays a and b in this process: both directions under backpressure, a FIN passed on (half-close). */
-function pipeBoth(a: net.Socket, b: net.Socket): void {
-  tieSockets(a, b);
-  a.pipe(b);
-  b.pipe(a);
 }

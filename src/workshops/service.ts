@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { constants as osConstants, cpus as hostCpus, totalmem } from 'node:os';
 import { posix } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
@@ -18,7 +18,7 @@ import {
   type WorkshopLimits,
   type WorkshopStatus,
 } from '../core/index.js';
-import { asDatabaseError, withTransaction, type Pool } from '../db/index.js';
+import { asDatabaseError, findPgBinDir, withTransaction, type Pool } from '../db/index.js';
 import { checkWorkshopAccess, type Principal, type WorkshopAction } from '../identity/index.js';
 import { EGRESS_PORT, listenInSandbox, type SandboxHandle } from '../sandbox/index.js';
 import { createEgressPolicy, type EgressJournal, type EgressPolicy, type EgressProxy, type EgressRecord } from '../egress/index.js';
@@ -127,16 +127,12 @@ const DEFAULT_ASK_HOLD_SECONDS = 30;
  * simulators reached by URL). The directory holds the same version's client and server tools.
  */
 function postgresBin(): string | undefined {
-  let versions: number[] = [];
   try {
-    versions = readdirSync('/usr/lib/postgresql')
-      .filter((v) => /^\d+$/.test(v))
-      .map(Number)
-      .sort((a, b) => b - a);
+    const dir = findPgBinDir(undefined);
+    return existsSync(`${dir}/psql`) ? dir : undefined;
   } catch {
     return undefined;
   }
-  return versions.map((v) => `/usr/lib/postgresql/${v}/bin`).find((dir) => existsSync(`${dir}/psql`));
 }
 
 const PG_BIN = postgresBin();
