@@ -59,12 +59,13 @@ export class SpliceRelay {
   private readonly handing = new Set<{ tag: string | undefined; cut: boolean }>();
   private nextId = 1;
   private broken = false;
-  private readonly script = helperPath();
+  /** Looked up once: `usable()` is on every new tunnel's path. */
+  private readonly script = existsSync(PYTHON) ? helperPath() : undefined;
 
   /** Whether this pair of sockets can be spliced here. */
   usable(...sockets: Socket[]): boolean {
     // ATELIER_ZERO_COPY=0 relays in Node instead (to compare, or to rule this out when debugging).
-    if (this.broken || !this.script || process.env['ATELIER_ZERO_COPY'] === '0' || !existsSync(PYTHON)) return false;
+    if (this.broken || !this.script || process.env['ATELIER_ZERO_COPY'] === '0') return false;
     return sockets.every((s) => {
       const handle = (s as unknown as { _handle?: { readStop?: unknown; fd?: number } })._handle;
       return !(s instanceof TLSSocket) && !s.destroyed && typeof handle?.readStop === 'function' && (handle.fd ?? 0) >= 0;
