@@ -15,6 +15,9 @@
  *
  * - `socat` (apt, optional: measured when installed) as a second bare relay, in C, one process per
  *   connection: the cost of one extra hop when the relay itself costs next to nothing.
+ * - `bench/c/epoll-relay.c` (compiled here when a C compiler is installed) as a third: one process,
+ *   one epoll loop, one read and one write per chunk, no HTTP. The cheapest relay process there
+ *   can be, so what it costs against direct is the cost of any extra hop on this machine.
  *
  * Fairness: every variant gets the same client (this process, one minimal HTTP/1.1 client), the
  * same CONCURRENCY connections and the same GET (origin-form to the origin and the bare relays,
@@ -45,8 +48,8 @@ const CONCURRENCY = 16;
 const ROUNDS = 3;
 const ROUND_MS = 2500;
 const WARMUP_MS = 1000;
-const TRANSFER_BYTES = 128 * 2 ** 20;
-const TRANSFERS = 3;
+const TRANSFER_BYTES = 64 * 2 ** 20;
+const TRANSFERS = 9;
 const ORIGIN_NAME = 'origin.bench.test';
 const GOAL_RPS_OF_DIRECT = 0.7;
 const GOAL_MBPS_OF_DIRECT = 0.8;
@@ -618,6 +621,24 @@ export async function egress(server: BenchServer): Promise<Record<string, unknow
       });
     }
 
+    if (!hasCommand('cc')) {
+      line('c-relay  skipped: no C compiler (apt-get install gcc): no epoll relay in C beside the others');
+    } else {
+      const exe = join(dir, 'epoll-relay');
+      execFileSync('cc', ['-O2', '-o', exe, join(REPO_ROOT, 'bench', 'c', 'epoll-relay.c')]);
+      const crelay = startChild('epoll relay', exe, [String(ports.http)]);
+      children.push(crelay);
+      const { port } = JSON.parse(await firstLine(crelay)) as { port: number };
+      variants.push({
+        who: 'c-relay',
+        what: 'bare TCP relay in C (one epoll loop, no HTTP)',
+        key: 'crelay',
+        target: { port },
+        proxied: false,
+        pid: crelay.proc.pid,
+      });
+    }
+
     if (!hasCommand('squid')) {
       line('squid    skipped: squid is not installed (apt-get install squid)');
     } else {
@@ -708,7 +729,7 @@ export async function egress(server: BenchServer): Promise<Record<string, unknow
     }
 
     // ---- (2) CONNECT throughput (the bare relays are HTTP-only references: not here)
-    const tunnelled = variants.filter((v) => v.key !== 'relay' && v.key !== 'socat');
+    const tunnelled = variants.filter((v) => v.key !== 'relay' && v.key !== 'socat' && v.key !== 'crelay');
     const tput: Record<
       string,
       { down: number[]; up: number[]; downMiBps: number; upMiBps: number; cpu: { ms: number; wall: number; mib: number } }
@@ -766,6 +787,10 @@ export async function egress(server: BenchServer): Promise<Record<string, unknow
       if (http.socat) {
         ratioLine('socat relay / direct req/s (what one extra hop in C costs)', http.socat.rps, d.rps);
         ratioLine(`atelier (${production}) / socat relay req/s`, p.rps, http.socat.rps);
+      }
+      if (http.crelay) {
+        ratioLine('epoll relay in C / direct req/s (the cheapest extra hop there can be)', http.crelay.rps, d.rps);
+        ratioLine(`atelier (${production}) / epoll relay in C req/s`, p.rps, http.crelay.rps);
       }
       if (http.atelierUnix) ratioLine('atelier (unix socket) / direct req/s', http.atelierUnix.rps, d.rps);
       if (sq) {
