@@ -15,8 +15,11 @@ export const SimulatorRequest = z
   .object({
     type: z.string().min(1).max(40).optional(),
     name: z.string().min(1).max(63).optional(),
-    version: z.string().min(1).max(40).optional(),
-    env: z.record(z.string().max(128), z.string().max(4096)).optional(),
+    // YAML reads `version: 15` and `PORT: 5432` as numbers: taken as the text written.
+    version: z.union([z.string().min(1).max(40), z.number().transform(String)]).optional(),
+    env: z
+      .record(z.string().max(128), z.union([z.string().max(4096), z.number().transform(String), z.boolean().transform(String)]))
+      .optional(),
     options: z.record(z.string().max(128), z.unknown()).optional(),
     services: z.array(z.string().min(1).max(40)).max(20).optional(),
     stubsDirectory: z.string().min(1).max(4096).optional(),

@@ -64,8 +64,8 @@ export async function loadExternalIssuerConfig(path: string): Promise<ExternalIs
   }
   const r = IdentityFile.safeParse(doc);
   if (!r.success) {
-    const { message, field } = describeZodError(r.error);
-    throw new Error(`${path}: ${field ? `${field}: ` : ''}${message}`);
+    // The message names the field already: `file: issuer: Invalid input…`.
+    throw new Error(`${path}: ${describeZodError(r.error).message}`);
   }
   const c = r.data;
   let clientSecret = c.clientSecret;

@@ -2,7 +2,7 @@ import { lstatSync, readFileSync, realpathSync } from 'node:fs';
 import { join, sep } from 'node:path';
 import { parse } from 'yaml';
 import { z } from 'zod';
-import { AtelierError, describeZodError, SimulatorRequest } from '../core/index.js';
+import { AtelierError, SimulatorRequest } from '../core/index.js';
 import { createEgressPolicy } from '../egress/index.js';
 
 /**
@@ -42,13 +42,27 @@ export interface ProjectSettings {
 
 /**
  *   simulators:                 # started with the workshop, reachable as <name>.atelier.internal
+ *     - redis                   # short for `- name: redis`
  *     - name: postgres
  *       version: "15"
  *       env: { POSTGRES_DB: testdb }
  *     - type: redis
  *       name: cache             # cache.atelier.internal
  */
-const Simulators = z.array(SimulatorRequest).max(16).default([]);
+const Simulators = z
+  .array(
+    // `- postgres` is short for `- name: postgres`, as users write it first.
+    z.preprocess((v) => (typeof v === 'string' ? { name: v } : v), SimulatorRequest),
+  )
+  .max(16)
+  .default([]);
+
+/** `atelier.yaml: simulators.0.version: …`: the file, the key's whole path, what is wrong with it. */
+function invalidBlock(block: string, error: z.ZodError): AtelierError {
+  const issue = error.issues[0];
+  const field = [block, ...(issue?.path ?? []).map(String)].join('.');
+  return new AtelierError('INVALID_ARGUMENT', `${FILE}: ${field}: ${issue?.message ?? 'invalid'}`, { field });
+}
 
 const FILE = 'atelier.yaml';
 
@@ -83,19 +97,9 @@ export function readProjectSettings(workspace: string): ProjectSettings {
   if (typeof doc !== 'object' || Array.isArray(doc))
     throw new AtelierError('INVALID_ARGUMENT', `${FILE} must be a mapping`, { field: FILE });
   const r = Egress.safeParse((doc as Record<string, unknown>).egress ?? {});
-  if (!r.success) {
-    const { message, field } = describeZodError(r.error);
-    throw new AtelierError('INVALID_ARGUMENT', `${FILE}: egress${field ? `.${field}` : ''}: ${message}`, {
-      field: `egress${field ? `.${field}` : ''}`,
-    });
-  }
+  if (!r.success) throw invalidBlock('egress', r.error);
   const sims = Simulators.safeParse((doc as Record<string, unknown>).simulators ?? []);
-  if (!sims.success) {
-    const { message, field } = describeZodError(sims.error);
-    throw new AtelierError('INVALID_ARGUMENT', `${FILE}: simulators${field ? `.${field}` : ''}: ${message}`, {
-      field: `simulators${field ? `.${field}` : ''}`,
-    });
-  }
+  if (!sims.success) throw invalidBlock('simulators', sims.error);
   // Refused entries (`*`, `*.com`, malformed names) are reported now, naming the entry.
   try {
     createEgressPolicy({ allow: r.data.allow, deny: r.data.deny });
@@ -103,11 +107,6 @@ export function readProjectSettings(workspace: string): ProjectSettings {
     throw new AtelierError('INVALID_ARGUMENT', `${FILE}: ${(err as Error).message}`, { field: 'egress' });
   }
   const a = Approvals.safeParse((doc as Record<string, unknown>).approvals ?? {});
-  if (!a.success) {
-    const { message, field } = describeZodError(a.error);
-    throw new AtelierError('INVALID_ARGUMENT', `${FILE}: approvals${field ? `.${field}` : ''}: ${message}`, {
-      field: `approvals${field ? `.${field}` : ''}`,
-    });
-  }
+  if (!a.success) throw invalidBlock('approvals', a.error);
   return { path: FILE, egress: r.data, simulators: sims.data, approvalCommands: a.data.commands };
 }

@@ -1,0 +1,65 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { AtelierError } from '../core/index.js';
+import { readProjectSettings } from './project.js';
+
+function withProject(yaml: string, fn: (dir: string) => void): void {
+  const dir = mkdtempSync(join(tmpdir(), 'atelier-project-'));
+  try {
+    writeFileSync(join(dir, 'atelier.yaml'), yaml);
+    fn(dir);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+function refusal(yaml: string): AtelierError {
+  let caught: unknown;
+  withProject(yaml, (dir) => {
+    try {
+      readProjectSettings(dir);
+    } catch (err) {
+      caught = err;
+    }
+  });
+  assert.ok(caught instanceof AtelierError, `expected a refusal of ${JSON.stringify(yaml)}, got ${String(caught)}`);
+  return caught;
+}
+
+describe('atelier.yaml', () => {
+  it('takes `- postgres` as short for `- name: postgres`, beside the long form', () => {
+    withProject('simulators:\n  - postgres\n  - type: redis\n    name: cache\n', (dir) => {
+      assert.deepEqual(readProjectSettings(dir).simulators, [{ name: 'postgres' }, { type: 'redis', name: 'cache' }]);
+    });
+  });
+
+  it('takes numbers where YAML reads them (`version: 15`, `PORT: 5432`) as the text written', () => {
+    withProject('simulators:\n  - name: postgres\n    version: 15\n    env: { PGPORT: 5432, DEBUG: true }\n', (dir) => {
+      assert.deepEqual(readProjectSettings(dir).simulators, [{ name: 'postgres', version: '15', env: { PGPORT: '5432', DEBUG: 'true' } }]);
+    });
+  });
+
+  it('names the file, the whole path of the wrong key and what is wrong, once', () => {
+    const sims = refusal('simulators:\n  - 42\n');
+    assert.equal(sims.code, 'INVALID_ARGUMENT');
+    assert.match(sims.message, /^atelier\.yaml: simulators\.0: Invalid input: expected object/);
+    assert.equal(sims.message.split('simulators.0').length, 2, `the key is named once: ${sims.message}`);
+    assert.deepEqual(sims.details, { field: 'simulators.0' });
+
+    const version = refusal('simulators:\n  - name: postgres\n    version: [15]\n');
+    assert.match(version.message, /^atelier\.yaml: simulators\.0\.version: Invalid input/);
+
+    const hold = refusal('egress:\n  askHoldSeconds: -1\n');
+    assert.match(hold.message, /^atelier\.yaml: egress\.askHoldSeconds: /);
+    assert.deepEqual(hold.details, { field: 'egress.askHoldSeconds' });
+
+    const block = refusal('egress: registry.npmjs.org\n');
+    assert.match(block.message, /^atelier\.yaml: egress: Invalid input: expected object/);
+
+    const approvals = refusal('approvals:\n  commands: [""]\n');
+    assert.match(approvals.message, /^atelier\.yaml: approvals\.commands\.0: /);
+  });
+});
