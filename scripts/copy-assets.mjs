@@ -16,6 +16,8 @@ cpSync('src/server/tunnels/netns-connector.py', 'dist/server/tunnels/netns-conne
 cpSync('src/core/splice-relay.py', 'dist/core/splice-relay.py');
 // The small helper that forks the simulators' processes (a fork of the server costs 10–40 ms).
 cpSync('src/simulators/spawner.py', 'dist/simulators/spawner.py');
+// The process that holds an agent session's PTY (it outlives the server).
+cpSync('src/server/tunnels/session-holder.py', 'dist/server/tunnels/session-holder.py');
 rmSync('dist/bundle', { recursive: true, force: true });
 await build({
   entryPoints: ['dist/cli/main.js'],

@@ -48,6 +48,8 @@ export interface AppDeps {
   secrets?: SecretStore;
   /** The master key: seals what the database must not hold in clear (SSH host keys). */
   sealer: { encrypt(plain: string, context: string): string; decrypt(sealed: string, context: string): Buffer };
+  /** Where agent sessions' holders listen (DATA_DIR/sessions): they outlive the server. */
+  sessionsDir: string;
 }
 
 export interface RouteEntry {
@@ -165,7 +167,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   // onRequest hook before the upgrade, live in plugins registered after @fastify/websocket.
   void app.register(websocket, { options: { maxPayload: 1 << 20 } });
   void app.register(async (scope) => {
-    const terminals = terminalRoutes(scope, deps.workshops, deps.pool, deps.sealer, deps.logger, deps.approvals);
+    const terminals = terminalRoutes(scope, deps.workshops, deps.pool, deps.sealer, deps.logger, deps.approvals, deps.sessionsDir);
     scope.addHook('onClose', async () => terminals.close());
     // A deleted workshop's tunnels are cut before its sandbox goes (the DELETE route is the root's).
     app.addHook('preHandler', (request) => terminals.beforeDelete(request));

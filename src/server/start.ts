@@ -383,6 +383,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       slack: approvals.slack,
       secrets: approvals.secrets,
       sealer: masterKey,
+      sessionsDir: join(dataDir, 'sessions'),
     });
     cleanups.push(() => app.close());
     mcpRoute.to = (req, res) => app.routing(req, res);

@@ -142,7 +142,8 @@ export function terminalRoutes(
   pool: Pool,
   sealer: Sealer,
   log: FastifyInstance['log'],
-  approvals?: ApprovalService,
+  approvals: ApprovalService | undefined,
+  sessionsDir: string,
 ): TerminalsRuntime {
   /**
    * While a terminal is attached to a workshop, anything that workshop asks a human for (a held
@@ -168,7 +169,7 @@ export function terminalRoutes(
     },
     (err: unknown) => log.warn({ err: String(err) }, 'could not seal the SSH host keys stored in clear yet'),
   );
-  const sessions = new AgentSessions(service, log);
+  const sessions = new AgentSessions(service, log, sessionsDir);
   const ptys = new Set<PtySession>();
   const relays = new TunnelRelays();
   // Upgraded connections are not the HTTP server's any more, yet it waits for them to close:
@@ -379,6 +380,7 @@ export function terminalRoutes(
       }
       relays.cutWorkshop(id, 'WORKSHOP_NOT_FOUND', `workshop ${id} was deleted`);
       ssh.forget(id);
+      sessions.forget(id);
     },
     close() {
       relays.closeAll();

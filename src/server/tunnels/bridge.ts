@@ -1,7 +1,7 @@
 import type { Socket } from 'node:net';
 import type { WebSocket, RawData } from 'ws';
 import { TerminalControl, type TerminalEvent } from '../../core/index.js';
-import type { PtyReader, PtySession } from './pty.js';
+import type { PtyReader, Terminal } from './pty.js';
 
 /** Above this many bytes queued towards a WebSocket client, the source is paused. */
 const HIGH_WATER = 1 << 20;
@@ -66,7 +66,7 @@ class SendWindow {
  * a slow client), input from binary frames (the WebSocket pauses while the program has not read
  * a large paste), `resize` and `signal` control frames. Resolves when the client goes away.
  */
-export function attachPty(ws: WebSocket, session: PtySession, opts: { replay: boolean }): Promise<void> {
+export function attachPty(ws: WebSocket, session: Terminal, opts: { replay: boolean }): Promise<void> {
   const window = new SendWindow(ws, () => session.drained(reader));
   const reader: PtyReader = { write: (chunk) => window.send(chunk) };
   if (opts.replay) {

@@ -31,6 +31,19 @@ export interface PtyReader {
   write(chunk: Buffer): boolean;
 }
 
+/** What a client attaches to: a terminal's output, its input, its size and signals. */
+export interface Terminal {
+  /** The recent output, oldest first (what a reattaching client sees first). */
+  recentOutput(): Buffer;
+  attach(reader: PtyReader): void;
+  detach(reader: PtyReader): void;
+  /** A reader that returned false from write() can take more. */
+  drained(reader: PtyReader): void;
+  write(data: Buffer): Promise<void>;
+  resize(cols: number, rows: number): void;
+  signal(name: string): void;
+}
+
 /** Above this many bytes waiting for the program to read them, the input side is paused. */
 const INPUT_HIGH_WATER = 1 << 20;
 const INPUT_POLL_MS = 10;
@@ -40,7 +53,7 @@ const INPUT_POLL_MS = 10;
  * program's output goes to every attached reader; a reader that cannot keep up pauses the
  * program's output (the kernel's PTY buffer then blocks the program) instead of growing memory.
  */
-export class PtySession {
+export class PtySession implements Terminal {
   private readonly term: nodePty.IPty;
   private readonly readers = new Set<PtyReader>();
   private readonly blocked = new Set<PtyReader>();

@@ -2,7 +2,9 @@ import { z } from 'zod';
 import { AtelierError, describeZodError, loadYaml } from '../../core/index.js';
 import type { Principal } from '../../identity/index.js';
 import type { WorkshopService } from '../../workshops/index.js';
-import { PtySession, type TerminalTarget } from './pty.js';
+import { privilegedEnv, sandboxArgv } from '../../sandbox/index.js';
+import { adoptHeld, HeldSession, sessionsDir } from './held.js';
+import type { TerminalTarget } from './pty.js';
 
 /** Recent output kept per session for clients that reattach. */
 const SCROLLBACK_BYTES = 256 << 10;
@@ -114,25 +116,42 @@ async function agentFromProject(
 /**
  * Agent sessions: PTYs that belong to the workshop, not to a client. A client that goes away
  * (closed laptop, lost network) detaches; the agent goes on, and the next `attach` first sees the
- * recent output. Sessions live as long as this server process (a server restart ends them).
+ * recent output. Each PTY is held by a process of its own (`session-holder.py`), so a session
+ * also outlives this server: a restarted server finds its sessions again (`adopt`), with their
+ * recent output, and a workshop's sessions end when it is deleted.
  */
 export class AgentSessions {
-  private readonly sessions = new Map<string, PtySession>();
+  private readonly sessions = new Map<string, HeldSession>();
+  /** Starts in flight, by key: two `run`s of one name at once start one session. */
+  private readonly starting = new Map<string, Promise<HeldSession>>();
+  private readonly dir: string;
+  /** The sessions a previous server left running, found again (every call waits for it). */
+  private readonly adopted: Promise<void>;
 
   constructor(
     private readonly service: WorkshopService,
-    private readonly log: { info(obj: object, msg?: string): void },
-  ) {}
+    private readonly log: { info(obj: object, msg?: string): void; warn(obj: object, msg?: string): void },
+    dir: string,
+  ) {
+    this.dir = sessionsDir(dir);
+    this.adopted = adoptHeld(this.dir, SCROLLBACK_BYTES).then(
+      (found) => {
+        for (const s of found) if (!this.sessions.has(this.key(s.workshop, s.name))) this.sessions.set(this.key(s.workshop, s.name), s);
+        if (found.length > 0) this.log.info({ sessions: found.length }, 'agent sessions found running');
+      },
+      (err: unknown) => this.log.warn({ err: String(err) }, 'could not look for the agent sessions left running'),
+    );
+  }
 
   private key(id: string, name: string): string {
     return `${id}/${name}`;
   }
 
-  get(id: string, name: string): PtySession | undefined {
+  get(id: string, name: string): HeldSession | undefined {
     return this.sessions.get(this.key(id, name));
   }
 
-  private info(name: string, s: PtySession): SessionInfo {
+  private info(name: string, s: HeldSession): SessionInfo {
     return {
       name,
       command: s.command,
@@ -154,24 +173,43 @@ export class AgentSessions {
       resume?: boolean | undefined;
     },
   ): Promise<{ created: boolean; session: SessionInfo & { resumed: boolean } }> {
+    await this.adopted;
     const name = req.name ?? DEFAULT_NAME;
     const t = await this.service.sandboxFor(id, actor, { resume: req.resume ?? true });
-    const existing = this.get(t.id, name);
+    const key = this.key(t.id, name);
+    const existing = this.sessions.get(key) ?? (await this.starting.get(key)?.catch(() => undefined));
     if (existing && !existing.exited) return { created: false, session: { ...this.info(name, existing), resumed: t.resumed } };
     const agent = req.command ? { command: req.command, env: {} } : await agentFromProject(this.service, t.id, actor);
-    const target: TerminalTarget = { id: t.id, sandbox: t.sandbox, env: t.env };
-    const session = new PtySession(target, agent.command, {
+    const env = { ...t.env, TERM: 'xterm-256color', ...agent.env };
+    const spec = { command: agent.command, cwd: '/workspace', env };
+    const starting = HeldSession.start({
+      dir: this.dir,
+      workshop: t.id,
+      name,
+      command: agent.command,
+      // The chain before the workshop's program runs privileged: a fixed environment, never the workshop's.
+      argv: sandboxArgv(t.sandbox, spec),
+      env: privilegedEnv(spec),
       cols: req.cols ?? 120,
       rows: req.rows ?? 40,
-      env: agent.env,
       scrollbackBytes: SCROLLBACK_BYTES,
     });
-    this.sessions.set(this.key(t.id, name), session);
+    this.starting.set(key, starting);
+    let session: HeldSession;
+    try {
+      session = await starting;
+    } finally {
+      this.starting.delete(key);
+    }
+    // An ended session of the same name is replaced: its holder goes.
+    existing?.close();
+    this.sessions.set(key, session);
     this.log.info({ workshop: t.id, session: name, command: agent.command[0] }, 'agent session started');
     return { created: true, session: { ...this.info(name, session), resumed: t.resumed } };
   }
 
   async list(id: string, actor: Principal): Promise<SessionInfo[]> {
+    await this.adopted;
     const w = await this.service.get(id, actor);
     const out: SessionInfo[] = [];
     for (const [key, s] of this.sessions) if (key.startsWith(`${w.id}/`)) out.push(this.info(key.slice(w.id.length + 1), s));
@@ -180,16 +218,17 @@ export class AgentSessions {
 
   /** Checks the caller may operate the workshop and that the session exists; resumes the workshop if asked. */
   async find(id: string, name: string, actor: Principal, opts: { resume: boolean }): Promise<{ target: TerminalTarget; resumed: boolean }> {
+    await this.adopted;
     const t = await this.service.sandboxFor(id, actor, opts);
-    const s = this.get(t.id, name);
-    if (!s)
+    if (!this.get(t.id, name))
       throw new AtelierError('NOT_FOUND', `workshop ${t.id} has no session "${name}": start one with \`atelier run ${t.id}\``, {
         session: name,
       });
-    return { target: s.target, resumed: t.resumed };
+    return { target: { id: t.id, sandbox: t.sandbox, env: t.env }, resumed: t.resumed };
   }
 
   async stop(id: string, name: string, actor: Principal): Promise<{ name: string; stopped: boolean }> {
+    await this.adopted;
     await this.service.authorize(id, actor, 'operate');
     const s = this.get(id, name);
     if (!s) throw new AtelierError('NOT_FOUND', `workshop ${id} has no session "${name}"`, { session: name });
@@ -198,8 +237,18 @@ export class AgentSessions {
     return { name, stopped: true };
   }
 
+  /** The workshop is deleted: its sessions end, and their holders go. */
+  forget(id: string): void {
+    for (const [key, s] of this.sessions) {
+      if (!key.startsWith(`${id}/`)) continue;
+      s.close();
+      this.sessions.delete(key);
+    }
+  }
+
+  /** The server stops: the sessions go on, held, for the next server to find. */
   close(): void {
-    for (const s of this.sessions.values()) s.close();
+    for (const s of this.sessions.values()) s.disconnect();
     this.sessions.clear();
   }
 }

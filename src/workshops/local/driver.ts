@@ -133,7 +133,14 @@ export class LocalDriver {
    * report (it was killed mid-exec): each exec leads its own process group, host side included.
    */
   killOrphanExecs(handle: SandboxHandle): number {
-    const orphans = findProcesses((argv) => !!argv[0]?.endsWith('nsenter') && argv[1] === '-t' && argv[2] === String(handle.pid));
+    const orphans = findProcesses(
+      (argv, pid) =>
+        !!argv[0]?.endsWith('nsenter') &&
+        argv[1] === '-t' &&
+        argv[2] === String(handle.pid) &&
+        // An agent session's program is its holder's child, and outlives the server by design.
+        !parentArgv(pid).some((a) => a.endsWith('/session-holder.py')),
+    );
     for (const pid of orphans) {
       try {
         process.kill(-pid, 'SIGKILL');
@@ -173,17 +180,28 @@ export class LocalDriver {
 }
 
 /** Host pids whose command line matches. */
-function findProcesses(match: (argv: string[]) => boolean): number[] {
+function findProcesses(match: (argv: string[], pid: number) => boolean): number[] {
   const out: number[] = [];
   for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
     try {
-      if (match(readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0'))) out.push(Number(entry));
+      if (match(readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0'), Number(entry))) out.push(Number(entry));
     } catch {
       // exited meanwhile
     }
   }
   return out;
+}
+
+/** The command line of a process's parent ([] when either is gone). */
+function parentArgv(pid: number): string[] {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const ppid = stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1];
+    return readFileSync(`/proc/${ppid}/cmdline`, 'utf8').split('\0');
+  } catch {
+    return [];
+  }
 }
 
 /**

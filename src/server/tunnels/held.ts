@@ -1,0 +1,334 @@
+import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { chmodSync, existsSync, mkdirSync, readdirSync, unlinkSync } from 'node:fs';
+import { connect, type Socket } from 'node:net';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { AtelierError } from '../../core/index.js';
+import type { PtyExit, PtyReader, Terminal } from './pty.js';
+
+/**
+ * Agent sessions held by a process of their own (`session-holder.py`, which says why): the PTY
+ * outlives its clients and the server. This side is the server's connection to one holder: it
+ * fans the output out to the attached clients (keeping the recent part for the next one), and
+ * passes input, resizes, signals and the end on.
+ */
+
+const PYTHON = '/usr/bin/python3';
+const HOLDER = fileURLToPath(new URL('./session-holder.py', import.meta.url));
+/** A holder that has not said "ready" by then is not going to. */
+const READY_TIMEOUT_MS = 10_000;
+/** After a hang-up, the holder is told to go once the program has exited, or after this long. */
+const QUIT_AFTER_MS = 5000;
+
+export interface HeldMeta {
+  workshop: string;
+  name: string;
+  command: string[];
+  startedAt: string;
+  pid: number;
+  cols: number;
+  rows: number;
+}
+
+/** Where a session's holder listens: a short name (a unix socket path is at most 107 bytes). */
+export function holderSocket(dir: string, workshop: string, name: string): string {
+  return join(dir, `${createHash('sha256').update(`${workshop}/${name}`).digest('hex').slice(0, 16)}.sock`);
+}
+
+/** The sessions directory, only the server's (holders' sockets are its way in). */
+export function sessionsDir(dir: string): string {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  chmodSync(dir, 0o700);
+  return dir;
+}
+
+function header(kind: string, length: number): Buffer {
+  const h = Buffer.allocUnsafe(5);
+  h.write(kind, 0, 'latin1');
+  h.writeUInt32BE(length, 1);
+  return h;
+}
+
+export class HeldSession implements Terminal {
+  readonly workshop: string;
+  readonly name: string;
+  readonly command: string[];
+  readonly startedAt: Date;
+  readonly pid: number;
+  private readonly readers = new Set<PtyReader>();
+  private readonly blocked = new Set<PtyReader>();
+  private readonly scrollback: Buffer[] = [];
+  private scrollbackSize = 0;
+  private exitInfo: PtyExit | undefined;
+  private readonly exitWaiters: ((e: PtyExit) => void)[] = [];
+  private pending = Buffer.alloc(0);
+  private quitting = false;
+
+  private constructor(
+    private readonly socket: Socket,
+    meta: HeldMeta,
+    private readonly scrollbackMax: number,
+  ) {
+    this.workshop = meta.workshop;
+    this.name = meta.name;
+    this.command = meta.command;
+    this.startedAt = new Date(meta.startedAt);
+    this.pid = meta.pid;
+    socket.on('data', (chunk: Buffer) => this.frames(chunk));
+    socket.on('error', () => undefined);
+    socket.on('close', () => {
+      // The holder went away without saying how the program ended (killed): the session is over.
+      this.ended({ exitCode: 255, signal: null });
+    });
+  }
+
+  /** Starts a holder running `argv` (the sandbox chain) on a PTY, and connects to it. */
+  static async start(opts: {
+    dir: string;
+    workshop: string;
+    name: string;
+    command: string[];
+    argv: string[];
+    env: Record<string, string>;
+    cols: number;
+    rows: number;
+    scrollbackBytes: number;
+  }): Promise<HeldSession> {
+    if (!existsSync(PYTHON)) throw new AtelierError('UNAVAILABLE', `agent sessions need ${PYTHON}: install python3`);
+    const path = holderSocket(opts.dir, opts.workshop, opts.name);
+    // The socket's path on the command line names the holder in `ps` (and its server's data dir).
+    const child = spawn(PYTHON, ['-I', '-S', HOLDER, path], {
+      // A session of its own: the server's Ctrl-C, its end or its restart do not reach the agent.
+      detached: true,
+      stdio: ['pipe', 'pipe', 'ignore'],
+      env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C.UTF-8' },
+    });
+    const ready = new Promise<void>((resolve, reject) => {
+      let out = '';
+      const timer = setTimeout(() => fail(new Error('it did not start in time')), READY_TIMEOUT_MS);
+      const fail = (err: Error): void => {
+        clearTimeout(timer);
+        child.kill('SIGKILL');
+        reject(new AtelierError('UNAVAILABLE', `could not start the session holder: ${err.message}`));
+      };
+      child.once('error', fail);
+      child.once('exit', (code) => fail(new Error(`it exited (${code})`)));
+      child.stdout!.on('data', (d: Buffer) => {
+        out += d.toString('utf8');
+        if (!/^ready \d+\n/.test(out)) return;
+        clearTimeout(timer);
+        child.removeAllListeners('exit');
+        child.removeAllListeners('error');
+        child.on('error', () => undefined);
+        child.stdout!.destroy();
+        resolve();
+      });
+    });
+    child.stdin!.on('error', () => undefined);
+    child.stdin!.end(
+      JSON.stringify({
+        argv: opts.argv,
+        env: opts.env,
+        cols: opts.cols,
+        rows: opts.rows,
+        scrollback: opts.scrollbackBytes,
+        workshop: opts.workshop,
+        name: opts.name,
+        command: opts.command,
+        startedAt: new Date().toISOString(),
+      }),
+    );
+    await ready;
+    // The server does not wait on it (a restart leaves it running).
+    child.unref();
+    return HeldSession.connect(path, opts.scrollbackBytes);
+  }
+
+  /** Connects to a running holder (a restarted server finding its sessions again). */
+  static connect(path: string, scrollbackBytes: number): Promise<HeldSession> {
+    return new Promise((resolve, reject) => {
+      const socket = connect(path);
+      let buf = Buffer.alloc(0);
+      const timer = setTimeout(() => fail(new Error('the holder did not answer')), READY_TIMEOUT_MS);
+      const fail = (err: Error): void => {
+        clearTimeout(timer);
+        socket.destroy();
+        reject(err);
+      };
+      socket.once('error', fail);
+      const onData = (chunk: Buffer): void => {
+        buf = Buffer.concat([buf, chunk]);
+        if (buf.length < 5) return;
+        const n = buf.readUInt32BE(1);
+        if (buf.length < 5 + n) return;
+        clearTimeout(timer);
+        socket.off('data', onData);
+        socket.off('error', fail);
+        if (buf.toString('latin1', 0, 1) !== 'M') return fail(new Error('the holder did not introduce itself'));
+        let meta: HeldMeta;
+        try {
+          meta = JSON.parse(buf.toString('utf8', 5, 5 + n)) as HeldMeta;
+        } catch {
+          return fail(new Error('the holder sent malformed meta'));
+        }
+        const session = new HeldSession(socket, meta, scrollbackBytes);
+        const rest = buf.subarray(5 + n);
+        if (rest.length > 0) session.frames(rest);
+        resolve(session);
+      };
+      socket.on('data', onData);
+    });
+  }
+
+  private frames(chunk: Buffer): void {
+    let buf = this.pending.length > 0 ? Buffer.concat([this.pending, chunk]) : chunk;
+    while (buf.length >= 5) {
+      const n = buf.readUInt32BE(1);
+      if (buf.length < 5 + n) break;
+      const kind = buf.toString('latin1', 0, 1);
+      const payload = buf.subarray(5, 5 + n);
+      buf = buf.subarray(5 + n);
+      if (kind === 'B') this.keep(Buffer.from(payload));
+      else if (kind === 'O') this.output(Buffer.from(payload));
+      else if (kind === 'X') {
+        try {
+          const e = JSON.parse(payload.toString('utf8')) as PtyExit;
+          this.ended({ exitCode: Number(e.exitCode), signal: typeof e.signal === 'string' ? e.signal : null });
+        } catch {
+          this.ended({ exitCode: 255, signal: null });
+        }
+      }
+    }
+    this.pending = Buffer.from(buf);
+  }
+
+  private keep(chunk: Buffer): void {
+    if (this.scrollbackMax <= 0) return;
+    this.scrollback.push(chunk);
+    this.scrollbackSize += chunk.length;
+    while (this.scrollbackSize > this.scrollbackMax && this.scrollback.length > 1) this.scrollbackSize -= this.scrollback.shift()!.length;
+  }
+
+  private output(chunk: Buffer): void {
+    this.keep(chunk);
+    for (const r of this.readers) if (!r.write(chunk)) this.block(r);
+  }
+
+  private ended(e: PtyExit): void {
+    if (this.exitInfo) return;
+    this.exitInfo = e;
+    for (const w of this.exitWaiters.splice(0)) w(e);
+    if (this.quitting) this.send('Q', Buffer.alloc(0));
+  }
+
+  private send(kind: string, payload: Buffer): boolean {
+    if (this.socket.destroyed) return true;
+    this.socket.write(header(kind, payload.length));
+    return this.socket.write(payload);
+  }
+
+  private block(reader: PtyReader): void {
+    // The holder then stops reading the program's output: it blocks, as on a terminal nobody reads.
+    if (this.blocked.size === 0) this.socket.pause();
+    this.blocked.add(reader);
+  }
+
+  drained(reader: PtyReader): void {
+    if (!this.blocked.delete(reader)) return;
+    if (this.blocked.size === 0) this.socket.resume();
+  }
+
+  attach(reader: PtyReader): void {
+    this.readers.add(reader);
+  }
+
+  detach(reader: PtyReader): void {
+    this.readers.delete(reader);
+    this.drained(reader);
+  }
+
+  get attached(): number {
+    return this.readers.size;
+  }
+
+  get exited(): PtyExit | undefined {
+    return this.exitInfo;
+  }
+
+  onExit(fn: (e: PtyExit) => void): void {
+    if (this.exitInfo) fn(this.exitInfo);
+    else this.exitWaiters.push(fn);
+  }
+
+  recentOutput(): Buffer {
+    return Buffer.concat(this.scrollback);
+  }
+
+  /** Input; resolves once the holder took it (a huge paste waits for the program to read). */
+  write(data: Buffer): Promise<void> {
+    if (this.exitInfo || this.socket.destroyed) return Promise.resolve();
+    if (this.send('I', data)) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = (): void => {
+        this.socket.off('drain', done);
+        this.socket.off('close', done);
+        resolve();
+      };
+      this.socket.once('drain', done);
+      this.socket.once('close', done);
+    });
+  }
+
+  resize(cols: number, rows: number): void {
+    if (!this.exitInfo) this.send('R', Buffer.from(JSON.stringify({ cols, rows })));
+  }
+
+  signal(name: string): void {
+    if (!this.exitInfo) this.send('S', Buffer.from(name, 'latin1'));
+  }
+
+  /** Ends the session: hang-up (SIGKILL 2 s later if it lingers), then the holder goes. */
+  close(): void {
+    this.quitting = true;
+    if (this.exitInfo) {
+      this.send('Q', Buffer.alloc(0));
+      return;
+    }
+    this.send('K', Buffer.alloc(0));
+    setTimeout(() => this.send('Q', Buffer.alloc(0)), QUIT_AFTER_MS).unref();
+  }
+
+  /** The server stops: the session goes on, held; the next server connects again. */
+  disconnect(): void {
+    this.socket.removeAllListeners('close');
+    this.socket.on('close', () => undefined);
+    this.socket.destroy();
+  }
+}
+
+/** The holders still running under `dir` (a restarted server's sessions); dead ones' sockets are removed. */
+export async function adoptHeld(dir: string, scrollbackBytes: number): Promise<HeldSession[]> {
+  let names: string[];
+  try {
+    names = readdirSync(dir).filter((n) => n.endsWith('.sock'));
+  } catch {
+    return [];
+  }
+  const found = await Promise.all(
+    names.map(async (n) => {
+      const path = join(dir, n);
+      try {
+        return await HeldSession.connect(path, scrollbackBytes);
+      } catch {
+        try {
+          unlinkSync(path);
+        } catch {
+          // gone already
+        }
+        return undefined;
+      }
+    }),
+  );
+  return found.filter((s): s is HeldSession => s !== undefined);
+}
