@@ -21,7 +21,11 @@ const READY_TIMEOUT_MS = 10_000;
 /** After a hang-up, the holder is told to go once the program has exited, or after this long. */
 const QUIT_AFTER_MS = 5000;
 
+/** The holder's frames, as session-holder.py speaks them. */
+const PROTOCOL = 1;
+
 export interface HeldMeta {
+  protocol: number;
   workshop: string;
   name: string;
   command: string[];
@@ -172,6 +176,7 @@ export class HeldSession implements Terminal {
         } catch {
           return fail(new Error('the holder sent malformed meta'));
         }
+        if (meta.protocol !== PROTOCOL) return fail(new Error(`the holder speaks protocol ${String(meta.protocol)}, not ${PROTOCOL}`));
         const session = new HeldSession(socket, meta, scrollbackBytes);
         const rest = buf.subarray(5 + n);
         if (rest.length > 0) session.frames(rest);
@@ -307,28 +312,36 @@ export class HeldSession implements Terminal {
   }
 }
 
-/** The holders still running under `dir` (a restarted server's sessions); dead ones' sockets are removed. */
-export async function adoptHeld(dir: string, scrollbackBytes: number): Promise<HeldSession[]> {
+/**
+ * The holders still running under `dir` (a restarted server's sessions). The socket of a dead
+ * holder (nobody listening) is removed; a live one this server cannot talk to (another protocol)
+ * is left running and reported.
+ */
+export async function adoptHeld(dir: string, scrollbackBytes: number): Promise<{ sessions: HeldSession[]; refused: string[] }> {
   let names: string[];
   try {
     names = readdirSync(dir).filter((n) => n.endsWith('.sock'));
   } catch {
-    return [];
+    return { sessions: [], refused: [] };
   }
+  const refused: string[] = [];
   const found = await Promise.all(
     names.map(async (n) => {
       const path = join(dir, n);
       try {
         return await HeldSession.connect(path, scrollbackBytes);
-      } catch {
-        try {
-          unlinkSync(path);
-        } catch {
-          // gone already
-        }
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code;
+        if (code === 'ECONNREFUSED' || code === 'ENOENT') {
+          try {
+            unlinkSync(path);
+          } catch {
+            // gone already
+          }
+        } else refused.push(`${n}: ${(err as Error).message}`);
         return undefined;
       }
     }),
   );
-  return found.filter((s): s is HeldSession => s !== undefined);
+  return { sessions: found.filter((s): s is HeldSession => s !== undefined), refused };
 }

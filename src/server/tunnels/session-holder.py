@@ -62,6 +62,8 @@ class Holder:
         self.to_program = bytearray()
         self.sel = selectors.DefaultSelector()
         self.meta = {
+            # Bumped when the frames change: a newer server then knows what it talks to.
+            "protocol": 1,
             "workshop": cfg["workshop"],
             "name": cfg["name"],
             "command": cfg["command"],

@@ -135,9 +135,10 @@ export class AgentSessions {
   ) {
     this.dir = sessionsDir(dir);
     this.adopted = adoptHeld(this.dir, SCROLLBACK_BYTES).then(
-      (found) => {
-        for (const s of found) if (!this.sessions.has(this.key(s.workshop, s.name))) this.sessions.set(this.key(s.workshop, s.name), s);
-        if (found.length > 0) this.log.info({ sessions: found.length }, 'agent sessions found running');
+      ({ sessions, refused }) => {
+        for (const s of sessions) if (!this.sessions.has(this.key(s.workshop, s.name))) this.sessions.set(this.key(s.workshop, s.name), s);
+        if (sessions.length > 0) this.log.info({ sessions: sessions.length }, 'agent sessions found running');
+        if (refused.length > 0) this.log.warn({ refused }, 'agent sessions left running that this server cannot reach');
       },
       (err: unknown) => this.log.warn({ err: String(err) }, 'could not look for the agent sessions left running'),
     );
