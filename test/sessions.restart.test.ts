@@ -122,6 +122,21 @@ describe('agent sessions outlive the server', () => {
     assert.match(a.out, /brief start[\s\S]*brief end/);
   });
 
+  it('two starts of one name at once start one session', async () => {
+    const before = holders(server.dataDir).length;
+    const body = { name: 'twin', command: ['sh', '-c', 'echo twin up; exec sleep 600'] };
+    const both = await Promise.all([0, 1].map(() => server.api<{ created?: boolean }>('POST', `/v1/workshops/${ws}/sessions`, body)));
+    assert.deepEqual(both.map((r) => r.status).sort(), [200, 201], JSON.stringify(both.map((r) => r.body)));
+    assert.equal(holders(server.dataDir).length, before + 1, 'one holder');
+    const a = new Attach(server, ws, 'twin');
+    await a.waitFor(/twin up/);
+    a.proc.kill('SIGKILL');
+    await a.exited;
+    const del = await server.api('DELETE', `/v1/workshops/${ws}/sessions/twin`);
+    assert.equal(del.status, 200, JSON.stringify(del.body));
+    await until("the twin session's holder exits", () => (holders(server.dataDir).length === before ? true : undefined));
+  });
+
   it('stopping a session and deleting its workshop end their holders; nobody else can reach a holder', async () => {
     const dir = join(server.dataDir, 'sessions');
     const mode = execFileSync('stat', ['-c', '%a %U', dir], { encoding: 'utf8' }).trim();

@@ -18,8 +18,10 @@ const PYTHON = '/usr/bin/python3';
 const HOLDER = fileURLToPath(new URL('./session-holder.py', import.meta.url));
 /** A holder that has not said "ready" by then is not going to. */
 const READY_TIMEOUT_MS = 10_000;
-/** After a hang-up, the holder is told to go once the program has exited, or after this long. */
-const QUIT_AFTER_MS = 5000;
+/** Input sent to the holder and not yet read by the program, at most (a paste waits beyond). */
+const INPUT_HIGH_WATER = 1 << 20;
+/** A unix socket's path is at most this many bytes. */
+const MAX_SOCKET_PATH = 107;
 
 /** The holder's frames, as session-holder.py speaks them. */
 const PROTOCOL = 1;
@@ -67,23 +69,28 @@ export class HeldSession implements Terminal {
   private exitInfo: PtyExit | undefined;
   private readonly exitWaiters: ((e: PtyExit) => void)[] = [];
   private pending = Buffer.alloc(0);
-  private quitting = false;
+  /** Input bytes the holder has not written to the program yet, and who waits for them. */
+  private unacked = 0;
+  private readonly inputWaiters: (() => void)[] = [];
+  private disconnecting = false;
 
   private constructor(
     private readonly socket: Socket,
     meta: HeldMeta,
     private readonly scrollbackMax: number,
+    greeted: () => void,
   ) {
+    this.greeted = greeted;
     this.workshop = meta.workshop;
     this.name = meta.name;
     this.command = meta.command;
     this.startedAt = new Date(meta.startedAt);
     this.pid = meta.pid;
-    socket.on('data', (chunk: Buffer) => this.frames(chunk));
     socket.on('error', () => undefined);
     socket.on('close', () => {
+      this.inputWaiters.splice(0).forEach((w) => w());
       // The holder went away without saying how the program ended (killed): the session is over.
-      this.ended({ exitCode: 255, signal: null });
+      if (!this.disconnecting) this.ended({ exitCode: 255, signal: null });
     });
   }
 
@@ -101,13 +108,21 @@ export class HeldSession implements Terminal {
   }): Promise<HeldSession> {
     if (!existsSync(PYTHON)) throw new AtelierError('UNAVAILABLE', `agent sessions need ${PYTHON}: install python3`);
     const path = holderSocket(opts.dir, opts.workshop, opts.name);
+    if (Buffer.byteLength(path) > MAX_SOCKET_PATH)
+      throw new AtelierError(
+        'UNAVAILABLE',
+        `agent sessions need a unix socket at ${path}, longer than ${MAX_SOCKET_PATH} bytes: start the server with a shorter --data-dir`,
+      );
     // The socket's path on the command line names the holder in `ps` (and its server's data dir).
     const child = spawn(PYTHON, ['-I', '-S', HOLDER, path], {
       // A session of its own: the server's Ctrl-C, its end or its restart do not reach the agent.
       detached: true,
-      stdio: ['pipe', 'pipe', 'ignore'],
+      stdio: ['pipe', 'pipe', 'pipe'],
       env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C.UTF-8' },
     });
+    let why = '';
+    child.stderr!.on('data', (d: Buffer) => (why = (why + d.toString('utf8')).slice(-500)));
+    let programPid = 0;
     const ready = new Promise<void>((resolve, reject) => {
       let out = '';
       const timer = setTimeout(() => fail(new Error('it did not start in time')), READY_TIMEOUT_MS);
@@ -117,15 +132,18 @@ export class HeldSession implements Terminal {
         reject(new AtelierError('UNAVAILABLE', `could not start the session holder: ${err.message}`));
       };
       child.once('error', fail);
-      child.once('exit', (code) => fail(new Error(`it exited (${code})`)));
+      child.once('exit', (code) => fail(new Error(why.trim() || `it exited (${code})`)));
       child.stdout!.on('data', (d: Buffer) => {
         out += d.toString('utf8');
-        if (!/^ready \d+\n/.test(out)) return;
+        const m = /^ready (\d+)\n/.exec(out);
+        if (!m) return;
+        programPid = Number(m[1]);
         clearTimeout(timer);
         child.removeAllListeners('exit');
         child.removeAllListeners('error');
         child.on('error', () => undefined);
         child.stdout!.destroy();
+        child.stderr!.destroy();
         resolve();
       });
     });
@@ -146,14 +164,26 @@ export class HeldSession implements Terminal {
     await ready;
     // The server does not wait on it (a restart leaves it running).
     child.unref();
-    return HeldSession.connect(path, opts.scrollbackBytes);
+    try {
+      return await HeldSession.connect(path, opts.scrollbackBytes);
+    } catch (err) {
+      // Never left running unknown to this server.
+      for (const pid of [child.pid, -programPid]) {
+        try {
+          if (pid) process.kill(pid, 'SIGKILL');
+        } catch {
+          // gone
+        }
+      }
+      throw new AtelierError('UNAVAILABLE', `could not reach the session holder: ${(err as Error).message}`);
+    }
   }
 
   /** Connects to a running holder (a restarted server finding its sessions again). */
   static connect(path: string, scrollbackBytes: number): Promise<HeldSession> {
     return new Promise((resolve, reject) => {
       const socket = connect(path);
-      let buf = Buffer.alloc(0);
+      let buf: Buffer = Buffer.alloc(0);
       const timer = setTimeout(() => fail(new Error('the holder did not answer')), READY_TIMEOUT_MS);
       const fail = (err: Error): void => {
         clearTimeout(timer);
@@ -161,30 +191,40 @@ export class HeldSession implements Terminal {
         reject(err);
       };
       socket.once('error', fail);
+      socket.once('close', () => fail(new Error('the holder closed the connection')));
+      let session: HeldSession | undefined;
+      // The greeting: M (who), B (recent output), X (if ended), then G. Resolved only after G, so
+      // that a restarted server lists an ended session as ended and replays its whole output.
       const onData = (chunk: Buffer): void => {
-        buf = Buffer.concat([buf, chunk]);
-        if (buf.length < 5) return;
-        const n = buf.readUInt32BE(1);
-        if (buf.length < 5 + n) return;
-        clearTimeout(timer);
-        socket.off('data', onData);
-        socket.off('error', fail);
-        if (buf.toString('latin1', 0, 1) !== 'M') return fail(new Error('the holder did not introduce itself'));
-        let meta: HeldMeta;
-        try {
-          meta = JSON.parse(buf.toString('utf8', 5, 5 + n)) as HeldMeta;
-        } catch {
-          return fail(new Error('the holder sent malformed meta'));
+        buf = buf.length > 0 ? Buffer.concat([buf, chunk]) : chunk;
+        if (!session) {
+          if (buf.length < 5) return;
+          const n = buf.readUInt32BE(1);
+          if (buf.length < 5 + n) return;
+          if (buf.toString('latin1', 0, 1) !== 'M') return fail(new Error('the holder did not introduce itself'));
+          let meta: HeldMeta;
+          try {
+            meta = JSON.parse(buf.toString('utf8', 5, 5 + n)) as HeldMeta;
+          } catch {
+            return fail(new Error('the holder sent malformed meta'));
+          }
+          if (meta.protocol !== PROTOCOL) return fail(new Error(`the holder speaks protocol ${String(meta.protocol)}, not ${PROTOCOL}`));
+          session = new HeldSession(socket, meta, scrollbackBytes, () => {
+            clearTimeout(timer);
+            socket.off('error', fail);
+            resolve(session!);
+          });
+          buf = buf.subarray(5 + n);
         }
-        if (meta.protocol !== PROTOCOL) return fail(new Error(`the holder speaks protocol ${String(meta.protocol)}, not ${PROTOCOL}`));
-        const session = new HeldSession(socket, meta, scrollbackBytes);
-        const rest = buf.subarray(5 + n);
+        const rest = buf;
+        buf = Buffer.alloc(0);
         if (rest.length > 0) session.frames(rest);
-        resolve(session);
       };
       socket.on('data', onData);
     });
   }
+
+  private greeted?: () => void;
 
   private frames(chunk: Buffer): void {
     let buf = this.pending.length > 0 ? Buffer.concat([this.pending, chunk]) : chunk;
@@ -194,9 +234,14 @@ export class HeldSession implements Terminal {
       const kind = buf.toString('latin1', 0, 1);
       const payload = buf.subarray(5, 5 + n);
       buf = buf.subarray(5 + n);
-      if (kind === 'B') this.keep(Buffer.from(payload));
-      else if (kind === 'O') this.output(Buffer.from(payload));
-      else if (kind === 'X') {
+      if (kind === 'O') this.output(Buffer.from(payload));
+      else if (kind === 'A' && payload.length === 4) this.acked(payload.readUInt32BE(0));
+      else if (kind === 'B') this.keep(Buffer.from(payload));
+      else if (kind === 'G') {
+        const g = this.greeted;
+        this.greeted = undefined;
+        g?.();
+      } else if (kind === 'X') {
         try {
           const e = JSON.parse(payload.toString('utf8')) as PtyExit;
           this.ended({ exitCode: Number(e.exitCode), signal: typeof e.signal === 'string' ? e.signal : null });
@@ -224,7 +269,7 @@ export class HeldSession implements Terminal {
     if (this.exitInfo) return;
     this.exitInfo = e;
     for (const w of this.exitWaiters.splice(0)) w(e);
-    if (this.quitting) this.send('Q', Buffer.alloc(0));
+    this.inputWaiters.splice(0).forEach((w) => w());
   }
 
   private send(kind: string, payload: Buffer): boolean {
@@ -270,19 +315,18 @@ export class HeldSession implements Terminal {
     return Buffer.concat(this.scrollback);
   }
 
-  /** Input; resolves once the holder took it (a huge paste waits for the program to read). */
+  /** Input; resolves once the program has read enough of what is pending (a huge paste waits). */
   write(data: Buffer): Promise<void> {
-    if (this.exitInfo || this.socket.destroyed) return Promise.resolve();
-    if (this.send('I', data)) return Promise.resolve();
-    return new Promise((resolve) => {
-      const done = (): void => {
-        this.socket.off('drain', done);
-        this.socket.off('close', done);
-        resolve();
-      };
-      this.socket.once('drain', done);
-      this.socket.once('close', done);
-    });
+    if (this.exitInfo || this.socket.destroyed || data.length === 0) return Promise.resolve();
+    this.send('I', data);
+    this.unacked += data.length;
+    if (this.unacked < INPUT_HIGH_WATER) return Promise.resolve();
+    return new Promise((resolve) => this.inputWaiters.push(resolve));
+  }
+
+  private acked(n: number): void {
+    this.unacked = Math.max(0, this.unacked - n);
+    if (this.unacked < INPUT_HIGH_WATER / 4) this.inputWaiters.splice(0).forEach((w) => w());
   }
 
   resize(cols: number, rows: number): void {
@@ -293,21 +337,24 @@ export class HeldSession implements Terminal {
     if (!this.exitInfo) this.send('S', Buffer.from(name, 'latin1'));
   }
 
-  /** Ends the session: hang-up (SIGKILL 2 s later if it lingers), then the holder goes. */
+  /**
+   * Ends the session: the holder hangs the terminal up (SIGKILL 2 s later if the program
+   * lingers) and goes once the program has ended, whether or not this server is still there.
+   */
   close(): void {
-    this.quitting = true;
-    if (this.exitInfo) {
-      this.send('Q', Buffer.alloc(0));
-      return;
-    }
     this.send('K', Buffer.alloc(0));
-    setTimeout(() => this.send('Q', Buffer.alloc(0)), QUIT_AFTER_MS).unref();
+    this.socket.end();
+  }
+
+  /** Resolves when the connection to the holder has closed (after `close()`: the holder is going). */
+  gone(): Promise<void> {
+    if (this.socket.destroyed || this.socket.closed) return Promise.resolve();
+    return new Promise((resolve) => this.socket.once('close', () => resolve()));
   }
 
   /** The server stops: the session goes on, held; the next server connects again. */
   disconnect(): void {
-    this.socket.removeAllListeners('close');
-    this.socket.on('close', () => undefined);
+    this.disconnecting = true;
     this.socket.destroy();
   }
 }

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { AtelierError, describeZodError, loadYaml } from '../../core/index.js';
 import type { Principal } from '../../identity/index.js';
 import type { WorkshopService } from '../../workshops/index.js';
-import { privilegedEnv, sandboxArgv } from '../../sandbox/index.js';
+import { privilegedEnv, sandboxArgv, type SandboxHandle } from '../../sandbox/index.js';
 import { adoptHeld, HeldSession, sessionsDir } from './held.js';
 import type { TerminalTarget } from './pty.js';
 
@@ -125,6 +125,8 @@ export class AgentSessions {
   /** Starts in flight, by key: two `run`s of one name at once start one session. */
   private readonly starting = new Map<string, Promise<HeldSession>>();
   private readonly dir: string;
+  /** Workshops deleted while this server runs (a start in flight for one of them is undone). */
+  private readonly deleted = new Set<string>();
   /** The sessions a previous server left running, found again (every call waits for it). */
   private readonly adopted: Promise<void>;
 
@@ -135,8 +137,15 @@ export class AgentSessions {
   ) {
     this.dir = sessionsDir(dir);
     this.adopted = adoptHeld(this.dir, SCROLLBACK_BYTES).then(
-      ({ sessions, refused }) => {
-        for (const s of sessions) if (!this.sessions.has(this.key(s.workshop, s.name))) this.sessions.set(this.key(s.workshop, s.name), s);
+      async ({ sessions, refused }) => {
+        for (const s of sessions) {
+          // Its workshop was deleted while no server was there: the session ends now.
+          if (!(await service.isLocal(s.workshop).catch(() => true))) {
+            s.close();
+            continue;
+          }
+          if (!this.sessions.has(this.key(s.workshop, s.name))) this.sessions.set(this.key(s.workshop, s.name), s);
+        }
         if (sessions.length > 0) this.log.info({ sessions: sessions.length }, 'agent sessions found running');
         if (refused.length > 0) this.log.warn({ refused }, 'agent sessions left running that this server cannot reach');
       },
@@ -178,12 +187,42 @@ export class AgentSessions {
     const name = req.name ?? DEFAULT_NAME;
     const t = await this.service.sandboxFor(id, actor, { resume: req.resume ?? true });
     const key = this.key(t.id, name);
-    const existing = this.sessions.get(key) ?? (await this.starting.get(key)?.catch(() => undefined));
+    // One start per name at a time: a second `run` joins the first (checked and registered
+    // with no await in between).
+    const inFlight = this.starting.get(key);
+    if (inFlight) {
+      const s = await inFlight.catch(() => undefined);
+      if (s && !s.exited) return { created: false, session: { ...this.info(name, s), resumed: t.resumed } };
+    }
+    const existing = this.sessions.get(key);
     if (existing && !existing.exited) return { created: false, session: { ...this.info(name, existing), resumed: t.resumed } };
+    const starting = this.launch(t, name, req, actor, existing);
+    this.starting.set(key, starting);
+    try {
+      const session = await starting;
+      return { created: true, session: { ...this.info(name, session), resumed: t.resumed } };
+    } finally {
+      if (this.starting.get(key) === starting) this.starting.delete(key);
+    }
+  }
+
+  private async launch(
+    t: { id: string; sandbox: SandboxHandle; env: Record<string, string> },
+    name: string,
+    req: { command?: string[] | undefined; cols?: number | undefined; rows?: number | undefined },
+    actor: Principal,
+    existing: HeldSession | undefined,
+  ): Promise<HeldSession> {
+    const key = this.key(t.id, name);
     const agent = req.command ? { command: req.command, env: {} } : await agentFromProject(this.service, t.id, actor);
     const env = { ...t.env, TERM: 'xterm-256color', ...agent.env };
-    const spec = { command: agent.command, cwd: '/workspace', env };
-    const starting = HeldSession.start({
+    // The program leads a session of its own inside the sandbox, with the PTY as its terminal:
+    // Ctrl-C reaches its processes, never the host-side chain that waits for them.
+    const spec = { command: ['/usr/bin/setsid', '--ctty', '--wait', ...agent.command], cwd: '/workspace', env };
+    // An ended session of the same name is replaced: its holder goes first (it holds the socket's name).
+    existing?.close();
+    if (existing) await existing.gone();
+    const session = await HeldSession.start({
       dir: this.dir,
       workshop: t.id,
       name,
@@ -195,18 +234,14 @@ export class AgentSessions {
       rows: req.rows ?? 40,
       scrollbackBytes: SCROLLBACK_BYTES,
     });
-    this.starting.set(key, starting);
-    let session: HeldSession;
-    try {
-      session = await starting;
-    } finally {
-      this.starting.delete(key);
+    if (this.deleted.has(t.id)) {
+      // Its workshop was deleted while it started.
+      session.close();
+      throw new AtelierError('WORKSHOP_NOT_FOUND', `workshop ${t.id} was deleted`);
     }
-    // An ended session of the same name is replaced: its holder goes.
-    existing?.close();
     this.sessions.set(key, session);
     this.log.info({ workshop: t.id, session: name, command: agent.command[0] }, 'agent session started');
-    return { created: true, session: { ...this.info(name, session), resumed: t.resumed } };
+    return session;
   }
 
   async list(id: string, actor: Principal): Promise<SessionInfo[]> {
@@ -238,8 +273,10 @@ export class AgentSessions {
     return { name, stopped: true };
   }
 
-  /** The workshop is deleted: its sessions end, and their holders go. */
+  /** The workshop is deleted: its sessions end, and their holders go (starts in flight too). */
   forget(id: string): void {
+    this.deleted.add(id);
+    if (this.deleted.size > 10_000) this.deleted.delete(this.deleted.values().next().value!);
     for (const [key, s] of this.sessions) {
       if (!key.startsWith(`${id}/`)) continue;
       s.close();

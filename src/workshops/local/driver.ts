@@ -138,8 +138,8 @@ export class LocalDriver {
         !!argv[0]?.endsWith('nsenter') &&
         argv[1] === '-t' &&
         argv[2] === String(handle.pid) &&
-        // An agent session's program is its holder's child, and outlives the server by design.
-        !parentArgv(pid).some((a) => a.endsWith('/session-holder.py')),
+        // An agent session's chain leads a session its holder started, and outlives the server by design.
+        !sessionLeaderParentArgv(pid).some((a) => a.endsWith('/session-holder.py')),
     );
     for (const pid of orphans) {
       try {
@@ -193,11 +193,14 @@ function findProcesses(match: (argv: string[], pid: number) => boolean): number[
   return out;
 }
 
-/** The command line of a process's parent ([] when either is gone). */
-function parentArgv(pid: number): string[] {
+/** The command line of the parent of a process's session leader ([] when any is gone). */
+function sessionLeaderParentArgv(pid: number): string[] {
+  const field = (p: number | string, i: number): string | undefined => {
+    const stat = readFileSync(`/proc/${p}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[i];
+  };
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const ppid = stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1];
+    const ppid = field(field(pid, 3)!, 1);
     return readFileSync(`/proc/${ppid}/cmdline`, 'utf8').split('\0');
   } catch {
     return [];
