@@ -38,6 +38,7 @@ const TRANSFER_BYTES = 64 * 2 ** 20;
 const TRANSFERS = 3;
 const RTT_SAMPLES = 300;
 const CONNECT_SAMPLES = 30;
+const CONNECT_GAP_MS = 100;
 const ECHO_SAMPLES = 300;
 const PORT_IN_WORKSHOP = 9000;
 const GOAL_THROUGHPUT_OF_DIRECT = 0.5;
@@ -140,10 +141,14 @@ async function rtt(port: number): Promise<number[]> {
   return samples;
 }
 
-/** A new connection, then its first byte back: what a short request pays for the tunnel's set-up. */
-async function firstByte(port: number): Promise<number[]> {
+/**
+ * A new connection, then its first byte back: what a short request pays for the tunnel's set-up.
+ * Back to back (`gapMs` 0: a burst), or one every `gapMs` (a client's requests now and then).
+ */
+async function firstByte(port: number, gapMs = 0): Promise<number[]> {
   const samples: number[] = [];
   for (let i = 0; i < CONNECT_SAMPLES + 3; i++) {
+    if (gapMs > 0) await sleep(gapMs);
     const t0 = performance.now();
     const s = await connectTo(port);
     await new Promise<void>((resolve, reject) => {
@@ -191,6 +196,7 @@ interface PathResult {
   up: number;
   rtt: ReturnType<typeof summarize>;
   connect: ReturnType<typeof summarize>;
+  connectSpaced: ReturnType<typeof summarize>;
 }
 
 async function measure(port: number): Promise<PathResult> {
@@ -200,7 +206,13 @@ async function measure(port: number): Promise<PathResult> {
     downs.push(await download(port));
     ups.push(await upload(port));
   }
-  return { down: summarize(downs).p50, up: summarize(ups).p50, rtt: summarize(await rtt(port)), connect: summarize(await firstByte(port)) };
+  return {
+    down: summarize(downs).p50,
+    up: summarize(ups).p50,
+    rtt: summarize(await rtt(port)),
+    connect: summarize(await firstByte(port)),
+    connectSpaced: summarize(await firstByte(port, CONNECT_GAP_MS)),
+  };
 }
 
 function watch(child: ChildProcess, re: RegExp, what: string): Promise<RegExpMatchArray> {
@@ -352,6 +364,7 @@ export async function terminals(server: BenchServer): Promise<Record<string, unk
       line(`${who.padEnd(8)} ${what.padEnd(44)} down ${r.down.toFixed(1).padStart(7)} MiB/s  up ${r.up.toFixed(1).padStart(7)} MiB/s`);
       statLine(who, 'round trip of 1 byte', r.rtt, ['p50', 'p99']);
       statLine(who, 'new connection to its first byte back', r.connect, ['p50', 'p99']);
+      statLine(who, `the same, one every ${CONNECT_GAP_MS} ms`, r.connectSpaced, ['p50', 'p99']);
     }
     if (sshNote) line(sshNote);
     const a = measured.atelier!;
@@ -370,6 +383,7 @@ export async function terminals(server: BenchServer): Promise<Record<string, unk
       ratioLine('atelier / ssh -L upload', a.up, s.up);
       ratioLine('atelier / ssh -L RTT p50', a.rtt.p50, s.rtt.p50);
       ratioLine('atelier / ssh -L new connection p50', a.connect.p50, s.connect.p50);
+      ratioLine(`atelier / ssh -L new connection p50, one every ${CONNECT_GAP_MS} ms`, a.connectSpaced.p50, s.connectSpaced.p50);
     }
     result.portForward = measured;
 

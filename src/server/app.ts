@@ -167,6 +167,15 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   void app.register(async (scope) => {
     const terminals = terminalRoutes(scope, deps.workshops, deps.pool, deps.sealer, deps.logger, deps.approvals);
     scope.addHook('onClose', async () => terminals.close());
+    new Gauge({
+      name: 'atelier_tunnels',
+      help: 'Byte tunnels on this server: relayed, and armed (port-forward spares waiting for a connection)',
+      labelNames: ['state'],
+      registers: [registry],
+      collect() {
+        for (const [state, n] of Object.entries(terminals.counts())) this.set({ state }, n);
+      },
+    });
     // A deleted workshop's tunnels are cut before its sandbox goes (the DELETE route is the root's).
     app.addHook('preHandler', (request) => terminals.beforeDelete(request));
   });
