@@ -265,6 +265,46 @@ describe('armed tunnels (port-forward spares)', () => {
     assert.equal(again.body.code, 'TOKEN_REVOKED');
   });
 
+  it('the tunnel route takes tokens from a cache, yet a revoked or narrowed token opens nothing once the change is made', async () => {
+    /** A raw tunnel, as `port-forward --stdio` opens one: the 101's socket, or the refusal. */
+    const raw = (token: string): Promise<{ socket?: Socket; status: number; code?: string }> =>
+      new Promise((resolve, reject) => {
+        const req = http.request(`${server.url}/v1/workshops/${ws}/tunnel?port=${SPEAKS_FIRST}`, {
+          agent: false,
+          headers: { authorization: `Bearer ${token}`, connection: 'Upgrade', upgrade: 'atelier-tunnel', 'atelier-tunnel-mode': 'raw' },
+        });
+        req.once('upgrade', (_res, socket: Socket) => resolve({ socket, status: 101 }));
+        req.once('response', (res) => {
+          let body = '';
+          res.on('data', (c: Buffer) => (body += c.toString()));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, code: (JSON.parse(body || '{}') as { code?: string }).code }));
+        });
+        req.once('error', reject);
+        req.end();
+      });
+    const t = await newToken();
+    for (let i = 0; i < 3; i++) {
+      const ok = await raw(t.token);
+      assert.equal(ok.status, 101);
+      ok.socket!.destroy();
+    }
+    // Revoked on this server: the very next tunnel is refused (the answer to the revoke waited
+    // until the server heard the change).
+    assert.equal((await server.api('DELETE', `/v1/tokens/${t.id}`)).status, 200);
+    const revoked = await raw(t.token);
+    assert.equal(revoked.status, 401);
+    assert.equal(revoked.code, 'TOKEN_REVOKED');
+
+    // Narrowed straight in the database (as another server would): refused once the notification is heard.
+    const u = await newToken();
+    const ok = await raw(u.token);
+    assert.equal(ok.status, 101);
+    ok.socket!.destroy();
+    await query("UPDATE api_tokens SET role = 'viewer' WHERE id = $1", [u.id]);
+    await until('the narrowed token is refused', async () => (await raw(u.token)).status === 403);
+    assert.equal((await raw(u.token)).status, 403);
+  });
+
   it('a change made straight in the database (as by another server) cuts the spares it touches, and only those', async () => {
     const t = await newToken();
     const mine = await armed(server, ws, SPEAKS_FIRST, t.token);

@@ -18,7 +18,7 @@ import {
 } from '../../core/index.js';
 import type { ApprovalEvent, ApprovalService } from '../../approvals/index.js';
 import type { Pool } from '../../db/index.js';
-import type { RouteAccess } from '../../identity/index.js';
+import type { GrantWatch, RouteAccess } from '../../identity/index.js';
 import { SandboxConnectError } from '../../sandbox/index.js';
 import type { WorkshopService } from '../../workshops/index.js';
 import { attachPty, bridgeSocket, failSocket, sendEvent } from '../tunnels/bridge.js';
@@ -136,6 +136,14 @@ export interface TerminalsRuntime {
    * sandbox down, the workshop's tunnels are cut, and clients asking why are told it was deleted.
    */
   beforeDelete(request: FastifyRequest): Promise<void>;
+  /**
+   * A root `onSend` hook: the answer to a write that may change a grant (tokens, users, a workshop's
+   * stop or delete) waits until this server heard the change (its cached tokens, workshop lookups
+   * and armed tunnels are then up to date), so the client's next request finds it applied.
+   */
+  afterWrite(request: FastifyRequest, reply: FastifyReply): Promise<void>;
+  /** What hears changes to tokens, users, memberships and workshops (for the authenticator's token cache). */
+  grants: GrantWatch;
   /** Tunnels relayed now, and armed spares held (the `atelier_tunnels` gauge). */
   counts(): { relayed: number; armed: number };
 }
@@ -182,7 +190,7 @@ export function terminalRoutes(
   // A port-forward's spare tunnels, cut by notification when what authorised them changes.
   const armed = new ArmedTunnels(log);
   const databaseUrl = pool.options.connectionString;
-  if (databaseUrl) armed.start(databaseUrl);
+  if (databaseUrl) armed.start(databaseUrl, pool);
   // Upgraded connections are not the HTTP server's any more, yet it waits for them to close:
   // reset them first (clients then say "the tunnel was cut"), as @fastify/websocket closes its sockets.
   app.addHook('preClose', (done) => {
@@ -267,8 +275,15 @@ export function terminalRoutes(
       throw new AtelierError('UNSUPPORTED', 'armed tunnels need an API token (ATELIER_TOKEN): open one tunnel per connection instead');
     if (port === SSH_PORT)
       throw new AtelierError('UNSUPPORTED', 'port 22 is answered by the SSH endpoint, which is not armed: open one tunnel per connection');
-    // Never resumed for a spare: a forward's spares must not keep a suspended workshop awake.
-    const t = await service.sandboxFor(request.params.id, actor, { resume: false });
+    // Never resumed for a spare: a forward's spares must not keep a suspended workshop awake. The
+    // lookup an earlier spare of this principal made is used while nothing it read has changed.
+    const who = [actor.tokenId, actor.userId, actor.tenantId, actor.role, actor.kind, actor.workshopId].join('|');
+    type Found = Awaited<ReturnType<WorkshopService['sandboxFor']>>;
+    let t = armed.lookup<Found>(who, request.params.id);
+    if (!t) {
+      t = await service.sandboxFor(request.params.id, actor, { resume: false });
+      armed.remember(who, request.params.id, startedAt, { workshop: t.id, tokenId: actor.tokenId, userId: actor.userId }, t);
+    }
     const arm = { workshop: t.id, tokenId: actor.tokenId, userId: actor.userId, startedAt };
     armed.check(arm);
     const socket = request.raw.socket as Socket;
@@ -310,7 +325,8 @@ export function terminalRoutes(
   app.route<IdParams & TunnelQuery>({
     method: 'GET',
     url: '/v1/workshops/:id/tunnel',
-    config: { access: OPERATE },
+    // A forward opens one per connection (or arms one): the token is taken from the cache while valid.
+    config: { access: OPERATE, authCache: true },
     preHandler: async (request, reply) => {
       const stream = streamUpgrade(request);
       if (stream === TUNNEL_MODE_ARMED) return armTunnel(request, reply);
@@ -447,6 +463,17 @@ export function terminalRoutes(
       armed.cutWorkshop(id, 'WORKSHOP_NOT_FOUND', `workshop ${id} was deleted`);
       relays.cutWorkshop(id, 'WORKSHOP_NOT_FOUND', `workshop ${id} was deleted`);
       ssh.forget(id);
+    },
+    grants: armed,
+    async afterWrite(request, reply) {
+      if (request.method === 'GET' || request.method === 'HEAD' || reply.statusCode >= 400) return;
+      const url = request.routeOptions.url ?? '';
+      const grant =
+        url.startsWith('/v1/tokens') ||
+        url.startsWith('/v1/users') ||
+        url === '/v1/workshops/:id/stop' ||
+        (request.method === 'DELETE' && url === '/v1/workshops/:id');
+      if (grant) await armed.sync();
     },
     counts() {
       return { relayed: relays.count(), armed: armed.count() };

@@ -1,6 +1,7 @@
+import { randomBytes } from 'node:crypto';
 import type { Socket } from 'node:net';
 import { AtelierError, resetSocket, TUNNEL_ARMED_GO, type ErrorCode } from '../../core/index.js';
-import { listenChannel, type NotificationBus } from '../../db/index.js';
+import { listenChannel, type NotificationBus, type Pool } from '../../db/index.js';
 
 /** The channel migration 015's triggers notify: `token:ID`, `user:ID`, `workshop:ID`. */
 const CHANNEL = 'atelier_tunnel_grants';
@@ -60,6 +61,9 @@ export interface ArmRequest {
 export class ArmedTunnels {
   private readonly spares = new Map<string, Spare>();
   private readonly changes = new Map<string, number>();
+  private readonly lookups = new Map<string, { at: number; keys: string[]; value: unknown }>();
+  private readonly syncs = new Map<string, () => void>();
+  private pool: Pool | undefined;
   private bus: NotificationBus | undefined;
   private listening = false;
   /** When the listener last (re)connected: requests that started before are not armed. */
@@ -69,7 +73,8 @@ export class ArmedTunnels {
   constructor(private readonly log: { warn(obj: object, msg?: string): void }) {}
 
   /** Starts listening (armed tunnels are refused until the listener is up). */
-  start(databaseUrl: string): void {
+  start(databaseUrl: string, pool: Pool): void {
+    this.pool = pool;
     this.bus = listenChannel(databaseUrl, CHANNEL, {
       onNotify: (payload) => this.changed(payload),
       onResync: () => this.up(),
@@ -97,6 +102,16 @@ export class ArmedTunnels {
     return this.listening && !this.closed;
   }
 
+  /** Since when every change is heard (performance.now()): Infinity while not listening (a GrantWatch). */
+  get watchingSince(): number {
+    return this.available ? this.upSince : Infinity;
+  }
+
+  /** Whether any of `keys` (`token:ID`, `user:ID`, `workshop:ID`) changed at or after `at`. */
+  changedSince(keys: string[], at: number): boolean {
+    return keys.some((key) => (this.changes.get(key) ?? -Infinity) >= at);
+  }
+
   /** Spares held now (all, or of one workshop). */
   count(workshop?: string): number {
     let n = 0;
@@ -104,7 +119,39 @@ export class ArmedTunnels {
     return n;
   }
 
+  /**
+   * Resolves once every change committed before the call has been heard: a notification of its
+   * own, heard back (a listener gets notifications in commit order). After a write on this server
+   * that may change a grant (revoking a token, disabling a user, stopping or deleting a workshop),
+   * its answer waits for this, so the client's next request already finds the change applied. Not
+   * heard within 2 s: everything cached or armed before is forgotten.
+   */
+  async sync(): Promise<void> {
+    const pool = this.pool;
+    if (!this.available || !pool) return;
+    const nonce = randomBytes(9).toString('base64url');
+    let timer: NodeJS.Timeout | undefined;
+    const heard = new Promise<boolean>((resolve) => {
+      this.syncs.set(nonce, () => resolve(true));
+      timer = setTimeout(() => resolve(false), 2000);
+    });
+    let ok: boolean;
+    try {
+      await pool.query('SELECT pg_notify($1, $2)', [CHANNEL, `sync:${nonce}`]);
+      ok = await heard;
+    } catch {
+      ok = false;
+    }
+    clearTimeout(timer);
+    this.syncs.delete(nonce);
+    if (!ok && this.available) {
+      this.upSince = performance.now();
+      this.cutAll('UNAVAILABLE', 'the server could not confirm it heard every change');
+    }
+  }
+
   private changed(key: string): void {
+    if (key.startsWith('sync:')) return this.syncs.get(key.slice(5))?.();
     const now = performance.now();
     this.changes.set(key, now);
     if (this.changes.size > 10_000) for (const [k, at] of this.changes) if (at < now - CHANGES_KEPT_MS) this.changes.delete(k);
@@ -136,6 +183,33 @@ export class ArmedTunnels {
     for (const s of this.spares.values()) if (s.keys[0] === `token:${req.tokenId}` && s.workshop === req.workshop) n++;
     if (n >= MAX_PER_TOKEN)
       throw new AtelierError('RATE_LIMITED', `this token already holds ${MAX_PER_TOKEN} armed tunnels to workshop ${req.workshop}`);
+  }
+
+  /**
+   * A workshop lookup made for an earlier arm request by the same principal (same token, user,
+   * tenant, role), while nothing it depended on changed since that request started: the workshop's
+   * row (status, sandbox, owner, tenant, node: `workshop:ID`), the token, the user. A spare re-armed
+   * for the same forward then costs the token lookup only. Kept at most ARMED_TTL_MS.
+   */
+  lookup<T>(principal: string, workshop: string): T | undefined {
+    const hit = this.lookups.get(`${principal}\n${workshop}`);
+    if (!hit) return undefined;
+    const now = performance.now();
+    if (!this.available || this.upSince > hit.at || now - hit.at > ARMED_TTL_MS) return undefined;
+    for (const key of hit.keys) if ((this.changes.get(key) ?? -Infinity) >= hit.at) return undefined;
+    return hit.value as T;
+  }
+
+  /** Keeps a workshop lookup made by a request that started at `at` (see `lookup`). */
+  remember(
+    principal: string,
+    workshop: string,
+    at: number,
+    keys: Pick<ArmRequest, 'workshop' | 'tokenId' | 'userId'>,
+    value: unknown,
+  ): void {
+    if (this.lookups.size >= 10_000) this.lookups.clear();
+    this.lookups.set(`${principal}\n${workshop}`, { at, keys: this.keysOf(keys), value });
   }
 
   private keysOf(req: Pick<ArmRequest, 'workshop' | 'tokenId' | 'userId'>): string[] {
