@@ -189,7 +189,8 @@ describe('armed tunnels (port-forward spares)', () => {
   it('an armed tunnel dials nothing until its go byte; the go dials; a refused dial resets it with the reason', async () => {
     const before = await accepts();
     const a = await armed(server, ws, SPEAKS_FIRST);
-    await new Promise((r) => setTimeout(r, 300));
+    // Held idle past Node's 5 s keep-alive timeout: still there.
+    await new Promise((r) => setTimeout(r, 6000));
     // A server that speaks first saw nothing: no phantom connection.
     assert.equal(await accepts(), before);
     assert.equal(await armedCount(), 1);

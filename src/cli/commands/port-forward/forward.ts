@@ -170,12 +170,23 @@ export async function portForward(ctx: CommandContext, id: string, specTexts: st
     local.on('error', () => undefined);
     state.connections++;
     // A spare tunnel when there is one: no set-up left but the dial inside, after the go byte.
-    const spare = spares.get(state)?.take();
+    const pool = spares.get(state);
+    const spare = pool?.take();
     if (spare) return relay(state, local, spare, ARMED_GO);
-    openTunnel(target, workshop.id, state.remote, flags.resume).then(
-      (tunnel) => {
+    // None ready: the next one armed (a burst of connections), else a tunnel of its own.
+    const opening = (pool?.next() ?? Promise.resolve(undefined)).then(async (armed): Promise<{ tunnel: Tunnel; go?: Buffer }> =>
+      armed ? { tunnel: armed, go: ARMED_GO } : { tunnel: await openTunnel(target, workshop.id, state.remote, flags.resume) },
+    );
+    opening.then(
+      ({ tunnel, go }) => {
         sayResumed(workshop.id, tunnel.resumed);
-        relay(state, local, tunnel);
+        if (local.destroyed) {
+          // The local client left meanwhile: an armed tunnel closed unused dials nothing.
+          state.connections--;
+          tunnel.socket.destroy();
+          return;
+        }
+        relay(state, local, tunnel, go);
       },
       (err: unknown) => {
         state.connections--;

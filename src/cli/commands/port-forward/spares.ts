@@ -28,6 +28,8 @@ export class Spares {
   private retryAt = 0;
   private retryTimer: NodeJS.Timeout | undefined;
   private refill: NodeJS.Timeout | undefined;
+  /** Connections waiting for the next spare armed (FIFO). */
+  private readonly waiters: ((t: ArmedTunnel | undefined) => void)[] = [];
   private disabled = false;
   private closed = false;
 
@@ -54,13 +56,29 @@ export class Spares {
       }
       t.socket.destroy();
     }
-    if (!found) this.want = Math.min(MAX_SPARES, this.want * 2);
+    if (!found) {
+      this.want = Math.min(MAX_SPARES, this.want * 2);
+      return undefined;
+    }
     // Re-armed a little later: the server answers this connection's go first.
     this.refill ??= setTimeout(() => {
       this.refill = undefined;
       this.fill();
     }, REFILL_DELAY_MS).unref();
     return found;
+  }
+
+  /**
+   * After a `take` that found none: the next spare armed (one is armed now if none is on its way),
+   * usually sooner than a tunnel opened from scratch (the server dials nothing for it and has the
+   * lookups cached). Undefined when spares are off or arming fails: open a tunnel instead.
+   */
+  next(): Promise<ArmedTunnel | undefined> | undefined {
+    // Spares off, or arming fails just now (its retry waits): not worth waiting for.
+    if (this.disabled || this.closed || this.retryAt > Date.now()) return undefined;
+    const p = new Promise<ArmedTunnel | undefined>((resolve) => this.waiters.push(resolve));
+    this.fill();
+    return p;
   }
 
   /** Arms spares up to the number wanted, in the background. */
@@ -74,21 +92,27 @@ export class Spares {
       }, wait).unref();
       return;
     }
-    while (this.ready.size + this.arming < this.want) {
+    while (this.ready.size + this.arming < this.want + this.waiters.length) {
       this.arming++;
       armTunnel(this.target, this.workshop, this.port).then(
         (t) => {
           this.arming--;
           this.failures = 0;
-          if (this.closed) t.socket.destroy();
+          const waiter = this.waiters.shift();
+          if (waiter) waiter(t);
+          else if (this.closed) t.socket.destroy();
           else this.hold(t);
         },
         (err: unknown) => {
           this.arming--;
-          if (err instanceof AtelierError && err.code === 'UNSUPPORTED') {
+          // Not for this credential or port (UNSUPPORTED), or a server from before armed tunnels
+          // (it refuses the mode as INVALID_ARGUMENT): not asked again.
+          if (err instanceof AtelierError && (err.code === 'UNSUPPORTED' || err.code === 'INVALID_ARGUMENT')) {
             this.disabled = true;
+            for (const w of this.waiters.splice(0)) w(undefined);
             return;
           }
+          this.waiters.shift()?.(undefined);
           this.retryAt = Date.now() + RETRY_MS[Math.min(this.failures, RETRY_MS.length - 1)]!;
           this.failures++;
           this.fill();
@@ -140,6 +164,7 @@ export class Spares {
 
   close(): void {
     this.closed = true;
+    for (const w of this.waiters.splice(0)) w(undefined);
     clearTimeout(this.retryTimer);
     clearTimeout(this.refill);
     for (const t of [...this.ready]) {
