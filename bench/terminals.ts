@@ -6,6 +6,9 @@
  *   `atelier port-forward ID 0:PORT`, beside a direct loopback connection to the same kind of
  *   server on the host and beside OpenSSH `ssh -L` through the workshop's SSH endpoint (the
  *   managed config's ProxyCommand: the same tunnel, plus SSH).
+ * - A new connection to its first byte back, back to back (a burst) and one every 100 ms, on the
+ *   same three paths, and through `atelier port-forward --no-spares` (a tunnel opened per
+ *   connection, without armed spares); then the parts of an authenticated tunnel request.
  * - PTY keystroke echo: one byte sent on the PTY WebSocket, the kernel's echo back (a program in
  *   non-canonical mode), ECHO_SAMPLES times, p50/p99, beside a PTY on the host (node-pty, no
  *   sandbox, no WebSocket).
@@ -38,6 +41,7 @@ const TRANSFER_BYTES = 64 * 2 ** 20;
 const TRANSFERS = 3;
 const RTT_SAMPLES = 300;
 const CONNECT_SAMPLES = 30;
+const CONNECT_GAP_MS = 100;
 const ECHO_SAMPLES = 300;
 const PORT_IN_WORKSHOP = 9000;
 const GOAL_THROUGHPUT_OF_DIRECT = 0.5;
@@ -140,10 +144,14 @@ async function rtt(port: number): Promise<number[]> {
   return samples;
 }
 
-/** A new connection, then its first byte back: what a short request pays for the tunnel's set-up. */
-async function firstByte(port: number): Promise<number[]> {
+/**
+ * A new connection, then its first byte back: what a short request pays for the tunnel's set-up.
+ * Back to back (`gapMs` 0: a burst), or one every `gapMs` (a client's requests now and then).
+ */
+async function firstByte(port: number, gapMs = 0): Promise<number[]> {
   const samples: number[] = [];
   for (let i = 0; i < CONNECT_SAMPLES + 3; i++) {
+    if (gapMs > 0) await sleep(gapMs);
     const t0 = performance.now();
     const s = await connectTo(port);
     await new Promise<void>((resolve, reject) => {
@@ -191,6 +199,7 @@ interface PathResult {
   up: number;
   rtt: ReturnType<typeof summarize>;
   connect: ReturnType<typeof summarize>;
+  connectSpaced: ReturnType<typeof summarize>;
 }
 
 async function measure(port: number): Promise<PathResult> {
@@ -200,7 +209,13 @@ async function measure(port: number): Promise<PathResult> {
     downs.push(await download(port));
     ups.push(await upload(port));
   }
-  return { down: summarize(downs).p50, up: summarize(ups).p50, rtt: summarize(await rtt(port)), connect: summarize(await firstByte(port)) };
+  return {
+    down: summarize(downs).p50,
+    up: summarize(ups).p50,
+    rtt: summarize(await rtt(port)),
+    connect: summarize(await firstByte(port)),
+    connectSpaced: summarize(await firstByte(port, CONNECT_GAP_MS)),
+  };
 }
 
 function watch(child: ChildProcess, re: RegExp, what: string): Promise<RegExpMatchArray> {
@@ -313,7 +328,7 @@ export async function terminals(server: BenchServer): Promise<Record<string, unk
 
     const rows: [string, string, number][] = [
       ['direct', 'loopback connection on the host', directPort],
-      ['atelier', 'atelier port-forward (raw tunnel, relayed twice)', pfPort],
+      ['atelier', 'atelier port-forward (armed spares, relayed twice)', pfPort],
     ];
     let sshNote = '';
     if (hasCommand('ssh') && hasCommand('ssh-keygen')) {
@@ -352,6 +367,7 @@ export async function terminals(server: BenchServer): Promise<Record<string, unk
       line(`${who.padEnd(8)} ${what.padEnd(44)} down ${r.down.toFixed(1).padStart(7)} MiB/s  up ${r.up.toFixed(1).padStart(7)} MiB/s`);
       statLine(who, 'round trip of 1 byte', r.rtt, ['p50', 'p99']);
       statLine(who, 'new connection to its first byte back', r.connect, ['p50', 'p99']);
+      statLine(who, `the same, one every ${CONNECT_GAP_MS} ms`, r.connectSpaced, ['p50', 'p99']);
     }
     if (sshNote) line(sshNote);
     const a = measured.atelier!;
@@ -370,16 +386,34 @@ export async function terminals(server: BenchServer): Promise<Record<string, unk
       ratioLine('atelier / ssh -L upload', a.up, s.up);
       ratioLine('atelier / ssh -L RTT p50', a.rtt.p50, s.rtt.p50);
       ratioLine('atelier / ssh -L new connection p50', a.connect.p50, s.connect.p50);
+      ratioLine(`atelier / ssh -L new connection p50, one every ${CONNECT_GAP_MS} ms`, a.connectSpaced.p50, s.connectSpaced.p50);
     }
     result.portForward = measured;
 
-    // Where a new forwarded connection's time goes: each connection is one authenticated request.
+    // The same forward without armed spares: each connection opens its own tunnel (the path
+    // before spares, and still the one of a connection that finds no spare).
+    const plain = spawn(process.execPath, [ATELIER_BIN, 'port-forward', '--no-spares', ws.id, `0:${PORT_IN_WORKSHOP}`], {
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    children.push(plain);
+    const plainPort = Number((await watch(plain, /Forwarding from 127\.0\.0\.1:(\d+)/, 'atelier port-forward --no-spares'))[1]);
+    const noSpares = {
+      connect: summarize(await firstByte(plainPort)),
+      connectSpaced: summarize(await firstByte(plainPort, CONNECT_GAP_MS)),
+    };
+    statLine('atelier', 'port-forward --no-spares: new connection', noSpares.connect, ['p50', 'p99']);
+    statLine('atelier', `the same, one every ${CONNECT_GAP_MS} ms`, noSpares.connectSpaced, ['p50', 'p99']);
+    ratioLine('atelier spares / --no-spares new connection p50', a.connect.p50, noSpares.connect.p50);
+    result.noSpares = noSpares;
+
+    // Where a new forwarded connection's time goes without a spare: each connection is one authenticated request.
     const parts = {
       get: await timedRequests(server, `/v1/workshops/${ws.id}`, false),
       upgrade22: await timedRequests(server, `/v1/workshops/${ws.id}/tunnel?port=22`, true),
       upgrade: await timedRequests(server, `/v1/workshops/${ws.id}/tunnel?port=${PORT_IN_WORKSHOP}`, true),
     };
-    statLine('request', 'GET /v1/workshops/ID (token + 1 lookup)', parts.get, ['p50', 'p99']);
+    statLine('request', 'GET /v1/workshops/ID (token + 1 lookup, uncached)', parts.get, ['p50', 'p99']);
     statLine('request', 'tunnel 101, no connection inside (port 22)', parts.upgrade22, ['p50', 'p99']);
     statLine('request', 'tunnel 101 once the port inside answered', parts.upgrade, ['p50', 'p99']);
     result.newConnection = parts;

@@ -2,7 +2,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, connect, type Socket } from 'node:net';
 import { createHash, randomBytes } from 'node:crypto';
-import { nodeRelay, relayPair, type RelayEnd } from './tunnelStream.js';
+import { nodeRelay, relayEarly, relayPair, type RelayEnd } from './tunnelStream.js';
 
 /** Two real sockets connected over loopback (port 0). */
 async function socketPair(): Promise<[Socket, Socket]> {
@@ -42,6 +42,7 @@ for (const [name, relay] of [
       return r;
     },
   ],
+  ['relayEarly (the first bytes in Node, then spliced)', (a: Socket, b: Socket): Relay => relayEarly(a, b, { tag: `test-${++tags}` })],
 ] as const) {
   /** client ↔ [a relay b] ↔ inside: what a tunnel hop is. */
   const hop = async (): Promise<{ client: Socket; inside: Socket; relay: Relay }> => {
@@ -86,3 +87,43 @@ for (const [name, relay] of [
     });
   });
 }
+
+describe('relayEarly, moving from Node to the splice relay mid-stream', () => {
+  const hop = async (): Promise<{ client: Socket; inside: Socket; relay: Relay }> => {
+    const [client, a] = await socketPair();
+    const [b, inside] = await socketPair();
+    return { client, inside, relay: relayEarly(a, b, { tag: `early-${++tags}` }) };
+  };
+
+  it('a request, its answer, then bulk both ways: every byte in order, whichever relay carried it', async () => {
+    const { client, inside, relay } = await hop();
+    const request = new Promise<Buffer>((r) => inside.once('data', r));
+    client.write('PING\n');
+    assert.equal((await request).toString(), 'PING\n');
+    const answer = new Promise<Buffer>((r) => client.once('data', r));
+    inside.write('PONG\n');
+    assert.equal((await answer).toString(), 'PONG\n');
+    // Now (the first answer went back) the pair is handed to the splice relay, while bytes flow.
+    const up = randomBytes(3 << 20);
+    const down = randomBytes(3 << 20);
+    const atInside = readAll(inside);
+    const atClient = readAll(client);
+    client.end(up);
+    inside.end(down);
+    assert.equal(sha(await atInside), sha(up));
+    assert.equal(sha(await atClient), sha(down));
+    assert.deepEqual(await relay.done, { aToB: up.length + 5, bToA: down.length + 5 });
+  });
+
+  it('a reset before any answer (still in Node) resets the other side, and says which side failed', async () => {
+    const { client, inside, relay } = await hop();
+    const atClient = readAll(client);
+    client.write('hello');
+    await new Promise((r) => inside.once('data', r));
+    inside.resetAndDestroy();
+    await assert.rejects(atClient, (err: NodeJS.ErrnoException) => err.code === 'ECONNRESET');
+    const end = await relay.done;
+    assert.equal(end.failed, 'b');
+    assert.equal(end.error, 'ECONNRESET');
+  });
+});

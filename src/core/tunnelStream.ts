@@ -26,6 +26,16 @@ export const TUNNEL_RESUMED_HEADER = 'atelier-resumed';
 /** Request header asking for a raw tunnel, echoed by the 101 that grants it. */
 export const TUNNEL_MODE_HEADER = 'atelier-tunnel-mode';
 export const TUNNEL_MODE_RAW = 'raw';
+/**
+ * An armed tunnel (a port-forward's spare): authorised and upgraded at once, but nothing is
+ * dialled inside the workshop until the client sends one go byte (0x01) once it has a local
+ * connection; from then on it is a raw tunnel (bytes after the go are the client's). A refused
+ * dial resets it; the reason is asked as for any reset (`GET /v1/workshops/:id/tunnels/:tunnel`).
+ * The 101 says how long the server keeps it unused (`Atelier-Tunnel-Armed-Ttl`, ms).
+ */
+export const TUNNEL_MODE_ARMED = 'armed';
+export const TUNNEL_ARMED_GO = 0x01;
+export const TUNNEL_ARMED_TTL_HEADER = 'atelier-tunnel-armed-ttl';
 /** The 101 response header naming the tunnel (for `GET /v1/workshops/:id/tunnels/:tunnel`). */
 export const TUNNEL_ID_HEADER = 'atelier-tunnel-id';
 
@@ -153,6 +163,112 @@ export function relayPair(a: Socket, b: Socket, opts: { tag: string; fromA?: Buf
     spliced: true,
     cut() {
       if (!ended) splice.closeTag(opts.tag);
+    },
+  };
+}
+
+/** A pair relayed in Node first moves to `relayPair` (splice) at the first bytes back, past this many bytes sent… */
+const EARLY_BYTES = 128 << 10;
+/** …once it is this old, or at the first half-close. */
+const EARLY_MS = 20;
+
+/**
+ * `relayPair`, with the pair's first bytes relayed in Node: a new connection's first request and
+ * the first chunk of its answer do not wait for the splice relay to take the sockets (two
+ * messages with a handle to its child, each acknowledged: on loopback under load, milliseconds).
+ * Once the first bytes came back from `b` (the side of the server that answers), past
+ * EARLY_BYTES from `a`, after EARLY_MS, or at the first half-close, the pair moves to
+ * `relayPair` (the splice relay takes what Node has buffered and waits for what Node still
+ * writes; nothing is reordered), so bulk transfers and long sessions are spliced as before. Same
+ * behaviour as `relayPair` meanwhile: backpressure both ways (a side that does not read pauses
+ * the other), an error or close on one side resets the other, `cut()` resets both. A pair that
+ * cannot be spliced (TLS, no splice relay) is relayed in Node throughout, as `relayPair` does.
+ */
+export function relayEarly(a: Socket, b: Socket, opts: { tag: string; fromA?: Buffer; fromB?: Buffer }): RelayedPair {
+  // Relayed in Node from start to end anyway (TLS, no splice relay): nothing to hand over.
+  if (!spliceRelay().usable(a, b)) return relayPair(a, b, opts);
+  const early = { aToB: 0, bToA: 0 };
+  let later: RelayedPair | undefined;
+  let settled = false;
+  let cutAsked = false;
+  let resolveDone!: (end: RelayEnd) => void;
+  const done = new Promise<RelayEnd>((resolve) => (resolveDone = resolve));
+  const sides = { a, b };
+  const other = (side: 'a' | 'b'): Socket => (side === 'a' ? b : a);
+  const listeners: [Socket, string, (...args: never[]) => void][] = [];
+  const on = (s: Socket, event: string, fn: (...args: never[]) => void): void => {
+    s.on(event, fn as (...args: unknown[]) => void);
+    listeners.push([s, event, fn]);
+  };
+  const detach = (): void => {
+    clearTimeout(timer);
+    for (const [s, event, fn] of listeners) s.off(event, fn as (...args: unknown[]) => void);
+    listeners.length = 0;
+  };
+  const closed = (s: Socket): Promise<void> => (s.closed ? Promise.resolve() : new Promise((r) => s.once('close', () => r())));
+  const fail = (side: 'a' | 'b', why: string): void => {
+    if (settled) return;
+    settled = true;
+    detach();
+    a.on('error', () => undefined);
+    b.on('error', () => undefined);
+    resetSocket(other(side));
+    sides[side].destroy();
+    void Promise.all([closed(a), closed(b)]).then(() => resolveDone({ ...early, error: why, failed: side }));
+  };
+  const handOver = (): void => {
+    if (settled) return;
+    settled = true;
+    detach();
+    later = relayPair(a, b, { tag: opts.tag });
+    void later.done.then((end) => resolveDone({ ...end, aToB: end.aToB + early.aToB, bToA: end.bToA + early.bToA }));
+  };
+  for (const side of ['a', 'b'] as const) {
+    const src = sides[side];
+    const dst = other(side);
+    src.allowHalfOpen = true;
+    src.setNoDelay(true);
+    on(src, 'data', (chunk: Buffer) => {
+      if (side === 'a') early.aToB += chunk.length;
+      else early.bToA += chunk.length;
+      if (!dst.write(chunk)) {
+        src.pause();
+        dst.once('drain', () => {
+          if (!settled) src.resume();
+        });
+      }
+      if (early.aToB >= EARLY_BYTES || early.bToA >= EARLY_BYTES) handOver();
+    });
+    on(src, 'end', () => handOver());
+    on(src, 'error', (err: NodeJS.ErrnoException) => fail(side, err.code ?? err.message));
+    on(src, 'close', () => fail(side, 'closed'));
+  }
+  const timer = setTimeout(handOver, EARLY_MS);
+  timer.unref();
+  if (opts.fromA?.length) {
+    early.aToB += opts.fromA.length;
+    b.write(opts.fromA);
+  }
+  if (opts.fromB?.length) {
+    early.bToA += opts.fromB.length;
+    a.write(opts.fromB);
+  }
+  a.resume();
+  b.resume();
+  return {
+    done,
+    spliced: false,
+    cut() {
+      if (later) return later.cut();
+      if (cutAsked || settled) return;
+      cutAsked = true;
+      settled = true;
+      detach();
+      a.on('error', () => undefined);
+      b.on('error', () => undefined);
+      resetSocket(a);
+      resetSocket(b);
+      void Promise.all([closed(a), closed(b)]).then(() => resolveDone({ ...early, error: 'cut' }));
     },
   };
 }

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Socket } from 'node:net';
 import {
-  relayPair,
+  relayEarly,
   resetSocket,
   TUNNEL_CUT_MESSAGE,
   TUNNEL_RESET_INSIDE_MESSAGE,
@@ -50,7 +50,7 @@ export class TunnelRelays {
    * are done (`fromClient`: bytes the client sent right behind its request).
    */
   relay(id: string, workshop: string, client: Socket, inside: Socket, fromClient: Buffer): void {
-    const r = relayPair(client, inside, { tag: id, fromA: fromClient });
+    const r = relayEarly(client, inside, { tag: id, fromA: fromClient });
     this.track(id, workshop, r.done, () => r.cut());
   }
 
@@ -65,6 +65,18 @@ export class TunnelRelays {
       ),
     );
     this.track(id, workshop, done, () => resetSocket(client));
+  }
+
+  /** Records how a tunnel that was never relayed ended (an armed spare cut, its dial refused). */
+  record(id: string, workshop: string, ending: Ending): void {
+    this.remember(id, { workshop, at: Date.now(), ...ending });
+  }
+
+  /** Tunnels relayed now (all, or of one workshop). */
+  count(workshop?: string): number {
+    let n = 0;
+    for (const t of this.live.values()) if (workshop === undefined || t.workshop === workshop) n++;
+    return n;
   }
 
   /** Ends a served tunnel with a reason the client can ask for. */
