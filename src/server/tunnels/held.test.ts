@@ -27,9 +27,9 @@ function start(argv: string[], scrollbackBytes = 256 << 10): Promise<HeldSession
   });
 }
 
-/** Everything the session writes from now on, and a way to wait for a part of it. */
+/** Everything the session wrote (its recent output, then what comes), and a way to wait for a part of it. */
 function watch(s: HeldSession): { text(): string; waitFor(re: RegExp): Promise<void> } {
-  let out = '';
+  let out = s.recentOutput().toString('utf8');
   const reader: PtyReader = { write: (c) => ((out += c.toString('utf8')), true) };
   s.attach(reader);
   return {
