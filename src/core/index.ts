@@ -30,8 +30,8 @@ export {
   TUNNEL_RESET_INSIDE_MESSAGE,
   TUNNEL_RESUMED_HEADER,
   nodeRelay,
-  relayEarly,
   relayPair,
+  relaySpliced,
   resetSocket,
 } from './tunnelStream.js';
 export type { RelayEnd, RelayedPair, TunnelOutcome } from './tunnelStream.js';

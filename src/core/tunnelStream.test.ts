@@ -2,7 +2,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, connect, type Socket } from 'node:net';
 import { createHash, randomBytes } from 'node:crypto';
-import { nodeRelay, relayEarly, relayPair, type RelayEnd } from './tunnelStream.js';
+import { nodeRelay, relayPair, relaySpliced, type RelayEnd } from './tunnelStream.js';
 
 /** Two real sockets connected over loopback (port 0). */
 async function socketPair(): Promise<[Socket, Socket]> {
@@ -35,14 +35,14 @@ let tags = 0;
 for (const [name, relay] of [
   ['nodeRelay (the raw tunnel relayed in Node: TLS, no python)', (a: Socket, b: Socket): Relay => nodeRelay(a, b)],
   [
-    'relayPair (the raw tunnel spliced by the kernel)',
+    'relaySpliced (the raw tunnel spliced by the kernel)',
     (a: Socket, b: Socket): Relay => {
-      const r = relayPair(a, b, { tag: `test-${++tags}` });
+      const r = relaySpliced(a, b, { tag: `test-${++tags}` });
       assert.equal(r.spliced, true, 'plain TCP sockets are spliced');
       return r;
     },
   ],
-  ['relayEarly (the first bytes in Node, then spliced)', (a: Socket, b: Socket): Relay => relayEarly(a, b, { tag: `test-${++tags}` })],
+  ['relayPair (the first bytes in Node, then spliced)', (a: Socket, b: Socket): Relay => relayPair(a, b, { tag: `test-${++tags}` })],
 ] as const) {
   /** client ↔ [a relay b] ↔ inside: what a tunnel hop is. */
   const hop = async (): Promise<{ client: Socket; inside: Socket; relay: Relay }> => {
@@ -88,11 +88,11 @@ for (const [name, relay] of [
   });
 }
 
-describe('relayEarly, moving from Node to the splice relay mid-stream', () => {
+describe('relayPair, moving from Node to the splice relay mid-stream', () => {
   const hop = async (): Promise<{ client: Socket; inside: Socket; relay: Relay }> => {
     const [client, a] = await socketPair();
     const [b, inside] = await socketPair();
-    return { client, inside, relay: relayEarly(a, b, { tag: `early-${++tags}` }) };
+    return { client, inside, relay: relayPair(a, b, { tag: `early-${++tags}` }) };
   };
 
   it('a request, its answer, then bulk both ways: every byte in order, whichever relay carried it', async () => {

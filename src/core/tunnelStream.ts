@@ -141,11 +141,12 @@ export interface RelayedPair {
 }
 
 /**
- * Relays two connected sockets: through the splice relay (zero copy, in its child process) when
- * both can be spliced, in Node otherwise (TLS, no python). Same behaviour either way: half-close
- * both ways, a failure on one side resets the other, `cut()` resets both.
+ * Relays two connected sockets, handed to the splice relay at once (zero copy, in its child
+ * process) when both can be spliced, in Node otherwise (TLS, no python). Same behaviour either
+ * way: half-close both ways, a failure on one side resets the other, `cut()` resets both. Callers
+ * want `relayPair`, which spares a new connection's first bytes the hand-over's wait.
  */
-export function relayPair(a: Socket, b: Socket, opts: { tag: string; fromA?: Buffer; fromB?: Buffer }): RelayedPair {
+export function relaySpliced(a: Socket, b: Socket, opts: { tag: string; fromA?: Buffer; fromB?: Buffer }): RelayedPair {
   const splice = spliceRelay();
   if (!splice.usable(a, b)) return { ...nodeRelay(a, b, opts), spliced: false };
   let ended = false;
@@ -167,26 +168,27 @@ export function relayPair(a: Socket, b: Socket, opts: { tag: string; fromA?: Buf
   };
 }
 
-/** A pair relayed in Node first moves to `relayPair` (splice) at the first bytes back, past this many bytes sent… */
+/** A pair relayed in Node first moves to `relaySpliced` (splice) at the first bytes back, past this many bytes sent… */
 const EARLY_BYTES = 128 << 10;
 /** …once it is this old, or at the first half-close. */
 const EARLY_MS = 20;
 
 /**
- * `relayPair`, with the pair's first bytes relayed in Node: a new connection's first request and
+ * Relays two connected sockets (every tunnel: port-forward on both hops, internal names):
+ * `relaySpliced`, with the pair's first bytes relayed in Node: a new connection's first request and
  * the first chunk of its answer do not wait for the splice relay to take the sockets (two
  * messages with a handle to its child, each acknowledged: on loopback under load, milliseconds).
  * Once the first bytes came back from `b` (the side of the server that answers), past
  * EARLY_BYTES from `a`, after EARLY_MS, or at the first half-close, the pair moves to
- * `relayPair` (the splice relay takes what Node has buffered and waits for what Node still
+ * `relaySpliced` (the splice relay takes what Node has buffered and waits for what Node still
  * writes; nothing is reordered), so bulk transfers and long sessions are spliced as before. Same
- * behaviour as `relayPair` meanwhile: backpressure both ways (a side that does not read pauses
+ * behaviour as `relaySpliced` meanwhile: backpressure both ways (a side that does not read pauses
  * the other), an error or close on one side resets the other, `cut()` resets both. A pair that
- * cannot be spliced (TLS, no splice relay) is relayed in Node throughout, as `relayPair` does.
+ * cannot be spliced (TLS, no splice relay) is relayed in Node throughout, as `relaySpliced` does.
  */
-export function relayEarly(a: Socket, b: Socket, opts: { tag: string; fromA?: Buffer; fromB?: Buffer }): RelayedPair {
+export function relayPair(a: Socket, b: Socket, opts: { tag: string; fromA?: Buffer; fromB?: Buffer }): RelayedPair {
   // Relayed in Node from start to end anyway (TLS, no splice relay): nothing to hand over.
-  if (!spliceRelay().usable(a, b)) return relayPair(a, b, opts);
+  if (!spliceRelay().usable(a, b)) return relaySpliced(a, b, opts);
   const early = { aToB: 0, bToA: 0 };
   let later: RelayedPair | undefined;
   let settled = false;
@@ -220,7 +222,7 @@ export function relayEarly(a: Socket, b: Socket, opts: { tag: string; fromA?: Bu
     if (settled) return;
     settled = true;
     detach();
-    later = relayPair(a, b, { tag: opts.tag });
+    later = relaySpliced(a, b, { tag: opts.tag });
     void later.done.then((end) => resolveDone({ ...end, aToB: end.aToB + early.aToB, bToA: end.bToA + early.bToA }));
   };
   for (const side of ['a', 'b'] as const) {
