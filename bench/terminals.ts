@@ -11,7 +11,8 @@
  *   connection, without armed spares); then the parts of an authenticated tunnel request.
  * - PTY keystroke echo: one byte sent on the PTY WebSocket, the kernel's echo back (a program in
  *   non-canonical mode), ECHO_SAMPLES times, p50/p99, beside a PTY on the host (node-pty, no
- *   sandbox, no WebSocket).
+ *   sandbox, no WebSocket); and the same through an agent session, whose PTY is held by a process
+ *   of its own (one more hop: server -> holder).
  *
  * The same small TCP server (python3: `DOWN n`, `UP n`, `PING`) runs inside the workshop and on
  * the host. Every process is started here and stopped at the end.
@@ -259,6 +260,38 @@ async function ptyEcho(server: BenchServer, id: string): Promise<number[]> {
   return samples;
 }
 
+/** The same echo through an agent session: the WebSocket, the server, the session's holder process, its PTY. */
+async function sessionEcho(server: BenchServer, id: string): Promise<number[]> {
+  await server.request('POST', `/v1/workshops/${id}/sessions`, {
+    name: 'bench-echo',
+    command: ['sh', '-c', 'stty -icanon; echo ready; exec cat >/dev/null'],
+  });
+  const ws = new WebSocket(`${server.url.replace('http', 'ws')}/v1/workshops/${id}/sessions/bench-echo/attach`, {
+    headers: { authorization: `Bearer ${server.token}` },
+  });
+  let onData: ((d: Buffer) => void) | undefined;
+  let seen = '';
+  const ready = new Promise<void>((resolve) => {
+    onData = (d) => {
+      seen += d.toString();
+      if (seen.includes('ready')) resolve();
+    };
+  });
+  ws.on('message', (d: Buffer, binary: boolean) => binary && onData?.(d));
+  await new Promise<void>((resolve, reject) => {
+    ws.once('error', reject);
+    ws.once('open', () => resolve());
+  });
+  await ready;
+  const samples = await echoLoop(
+    (b) => ws.send(b, { binary: true }),
+    (fn) => (onData = fn),
+  );
+  ws.close();
+  await server.request('DELETE', `/v1/workshops/${id}/sessions/bench-echo`);
+  return samples;
+}
+
 async function echoLoop(send: (b: Buffer) => void, listen: (fn: (d: Buffer) => void) => void): Promise<number[]> {
   const samples: number[] = [];
   for (let i = 0; i < ECHO_SAMPLES + 20; i++) {
@@ -420,11 +453,15 @@ export async function terminals(server: BenchServer): Promise<Record<string, unk
 
     const echo = summarize(await ptyEcho(server, ws.id));
     statLine('atelier', 'PTY echo over the WebSocket (sandboxed)', echo, ['p50', 'p99']);
+    const held = summarize(await sessionEcho(server, ws.id));
+    statLine('session', 'PTY echo through an agent session (held PTY)', held, ['p50', 'p99']);
     const local = summarize(await localPtyEcho());
     statLine('local', 'PTY echo, node-pty on the host', local, ['p50', 'p99']);
     ratioLine('atelier / local PTY echo p50', echo.p50, local.p50);
+    ratioLine('agent session / local PTY echo p50', held.p50, local.p50);
     goalLine(`PTY echo p99 < ${GOAL_ECHO_P99_MS} ms`, echo.p99, GOAL_ECHO_P99_MS);
-    result.ptyEcho = { atelier: echo, local };
+    goalLine(`agent session PTY echo p99 < ${GOAL_ECHO_P99_MS} ms`, held.p99, GOAL_ECHO_P99_MS);
+    result.ptyEcho = { atelier: echo, session: held, local };
   } finally {
     for (const c of children) c.kill('SIGTERM');
     await server.deleteWorkshop(ws.id, true);
