@@ -17,7 +17,9 @@
  *   connection: the cost of one extra hop when the relay itself costs next to nothing.
  * - `bench/c/epoll-relay.c` (compiled here when a C compiler is installed) as a third: one process,
  *   one epoll loop, one read and one write per chunk, no HTTP. The cheapest relay process there
- *   can be, so what it costs against direct is the cost of any extra hop on this machine.
+ *   can be, so what it costs against direct is the cost of any extra hop on this machine. A second
+ *   instance relays to the origin's raw source/sink beside the CONNECT tunnels: what one extra hop
+ *   costs a bulk stream, with no proxy work at all.
  *
  * Fairness: every variant gets the same client (this process, one minimal HTTP/1.1 client), the
  * same CONCURRENCY connections and the same GET (origin-form to the origin and the bare relays,
@@ -565,6 +567,8 @@ export async function egress(server: BenchServer): Promise<Record<string, unknow
     children.push(proxy);
     const { tcpPort } = JSON.parse(await firstLine(proxy)) as { tcpPort: number };
 
+    // Bare relays to the origin's raw source/sink, measured with the CONNECT tunnels only.
+    const bulkRelays: Variant[] = [];
     const variants: Variant[] = [
       { who: 'direct', what: 'node:http origin, no proxy', key: 'direct', target: { port: ports.http }, proxied: false },
     ];
@@ -636,6 +640,18 @@ export async function egress(server: BenchServer): Promise<Record<string, unknow
         target: { port },
         proxied: false,
         pid: crelay.proc.pid,
+      });
+      // And one to the origin's raw source/sink: what one extra hop costs a bulk stream.
+      const bulk = startChild('epoll relay (bulk)', exe, [String(ports.tcp)]);
+      children.push(bulk);
+      const { port: bulkPort } = JSON.parse(await firstLine(bulk)) as { port: number };
+      bulkRelays.push({
+        who: 'c-relay',
+        what: 'bare TCP relay in C (read/write, 64 KiB buffer)',
+        key: 'crelayBulk',
+        target: { port: bulkPort },
+        proxied: false,
+        pid: bulk.proc.pid,
       });
     }
 
@@ -729,13 +745,16 @@ export async function egress(server: BenchServer): Promise<Record<string, unknow
     }
 
     // ---- (2) CONNECT throughput (the bare relays are HTTP-only references: not here)
-    const tunnelled = variants.filter((v) => v.key !== 'relay' && v.key !== 'socat' && v.key !== 'crelay');
+    const tunnelled = [...variants.filter((v) => v.key !== 'relay' && v.key !== 'socat' && v.key !== 'crelay'), ...bulkRelays];
     const tput: Record<
       string,
       { down: number[]; up: number[]; downMiBps: number; upMiBps: number; cpu: { ms: number; wall: number; mib: number } }
     > = {};
     if (parts.includes('connect')) {
-      const open = (v: Variant): Promise<net.Socket> => (v.proxied ? openTunnel(v.target, ports.tcp) : connectTo({ port: ports.tcp }));
+      const open = (v: Variant): Promise<net.Socket> =>
+        v.proxied
+          ? openTunnel(v.target, ports.tcp)
+          : connectTo({ port: v.key === 'direct' ? ports.tcp : (v.target as { port: number }).port });
       const once = async (v: Variant, d: 'down' | 'up', bytes: number): Promise<number> => {
         const s = await open(v);
         try {
@@ -810,6 +829,10 @@ export async function egress(server: BenchServer): Promise<Record<string, unknow
       if (tput.atelierUnix) {
         ratioLine('atelier (unix socket) / direct MiB/s download', tput.atelierUnix.downMiBps, dt.downMiBps);
         ratioLine('atelier (unix socket) / direct MiB/s upload', tput.atelierUnix.upMiBps, dt.upMiBps);
+      }
+      if (tput.crelayBulk) {
+        ratioLine('epoll relay in C / direct MiB/s download (one extra hop, no proxy work)', tput.crelayBulk.downMiBps, dt.downMiBps);
+        ratioLine('epoll relay in C / direct MiB/s upload (one extra hop, no proxy work)', tput.crelayBulk.upMiBps, dt.upMiBps);
       }
       if (tput.squid) {
         ratioLine('squid / direct MiB/s download', tput.squid.downMiBps, dt.downMiBps);
