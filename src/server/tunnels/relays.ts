@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Socket } from 'node:net';
 import {
-  relayEarly,
+  relayPair,
   resetSocket,
   TUNNEL_CUT_MESSAGE,
   TUNNEL_RESET_INSIDE_MESSAGE,
@@ -50,7 +50,7 @@ export class TunnelRelays {
    * are done (`fromClient`: bytes the client sent right behind its request).
    */
   relay(id: string, workshop: string, client: Socket, inside: Socket, fromClient: Buffer): void {
-    const r = relayEarly(client, inside, { tag: id, fromA: fromClient });
+    const r = relayPair(client, inside, { tag: id, fromA: fromClient });
     this.track(id, workshop, r.done, () => r.cut());
   }
 

@@ -1,7 +1,7 @@
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
-import { AtelierError, relayEarly, TUNNEL_ARMED_GO, type Workshop } from '../../../core/index.js';
+import { AtelierError, relayPair, TUNNEL_ARMED_GO, type Workshop } from '../../../core/index.js';
 import { call, type Target } from '../../client.js';
 import type { CommandContext } from '../../context.js';
 import { sayResumed } from '../../socket.js';
@@ -153,7 +153,7 @@ export async function portForward(ctx: CommandContext, id: string, specTexts: st
 
   /** Relays a local connection through its tunnel (`go`: the armed tunnel's go byte, sent first). */
   const relay = (state: ForwardState, local: Socket, tunnel: Tunnel, go?: Buffer): void => {
-    void relayEarly(local, tunnel.socket, { tag: tunnel.id, fromA: go, fromB: tunnel.head }).done.then(async (end) => {
+    void relayPair(local, tunnel.socket, { tag: tunnel.id, fromA: go, fromB: tunnel.head }).done.then(async (end) => {
       state.connections--;
       // A reset from the tunnel's side (passed on to the local client as a reset): ask the server why.
       if (end.error === undefined || end.failed !== 'b') return;
