@@ -14,12 +14,16 @@
 # parent had relayed them itself.
 import errno
 import fcntl
-import json
 import os
 import select
 import socket
 import struct
+import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.dont_write_bytecode = True
+from node_ipc import Channel, Closed  # noqa: E402
 
 F_SETPIPE_SZ = 1031
 CHUNK = 1 << 20
@@ -29,25 +33,18 @@ ROUNDS = 8
 FLAGS = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
 IN, OUT = select.EPOLLIN, select.EPOLLOUT
 
-channel = socket.socket(fileno=int(os.environ["NODE_CHANNEL_FD"]))
+channel = Channel()
 channel.setblocking(False)
 ep = select.epoll()
 ep.register(channel.fileno(), IN)
 
-fds_in = []  # descriptors received, in order, not yet matched with their NODE_HANDLE line
-buffered = b""
 halves = {}  # pair id -> {side: (sock, tag)} until both sides arrived
 pairs = {}  # pair id -> Pair
 by_fd = {}  # socket fd -> (Pair, side)
 
 
 def send(obj):
-    data = (json.dumps(obj) + "\n").encode()
-    channel.setblocking(True)
-    try:
-        channel.sendall(data)
-    finally:
-        channel.setblocking(False)
+    channel.send(obj)
 
 
 class Direction:
@@ -202,7 +199,7 @@ def message(m):
     if m.get("cmd") == "NODE_HANDLE":
         # Node sends a socket only once the previous one was acknowledged.
         send({"cmd": "NODE_HANDLE_ACK"})
-        fd = fds_in.pop(0) if fds_in else None
+        fd = channel.take_fd()
         inner = m.get("msg") or {}
         pid, side, tag, idle = inner.get("pair"), inner.get("side"), inner.get("tag"), inner.get("idleMs")
         if fd is None:
@@ -229,13 +226,10 @@ def message(m):
 
 
 def read_channel():
-    global buffered
     while True:
         try:
-            data, anc, _flags, _addr = channel.recvmsg(65536, socket.CMSG_SPACE(16 * 4))
-        except BlockingIOError:
-            return
-        if not data:
+            messages = channel.receive()
+        except Closed:
             for p in list(pairs.values()):
                 for s in p.socks:
                     try:
@@ -243,21 +237,10 @@ def read_channel():
                     except OSError:
                         pass
             raise SystemExit(0)
-        for level, kind, payload in anc:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                n = len(payload) - len(payload) % 4
-                fds_in.extend(struct.unpack("%di" % (n // 4), payload[:n]))
-        buffered += data
-        while b"\n" in buffered:
-            line, buffered = buffered.split(b"\n", 1)
-            if not line.strip():
-                continue
-            try:
-                m = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(m, dict):
-                message(m)
+        if not messages:
+            return
+        for m in messages:
+            message(m)
 
 
 def sweep():

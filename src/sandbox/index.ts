@@ -25,7 +25,7 @@ export {
   startSandbox,
 } from './launcher.js';
 export type { ExecSpec, SandboxHandle, SandboxLayout, SandboxSpec } from './launcher.js';
-export { connectInSandbox, listenInSandbox, listenInSandboxMany, SandboxConnectError, type SandboxPort } from './netns.js';
+export { listenInSandbox, listenInSandboxMany, SandboxConnectError, type SandboxPort } from './netns.js';
 export { inspectIsolation } from './privileges.js';
 export { hostsFile } from './rootfs.js';
 export type { IsolationReport } from './privileges.js';

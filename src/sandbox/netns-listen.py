@@ -7,13 +7,15 @@
 # the socket as SCM_RIGHTS, which Node turns into a net.Server ('message' event), answered by
 # {"cmd": "NODE_HANDLE_ACK"}. That is Node's own wire format for `child.send(msg, server)`;
 # Python starts in ~40 ms where a Node helper takes ~140 ms, on every workshop start.
-import json
 import os
 import socket
 import sys
 
-channel = socket.socket(fileno=int(os.environ["NODE_CHANNEL_FD"]))
-received = b""
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "core"))
+sys.dont_write_bytecode = True
+from node_ipc import Channel, Closed  # noqa: E402
+
+channel = Channel()
 for index, arg in enumerate(sys.argv[1:]):
     address, _, port = arg.rpartition(":")
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -24,13 +26,9 @@ for index, arg in enumerate(sys.argv[1:]):
         sys.stderr.write("cannot listen on %s: %s\n" % (arg, err.strerror))
         sys.exit(1)
     listener.listen(511)
-    message = json.dumps({"cmd": "NODE_HANDLE", "type": "net.Server", "msg": "listening:%d" % index}) + "\n"
-    socket.send_fds(channel, [message.encode()], [listener.fileno()])
+    try:
+        # The socket is the server's once it has acknowledged it.
+        channel.send_handle("net.Server", "listening:%d" % index, listener.fileno())
+    except Closed:
+        sys.exit(1)
     listener.close()
-    # Wait for the acknowledgement: the socket is the server's once it has taken it.
-    while b"\n" not in received:
-        chunk = channel.recv(4096)
-        if not chunk:
-            sys.exit(1)
-        received += chunk
-    received = received[received.index(b"\n") + 1 :]

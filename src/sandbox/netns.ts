@@ -1,10 +1,9 @@
 import { spawn } from 'node:child_process';
-import type { Server, Socket } from 'node:net';
+import type { Server } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { nsenterArgs, type SandboxHandle } from './launcher.js';
 
 const HELPER = fileURLToPath(new URL('./netns-listen.py', import.meta.url));
-const CONNECT_HELPER = fileURLToPath(new URL('./netns-connect.py', import.meta.url));
 
 /** An address and port to listen on inside a workshop (an IPv4 loopback address). */
 export interface SandboxPort {
@@ -76,55 +75,4 @@ export class SandboxConnectError extends Error {
   ) {
     super(message);
   }
-}
-
-/**
- * A TCP connection to 127.0.0.1:`port` INSIDE the sandbox's network namespace, owned by this
- * process (same hand-over as listenInSandbox, with a connected socket). Rejects with a
- * SandboxConnectError when nothing listens there.
- */
-export function connectInSandbox(handle: SandboxHandle, port: number, timeoutMs = 10_000): Promise<Socket> {
-  const child = spawn(
-    '/usr/bin/nsenter',
-    [...nsenterArgs(handle, ['-n']), '--', '/usr/bin/python3', '-I', '-S', CONNECT_HELPER, String(port)],
-    {
-      stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
-      env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C.UTF-8' },
-    },
-  );
-  let stderr = '';
-  child.stderr!.on('data', (c: Buffer) => (stderr = (stderr + c.toString()).slice(-2000)));
-  return new Promise<Socket>((resolve, reject) => {
-    let settled = false;
-    const settle = (err: Error | null, socket?: Socket): void => {
-      if (settled) {
-        socket?.destroy();
-        return;
-      }
-      settled = true;
-      clearTimeout(timer);
-      if (err) reject(err);
-      else resolve(socket!);
-    };
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      settle(new SandboxConnectError('ETIMEDOUT', `no answer from port ${port} in the workshop within ${timeoutMs} ms`));
-    }, timeoutMs);
-    child.on('message', (m: unknown, socket?: Socket) => {
-      if (m === 'connected' && socket) settle(null, socket);
-      else {
-        const errno = (m as { error?: string })?.error ?? 'EIO';
-        settle(
-          new SandboxConnectError(
-            errno,
-            errno === 'ECONNREFUSED' ? `nothing listens on port ${port} in the workshop` : `port ${port} in the workshop: ${errno}`,
-          ),
-        );
-      }
-    });
-    child.on('exit', (code) => {
-      settle(new Error(`the connect helper exited (${code}) before handing its socket over${stderr ? `: ${stderr.trim()}` : ''}`));
-    });
-    child.on('error', (err) => settle(err));
-  });
 }

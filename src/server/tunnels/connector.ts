@@ -106,8 +106,7 @@ class Connector {
  * `nsenter --net`, started on first use, gone after 30 s unused) instead of a helper process per
  * connection: a new connection costs a message, not a process start (which dominated short
  * requests: ~150–200 ms on this machine under load, against ~1 ms for a direct connection).
- * Same result as `connectInSandbox`: a socket owned by the server, SandboxConnectError when nothing
- * listens.
+ * The result: a socket owned by the server, or SandboxConnectError when nothing listens.
  */
 export class SandboxConnectors {
   private readonly connectors = new Map<string, Connector>();
