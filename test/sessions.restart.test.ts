@@ -1,34 +1,9 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { BIN, TestServer, makeRepo } from './helpers/server.js';
-
-/** `atelier attach`, its output watched as it comes. */
-class Attach {
-  out = '';
-  readonly proc: ChildProcess;
-  readonly exited: Promise<number>;
-
-  constructor(server: TestServer, ws: string, session: string) {
-    this.proc = spawn(process.execPath, [BIN, 'attach', ws, '--session', session], { env: server.env(), stdio: ['pipe', 'pipe', 'pipe'] });
-    this.proc.stdout!.on('data', (c: Buffer) => (this.out += c.toString()));
-    this.proc.stderr!.on('data', (c: Buffer) => (this.out += c.toString()));
-    this.exited = new Promise((resolve) => this.proc.on('close', (code) => resolve(code ?? -1)));
-  }
-
-  async waitFor(re: RegExp): Promise<RegExpMatchArray> {
-    const deadline = Date.now() + 60_000;
-    for (;;) {
-      const m = re.exec(this.out);
-      if (m) return m;
-      if (this.proc.exitCode !== null) throw new Error(`attach exited ${this.proc.exitCode} before ${re}:\n${this.out}`);
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${re}:\n${this.out}`);
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  }
-}
+import { CliProcess, TestServer, makeRepo } from './helpers/server.js';
 
 /** The holders of this server's sessions alive now (their command line names their socket). */
 function holders(dataDir: string): number[] {
@@ -70,7 +45,7 @@ describe('agent sessions outlive the server', () => {
     const script = 'echo "agent up as $$"; while read line; do echo "agent got $line"; done';
     const started = await server.cli(['run', ws, '--session', 'bot', '-d', '--', 'sh', '-c', script]);
     assert.equal(started.code, 0, started.stderr);
-    const first = new Attach(server, ws, 'bot');
+    const first = new CliProcess(['attach', ws, '--session', 'bot'], server.env());
     const pid = (await first.waitFor(/agent up as (\d+)/))[1];
     first.proc.stdin!.write('before\n');
     await first.waitFor(/agent got before/);
@@ -88,7 +63,7 @@ describe('agent sessions outlive the server', () => {
         `${signal}: ${JSON.stringify(listed.body)}`,
       );
       // The same agent (same pid), its recent output first, then a live conversation.
-      const again = new Attach(server, ws, 'bot');
+      const again = new CliProcess(['attach', ws, '--session', 'bot'], server.env());
       await again.waitFor(new RegExp(`agent up as ${pid}[\\s\\S]*agent got before`));
       again.proc.stdin!.write(`after ${signal}\n`);
       await again.waitFor(new RegExp(`agent got after ${signal}`));
@@ -117,9 +92,9 @@ describe('agent sessions outlive the server', () => {
     const brief = listed.body.items.find((s) => s.name === 'brief');
     assert.deepEqual(brief && [brief.running, brief.exitCode], [false, 7], JSON.stringify(listed.body));
     // Attaching to it shows what it wrote, then its exit code.
-    const a = new Attach(server, ws, 'brief');
-    assert.equal(await a.exited, 7, a.out);
-    assert.match(a.out, /brief start[\s\S]*brief end/);
+    const a = new CliProcess(['attach', ws, '--session', 'brief'], server.env());
+    assert.equal(await a.exited, 7, a.stderr);
+    assert.match(a.stdout + a.stderr, /brief start[\s\S]*brief end/);
   });
 
   it('two starts of one name at once start one session', async () => {
@@ -128,7 +103,7 @@ describe('agent sessions outlive the server', () => {
     const both = await Promise.all([0, 1].map(() => server.api<{ created?: boolean }>('POST', `/v1/workshops/${ws}/sessions`, body)));
     assert.deepEqual(both.map((r) => r.status).sort(), [200, 201], JSON.stringify(both.map((r) => r.body)));
     assert.equal(holders(server.dataDir).length, before + 1, 'one holder');
-    const a = new Attach(server, ws, 'twin');
+    const a = new CliProcess(['attach', ws, '--session', 'twin'], server.env());
     await a.waitFor(/twin up/);
     a.proc.kill('SIGKILL');
     await a.exited;

@@ -1,12 +1,11 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import http from 'node:http';
 import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
 import pg from 'pg';
-import { BIN, TestServer, makeRepo } from './helpers/server.js';
+import { CliProcess, TestServer, makeRepo } from './helpers/server.js';
 
 /**
  * Armed tunnels: a port-forward's spare connections, authorised ahead of time, dialling nothing
@@ -32,36 +31,6 @@ while True:
         pass
     c.close()
 `;
-
-class CliProcess {
-  stdout = '';
-  stderr = '';
-  readonly proc: ChildProcess;
-  readonly exited: Promise<number>;
-
-  constructor(args: string[], env: NodeJS.ProcessEnv) {
-    this.proc = spawn(process.execPath, [BIN, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-    this.proc.stdout!.on('data', (c: Buffer) => (this.stdout += c.toString()));
-    this.proc.stderr!.on('data', (c: Buffer) => (this.stderr += c.toString()));
-    this.exited = new Promise((resolve) => this.proc.on('close', (code) => resolve(code ?? -1)));
-  }
-
-  async waitFor(re: RegExp): Promise<RegExpMatchArray> {
-    const deadline = Date.now() + 60_000;
-    for (;;) {
-      const m = re.exec(this.stdout + this.stderr);
-      if (m) return m;
-      if (this.proc.exitCode !== null) throw new Error(`exited ${this.proc.exitCode} before ${re}:\n${this.stdout}\n${this.stderr}`);
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${re}:\n${this.stdout}\n${this.stderr}`);
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  }
-
-  stop(): Promise<number> {
-    if (this.proc.exitCode === null) this.proc.kill('SIGTERM');
-    return this.exited;
-  }
-}
 
 /** Everything a connection to a local port receives until it ends (a reset ends it too). */
 function readAll(port: number): Promise<string> {

@@ -1,6 +1,6 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
@@ -8,7 +8,7 @@ import { createServer, connect, type Socket } from 'node:net';
 import { join } from 'node:path';
 import pg from 'pg';
 import WebSocket from 'ws';
-import { BIN, TestServer, makeRepo } from './helpers/server.js';
+import { CliProcess, TestServer, makeRepo } from './helpers/server.js';
 
 /** A free TCP port on loopback (for a server that must come back on the same address). */
 function freePort(): Promise<number> {
@@ -20,38 +20,6 @@ function freePort(): Promise<number> {
       s.close(() => resolve(typeof a === 'object' && a ? a.port : 0));
     });
   });
-}
-
-/** A long-running CLI process (port-forward, attach) whose output is watched as it comes. */
-class CliProcess {
-  stdout = '';
-  stderr = '';
-  readonly proc: ChildProcess;
-  readonly exited: Promise<number>;
-
-  constructor(args: string[], env: NodeJS.ProcessEnv) {
-    this.proc = spawn(process.execPath, [BIN, ...args], { env, stdio: ['pipe', 'pipe', 'pipe'] });
-    this.proc.stdout!.on('data', (c: Buffer) => (this.stdout += c.toString()));
-    this.proc.stderr!.on('data', (c: Buffer) => (this.stderr += c.toString()));
-    this.exited = new Promise((resolve) => this.proc.on('close', (code) => resolve(code ?? -1)));
-  }
-
-  /** Waits until stdout+stderr match `re` (or the process exits, or 60 s pass). */
-  async waitFor(re: RegExp): Promise<RegExpMatchArray> {
-    const deadline = Date.now() + 60_000;
-    for (;;) {
-      const m = re.exec(this.stdout + this.stderr);
-      if (m) return m;
-      if (this.proc.exitCode !== null) throw new Error(`exited ${this.proc.exitCode} before ${re}:\n${this.stdout}\n${this.stderr}`);
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${re}:\n${this.stdout}\n${this.stderr}`);
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  }
-
-  stop(): Promise<number> {
-    if (this.proc.exitCode === null) this.proc.kill('SIGTERM');
-    return this.exited;
-  }
 }
 
 /** An HTTP GET through a local port, with a plain socket (no connection reuse). */

@@ -254,3 +254,35 @@ export function processesNaming(path: string): number {
  */
 export const HARD_TO_DELETE =
   "perl -e 'for (1..30) { mkdir q(x) x 200; chdir q(x) x 200 or die }' && mkdir -p /home/atelier/go/pkg/mod/x && touch /home/atelier/go/pkg/mod/x/f && chmod -R a-w /home/atelier/go";
+
+/** A long-running CLI process (port-forward, attach) whose output is watched as it comes. */
+export class CliProcess {
+  stdout = '';
+  stderr = '';
+  readonly proc: ChildProcess;
+  readonly exited: Promise<number>;
+
+  constructor(args: string[], env: NodeJS.ProcessEnv) {
+    this.proc = spawn(process.execPath, [BIN, ...args], { env, stdio: ['pipe', 'pipe', 'pipe'] });
+    this.proc.stdout!.on('data', (c: Buffer) => (this.stdout += c.toString()));
+    this.proc.stderr!.on('data', (c: Buffer) => (this.stderr += c.toString()));
+    this.exited = new Promise((resolve) => this.proc.on('close', (code) => resolve(code ?? -1)));
+  }
+
+  /** Waits until stdout+stderr match `re` (or the process exits, or 60 s pass). */
+  async waitFor(re: RegExp): Promise<RegExpMatchArray> {
+    const deadline = Date.now() + 60_000;
+    for (;;) {
+      const m = re.exec(this.stdout + this.stderr);
+      if (m) return m;
+      if (this.proc.exitCode !== null) throw new Error(`exited ${this.proc.exitCode} before ${re}:\n${this.stdout}\n${this.stderr}`);
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${re}:\n${this.stdout}\n${this.stderr}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+
+  stop(): Promise<number> {
+    if (this.proc.exitCode === null) this.proc.kill('SIGTERM');
+    return this.exited;
+  }
+}
