@@ -235,29 +235,12 @@ function watch(child: ChildProcess, re: RegExp, what: string): Promise<RegExpMat
 }
 
 async function ptyEcho(server: BenchServer, id: string): Promise<number[]> {
-  const ws = new WebSocket(`${server.url.replace('http', 'ws')}/v1/workshops/${id}/pty`, {
-    headers: { authorization: `Bearer ${server.token}` },
+  return wsEcho(server, `/v1/workshops/${id}/pty`, {
+    type: 'start',
+    cols: 80,
+    rows: 24,
+    command: ['sh', '-c', 'stty -icanon; echo ready; exec cat >/dev/null'],
   });
-  await new Promise<void>((resolve, reject) => {
-    ws.once('error', reject);
-    ws.once('open', () => resolve());
-  });
-  let onData: ((d: Buffer) => void) | undefined;
-  ws.on('message', (d: Buffer, binary: boolean) => binary && onData?.(d));
-  ws.send(JSON.stringify({ type: 'start', cols: 80, rows: 24, command: ['sh', '-c', 'stty -icanon; echo ready; exec cat >/dev/null'] }));
-  await new Promise<void>((resolve) => {
-    let seen = '';
-    onData = (d) => {
-      seen += d.toString();
-      if (seen.includes('ready')) resolve();
-    };
-  });
-  const samples = await echoLoop(
-    (b) => ws.send(b, { binary: true }),
-    (fn) => (onData = fn),
-  );
-  ws.close();
-  return samples;
 }
 
 /** The same echo through an agent session: the WebSocket, the server, the session's holder process, its PTY. */
@@ -266,7 +249,14 @@ async function sessionEcho(server: BenchServer, id: string): Promise<number[]> {
     name: 'bench-echo',
     command: ['sh', '-c', 'stty -icanon; echo ready; exec cat >/dev/null'],
   });
-  const ws = new WebSocket(`${server.url.replace('http', 'ws')}/v1/workshops/${id}/sessions/bench-echo/attach`, {
+  const samples = await wsEcho(server, `/v1/workshops/${id}/sessions/bench-echo/attach`);
+  await server.request('DELETE', `/v1/workshops/${id}/sessions/bench-echo`);
+  return samples;
+}
+
+/** Echo samples over a terminal WebSocket (`start`: its first message, if it takes one), once it printed "ready". */
+async function wsEcho(server: BenchServer, path: string, start?: object): Promise<number[]> {
+  const ws = new WebSocket(`${server.url.replace('http', 'ws')}${path}`, {
     headers: { authorization: `Bearer ${server.token}` },
   });
   let onData: ((d: Buffer) => void) | undefined;
@@ -282,13 +272,13 @@ async function sessionEcho(server: BenchServer, id: string): Promise<number[]> {
     ws.once('error', reject);
     ws.once('open', () => resolve());
   });
+  if (start) ws.send(JSON.stringify(start));
   await ready;
   const samples = await echoLoop(
     (b) => ws.send(b, { binary: true }),
     (fn) => (onData = fn),
   );
   ws.close();
-  await server.request('DELETE', `/v1/workshops/${id}/sessions/bench-echo`);
   return samples;
 }
 

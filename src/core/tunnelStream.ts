@@ -67,6 +67,23 @@ export interface RelayEnd {
   failed?: 'a' | 'b';
 }
 
+/** Resolves once `s` is closed. */
+function closed(s: Socket): Promise<void> {
+  return s.closed ? Promise.resolve() : new Promise((r) => s.once('close', () => r()));
+}
+
+/** Bytes already read from a (`fromA`) go to b first, and from b to a, counted. */
+function sendAlreadyRead(a: Socket, b: Socket, opts: { fromA?: Buffer; fromB?: Buffer }, count: { aToB: number; bToA: number }): void {
+  if (opts.fromA?.length) {
+    count.aToB += opts.fromA.length;
+    b.write(opts.fromA);
+  }
+  if (opts.fromB?.length) {
+    count.bToA += opts.fromB.length;
+    a.write(opts.fromB);
+  }
+}
+
 /**
  * Relays two connected sockets in Node (for what a splice relay cannot take: TLS, or no splice
  * helper): backpressure both ways (a side that does not read pauses the other; nothing is queued
@@ -110,15 +127,7 @@ export function nodeRelay(a: Socket, b: Socket, opts: { fromA?: Buffer; fromB?: 
       if (!dst.destroyed && !(readEnded[side] && src.writableFinished)) fail(side, 'closed');
     });
   }
-  if (opts.fromA?.length) {
-    end.aToB += opts.fromA.length;
-    b.write(opts.fromA);
-  }
-  if (opts.fromB?.length) {
-    end.bToA += opts.fromB.length;
-    a.write(opts.fromB);
-  }
-  const closed = (s: Socket): Promise<void> => (s.closed ? Promise.resolve() : new Promise((r) => s.once('close', () => r())));
+  sendAlreadyRead(a, b, opts, end);
   const done = Promise.all([closed(a), closed(b)]).then(() => end);
   a.resume();
   b.resume();
@@ -207,7 +216,6 @@ export function relayPair(a: Socket, b: Socket, opts: { tag: string; fromA?: Buf
     for (const [s, event, fn] of listeners) s.off(event, fn as (...args: unknown[]) => void);
     listeners.length = 0;
   };
-  const closed = (s: Socket): Promise<void> => (s.closed ? Promise.resolve() : new Promise((r) => s.once('close', () => r())));
   const fail = (side: 'a' | 'b', why: string): void => {
     if (settled) return;
     settled = true;
@@ -247,14 +255,7 @@ export function relayPair(a: Socket, b: Socket, opts: { tag: string; fromA?: Buf
   }
   const timer = setTimeout(handOver, EARLY_MS);
   timer.unref();
-  if (opts.fromA?.length) {
-    early.aToB += opts.fromA.length;
-    b.write(opts.fromA);
-  }
-  if (opts.fromB?.length) {
-    early.bToA += opts.fromB.length;
-    a.write(opts.fromB);
-  }
+  sendAlreadyRead(a, b, opts, early);
   a.resume();
   b.resume();
   return {

@@ -5,7 +5,7 @@ import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { AtelierError } from '../../core/index.js';
-import type { PtyExit, PtyReader, Terminal } from './pty.js';
+import { TerminalOutput, type PtyExit, type Terminal } from './pty.js';
 
 /**
  * Agent sessions held by a process of their own (`session-holder.py`, which says why): the PTY
@@ -56,18 +56,12 @@ function header(kind: string, length: number): Buffer {
   return h;
 }
 
-export class HeldSession implements Terminal {
+export class HeldSession extends TerminalOutput implements Terminal {
   readonly workshop: string;
   readonly name: string;
   readonly command: string[];
   readonly startedAt: Date;
   readonly pid: number;
-  private readonly readers = new Set<PtyReader>();
-  private readonly blocked = new Set<PtyReader>();
-  private readonly scrollback: Buffer[] = [];
-  private scrollbackSize = 0;
-  private exitInfo: PtyExit | undefined;
-  private readonly exitWaiters: ((e: PtyExit) => void)[] = [];
   private pending = Buffer.alloc(0);
   /** Input bytes the holder has not written to the program yet, and who waits for them. */
   private unacked = 0;
@@ -77,9 +71,10 @@ export class HeldSession implements Terminal {
   private constructor(
     private readonly socket: Socket,
     meta: HeldMeta,
-    private readonly scrollbackMax: number,
+    scrollbackMax: number,
     greeted: () => void,
   ) {
+    super(scrollbackMax);
     this.greeted = greeted;
     this.workshop = meta.workshop;
     this.name = meta.name;
@@ -253,22 +248,8 @@ export class HeldSession implements Terminal {
     this.pending = Buffer.from(buf);
   }
 
-  private keep(chunk: Buffer): void {
-    if (this.scrollbackMax <= 0) return;
-    this.scrollback.push(chunk);
-    this.scrollbackSize += chunk.length;
-    while (this.scrollbackSize > this.scrollbackMax && this.scrollback.length > 1) this.scrollbackSize -= this.scrollback.shift()!.length;
-  }
-
-  private output(chunk: Buffer): void {
-    this.keep(chunk);
-    for (const r of this.readers) if (!r.write(chunk)) this.block(r);
-  }
-
-  private ended(e: PtyExit): void {
-    if (this.exitInfo) return;
-    this.exitInfo = e;
-    for (const w of this.exitWaiters.splice(0)) w(e);
+  protected override ended(e: PtyExit): void {
+    super.ended(e);
     this.inputWaiters.splice(0).forEach((w) => w());
   }
 
@@ -278,46 +259,18 @@ export class HeldSession implements Terminal {
     return this.socket.write(payload);
   }
 
-  private block(reader: PtyReader): void {
-    // The holder then stops reading the program's output: it blocks, as on a terminal nobody reads.
-    if (this.blocked.size === 0) this.socket.pause();
-    this.blocked.add(reader);
+  // A reader that cannot keep up: the holder then stops reading the program's output (it blocks).
+  protected override pauseOutput(): void {
+    this.socket.pause();
   }
 
-  drained(reader: PtyReader): void {
-    if (!this.blocked.delete(reader)) return;
-    if (this.blocked.size === 0) this.socket.resume();
-  }
-
-  attach(reader: PtyReader): void {
-    this.readers.add(reader);
-  }
-
-  detach(reader: PtyReader): void {
-    this.readers.delete(reader);
-    this.drained(reader);
-  }
-
-  get attached(): number {
-    return this.readers.size;
-  }
-
-  get exited(): PtyExit | undefined {
-    return this.exitInfo;
-  }
-
-  onExit(fn: (e: PtyExit) => void): void {
-    if (this.exitInfo) fn(this.exitInfo);
-    else this.exitWaiters.push(fn);
-  }
-
-  recentOutput(): Buffer {
-    return Buffer.concat(this.scrollback);
+  protected override resumeOutput(): void {
+    this.socket.resume();
   }
 
   /** Input; resolves once the program has read enough of what is pending (a huge paste waits). */
   write(data: Buffer): Promise<void> {
-    if (this.exitInfo || this.socket.destroyed || data.length === 0) return Promise.resolve();
+    if (this.exited || this.socket.destroyed || data.length === 0) return Promise.resolve();
     this.send('I', data);
     this.unacked += data.length;
     if (this.unacked < INPUT_HIGH_WATER) return Promise.resolve();
@@ -330,11 +283,11 @@ export class HeldSession implements Terminal {
   }
 
   resize(cols: number, rows: number): void {
-    if (!this.exitInfo) this.send('R', Buffer.from(JSON.stringify({ cols, rows })));
+    if (!this.exited) this.send('R', Buffer.from(JSON.stringify({ cols, rows })));
   }
 
   signal(name: string): void {
-    if (!this.exitInfo) this.send('S', Buffer.from(name, 'latin1'));
+    if (!this.exited) this.send('S', Buffer.from(name, 'latin1'));
   }
 
   /**

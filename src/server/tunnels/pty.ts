@@ -44,68 +44,48 @@ export interface Terminal {
   signal(name: string): void;
 }
 
-/** Above this many bytes waiting for the program to read them, the input side is paused. */
-const INPUT_HIGH_WATER = 1 << 20;
-const INPUT_POLL_MS = 10;
-
 /**
- * A PTY whose program runs inside a workshop (node-pty: the server holds the master side). The
- * program's output goes to every attached reader; a reader that cannot keep up pauses the
- * program's output (the kernel's PTY buffer then blocks the program) instead of growing memory.
+ * What every terminal does with its program's output and end: the output goes to every attached
+ * reader, and its recent part (`scrollbackMax` bytes) is kept for readers that attach later; a
+ * reader that cannot keep up pauses the output (`pauseOutput`: the program then blocks, as on a
+ * terminal nobody reads) instead of growing memory; the end is told to whoever waits for it.
  */
-export class PtySession implements Terminal {
-  private readonly term: nodePty.IPty;
+export abstract class TerminalOutput {
   private readonly readers = new Set<PtyReader>();
   private readonly blocked = new Set<PtyReader>();
   private readonly scrollback: Buffer[] = [];
   private scrollbackSize = 0;
-  private readonly scrollbackMax: number;
   private exitInfo: PtyExit | undefined;
   private readonly exitWaiters: ((e: PtyExit) => void)[] = [];
-  readonly startedAt = new Date();
-  cols: number;
-  rows: number;
 
-  constructor(
-    readonly target: TerminalTarget,
-    readonly command: string[],
-    opts: PtyOptions,
-  ) {
-    const env = { ...target.env, TERM: opts.term ?? 'xterm-256color', ...opts.env };
-    const spec = { command, cwd: '/workspace', env };
-    const argv = sandboxArgv(target.sandbox, spec);
-    this.cols = opts.cols;
-    this.rows = opts.rows;
-    this.scrollbackMax = opts.scrollbackBytes ?? 0;
-    // The chain before the workshop's program runs privileged: a fixed environment, never the workshop's.
-    this.term = nodePty.spawn(argv[0]!, argv.slice(1), {
-      name: opts.term ?? 'xterm-256color',
-      cols: opts.cols,
-      rows: opts.rows,
-      cwd: '/',
-      env: privilegedEnv(spec),
-      encoding: null,
-    });
-    this.term.onData((data: string | Buffer) => this.output(typeof data === 'string' ? Buffer.from(data) : data));
-    this.term.onExit(({ exitCode, signal }) => {
-      const name = signal ? (Object.entries(osConstants.signals).find(([, n]) => n === signal)?.[0] ?? null) : null;
-      // As in a shell: a program killed by signal n exits 128+n.
-      this.exitInfo = { exitCode: signal ? 128 + signal : exitCode, signal: name };
-      for (const w of this.exitWaiters.splice(0)) w(this.exitInfo);
-    });
+  constructor(private readonly scrollbackMax: number) {}
+
+  /** Stop (and resume) reading the program's output. */
+  protected abstract pauseOutput(): void;
+  protected abstract resumeOutput(): void;
+
+  /** Output kept for later readers only (what came before this process was attached). */
+  protected keep(chunk: Buffer): void {
+    if (this.scrollbackMax <= 0) return;
+    this.scrollback.push(chunk);
+    this.scrollbackSize += chunk.length;
+    while (this.scrollbackSize > this.scrollbackMax && this.scrollback.length > 1) this.scrollbackSize -= this.scrollback.shift()!.length;
   }
 
-  get pid(): number {
-    return this.term.pid;
+  protected output(chunk: Buffer): void {
+    this.keep(chunk);
+    for (const r of this.readers) {
+      if (r.write(chunk)) continue;
+      if (this.blocked.size === 0) this.pauseOutput();
+      this.blocked.add(r);
+    }
   }
 
-  get exited(): PtyExit | undefined {
-    return this.exitInfo;
-  }
-
-  onExit(fn: (e: PtyExit) => void): void {
-    if (this.exitInfo) fn(this.exitInfo);
-    else this.exitWaiters.push(fn);
+  /** The program has ended (the first report counts). */
+  protected ended(e: PtyExit): void {
+    if (this.exitInfo) return;
+    this.exitInfo = e;
+    for (const w of this.exitWaiters.splice(0)) w(e);
   }
 
   /** The recent output, oldest first (what a reattaching client sees first). */
@@ -113,26 +93,10 @@ export class PtySession implements Terminal {
     return Buffer.concat(this.scrollback);
   }
 
-  private output(chunk: Buffer): void {
-    if (this.scrollbackMax > 0) {
-      this.scrollback.push(chunk);
-      this.scrollbackSize += chunk.length;
-      while (this.scrollbackSize > this.scrollbackMax && this.scrollback.length > 1) this.scrollbackSize -= this.scrollback.shift()!.length;
-    }
-    for (const r of this.readers) {
-      if (!r.write(chunk)) this.block(r);
-    }
-  }
-
-  private block(reader: PtyReader): void {
-    if (this.blocked.size === 0) this.term.pause();
-    this.blocked.add(reader);
-  }
-
   /** A reader that returned false from write() can take more. */
   drained(reader: PtyReader): void {
     if (!this.blocked.delete(reader)) return;
-    if (this.blocked.size === 0) this.term.resume();
+    if (this.blocked.size === 0) this.resumeOutput();
   }
 
   attach(reader: PtyReader): void {
@@ -148,17 +112,82 @@ export class PtySession implements Terminal {
     return this.readers.size;
   }
 
+  get exited(): PtyExit | undefined {
+    return this.exitInfo;
+  }
+
+  onExit(fn: (e: PtyExit) => void): void {
+    if (this.exitInfo) fn(this.exitInfo);
+    else this.exitWaiters.push(fn);
+  }
+}
+
+/** Above this many bytes waiting for the program to read them, the input side is paused. */
+const INPUT_HIGH_WATER = 1 << 20;
+const INPUT_POLL_MS = 10;
+
+/**
+ * A PTY whose program runs inside a workshop (node-pty: the server holds the master side). The
+ * program's output goes to every attached reader; a reader that cannot keep up pauses the
+ * program's output (the kernel's PTY buffer then blocks the program) instead of growing memory.
+ */
+export class PtySession extends TerminalOutput implements Terminal {
+  private readonly term: nodePty.IPty;
+  readonly startedAt = new Date();
+  cols: number;
+  rows: number;
+
+  constructor(
+    readonly target: TerminalTarget,
+    readonly command: string[],
+    opts: PtyOptions,
+  ) {
+    super(opts.scrollbackBytes ?? 0);
+    const env = { ...target.env, TERM: opts.term ?? 'xterm-256color', ...opts.env };
+    const spec = { command, cwd: '/workspace', env };
+    const argv = sandboxArgv(target.sandbox, spec);
+    this.cols = opts.cols;
+    this.rows = opts.rows;
+    // The chain before the workshop's program runs privileged: a fixed environment, never the workshop's.
+    this.term = nodePty.spawn(argv[0]!, argv.slice(1), {
+      name: opts.term ?? 'xterm-256color',
+      cols: opts.cols,
+      rows: opts.rows,
+      cwd: '/',
+      env: privilegedEnv(spec),
+      encoding: null,
+    });
+    this.term.onData((data: string | Buffer) => this.output(typeof data === 'string' ? Buffer.from(data) : data));
+    this.term.onExit(({ exitCode, signal }) => {
+      const name = signal ? (Object.entries(osConstants.signals).find(([, n]) => n === signal)?.[0] ?? null) : null;
+      // As in a shell: a program killed by signal n exits 128+n.
+      this.ended({ exitCode: signal ? 128 + signal : exitCode, signal: name });
+    });
+  }
+
+  get pid(): number {
+    return this.term.pid;
+  }
+
+  protected override pauseOutput(): void {
+    this.term.pause();
+  }
+
+  protected override resumeOutput(): void {
+    this.term.resume();
+  }
+
   /**
    * Input for the program. Returns a promise that resolves once the program has read enough of
    * what is pending (a huge paste is fed as the program reads it, never buffered without limit).
    */
   write(data: Buffer | string): Promise<void> {
-    if (this.exitInfo) return Promise.resolve();
+    if (this.exited) return Promise.resolve();
     this.term.write(data as string);
     if (this.pendingInput() < INPUT_HIGH_WATER) return Promise.resolve();
     return new Promise((resolve) => {
       const timer = setInterval(() => {
-        if (this.exitInfo || this.pendingInput() < INPUT_HIGH_WATER / 4) {
+        if (this.exited || this.pendingInput() < INPUT_HIGH_WATER / 4) {
           clearInterval(timer);
           resolve();
         }
@@ -181,7 +210,7 @@ export class PtySession implements Terminal {
   }
 
   resize(cols: number, rows: number): void {
-    if (this.exitInfo) return;
+    if (this.exited) return;
     this.cols = cols;
     this.rows = rows;
     try {
@@ -196,7 +225,7 @@ export class PtySession implements Terminal {
    * for Ctrl-C): tpgid of the session leader's /proc stat, in the host's pid numbering.
    */
   signal(signal: string): void {
-    if (this.exitInfo) return;
+    if (this.exited) return;
     let group: number | undefined;
     try {
       const stat = readFileSync(`/proc/${this.term.pid}/stat`, 'utf8');
@@ -214,7 +243,7 @@ export class PtySession implements Terminal {
 
   /** Ends the program: hang-up first (as when a terminal closes), SIGKILL to its group if it lingers. */
   close(): void {
-    if (this.exitInfo) return;
+    if (this.exited) return;
     try {
       this.term.kill('SIGHUP');
     } catch {
@@ -222,7 +251,7 @@ export class PtySession implements Terminal {
     }
     const pid = this.term.pid;
     setTimeout(() => {
-      if (this.exitInfo) return;
+      if (this.exited) return;
       try {
         process.kill(-pid, 'SIGKILL');
       } catch {
