@@ -81,4 +81,23 @@ describe('egress decisions journal', () => {
     );
     await j.close();
   });
+
+  it('a read made while the timer is writing a batch waits for it (it sees its own requests)', async () => {
+    const j = new EgressJournal(pool, log);
+    const before = (await j.list('ws-journal1', { limit: 1 })).at(-1)?.id ?? 0;
+    // Writes wait behind this lock (reads do not): the batch is still being written when the read asks.
+    const locker = await pool.connect();
+    await locker.query('BEGIN');
+    await locker.query('LOCK TABLE egress_decisions IN SHARE ROW EXCLUSIVE MODE');
+    j.record('ws-journal1', decision({ host: 'in-flight.test' }));
+    const timerFlush = j.flush();
+    setTimeout(() => void locker.query('COMMIT').finally(() => locker.release()), 300);
+    const rows = await j.list('ws-journal1', { afterId: before });
+    assert.deepEqual(
+      rows.map((r) => r.host),
+      ['in-flight.test'],
+    );
+    await timerFlush;
+    await j.close();
+  });
 });

@@ -78,7 +78,9 @@ export class EgressJournal {
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
     // Everything pending when asked, batch after batch (one write at a time, in order), so that a
-    // reader sees every decision made before it asked.
+    // reader sees every decision made before it asked: a batch already being written (taken by
+    // the timer's flush) included.
+    while (this.flushing) await this.flushing;
     for (let left = this.pending.length; left > 0;) {
       while (this.flushing) await this.flushing;
       if (this.pending.length === 0) break;
