@@ -6,7 +6,7 @@ export { createEgressPolicy, defaultPort, EgressPolicy } from './policy.js';
 export type { EgressPolicyConfig, EgressProtocol, PolicyOutcome } from './policy.js';
 export { createDnsResolver, createHostsResolver, ResolveError } from './resolver.js';
 export type { DnsResolverOptions, HostsEntry, Resolver, ResolveErrorCode } from './resolver.js';
-export { DEFAULT_EGRESS_LIMITS, EgressProxy, INTERNAL_SUFFIX } from './proxy.js';
+export { DEFAULT_EGRESS_LIMITS, EgressProxy, INTERNAL_SUFFIX } from './forward.js';
 export type {
   AskAnswer,
   AskContext,
@@ -18,6 +18,6 @@ export type {
   EgressReason,
   InternalService,
   InternalTarget,
-} from './proxy.js';
+} from './forward.js';
 export { EgressJournal } from './journal.js';
 export type { EgressRecord } from './journal.js';
