@@ -53,3 +53,10 @@ export function rawAnswer(status: number, reason: string, body: string, extra: R
 export function answerBody(d: EgressDecision): string {
   return `atelier egress: ${d.protocol === 'connect' ? 'CONNECT' : d.protocol === 'http' ? 'request' : 'SOCKS5 CONNECT'} to ${d.target} refused (${d.reason}): ${d.message}`;
 }
+
+/** The answer to a refused request or CONNECT: its status, reason and body, and the approval to wait for when one was filed. */
+export function refusal(d: EgressDecision): string {
+  const extra: Record<string, string> = {};
+  if (d.approvalId !== undefined) extra['X-Atelier-Approval'] = d.approvalId;
+  return rawAnswer(STATUS[d.reason], d.reason, answerBody(d), extra);
+}

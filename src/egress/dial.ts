@@ -11,7 +11,7 @@ export function connectTarget(t: InternalTarget, onread?: net.OnReadOpts): net.S
 }
 
 /** Destroys `up` with an ETIMEDOUT error when it has not connected within `ms`; clear the timer on connect. */
-export function connectDeadline(up: net.Socket, what: string, ms: number): NodeJS.Timeout {
+function connectDeadline(up: net.Socket, what: string, ms: number): NodeJS.Timeout {
   return setTimeout(() => {
     const e: NodeJS.ErrnoException = new Error(`connect to ${what} timed out`);
     e.code = 'ETIMEDOUT';
@@ -40,16 +40,54 @@ export interface PlainReader {
  */
 export const PLAIN_READ_BUFFER = Buffer.allocUnsafeSlow(64 * 1024);
 
+/**
+ * Try the checked addresses in turn (or the internal target alone): the first attempt that
+ * connects wins; when none does, the last failure is thrown.
+ */
+export async function dialFirst<T>(
+  addresses: readonly string[],
+  internal: InternalTarget | undefined,
+  attempt: (address: string) => Promise<T>,
+): Promise<T> {
+  let last: unknown = new Error('no address');
+  for (const address of internal ? [describeTarget(internal)] : addresses) {
+    try {
+      return await attempt(address);
+    } catch (err) {
+      last = err;
+    }
+  }
+  throw last;
+}
+
+/** `up` once connected, counted as the workshop's meanwhile; destroyed when it fails or takes longer than connectTimeoutMs. */
+export function connected(ctx: ProxyContext, l: Listener, up: net.Socket, what: string): Promise<net.Socket> {
+  return new Promise<net.Socket>((resolve, reject) => {
+    ctx.track(l, up);
+    const t = connectDeadline(up, what, ctx.limits.connectTimeoutMs);
+    const fail = (err: Error): void => {
+      clearTimeout(t);
+      up.destroy();
+      reject(err);
+    };
+    up.once('connect', () => {
+      clearTimeout(t);
+      up.off('error', fail);
+      resolve(up);
+    });
+    up.once('error', fail);
+  });
+}
+
 /** Connect to the first checked address that answers (or the internal target); a plain socket. */
-export async function dialPlain(
+export function dialPlain(
   ctx: ProxyContext,
   l: Listener,
   addresses: readonly string[],
   port: number,
   internal?: InternalTarget,
 ): Promise<{ sock: net.Socket; address: string; reader: PlainReader }> {
-  let last: unknown = new Error('no address');
-  for (const address of internal ? [describeTarget(internal)] : addresses) {
+  return dialFirst(addresses, internal, async (address) => {
     // Reads land in one buffer shared by every plain upstream (see PLAIN_READ_BUFFER).
     const reader: PlainReader = { on: undefined };
     const onread: net.OnReadOpts = {
@@ -61,30 +99,9 @@ export async function dialPlain(
         return true;
       },
     };
-    let up: net.Socket;
-    try {
-      const sock = await new Promise<net.Socket>((resolve, reject) => {
-        up = internal
-          ? connectTarget(internal, onread)
-          : net.connect({ host: address, port, lookup: pinnedLookup(address), noDelay: true, onread });
-        ctx.track(l, up);
-        const t = connectDeadline(up, `${address}:${port}`, ctx.limits.connectTimeoutMs);
-        up.once('connect', () => {
-          clearTimeout(t);
-          up.off('error', fail);
-          resolve(up);
-        });
-        const fail = (err: Error): void => {
-          clearTimeout(t);
-          up.destroy();
-          reject(err);
-        };
-        up.once('error', fail);
-      });
-      return { sock, address, reader };
-    } catch (err) {
-      last = err;
-    }
-  }
-  throw last;
+    const up = internal
+      ? connectTarget(internal, onread)
+      : net.connect({ host: address, port, lookup: pinnedLookup(address), noDelay: true, onread });
+    return { sock: await connected(ctx, l, up, `${address}:${port}`), address, reader };
+  });
 }

@@ -14,7 +14,7 @@
 // request on the client connection (pipelined or not) starts exactly where this answer
 // ended, whatever host it names. Requests on one client connection are served one at a time.
 import type net from 'node:net';
-import { answerBody, rawAnswer, STATUS } from './answers.js';
+import { answerBody, rawAnswer, refusal } from './answers.js';
 import { boundTarget, hostFor, parseAbsolute } from './authority.js';
 import { canonicalizeHost, describeRaw } from './canonical.js';
 import { type Listener, LazySignal, type ProxyContext } from './context.js';
@@ -187,17 +187,7 @@ export class PlainForwarder {
   /** A malformed request: recorded, answered with `status`, and the connection closed (its framing is lost). */
   private clientFault(p: PlainConn, status: number, message: string): void {
     this.ctx.clearHeaderDeadline(p.s);
-    this.ctx.record(p.l, {
-      at: new Date(),
-      protocol: 'http',
-      target: '',
-      host: '',
-      port: 0,
-      allowed: false,
-      outcome: 'denied',
-      reason: 'BAD_REQUEST',
-      message: `malformed request: ${message}`,
-    });
+    this.ctx.record(p.l, badRequest('http', '', `malformed request: ${message}`));
     this.closeWith(p, rawAnswer(status, 'BAD_REQUEST', `atelier egress: malformed request: ${message}`));
   }
 
@@ -220,10 +210,8 @@ export class PlainForwarder {
     if (p.done || p.ex !== ex) return;
     const d = v.decision;
     if (!d.allowed) {
-      const extra: Record<string, string> = {};
-      if (d.approvalId !== undefined) extra['X-Atelier-Approval'] = d.approvalId;
       // The request's body (if any) is never read: the answer, then close.
-      this.closeWith(p, rawAnswer(STATUS[d.reason], d.reason, answerBody(d), extra));
+      this.closeWith(p, refusal(d));
       return;
     }
     ex.verdict = v;

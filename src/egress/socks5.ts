@@ -5,14 +5,14 @@ import type net from 'node:net';
 import { boundTarget } from './authority.js';
 import { type ProxyContext, type Listener, LazySignal } from './context.js';
 import { badRequest, type Verdict } from './decide.js';
-import { dialTunnel, splice, type Upstream } from './tunnel.js';
+import { openTunnel } from './tunnel.js';
 
 /** Serve a connection whose first byte was 0x05. */
 export function serveSocks(ctx: ProxyContext, l: Listener, s: net.Socket): void {
   let buf = Buffer.alloc(0);
   let stage: 'greeting' | 'request' = 'greeting';
   const fail = (code: number) => {
-    s.end(Buffer.from([0x05, code, 0x00, 0x01, 0, 0, 0, 0, 0, 0]));
+    s.end(reply(code));
     s.destroySoon();
   };
   const onData = (chunk: Buffer) => {
@@ -96,29 +96,16 @@ async function socksConnect(ctx: ProxyContext, l: Listener, s: net.Socket, host:
   } finally {
     gone.dispose();
   }
-  if (s.destroyed) return;
-  const reply = (code: number) => Buffer.from([0x05, code, 0x00, 0x01, 0, 0, 0, 0, 0, 0]);
-  if (!v.decision.allowed) {
-    const r = v.decision.reason;
+  await openTunnel(ctx, l, s, v, port, rest, {
     // 0x02 "not allowed by ruleset"; 0x04 "host unreachable" for names that do not resolve.
-    s.end(reply(r === 'DNS_NOT_FOUND' || r === 'INTERNAL_UNKNOWN' || r === 'DNS_FAILED' || r === 'DNS_TIMEOUT' ? 0x04 : 0x02));
-    s.destroySoon();
-    return;
-  }
-  let up: Upstream;
-  try {
-    up = await dialTunnel(ctx, l, v.dial, port, v.internal);
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    s.end(reply(code === 'ECONNREFUSED' ? 0x05 : code === 'ETIMEDOUT' ? 0x06 : 0x01));
-    s.destroySoon();
-    return;
-  }
-  if (s.destroyed) {
-    up.socket.destroy();
-    return;
-  }
-  s.write(reply(0x00));
-  if (rest.length > 0) up.socket.write(rest);
-  splice(ctx, l, s, up);
+    refused: ({ reason: r }) =>
+      reply(r === 'DNS_NOT_FOUND' || r === 'INTERNAL_UNKNOWN' || r === 'DNS_FAILED' || r === 'DNS_TIMEOUT' ? 0x04 : 0x02),
+    unreachable: ({ code }) => reply(code === 'ECONNREFUSED' ? 0x05 : code === 'ETIMEDOUT' ? 0x06 : 0x01),
+    established: reply(0x00),
+  });
+}
+
+/** A SOCKS5 reply with its REP code (RFC 1928 §6), bound address 0.0.0.0:0. */
+function reply(code: number): Buffer {
+  return Buffer.from([0x05, code, 0x00, 0x01, 0, 0, 0, 0, 0, 0]);
 }

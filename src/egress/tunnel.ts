@@ -2,12 +2,12 @@
 // target is decided and dialed. A tunnel's bytes are opaque: only the target was checked.
 import net from 'node:net';
 import { spliceRelay } from '../core/index.js';
-import { answerBody, rawAnswer, STATUS } from './answers.js';
+import { rawAnswer, refusal } from './answers.js';
 import { boundTarget, splitAuthority } from './authority.js';
 import { type ProxyContext, type Listener, LazySignal } from './context.js';
 import { badRequest, type Verdict } from './decide.js';
-import { connectDeadline, connectTarget, pinnedLookup } from './dial.js';
-import { describeTarget, type InternalTarget } from './types.js';
+import { connected, connectTarget, dialFirst, pinnedLookup } from './dial.js';
+import type { EgressDecision, InternalTarget } from './types.js';
 
 /** A CONNECT request whose head was read: decided, answered, and (when allowed) relayed. `head`: what the client sent after it. */
 export async function serveConnect(ctx: ProxyContext, l: Listener, authority: string, s: net.Socket, head: Buffer): Promise<void> {
@@ -25,21 +25,49 @@ export async function serveConnect(ctx: ProxyContext, l: Listener, authority: st
       gone.dispose();
     }
   }
+  await openTunnel(ctx, l, s, v, v.decision.port, head, {
+    // Anything the client sent after the CONNECT is never read: the answer, then close.
+    refused: refusal,
+    unreachable: (err) => rawAnswer(502, 'UPSTREAM_FAILED', `atelier egress: ${target} could not be reached: ${err.code ?? err.message}`),
+    established: 'HTTP/1.1 200 Connection Established\r\n\r\n',
+  });
+}
+
+/** What a protocol answers at each step of opening a tunnel. */
+export interface TunnelReplies {
+  /** The decision refused the target: the last thing the client is sent. */
+  refused(d: EgressDecision): string | Buffer;
+  /** No checked address could be reached. */
+  unreachable(err: NodeJS.ErrnoException): string | Buffer;
+  /** Connected: the tunnel is open. */
+  established: string | Buffer;
+}
+
+/**
+ * After a decision, for CONNECT and SOCKS5 alike: a refusal is answered and the client closed; an
+ * allowed target is dialed (only its checked addresses) and joined to the client, with the bytes
+ * the client sent early passed on first.
+ */
+export async function openTunnel(
+  ctx: ProxyContext,
+  l: Listener,
+  s: net.Socket,
+  v: Verdict,
+  port: number,
+  early: Buffer,
+  replies: TunnelReplies,
+): Promise<void> {
   if (s.destroyed) return;
   if (!v.decision.allowed) {
-    const extra: Record<string, string> = {};
-    if (v.decision.approvalId !== undefined) extra['X-Atelier-Approval'] = v.decision.approvalId;
-    // Anything the client sent after the CONNECT is never read: the answer, then close.
-    s.end(rawAnswer(STATUS[v.decision.reason], v.decision.reason, answerBody(v.decision), extra));
+    s.end(replies.refused(v.decision));
     s.destroySoon();
     return;
   }
   let up: Upstream;
   try {
-    up = await dialTunnel(ctx, l, v.dial, v.decision.port, v.internal);
+    up = await dialTunnel(ctx, l, v.dial, port, v.internal);
   } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
-    s.end(rawAnswer(502, 'UPSTREAM_FAILED', `atelier egress: ${target} could not be reached: ${code}`));
+    s.end(replies.unreachable(err as NodeJS.ErrnoException));
     s.destroySoon();
     return;
   }
@@ -47,47 +75,29 @@ export async function serveConnect(ctx: ProxyContext, l: Listener, authority: st
     up.socket.destroy();
     return;
   }
-  s.write('HTTP/1.1 200 Connection Established\r\n\r\n');
-  if (head.length > 0) up.socket.write(head);
+  s.write(replies.established);
+  if (early.length > 0) up.socket.write(early);
   splice(ctx, l, s, up);
 }
 
 /** Connect to the first checked address that answers; never anything else. */
-export async function dialTunnel(
+function dialTunnel(
   ctx: ProxyContext,
   l: Listener,
   addresses: readonly string[],
   port: number,
   internal?: InternalTarget,
 ): Promise<Upstream> {
-  let last: unknown = new Error('no address');
-  for (const address of internal ? [describeTarget(internal)] : addresses) {
-    try {
-      return await new Promise<Upstream>((resolve, reject) => {
-        const reader = new RelayReader();
-        const onread = { buffer: reader.buffer, callback: reader.callback };
-        const up = internal
-          ? connectTarget(internal, onread)
-          : net.connect({ host: address, port, allowHalfOpen: true, lookup: pinnedLookup(address), onread });
-        // Nothing is read before splice() has somewhere to put it.
-        up.pause();
-        ctx.track(l, up);
-        const t = connectDeadline(up, `${address}:${port}`, ctx.limits.connectTimeoutMs);
-        up.once('connect', () => {
-          clearTimeout(t);
-          resolve({ socket: up, reader });
-        });
-        up.once('error', (err) => {
-          clearTimeout(t);
-          up.destroy();
-          reject(err);
-        });
-      });
-    } catch (err) {
-      last = err;
-    }
-  }
-  throw last;
+  return dialFirst(addresses, internal, async (address) => {
+    const reader = new RelayReader();
+    const onread = { buffer: reader.buffer, callback: reader.callback };
+    const up = internal
+      ? connectTarget(internal, onread)
+      : net.connect({ host: address, port, allowHalfOpen: true, lookup: pinnedLookup(address), onread });
+    // Nothing is read before splice() has somewhere to put it.
+    up.pause();
+    return { socket: await connected(ctx, l, up, `${address}:${port}`), reader };
+  });
 }
 
 /**
@@ -102,7 +112,7 @@ export async function dialTunnel(
  * relayed here). The tunnel still counts against the workshop's connections until it ends,
  * and closing the workshop's listener cuts it (its tag).
  */
-export function splice(ctx: ProxyContext, l: Listener, a: net.Socket, up: Upstream): void {
+function splice(ctx: ProxyContext, l: Listener, a: net.Socket, up: Upstream): void {
   const relay = spliceRelay();
   if (relay.usable(a, up.socket)) {
     l.clients++;
@@ -150,7 +160,7 @@ function tieSockets(a: net.Socket, b: net.Socket): () => void {
 }
 
 /** A connected upstream of a tunnel and the reader that owns its read buffer. */
-export interface Upstream {
+interface Upstream {
   socket: net.Socket;
   reader: RelayReader;
 }
