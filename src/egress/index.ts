@@ -6,7 +6,8 @@ export { createEgressPolicy, defaultPort, EgressPolicy } from './policy.js';
 export type { EgressPolicyConfig, EgressProtocol, PolicyOutcome } from './policy.js';
 export { createDnsResolver, createHostsResolver, ResolveError } from './resolver.js';
 export type { DnsResolverOptions, HostsEntry, Resolver, ResolveErrorCode } from './resolver.js';
-export { DEFAULT_EGRESS_LIMITS, EgressProxy, INTERNAL_SUFFIX } from './proxy.js';
+export { EgressProxy } from './proxy.js';
+export { DEFAULT_EGRESS_LIMITS, INTERNAL_SUFFIX } from './types.js';
 export type {
   AskAnswer,
   AskContext,
@@ -18,6 +19,6 @@ export type {
   EgressReason,
   InternalService,
   InternalTarget,
-} from './proxy.js';
+} from './types.js';
 export { EgressJournal } from './journal.js';
 export type { EgressRecord } from './journal.js';

@@ -1,5 +1,5 @@
 import { asDatabaseError, type Pool } from '../db/index.js';
-import type { EgressDecision } from './proxy.js';
+import type { EgressDecision } from './types.js';
 
 /** A decision as `atelier workshops egress` shows it. */
 export interface EgressRecord {
