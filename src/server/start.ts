@@ -27,10 +27,10 @@ import { buildApp } from './app.js';
 import { createApprovals } from './approvals.js';
 import { actionRoutes } from './routes/actions.js';
 import { consoleRoutes } from './routes/console.js';
+import { principalOf } from './routes/common.js';
 import { startEgress } from './egress.js';
 import { startIdentity } from './identity.js';
-import { McpGateway } from './mcp/gateway.js';
-import { workshopMcpRoutes } from './mcp/endpoint.js';
+import { McpGateway, workshopMcpRoutes } from '../mcp/index.js';
 
 export interface StartOptions {
   dataDir?: string;
@@ -283,7 +283,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     // The object is shared with the listeners: its port is filled in once the server listens.
     const apiTarget = { host: '127.0.0.1', port: 0 };
     // And http://mcp.atelier.internal/mcp is its MCP endpoint: a socket per workshop, so the server
-    // knows which workshop a request comes from (src/server/mcp/gateway.ts); served by the app below.
+    // knows which workshop a request comes from (src/mcp/gateway.ts); served by the app below.
     const mcpRoute: { to?: (req: IncomingMessage, res: ServerResponse) => void } = {};
     const mcpGateway = new McpGateway({
       dir: join(dataDir, 'mcp'),
@@ -377,7 +377,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
             csrfKey: masterKey.derive('cockpit-csrf'),
           }),
         (a) => consoleRoutes(a, { url: () => localUrl.value }),
-        (a) => workshopMcpRoutes(a, { workshops, approvals: approvals.service, version: opts.version }),
+        (a) => workshopMcpRoutes(a, { workshops, approvals: approvals.service, version: opts.version, principalOf }),
       ],
       approvals: approvals.service,
       slack: approvals.slack,
