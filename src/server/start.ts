@@ -42,6 +42,8 @@ export interface StartOptions {
   /** Overrides ATELIER_IDENTITY_CONFIG. */
   identityConfig?: string;
   version: string;
+  /** The CLI's entry script (bin/atelier of this release): what the dashboard Console runs. */
+  cliEntry: string;
   /** Lines for the human who started the server (the CLI prints them on stderr). */
   say: (line: string) => void;
 }
@@ -376,7 +378,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
             origin: () => publicOrigin.value,
             csrfKey: masterKey.derive('cockpit-csrf'),
           }),
-        (a) => consoleRoutes(a, { url: () => localUrl.value }),
+        (a) => consoleRoutes(a, { url: () => localUrl.value, cli: opts.cliEntry }),
         (a) => workshopMcpRoutes(a, { workshops, approvals: approvals.service, version: opts.version, principalOf }),
       ],
       approvals: approvals.service,
