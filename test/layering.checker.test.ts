@@ -144,6 +144,16 @@ describe('the layering checker', () => {
     );
   });
 
+  it('lets a unit test beside its source use any folder, but not product code use a test', (t) => {
+    assert.deepEqual(found(t, 'workshops/trick.test.ts', "import { server } from '../server/index.js';\nexport const x = server;"), []);
+    catches(
+      t,
+      'workshops/trick.ts',
+      "import { x } from '../core/ids.test.js';\nexport const y = x;",
+      /enter core through core\/index\.js only/,
+    );
+  });
+
   it('catches a folder that has no layer', (t) => {
     catches(t, 'extra/index.ts', 'export const x = 1;\n', /folder extra has no layer/);
   });
