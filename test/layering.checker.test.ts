@@ -12,7 +12,7 @@ const RULES: LayeringRules = {
   layers: { core: 0, db: 1, egress: 2, approvals: 2, workshops: 3, server: 6, cli: 7 },
   outside: { bin: 'cli' },
   packageName: 'atelier',
-  python: { sharedFolder: 'core', env: 'ATELIER_PYTHON_LIB' },
+  python: { sharedFolder: 'core', env: 'ATELIER_PYTHON_LIB', spawnerCall: 'pythonLibEnv' },
 };
 
 /** A repository with src/ holding `files` (plus an index.ts per folder) and bin/atelier; removed after the test. */
@@ -176,8 +176,26 @@ describe('the layering checker', () => {
     const sanctioned =
       'import os\nimport sys\n\nsys.path.insert(0, os.environ["ATELIER_PYTHON_LIB"])\nfrom shared import hello  # noqa: E402\n\nhello()\n';
 
+    // What starts the helper: it names the file and passes the variable.
+    const spawner = [
+      "import { pythonLibEnv } from '../core/index.js';",
+      "export const helper = new URL('./helper.py', import.meta.url);",
+      'export const env = () => ({ PATH: "/usr/bin", ...pythonLibEnv() });',
+    ].join('\n');
+    const withSpawner = (t: TestContext, py: string, ts: string = spawner): string[] =>
+      checkLayering(tree(t, { 'workshops/helper.py': py, 'workshops/spawn.ts': ts }), RULES);
+
     it('accept the shared directory named by the spawner, and the standard library', (t) => {
-      assert.deepEqual(found(t, 'workshops/helper.py', sanctioned), []);
+      assert.deepEqual(withSpawner(t, sanctioned), []);
+    });
+
+    it('catch a spawner that does not pass the variable, and a helper nobody starts', (t) => {
+      const problems = withSpawner(t, sanctioned, spawner.replace('...pythonLibEnv() ', ''));
+      assert.ok(
+        problems.some((p) => /workshops\/spawn\.ts: starts helper\.py without pythonLibEnv\(\)/.test(p)),
+        problems.join('\n'),
+      );
+      catches(t, 'workshops/helper.py', sanctioned, /reads ATELIER_PYTHON_LIB but no \.ts file names it/);
     });
 
     it('catch a sys.path change to a relative place', (t) => {
@@ -204,7 +222,7 @@ describe('the layering checker', () => {
     });
 
     it('catch the shared folder used from a lower layer', (t) => {
-      const rules = { ...RULES, python: { sharedFolder: 'server', env: 'ATELIER_PYTHON_LIB' } };
+      const rules = { ...RULES, python: { sharedFolder: 'server', env: 'ATELIER_PYTHON_LIB', spawnerCall: 'pythonLibEnv' } };
       catches(
         t,
         'workshops/helper.py',

@@ -55,7 +55,7 @@ const RULES: LayeringRules = {
       why: "issue 21 item 1: branch `terminals` replaces this file-name match with the driver's own record of the sessions it holds",
     },
   ],
-  python: { sharedFolder: 'core', env: 'ATELIER_PYTHON_LIB' },
+  python: { sharedFolder: 'core', env: 'ATELIER_PYTHON_LIB', spawnerCall: 'pythonLibEnv' },
 };
 
 describe('module boundaries', () => {

@@ -38,6 +38,11 @@ export interface LayeringRules {
     sharedFolder: string;
     /** The environment variable the spawner sets to that directory (the helpers run with `python3 -I`). */
     env: string;
+    /**
+     * What a spawner calls to set it (e.g. `pythonLibEnv`): a helper that reads the variable must be
+     * named by some .ts file (its spawner), and every such file must call this.
+     */
+    spawnerCall: string;
   };
 }
 
@@ -84,11 +89,13 @@ interface TsScan {
   strings: Str[];
   /** Literal arguments of path.join()/resolve() calls, joined: `join(here, '..', 'core')` → `../core`. */
   joined: Str[];
+  /** Names of the functions this file calls. */
+  calls: Set<string>;
 }
 
 function scanTs(file: string, text: string): TsScan {
   const sf = ts.createSourceFile(file, text, ts.ScriptTarget.Latest, true, ts.ScriptKind.TS);
-  const scan: TsScan = { refs: [], computed: [], strings: [], joined: [] };
+  const scan: TsScan = { refs: [], computed: [], strings: [], joined: [], calls: new Set() };
   const lineOf = (n: ts.Node): number => sf.getLineAndCharacterOfPosition(n.getStart(sf)).line + 1;
   // Specifiers are checked as what they are (an import, a URL), not again as plain strings.
   const specifiers = new Set<ts.Node>();
@@ -117,6 +124,7 @@ function scanTs(file: string, text: string): TsScan {
       )
         ref(n, 'require.resolve()', n.arguments[0]);
       const name = ts.isIdentifier(callee) ? callee.text : ts.isPropertyAccessExpression(callee) ? callee.name.text : '';
+      scan.calls.add(name);
       if (name === 'join' || name === 'resolve') {
         const parts = n.arguments.map((a) => literalText(a));
         const first = parts.findIndex((p) => p !== undefined);
@@ -248,6 +256,7 @@ export function checkLayering(root: string, rules: LayeringRules): string[] {
     }
   }
   const seenComputed = new Set<string>();
+  const tsScans = new Map<string, TsScan>();
 
   /** A path (absolute) used from `from` (a file in folder `folder`): is it another folder's, and allowed? */
   const checkTarget = (from: string, folder: string, where: string, what: string, target: string, viaIndexOnly: boolean): void => {
@@ -295,6 +304,7 @@ export function checkLayering(root: string, rules: LayeringRules): string[] {
     // out): they may use any folder to check it. Product code importing a test is still caught.
     if (folder === undefined || !(folder in rules.layers) || !f.endsWith('.ts') || f.endsWith('.test.ts')) continue;
     const scan = scanTs(f, readFileSync(f, 'utf8'));
+    tsScans.set(f, scan);
     for (const r of scan.refs) {
       const where = `${name(f)}:${r.at}`;
       if (r.spec.startsWith('.')) {
@@ -392,6 +402,17 @@ export function checkLayering(root: string, rules: LayeringRules): string[] {
             ? `${at(imp.line)}: imports ${top}, a module of ${folderOf(elsewhere)}`
             : `${at(imp.line)}: imports ${top}, which is neither the standard library nor a module of ${rules.python?.sharedFolder ?? 'this tree'}`,
         );
+      }
+      if (usesShared && rules.python) {
+        // The variable must be set by whoever starts the helper: the .ts files that name it.
+        const helper = basename(f);
+        const names = (t: TsScan): boolean =>
+          [...t.refs.map((x) => x.spec), ...t.strings.map((x) => x.text)].some((x) => x === helper || x.endsWith(`/${helper}`));
+        const spawners = [...tsScans].filter(([, t]) => names(t));
+        if (spawners.length === 0) problems.push(`${name(f)}: reads ${rules.python.env} but no .ts file names it (who starts it?)`);
+        for (const [file, t] of spawners)
+          if (!t.calls.has(rules.python.spawnerCall))
+            problems.push(`${name(file)}: starts ${helper} without ${rules.python.spawnerCall}(): the helper needs ${rules.python.env}`);
       }
       for (const s of r.strings) checkString(f, folder, at(s.line), s.text, false);
       for (const s of r.joined) checkString(f, folder, at(s.line), s.text, true);
