@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ALLOWED, runConsoleCommand, type ConsoleResult } from '../src/server/console.js';
-import { TestServer } from './helpers/server.js';
+import { BIN, TestServer } from './helpers/server.js';
 
 describe('the Console (server side)', () => {
   let s: TestServer;
@@ -95,10 +95,16 @@ describe('the Console (server side)', () => {
   });
 
   it('output and time are bounded', async () => {
-    const small = await runConsoleCommand(['projects', 'list'], { url: s.url, token: s.token, output: 'json', maxOutputBytes: 10 });
+    const small = await runConsoleCommand(['projects', 'list'], {
+      cli: BIN,
+      url: s.url,
+      token: s.token,
+      output: 'json',
+      maxOutputBytes: 10,
+    });
     assert.equal(small.truncated, true);
     assert.ok(Buffer.byteLength(small.stdout + small.stderr) <= 10);
-    const late = await runConsoleCommand(['projects', 'list'], { url: s.url, token: s.token, output: 'json', timeoutMs: 1 });
+    const late = await runConsoleCommand(['projects', 'list'], { cli: BIN, url: s.url, token: s.token, output: 'json', timeoutMs: 1 });
     assert.equal(late.timedOut, true);
     assert.equal(late.exitCode, null, 'killed');
   });

@@ -23,3 +23,5 @@ export {
   type ApprovalStatus,
 } from './types.js';
 export { SlackNotifier, slackMessage, verifySlackSignature, type SlackConfig } from './notifiers/slack.js';
+export { createApprovals } from './runtime.js';
+export type { AllowlistAsk, ApprovalEffects, Approvals, ApprovalsOptions, CommandGate } from './runtime.js';

@@ -1,6 +1,6 @@
 import { EventEmitter } from 'node:events';
 import { AtelierError, describeZodError } from '../core/index.js';
-import { asDatabaseError, listenChannel, withTransaction, type NotificationBus, type Pool, type PoolClient } from '../db/index.js';
+import { listenChannel, queryRows, withTransaction, type NotificationBus, type Pool, type PoolClient } from '../db/index.js';
 import {
   APPROVAL_CATEGORIES,
   APPROVAL_STATUSES,
@@ -180,14 +180,6 @@ export class ApprovalService {
     await this.bus?.close();
   }
 
-  private async query<T extends object>(sql: string, params: unknown[] = [], client: Pool | PoolClient = this.pool): Promise<T[]> {
-    try {
-      return (await client.query<T>(sql, params)).rows;
-    } catch (err) {
-      throw asDatabaseError(err);
-    }
-  }
-
   // ---- notifications ---------------------------------------------------------------------
 
   private onNotify(payload: string): void {
@@ -255,14 +247,14 @@ export class ApprovalService {
   }
 
   private async workshop(id: string, client: Pool | PoolClient = this.pool): Promise<WorkshopRef | undefined> {
-    return (await this.query<WorkshopRef>('SELECT id, tenant_id, owner_id, status FROM workshops WHERE id = $1', [id], client))[0];
+    return (await queryRows<WorkshopRef>(client, 'SELECT id, tenant_id, owner_id, status FROM workshops WHERE id = $1', [id]))[0];
   }
 
   // ---- reading ---------------------------------------------------------------------------
 
   private async rowById(id: string, client: Pool | PoolClient = this.pool): Promise<Row | undefined> {
     if (!UUID.test(id)) return undefined;
-    return (await this.query<Row>(`${SELECT} WHERE r.id = $1`, [id], client))[0];
+    return (await queryRows<Row>(client, `${SELECT} WHERE r.id = $1`, [id]))[0];
   }
 
   /** A row as it stands now: expired first if its time has passed (the database clock decides). */
@@ -284,7 +276,8 @@ export class ApprovalService {
 
   /** A PENDING request of this workshop and category whose payload contains `match` (so a retried request is filed once). */
   async findPending(workshopId: string, category: ApprovalCategory, match: Record<string, unknown>): Promise<ApprovalRequest | undefined> {
-    const [row] = await this.query<Row>(
+    const [row] = await queryRows<Row>(
+      this.pool,
       `${SELECT} WHERE r.workshop_id = $1 AND r.category = $2 AND r.status = 'PENDING' AND r.expires_at > now() AND r.payload @> $3::jsonb
         ORDER BY r.created_at DESC LIMIT 1`,
       [workshopId, category, JSON.stringify(match)],
@@ -308,7 +301,11 @@ export class ApprovalService {
     if (filter.status !== undefined) add('r.status = ?', filter.status);
     if (filter.category !== undefined) add('r.category = ?', filter.category);
     params.push(filter.limit ?? 100);
-    const rows = await this.query<Row>(`${SELECT} WHERE ${where.join(' AND ')} ORDER BY r.created_at DESC LIMIT $${params.length}`, params);
+    const rows = await queryRows<Row>(
+      this.pool,
+      `${SELECT} WHERE ${where.join(' AND ')} ORDER BY r.created_at DESC LIMIT $${params.length}`,
+      params,
+    );
     return rows.map(toApproval);
   }
 
@@ -387,7 +384,8 @@ export class ApprovalService {
     // One statement (one round trip, its own transaction): the request, its context, its audit
     // row and the notification, all or nothing; the advisory lock of the audit chain is held
     // for this statement only.
-    const [row] = await this.query<Row>(
+    const [row] = await queryRows<Row>(
+      this.pool,
       `WITH i AS (
          INSERT INTO hitl_requests (workshop_id, category, requested_by, payload, expires_at)
          VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5)) RETURNING hitl_requests AS r, id
@@ -432,7 +430,8 @@ export class ApprovalService {
     // in its WHERE, its audit row and the notification. When it decides nothing, the slow path
     // below reads the request and says exactly why.
     if (actor.kind === 'user' && UUID.test(id)) {
-      const [won] = await this.query<Row>(
+      const [won] = await queryRows<Row>(
+        this.pool,
         `WITH d AS (
            UPDATE hitl_requests h SET status = $2::hitl_status, decided_by = $3, decision_reason = $4, decided_at = now()
             WHERE h.id = $1 AND h.status = 'PENDING' AND h.expires_at > now()
@@ -469,7 +468,8 @@ export class ApprovalService {
       }
     }
     const [before] = UUID.test(id)
-      ? await this.query<Row & { owner_id: string | null }>(
+      ? await queryRows<Row & { owner_id: string | null }>(
+          this.pool,
           `${SELECT.replace('FROM hitl_requests r', ', w.owner_id FROM hitl_requests r')}
              LEFT JOIN workshops w ON w.id = r.workshop_id WHERE r.id = $1`,
           [id],
@@ -498,7 +498,8 @@ export class ApprovalService {
   async decideAsUser(id: string, req: DecideApprovalRequest, userId: string, origin: CallOrigin): Promise<ApprovalRequest> {
     const row = await this.rowById(id);
     if (!row) throw this.notFound(id);
-    const [m] = await this.query<{ name: string; role: ApprovalActor['role'] }>(
+    const [m] = await queryRows<{ name: string; role: ApprovalActor['role'] }>(
+      this.pool,
       `SELECT u.name, m.role FROM users u JOIN memberships m ON m.user_id = u.id
         WHERE u.id = $1 AND m.tenant_id = $2 AND u.disabled_at IS NULL`,
       [userId, row.tenant_id],
@@ -635,7 +636,10 @@ export class ApprovalService {
 
   private async applyPendingEffects(): Promise<void> {
     try {
-      const rows = await this.query<Row>(`${SELECT} WHERE r.status = 'APPROVED' AND c.effect_applied_at IS NULL ORDER BY r.decided_at`);
+      const rows = await queryRows<Row>(
+        this.pool,
+        `${SELECT} WHERE r.status = 'APPROVED' AND c.effect_applied_at IS NULL ORDER BY r.decided_at`,
+      );
       await Promise.all(rows.map((r) => this.applyEffect(toApproval(r))));
     } catch (err) {
       this.opts.log.warn({ err: String(err) }, 'approvals: pending effects not applied yet');
@@ -647,7 +651,8 @@ export class ApprovalService {
    * approved command runs once, however many execs race for it).
    */
   async consume(id: string): Promise<boolean> {
-    const r = await this.query<{ request_id: string }>(
+    const r = await queryRows<{ request_id: string }>(
+      this.pool,
       `UPDATE hitl_request_context c SET effect_applied_at = now() FROM hitl_requests r
         WHERE c.request_id = $1 AND r.id = c.request_id AND r.status = 'APPROVED' AND c.effect_applied_at IS NULL
         RETURNING c.request_id`,
@@ -662,7 +667,8 @@ export class ApprovalService {
     category: ApprovalCategory,
     match: Record<string, unknown>,
   ): Promise<ApprovalRequest | undefined> {
-    const [row] = await this.query<Row>(
+    const [row] = await queryRows<Row>(
+      this.pool,
       `${SELECT} WHERE r.workshop_id = $1 AND r.category = $2 AND r.status = 'APPROVED' AND c.effect_applied_at IS NULL
          AND r.payload @> $3::jsonb ORDER BY r.decided_at LIMIT 1`,
       [workshopId, category, JSON.stringify(match)],
@@ -679,7 +685,8 @@ export class ApprovalService {
    */
   async verifyAudit(): Promise<AuditVerification> {
     const problems: AuditVerification['problems'] = [];
-    const rows = await this.query<{ seq: string; request_id: string; prev_hash: string; hash: string; computed: string }>(
+    const rows = await queryRows<{ seq: string; request_id: string; prev_hash: string; hash: string; computed: string }>(
+      this.pool,
       'SELECT seq, request_id, prev_hash, hash, hitl_audit_digest(a) AS computed FROM hitl_audit a ORDER BY seq',
     );
     let prev = '0'.repeat(64);
@@ -692,7 +699,8 @@ export class ApprovalService {
       prev = r.hash;
       expected = seq + 1;
     }
-    const states = await this.query<{ id: string; last: string | null; now: string }>(
+    const states = await queryRows<{ id: string; last: string | null; now: string }>(
+      this.pool,
       `SELECT h.id, (SELECT a.request_hash FROM hitl_audit a WHERE a.request_id = h.id ORDER BY a.seq DESC LIMIT 1) AS last,
               hitl_request_digest(h) AS now
          FROM hitl_requests h`,

@@ -38,3 +38,4 @@ export type { RelayEnd, RelayedPair, TunnelOutcome } from './tunnelStream.js';
 export { syncDir, writeFileAtomic } from './files.js';
 export type { AtomicWriteOptions } from './files.js';
 export { spliceRelay, SpliceRelay, type RelayOptions, type SpliceResult } from './splice.js';
+export { PYTHON_LIB_VARIABLE, pythonLibDir, pythonLibEnv } from './python.js';

@@ -6,9 +6,9 @@ Shared by Atelier's python helpers (splice-relay.py, netns-connector.py, netns-l
 {"cmd": "NODE_HANDLE_ACK"}. Node sends the next handle only once the previous one was
 acknowledged, and expects the same of its peer.
 
-A helper imports it from its own place in the install (the helpers run with `python3 -I`, so
-nothing else is on the path):
-    sys.path.insert(0, <the directory of this file>); sys.dont_write_bytecode = True
+A helper imports it from the directory its spawner names (the helpers run with `python3 -I -S`,
+which ignores PYTHONPATH; src/core/python.ts says why):
+    sys.dont_write_bytecode = True; sys.path.insert(0, os.environ["ATELIER_PYTHON_LIB"])
 """
 import json
 import os

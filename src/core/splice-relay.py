@@ -21,8 +21,8 @@ import struct
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.dont_write_bytecode = True
+sys.path.insert(0, os.environ["ATELIER_PYTHON_LIB"])  # the shared modules' directory, named by the spawner (src/core/python.ts)
 from node_ipc import Channel, Closed  # noqa: E402
 
 F_SETPIPE_SZ = 1031

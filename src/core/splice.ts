@@ -3,6 +3,7 @@ import { existsSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { TLSSocket } from 'node:tls';
 import { fileURLToPath } from 'node:url';
+import { pythonLibEnv } from './python.js';
 
 /**
  * Zero-copy relaying of socket pairs (tunnels) through splice(2), in one long-lived python child
@@ -142,7 +143,7 @@ export class SpliceRelay {
     if (this.child) return this.child;
     const child = spawn(PYTHON, ['-I', '-S', this.script!], {
       stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
-      env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C.UTF-8' },
+      env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C.UTF-8', ...pythonLibEnv() },
     });
     this.child = child;
     child.on('message', (m: unknown) => this.answer(m));

@@ -1,7 +1,7 @@
 export { findPgBinDir, startEmbeddedPostgres } from './embedded.js';
 export type { EmbeddedPostgres } from './embedded.js';
 export { migrate } from './migrate.js';
-export { asDatabaseError, createPool, isUnavailable, withTransaction } from './pool.js';
+export { asDatabaseError, createPool, isUnavailable, queryRows, withTransaction } from './pool.js';
 export type { Pool, PoolClient } from './pool.js';
 export { listenChannel } from './bus.js';
 export type { NotificationBus } from './bus.js';

@@ -65,3 +65,15 @@ export async function withTransaction<T>(pool: Pool, fn: (client: PoolClient) =>
     client.release();
   }
 }
+
+/**
+ * The rows of one query, with connection-level failures turned into DATABASE_UNAVAILABLE (and
+ * NUL bytes into INVALID_ARGUMENT) by `asDatabaseError`: what every service's queries need.
+ */
+export async function queryRows<T extends object>(client: Pool | PoolClient, sql: string, params: unknown[] = []): Promise<T[]> {
+  try {
+    return (await client.query<T>(sql, params)).rows;
+  } catch (err) {
+    throw asDatabaseError(err);
+  }
+}

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { AtelierError, hashToken, newApiToken, newId } from '../core/index.js';
-import { asDatabaseError, withTransaction, type Pool } from '../db/index.js';
+import { asDatabaseError, queryRows, withTransaction, type Pool } from '../db/index.js';
 import { generatePassword, hashPassword } from './passwords.js';
 import { PLATFORM_TENANT_ID, type Principal } from './policy.js';
 import { ROLES, atLeast, isRole, weaker, type Role } from './roles.js';
@@ -116,19 +116,12 @@ function tokenView(r: TokenRow): TokenView {
 export class AccountService {
   constructor(private readonly pool: Pool) {}
 
-  private async query<T extends object>(sql: string, params: unknown[] = []): Promise<T[]> {
-    try {
-      return (await this.pool.query<T>(sql, params)).rows;
-    } catch (err) {
-      throw asDatabaseError(err);
-    }
-  }
-
   async whoami(p: Principal): Promise<object> {
     const tenants =
       p.kind === 'agent'
         ? [{ name: p.tenantName, role: p.role }]
-        : await this.query<{ name: string; role: string }>(
+        : await queryRows<{ name: string; role: string }>(
+            this.pool,
             'SELECT tn.name, m.role FROM memberships m JOIN tenants tn ON tn.id = m.tenant_id WHERE m.user_id = $1 ORDER BY tn.name',
             [p.userId],
           );
@@ -147,7 +140,8 @@ export class AccountService {
 
   private async userRows(where: string, params: unknown[], tenantId: string): Promise<UserRow[]> {
     // Memberships are shown only within the caller's tenant: other tenants stay invisible.
-    return this.query<UserRow>(
+    return queryRows<UserRow>(
+      this.pool,
       `SELECT u.id, u.name, u.issuer, u.email, u.disabled_at, u.must_change_password, u.created_at,
               (SELECT json_agg(json_build_object('tenant', tn.name, 'role', m.role) ORDER BY tn.name)
                  FROM memberships m JOIN tenants tn ON tn.id = m.tenant_id WHERE m.user_id = u.id AND m.tenant_id = $1) AS memberships
@@ -241,9 +235,9 @@ export class AccountService {
     const [target] = await this.userRows('u.name = $2', [name], p.tenantId);
     if (!target) throw new AtelierError('NOT_FOUND', `no user ${name} on this server: see \`atelier users list\``);
     if (target.id === p.userId) throw new AtelierError('INVALID_ARGUMENT', 'you cannot disable yourself: ask another admin');
-    await this.query('UPDATE users SET disabled_at = coalesce(disabled_at, now()) WHERE id = $1', [target.id]);
+    await queryRows(this.pool, 'UPDATE users SET disabled_at = coalesce(disabled_at, now()) WHERE id = $1', [target.id]);
     // Sessions, grants and refresh tokens of the embedded issuer go too: nothing can be refreshed.
-    await this.query(`DELETE FROM oidc_payloads WHERE payload->>'accountId' = $1`, [target.id]);
+    await queryRows(this.pool, `DELETE FROM oidc_payloads WHERE payload->>'accountId' = $1`, [target.id]);
     const [row] = await this.userRows('u.id = $2', [target.id], p.tenantId);
     return userView(row!);
   }
@@ -268,7 +262,8 @@ export class AccountService {
         );
       if (req.workshopId)
         throw new AtelierError('INVALID_ARGUMENT', "an agent token acts in its workshop's tenant: leave out --tenant", { field: 'tenant' });
-      const [m] = await this.query<{ tenant_id: string; role: string }>(
+      const [m] = await queryRows<{ tenant_id: string; role: string }>(
+        this.pool,
         'SELECT m.tenant_id, m.role FROM memberships m JOIN tenants tn ON tn.id = m.tenant_id WHERE m.user_id = $1 AND tn.name = $2',
         [p.userId, req.tenant],
       );
@@ -282,7 +277,8 @@ export class AccountService {
     if (req.user !== undefined && req.user !== p.userName && req.user !== p.userId) {
       if (!atLeast(callerRole, 'admin'))
         throw new AtelierError('PERMISSION_DENIED', 'only an admin may create tokens for another user', { field: 'user' });
-      const [u] = await this.query<{ id: string; role: string; disabled: boolean }>(
+      const [u] = await queryRows<{ id: string; role: string; disabled: boolean }>(
+        this.pool,
         `SELECT u.id, m.role, u.disabled_at IS NOT NULL AS disabled FROM users u JOIN memberships m ON m.user_id = u.id AND m.tenant_id = $2
           WHERE u.name = $1`,
         [req.user, tenantId],
@@ -307,7 +303,8 @@ export class AccountService {
     const id = newId('tok');
     // Made with an API token: it never outlives that token and is revoked with it.
     const parent = p.via === 'api-token' ? p.tokenId : null;
-    await this.query(
+    await queryRows(
+      this.pool,
       `INSERT INTO api_tokens (id, user_id, name, token_hash, tenant_id, role, workshop_id, expires_at, parent_id)
        SELECT $1, $2, $3, $4, $5, $6, $7,
               CASE WHEN $8::int IS NULL THEN p.expires_at
@@ -331,7 +328,8 @@ export class AccountService {
   }
 
   private tokenRows(where: string, params: unknown[], tenantId: string): Promise<TokenRow[]> {
-    return this.query<TokenRow>(
+    return queryRows<TokenRow>(
+      this.pool,
       `SELECT t.id, t.name, u.name AS user_name, t.role, tn.name AS tenant_name, t.workshop_id, t.expires_at, t.created_at,
               t.last_used_at, t.revoked_at
          FROM api_tokens t JOIN users u ON u.id = t.user_id JOIN tenants tn ON tn.id = t.tenant_id
@@ -350,13 +348,15 @@ export class AccountService {
 
   async revokeToken(p: Principal, id: string): Promise<{ id: string; revoked: true }> {
     const owner = atLeast(p.role, 'admin') ? 'true' : 't.user_id = $3';
-    const rows = await this.query(
+    const rows = await queryRows(
+      this.pool,
       `UPDATE api_tokens t SET revoked_at = coalesce(revoked_at, now()) WHERE t.tenant_id = $1 AND t.id = $2 AND ${owner} RETURNING id`,
       atLeast(p.role, 'admin') ? [p.tenantId, id] : [p.tenantId, id, p.userId],
     );
     if (rows.length === 0) throw new AtelierError('NOT_FOUND', `no token ${id} of yours: see \`atelier tokens list\``);
     // And every token minted with it, at any depth.
-    await this.query(
+    await queryRows(
+      this.pool,
       `WITH RECURSIVE minted AS (
          SELECT id FROM api_tokens WHERE parent_id = $1
          UNION SELECT t.id FROM api_tokens t JOIN minted m ON t.parent_id = m.id)

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { AtelierError, hashToken, newId } from '../core/index.js';
-import { asDatabaseError, withTransaction, type Pool } from '../db/index.js';
+import { asDatabaseError, queryRows, withTransaction, type Pool } from '../db/index.js';
 import { membershipsFromGroups, type ExternalIssuerConfig } from './external.js';
 import type { Principal } from './policy.js';
 import { isRole, weaker, type Role } from './roles.js';
@@ -92,14 +92,6 @@ export class Authenticator {
     return { ...hit.row, expired, stale: false };
   }
 
-  private async query<T extends object>(sql: string, params: unknown[]): Promise<T[]> {
-    try {
-      return (await this.pool.query<T>(sql, params)).rows;
-    } catch (err) {
-      throw asDatabaseError(err);
-    }
-  }
-
   async authenticate(
     authorization: string | undefined,
     tenantHeader: string | undefined,
@@ -157,7 +149,8 @@ export class Authenticator {
   /** The token's row (kept for the cache when every change since the lookup started will be heard). */
   private async lookupToken(hash: string): Promise<TokenRow | undefined> {
     const at = performance.now();
-    const [row] = await this.query<TokenRow>(
+    const [row] = await queryRows<TokenRow>(
+      this.pool,
       `SELECT t.id, t.user_id, t.role AS cap, t.workshop_id, t.expires_at,
               (t.expires_at IS NOT NULL AND t.expires_at <= now()) AS expired, t.revoked_at IS NOT NULL AS revoked,
               t.tenant_id, tn.name AS tenant_name, u.name, u.disabled_at IS NOT NULL AS disabled, m.role AS member_role,
@@ -185,7 +178,8 @@ export class Authenticator {
     if (authority.kind === 'embedded') {
       // The grant behind the token must still exist: `atelier auth logout` (revocation) and a
       // disabled user take effect at once, not when the access token expires.
-      [user] = await this.query<{ id: string; name: string; disabled: boolean }>(
+      [user] = await queryRows<{ id: string; name: string; disabled: boolean }>(
+        this.pool,
         `SELECT u.id, u.name, u.disabled_at IS NOT NULL AS disabled FROM users u WHERE u.id = $1 AND u.issuer = 'local'`,
         [sub],
       );
@@ -193,7 +187,8 @@ export class Authenticator {
       // Every access token of the embedded issuer names its grant; one that does not was not made by it.
       if (typeof claims.gid !== 'string') throw new AtelierError('TOKEN_INVALID', 'this access token names no grant: log in again');
       {
-        const live = await this.query(
+        const live = await queryRows(
+          this.pool,
           `SELECT 1 FROM oidc_payloads WHERE type = 'Grant' AND id = $1 AND (expires_at IS NULL OR expires_at > now())`,
           [claims.gid],
         );
@@ -203,7 +198,8 @@ export class Authenticator {
       user = await this.externalUser(authority, sub, claims);
     }
     if (user.disabled) throw new AtelierError('USER_DISABLED', `user ${user.name} is disabled: ask an admin`);
-    const memberships = await this.query<MembershipRow>(
+    const memberships = await queryRows<MembershipRow>(
+      this.pool,
       `SELECT m.tenant_id, tn.name AS tenant_name, m.role FROM memberships m JOIN tenants tn ON tn.id = m.tenant_id
         WHERE m.user_id = $1 ORDER BY m.created_at, tn.name`,
       [user.id],
@@ -250,7 +246,8 @@ export class Authenticator {
         .replace(/^[^a-zA-Z0-9]+/, '')
         .slice(0, 60) || 'user';
     const email = typeof claims.email === 'string' ? claims.email : null;
-    let [user] = await this.query<{ id: string; name: string; disabled: boolean }>(
+    let [user] = await queryRows<{ id: string; name: string; disabled: boolean }>(
+      this.pool,
       'SELECT id, name, disabled_at IS NOT NULL AS disabled FROM users WHERE issuer = $1 AND subject = $2',
       [authority.issuer, sub],
     );
@@ -261,7 +258,8 @@ export class Authenticator {
     for (const name of [wanted, `${wanted}-${suffix}`]) {
       if (user) break;
       try {
-        [user] = await this.query<{ id: string; name: string; disabled: boolean }>(
+        [user] = await queryRows<{ id: string; name: string; disabled: boolean }>(
+          this.pool,
           `INSERT INTO users (id, name, issuer, subject, email) VALUES ($1, $2, $3, $4, $5)
            ON CONFLICT (issuer, subject) WHERE subject IS NOT NULL DO UPDATE SET email = EXCLUDED.email
            RETURNING id, name, disabled_at IS NOT NULL AS disabled`,
@@ -278,7 +276,8 @@ export class Authenticator {
   }
 
   private async syncGroupMemberships(userId: string, desired: Map<string, Role>): Promise<void> {
-    const current = await this.query<{ tenant_name: string; role: string }>(
+    const current = await queryRows<{ tenant_name: string; role: string }>(
+      this.pool,
       `SELECT tn.name AS tenant_name, m.role FROM memberships m JOIN tenants tn ON tn.id = m.tenant_id WHERE m.user_id = $1 AND m.source = 'groups'`,
       [userId],
     );

@@ -11,8 +11,8 @@ import os
 import socket
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "core"))
 sys.dont_write_bytecode = True
+sys.path.insert(0, os.environ["ATELIER_PYTHON_LIB"])  # the shared modules' directory, named by the spawner (src/core/python.ts)
 from node_ipc import Channel, Closed  # noqa: E402
 
 channel = Channel()

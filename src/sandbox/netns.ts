@@ -1,6 +1,7 @@
 import { spawn } from 'node:child_process';
 import type { Server } from 'node:net';
 import { fileURLToPath } from 'node:url';
+import { pythonLibEnv } from '../core/index.js';
 import { nsenterArgs, type SandboxHandle } from './launcher.js';
 
 const HELPER = fileURLToPath(new URL('./netns-listen.py', import.meta.url));
@@ -24,7 +25,7 @@ export function listenInSandboxMany(handle: SandboxHandle, ports: readonly Sandb
   const child = spawn(
     '/usr/bin/nsenter',
     [...nsenterArgs(handle, ['-n']), '--', '/usr/bin/python3', '-I', '-S', HELPER, ...ports.map((p) => `${p.address}:${p.port}`)],
-    { stdio: ['ignore', 'ignore', 'pipe', 'ipc'], env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C.UTF-8' } },
+    { stdio: ['ignore', 'ignore', 'pipe', 'ipc'], env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C.UTF-8', ...pythonLibEnv() } },
   );
   let stderr = '';
   child.stderr!.on('data', (c: Buffer) => (stderr = (stderr + c.toString()).slice(-2000)));

@@ -1,27 +1,19 @@
 import type { FastifyBaseLogger } from 'fastify';
-import { AtelierError } from '../core/index.js';
 import type { Pool } from '../db/index.js';
-import { ApprovalService, SlackNotifier, parseTtls, type SlackConfig } from '../approvals/index.js';
-import { canonicalizeHost, createEgressPolicy, hostForAuthority, type AskHook, type CanonicalHost } from '../egress/index.js';
-import { DEFAULT_GRANT_SECONDS, Publisher, SecretStore, type ExecGate, type WorkshopService } from '../workshops/index.js';
+import { createApprovals as createApprovalsRoom, type Approvals, type SlackConfig } from '../approvals/index.js';
+import { canonicalizeHost, createEgressPolicy, hostForAuthority, type CanonicalHost } from '../egress/index.js';
+import { DEFAULT_GRANT_SECONDS, Publisher, SecretStore, type WorkshopService } from '../workshops/index.js';
 
-export interface ApprovalsRuntime {
-  service: ApprovalService;
-  slack: SlackNotifier;
-  /** The egress proxy's ask hook: files (or joins) an ALLOWLIST_EXPANSION request and holds the request for its decision. */
-  ask: AskHook;
-  /** The exec gate for SHELL_COMMAND (atelier.yaml `approvals.commands`). */
-  execGate: ExecGate;
+// Wiring only: the approvals room (src/approvals/runtime.ts) owns the service, the gates and what
+// each category does; this gives it the secret store, the egress allowlist and the publisher.
+
+export interface ApprovalsRuntime extends Omit<Approvals, 'start'> {
   /** The tenants' secrets and their grants (SECRET_REQUEST). */
   secrets: SecretStore;
   /** Wires each category to its effect once the workshop service exists, then starts listening and sweeping. */
   start(workshops: WorkshopService): Promise<void>;
-  /** Once the workshops are recovered after a start: applies the effects a previous run left undone, then each as decided. */
-  resumeEffects(): Promise<void>;
-  close(): Promise<void>;
 }
 
-/** The allowlist entry an approval adds: the bare host for the default ports (80, 443), else host:port. */
 /** `*` matches anything; everything else literally; the whole text must match. */
 function globRegExp(pattern: string): RegExp {
   return new RegExp(
@@ -53,6 +45,7 @@ export function matchCommand(patterns: string[], command: string[]): string | un
   });
 }
 
+/** The allowlist entry an approval adds: the bare host for the default ports (80, 443), else host:port. */
 function entryFor(host: CanonicalHost, port: number | undefined): string {
   const h = hostForAuthority(host);
   return port === undefined || port === 443 || port === 80 ? h : `${h}:${port}`;
@@ -67,125 +60,45 @@ export function createApprovals(opts: {
   nodeId: string;
   sealer: { encrypt(plain: string, context: string): string; decrypt(sealed: string, context: string): Buffer };
 }): ApprovalsRuntime {
-  const ttls = parseTtls(opts.ttl);
   const secrets = new SecretStore(opts.pool, { nodeId: opts.nodeId, sealer: opts.sealer, log: opts.logger });
-  const service = new ApprovalService(opts.pool, { ttls, databaseUrl: opts.databaseUrl, log: opts.logger });
-  const slack = new SlackNotifier(opts.pool, service, opts.slack, opts.logger);
-
-  const ask: AskHook = async (host, port, ctx) => {
-    const existing = await service.findPending(ctx.workshopId, 'ALLOWLIST_EXPANSION', { host, port });
-    const a =
-      existing ??
-      (await service.createForWorkshop(
-        ctx.workshopId,
-        {
-          category: 'ALLOWLIST_EXPANSION',
-          payload: { host, port, justification: `a process in the workshop tried to reach ${host} on port ${port} (${ctx.protocol})` },
-        },
-        'egress-proxy',
-      ));
-    if (ctx.holdMs <= 0) return { decision: 'pending', approvalId: a.id };
-    const decided = await service.wait(a.id, null, ctx.holdMs, ctx.signal);
-    const decision = decided.status === 'APPROVED' ? 'allow' : decided.status === 'PENDING' ? 'pending' : 'deny';
-    return { decision, approvalId: a.id };
-  };
-
-  const execGate: ExecGate = async (workshopId, patterns, req, actor, opts) => {
-    const pattern = matchCommand(patterns, req.command);
-    if (pattern === undefined) return;
-    // Approved beforehand (`atelier approvals request --category SHELL_COMMAND`): used once.
-    const before = await service.findApprovedUnused(workshopId, 'SHELL_COMMAND', { command: req.command });
-    if (before && (await service.consume(before.id))) return;
-    const a = await service.create(
-      workshopId,
-      {
-        category: 'SHELL_COMMAND',
-        payload: {
-          command: req.command,
-          ...(req.cwd !== undefined ? { cwd: req.cwd } : {}),
-          pattern,
-          justification: `an exec through the API matches "${pattern}" of approvals.commands in atelier.yaml`,
-        },
-      },
-      actor,
-      { channel: 'api', ip: null },
-    );
-    opts.onApproval?.(a.id);
-    const decided = await service.wait(a.id, null, 7 * 86400 * 1000, opts.signal);
-    if (decided.status === 'APPROVED' && (await service.consume(a.id))) return;
-    if (decided.status === 'PENDING')
-      throw new AtelierError('UNAVAILABLE', `the command was not run: the client left before request ${a.id} was decided`, {
-        approvalId: a.id,
-      });
-    throw new AtelierError(
-      'PERMISSION_DENIED',
-      decided.status === 'EXPIRED'
-        ? `the command was not run: approval request ${a.id} expired before anyone decided (it was not rejected); run it again to ask again`
-        : decided.status === 'REJECTED'
-          ? `the command was not run: ${decided.decidedBy ?? 'a human'} rejected request ${a.id}: ${decided.decisionReason ?? ''}`
-          : `the command was not run: approval ${a.id} was already used`,
-      { approvalId: a.id, status: decided.status },
-    );
-  };
-
+  const approvals = createApprovalsRoom({
+    ttl: opts.ttl,
+    slack: opts.slack,
+    pool: opts.pool,
+    databaseUrl: opts.databaseUrl,
+    log: opts.logger,
+    matchCommand,
+  });
   return {
-    service,
-    slack,
-    ask,
-    execGate,
+    ...approvals,
     secrets,
     async start(workshops) {
-      service.register('SECRET_REQUEST', {
-        async prepare(workshopId, payload) {
-          const name = String(payload.name);
-          if (!(await secrets.existsFor(workshopId, name)))
-            throw new AtelierError(
-              'NOT_FOUND',
-              `secret ${name} is not set in this workshop's tenant: a maintainer sets it with \`atelier secrets set ${name}\` (value on stdin), then ask again`,
-              { field: 'payload.name' },
-            );
-          return { ...payload, ttlSeconds: (payload.ttlSeconds as number | undefined) ?? DEFAULT_GRANT_SECONDS };
-        },
-        local: (a) => workshops.isLocal(a.workshopId),
-        async apply(a) {
-          await secrets.grant(a.id, a.workshopId, String(a.payload.name), Number(a.payload.ttlSeconds ?? DEFAULT_GRANT_SECONDS));
-        },
-      });
-      service.register('ALLOWLIST_EXPANSION', {
-        async prepare(_workshopId, payload) {
-          const h = canonicalizeHost(String(payload.host));
-          if (h.kind === 'refused') throw new AtelierError('INVALID_ARGUMENT', `payload.host: ${h.message}`, { field: 'payload.host' });
-          const port = payload.port as number | undefined;
-          const entry = entryFor(h, port);
-          try {
-            createEgressPolicy({ allow: [entry] });
-          } catch (err) {
-            throw new AtelierError('INVALID_ARGUMENT', `payload.host: ${(err as Error).message}`, { field: 'payload.host' });
-          }
-          return { ...payload, host: h.value, ...(port !== undefined ? { port } : {}), entry };
-        },
-        local: (a) => workshops.isLocal(a.workshopId),
-        async apply(a) {
-          await workshops.addApprovedEgress(a.workshopId, String(a.payload.entry));
-        },
-      });
       const publisher = new Publisher(workshops);
-      service.register('PR_GATEWAY', {
-        prepare: (workshopId, payload) => publisher.prepare(workshopId, payload),
-        local: (a) => workshops.isLocal(a.workshopId),
-        apply: (a) => publisher.apply(a),
+      await approvals.start({
+        isLocal: (id) => workshops.isLocal(id),
+        secrets: {
+          existsFor: (id, name) => secrets.existsFor(id, name),
+          grant: (approvalId, id, name, ttlSeconds) => secrets.grant(approvalId, id, name, ttlSeconds),
+          defaultTtlSeconds: DEFAULT_GRANT_SECONDS,
+        },
+        allowlist: {
+          entryFor(host, port) {
+            const h = canonicalizeHost(host);
+            if (h.kind === 'refused') throw new Error(h.message);
+            const entry = entryFor(h, port);
+            // Throws when the policy would refuse the entry (the approval must not be filed).
+            createEgressPolicy({ allow: [entry] });
+            return { host: h.value, entry };
+          },
+          add: (id, entry) => workshops.addApprovedEgress(id, entry),
+        },
+        publisher: { prepare: (id, payload) => publisher.prepare(id, payload), apply: (a) => publisher.apply(a) },
       });
-      // The effect is the exec that waited for it (it consumes the approval), nothing more.
-      service.register('SHELL_COMMAND', {});
-      await service.start();
       secrets.start((id) => workshops.localSandbox(id));
-      slack.start();
     },
-    resumeEffects: () => service.resumeEffects(),
     async close() {
       await secrets.close();
-      await service.close();
-      await slack.close();
+      await approvals.close();
     },
   };
 }

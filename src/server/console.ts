@@ -2,7 +2,6 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { AtelierError } from '../core/index.js';
 
 /**
@@ -100,6 +99,11 @@ export interface ConsoleResult {
 }
 
 export interface ConsoleRunOptions {
+  /**
+   * The CLI's entry script, run by this node: the program that started the server names itself
+   * (`atelier server start` passes its own path), so the Console runs the same release.
+   */
+  cli: string;
   /** The server's own URL (the child talks to it like any CLI). */
   url: string;
   /** The caller's own bearer credential: the command runs with exactly the caller's rights. */
@@ -110,11 +114,8 @@ export interface ConsoleRunOptions {
   maxOutputBytes?: number;
 }
 
-/** Our own CLI (bin/atelier of this checkout), run by the same node. */
-const CLI = fileURLToPath(new URL('../../bin/atelier', import.meta.url));
-
 /**
- * Runs one ALLOWED command with our own binary: argv only, no shell, an empty configuration
+ * Runs one ALLOWED command with our own CLI (`opts.cli`): argv only, no shell, an empty configuration
  * directory (no stored context or credential of the server's user), bounded time and output.
  */
 export function runConsoleCommand(argv: readonly string[], opts: ConsoleRunOptions): Promise<ConsoleResult> {
@@ -133,7 +134,7 @@ export function runConsoleCommand(argv: readonly string[], opts: ConsoleRunOptio
   };
   const full = ['--output', opts.output, ...argv];
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [CLI, ...full], { env, cwd: configDir, stdio: ['ignore', 'pipe', 'pipe'], shell: false });
+    const child = spawn(process.execPath, [opts.cli, ...full], { env, cwd: configDir, stdio: ['ignore', 'pipe', 'pipe'], shell: false });
     const out = { stdout: [] as Buffer[], stderr: [] as Buffer[], bytes: 0, truncated: false };
     const collect = (into: Buffer[]) => (chunk: Buffer) => {
       const room = limit - out.bytes;

@@ -27,10 +27,10 @@ import { buildApp } from './app.js';
 import { createApprovals } from './approvals.js';
 import { actionRoutes } from './routes/actions.js';
 import { consoleRoutes } from './routes/console.js';
+import { principalOf } from './routes/common.js';
 import { startEgress } from './egress.js';
 import { startIdentity } from './identity.js';
-import { McpGateway } from './mcp/gateway.js';
-import { workshopMcpRoutes } from './mcp/endpoint.js';
+import { McpGateway, workshopMcpRoutes } from '../mcp/index.js';
 
 export interface StartOptions {
   dataDir?: string;
@@ -42,6 +42,8 @@ export interface StartOptions {
   /** Overrides ATELIER_IDENTITY_CONFIG. */
   identityConfig?: string;
   version: string;
+  /** The CLI's entry script (bin/atelier of this release): what the dashboard Console runs. */
+  cliEntry: string;
   /** Lines for the human who started the server (the CLI prints them on stderr). */
   say: (line: string) => void;
 }
@@ -283,7 +285,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     // The object is shared with the listeners: its port is filled in once the server listens.
     const apiTarget = { host: '127.0.0.1', port: 0 };
     // And http://mcp.atelier.internal/mcp is its MCP endpoint: a socket per workshop, so the server
-    // knows which workshop a request comes from (src/server/mcp/gateway.ts); served by the app below.
+    // knows which workshop a request comes from (src/mcp/gateway.ts); served by the app below.
     const mcpRoute: { to?: (req: IncomingMessage, res: ServerResponse) => void } = {};
     const mcpGateway = new McpGateway({
       dir: join(dataDir, 'mcp'),
@@ -376,8 +378,8 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
             origin: () => publicOrigin.value,
             csrfKey: masterKey.derive('cockpit-csrf'),
           }),
-        (a) => consoleRoutes(a, { url: () => localUrl.value }),
-        (a) => workshopMcpRoutes(a, { workshops, approvals: approvals.service, version: opts.version }),
+        (a) => consoleRoutes(a, { url: () => localUrl.value, cli: opts.cliEntry }),
+        (a) => workshopMcpRoutes(a, { workshops, approvals: approvals.service, version: opts.version, principalOf }),
       ],
       approvals: approvals.service,
       slack: approvals.slack,

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
 import { AtelierError, ExecRequest } from '../core/index.js';
-import { asDatabaseError, type Pool } from '../db/index.js';
+import { queryRows, type Pool } from '../db/index.js';
 import type { Principal } from '../identity/index.js';
 import type { RunningExec, WorkshopService } from './service.js';
 
@@ -101,21 +101,14 @@ export class ExecLog {
     void this.prune();
   }
 
-  private async query<T extends object>(sql: string, params: unknown[]): Promise<T[]> {
-    try {
-      return (await this.pool.query<T>(sql, params)).rows;
-    } catch (err) {
-      throw asDatabaseError(err);
-    }
-  }
-
   /** Starts a command (same rights and checks as exec); answers once it ended or after `waitSeconds`. */
   async start(workshopId: string, req: StartExecRequest, actor: Principal): Promise<ExecView> {
     const { waitSeconds: wait, ...execReq } = req;
     const id = newExecId();
     const run = await this.workshops.exec(workshopId, execReq, actor);
     // Its output is held until the row exists; a database that refuses the row stops the command.
-    const inserted = this.query(
+    const inserted = queryRows(
+      this.pool,
       `INSERT INTO execs (id, workshop_id, actor_id, command, status, instance) VALUES ($1, $2, $3, $4, 'Running', $5)`,
       [id, workshopId, actor.userId, JSON.stringify(execReq.command), this.instance],
     );
@@ -236,10 +229,11 @@ export class ExecLog {
     let row = first && !waited ? first : await this.row(id);
     if (row.status === 'Running' && !this.live.has(id) && row.instance !== this.instance) {
       // Started by a server process that has stopped since: nobody follows it any more.
-      await this.query(`UPDATE execs SET status = 'Lost', ended_at = now() WHERE id = $1 AND status = 'Running'`, [id]);
+      await queryRows(this.pool, `UPDATE execs SET status = 'Lost', ended_at = now() WHERE id = $1 AND status = 'Running'`, [id]);
       row = await this.row(id);
     }
-    const chunks = await this.query<{ byte_offset: string; stream: 'stdout' | 'stderr'; data: Buffer }>(
+    const chunks = await queryRows<{ byte_offset: string; stream: 'stdout' | 'stderr'; data: Buffer }>(
+      this.pool,
       `SELECT byte_offset, stream, data FROM exec_output
         WHERE exec_id = $1 AND byte_offset + octet_length(data) > $2 ORDER BY byte_offset`,
       [id, after],
@@ -279,7 +273,7 @@ export class ExecLog {
   }
 
   private async row(id: string): Promise<ExecRow> {
-    const [row] = await this.query<ExecRow>('SELECT * FROM execs WHERE id = $1', [id]);
+    const [row] = await queryRows<ExecRow>(this.pool, 'SELECT * FROM execs WHERE id = $1', [id]);
     if (!row) throw this.notFound(id);
     return row;
   }

@@ -15,7 +15,7 @@ import {
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { AtelierError } from '../core/index.js';
-import { asDatabaseError, type Pool } from '../db/index.js';
+import { queryRows, type Pool } from '../db/index.js';
 import type { Principal } from '../identity/index.js';
 import { nsenterArgs, type SandboxHandle } from '../sandbox/index.js';
 
@@ -96,14 +96,6 @@ export class SecretStore {
     private readonly opts: SecretStoreOptions,
   ) {}
 
-  private async query<T extends object>(sql: string, params: unknown[] = []): Promise<T[]> {
-    try {
-      return (await this.pool.query<T>(sql, params)).rows;
-    } catch (err) {
-      throw asDatabaseError(err);
-    }
-  }
-
   // ---- the tenant's secrets --------------------------------------------------------------
 
   async set(actor: Principal, name: string, value: string): Promise<SecretInfo> {
@@ -116,7 +108,8 @@ export class SecretStore {
         field: 'value',
       });
     const sealed = this.opts.sealer.encrypt(value, context(actor.tenantId, name));
-    const [r] = await this.query<{ name: string; set_by: string; set_at: Date }>(
+    const [r] = await queryRows<{ name: string; set_by: string; set_at: Date }>(
+      this.pool,
       `INSERT INTO secrets (tenant_id, name, sealed, set_by) VALUES ($1, $2, $3, $4)
        ON CONFLICT (tenant_id, name) DO UPDATE SET sealed = EXCLUDED.sealed, set_by = EXCLUDED.set_by, set_at = now()
        RETURNING name, set_by, set_at`,
@@ -128,7 +121,8 @@ export class SecretStore {
   }
 
   async list(actor: Principal): Promise<SecretInfo[]> {
-    const rows = await this.query<{ name: string; set_by: string; set_at: Date }>(
+    const rows = await queryRows<{ name: string; set_by: string; set_at: Date }>(
+      this.pool,
       'SELECT name, set_by, set_at FROM secrets WHERE tenant_id = $1 ORDER BY name',
       [actor.tenantId],
     );
@@ -138,7 +132,7 @@ export class SecretStore {
   /** Deletes a secret; every live grant of it ends at once (the files go). */
   async delete(actor: Principal, name: string): Promise<void> {
     checkSecretName(name);
-    const r = await this.query<{ name: string }>('DELETE FROM secrets WHERE tenant_id = $1 AND name = $2 RETURNING name', [
+    const r = await queryRows<{ name: string }>(this.pool, 'DELETE FROM secrets WHERE tenant_id = $1 AND name = $2 RETURNING name', [
       actor.tenantId,
       name,
     ]);
@@ -146,7 +140,8 @@ export class SecretStore {
       throw new AtelierError('NOT_FOUND', `secret ${name} does not exist in tenant ${actor.tenantName}: run \`atelier secrets list\``, {
         name,
       });
-    await this.query(
+    await queryRows(
+      this.pool,
       'UPDATE secret_grants SET expires_at = least(expires_at, now()) WHERE tenant_id = $1 AND name = $2 AND removed_at IS NULL',
       [actor.tenantId, name],
     );
@@ -155,10 +150,11 @@ export class SecretStore {
 
   /** True when the workshop's tenant has this secret (a request for an unknown one is refused at once). */
   async existsFor(workshopId: string, name: string): Promise<boolean> {
-    const r = await this.query('SELECT 1 FROM secrets s JOIN workshops w ON w.tenant_id = s.tenant_id WHERE w.id = $1 AND s.name = $2', [
-      workshopId,
-      name,
-    ]);
+    const r = await queryRows(
+      this.pool,
+      'SELECT 1 FROM secrets s JOIN workshops w ON w.tenant_id = s.tenant_id WHERE w.id = $1 AND s.name = $2',
+      [workshopId, name],
+    );
     return r.length > 0;
   }
 
@@ -166,13 +162,14 @@ export class SecretStore {
 
   /** The effect of an approved SECRET_REQUEST: idempotent (the grant row is keyed by the request). */
   async grant(requestId: string, workshopId: string, name: string, ttlSeconds: number): Promise<void> {
-    const r = await this.query<{ workshop_id: string }>(
+    const r = await queryRows<{ workshop_id: string }>(
+      this.pool,
       `INSERT INTO secret_grants (request_id, workshop_id, tenant_id, name, expires_at)
        SELECT $1, w.id, w.tenant_id, $3, now() + make_interval(secs => $4) FROM workshops w WHERE w.id = $2
        ON CONFLICT (request_id) DO NOTHING RETURNING workshop_id`,
       [requestId, workshopId, name, ttlSeconds],
     );
-    if (r.length === 0 && (await this.query('SELECT 1 FROM secret_grants WHERE request_id = $1', [requestId])).length === 0)
+    if (r.length === 0 && (await queryRows(this.pool, 'SELECT 1 FROM secret_grants WHERE request_id = $1', [requestId])).length === 0)
       throw new Error(`workshop ${workshopId} no longer exists: the secret was not granted`);
     if (!(await this.existsFor(workshopId, name)))
       throw new Error(`secret ${name} was deleted before the grant: ask a maintainer to set it again, then ask again`);
@@ -181,7 +178,8 @@ export class SecretStore {
 
   /** Live grants of a workshop with their values (by the database clock). */
   private async live(workshopId: string): Promise<{ at: Date; values: Map<string, string> }> {
-    const rows = await this.query<{ name: string; sealed: string; tenant_id: string; at: Date }>(
+    const rows = await queryRows<{ name: string; sealed: string; tenant_id: string; at: Date }>(
+      this.pool,
       `SELECT DISTINCT s.name, s.sealed, s.tenant_id, now() AS at FROM secret_grants g
          JOIN secrets s ON s.tenant_id = g.tenant_id AND s.name = g.name
         WHERE g.workshop_id = $1 AND g.removed_at IS NULL AND g.expires_at > now()`,
@@ -189,7 +187,7 @@ export class SecretStore {
     );
     const values = new Map<string, string>();
     for (const r of rows) values.set(r.name, this.opts.sealer.decrypt(r.sealed, context(r.tenant_id, r.name)).toString('utf8'));
-    const at = rows[0]?.at ?? (await this.query<{ at: Date }>('SELECT now() AS at'))[0]!.at;
+    const at = rows[0]?.at ?? (await queryRows<{ at: Date }>(this.pool, 'SELECT now() AS at'))[0]!.at;
     return { at, values };
   }
 
@@ -206,7 +204,8 @@ export class SecretStore {
 
   private async syncGranted(tenantId: string, name: string): Promise<void> {
     try {
-      const rows = await this.query<{ workshop_id: string }>(
+      const rows = await queryRows<{ workshop_id: string }>(
+        this.pool,
         'SELECT DISTINCT workshop_id FROM secret_grants WHERE tenant_id = $1 AND name = $2 AND removed_at IS NULL AND expires_at > now()',
         [tenantId, name],
       );
@@ -233,10 +232,11 @@ export class SecretStore {
       for (const [name, value] of values) writeSecret(dir, name, value, sb.handle.rootless ? null : sb.handle.uid);
       this.synced.set(workshopId, sb.handle.pid);
     }
-    await this.query('UPDATE secret_grants SET removed_at = now() WHERE workshop_id = $1 AND removed_at IS NULL AND expires_at <= $2', [
-      workshopId,
-      at,
-    ]);
+    await queryRows(
+      this.pool,
+      'UPDATE secret_grants SET removed_at = now() WHERE workshop_id = $1 AND removed_at IS NULL AND expires_at <= $2',
+      [workshopId, at],
+    );
   }
 
   /**
@@ -294,10 +294,12 @@ export class SecretStore {
     if (this.sweeping) return this.sweeping;
     this.sweeping = (async () => {
       try {
-        await this.query(
+        await queryRows(
+          this.pool,
           'UPDATE secret_grants g SET removed_at = now() WHERE removed_at IS NULL AND NOT EXISTS (SELECT 1 FROM workshops w WHERE w.id = g.workshop_id)',
         );
-        const rows = await this.query<{ workshop_id: string; ended: boolean; pid: number | null }>(
+        const rows = await queryRows<{ workshop_id: string; ended: boolean; pid: number | null }>(
+          this.pool,
           `SELECT g.workshop_id, bool_or(g.expires_at <= now()) AS ended, (w.sandbox->>'pid')::int AS pid
              FROM secret_grants g JOIN workshops w ON w.id = g.workshop_id
             WHERE g.removed_at IS NULL AND w.node_id = $1 GROUP BY g.workshop_id, w.sandbox`,

@@ -18,7 +18,7 @@ import {
   type WorkshopLimits,
   type WorkshopStatus,
 } from '../core/index.js';
-import { asDatabaseError, findPgBinDir, withTransaction, type Pool } from '../db/index.js';
+import { findPgBinDir, queryRows, withTransaction, type Pool } from '../db/index.js';
 import { checkWorkshopAccess, type Principal, type WorkshopAction } from '../identity/index.js';
 import { EGRESS_PORT, listenInSandbox, type SandboxHandle } from '../sandbox/index.js';
 import { createEgressPolicy, type EgressJournal, type EgressPolicy, type EgressProxy, type EgressRecord } from '../egress/index.js';
@@ -214,14 +214,6 @@ export class WorkshopService {
     private readonly opts: ServiceOptions,
   ) {}
 
-  private async query<T extends object>(sql: string, params: unknown[] = []): Promise<T[]> {
-    try {
-      return (await this.pool.query<T>(sql, params)).rows;
-    } catch (err) {
-      throw asDatabaseError(err);
-    }
-  }
-
   /** Serialises lifecycle operations on one workshop within this server. */
   private async locked<T>(id: string, fn: () => Promise<T>): Promise<T> {
     const prev = this.locks.get(id) ?? Promise.resolve();
@@ -242,7 +234,7 @@ export class WorkshopService {
   private async row(id: string, access?: Access): Promise<WorkshopRow> {
     if (!isWorkshopId(id))
       throw new AtelierError('WORKSHOP_NOT_FOUND', `workshop ${id} does not exist: run \`atelier workshops list\` to see yours`, { id });
-    const [row] = await this.query<WorkshopRow>('SELECT * FROM workshops WHERE id = $1', [id]);
+    const [row] = await queryRows<WorkshopRow>(this.pool, 'SELECT * FROM workshops WHERE id = $1', [id]);
     if (!row)
       throw new AtelierError(
         'WORKSHOP_NOT_FOUND',
@@ -262,11 +254,13 @@ export class WorkshopService {
   private async setStatus(id: string, status: WorkshopStatus, reason: string | null, sandbox?: SandboxHandle | null): Promise<WorkshopRow> {
     const rows =
       sandbox === undefined
-        ? await this.query<WorkshopRow>(
+        ? await queryRows<WorkshopRow>(
+            this.pool,
             'UPDATE workshops SET status = $2, status_reason = $3, updated_at = now() WHERE id = $1 RETURNING *',
             [id, status, reason],
           )
-        : await this.query<WorkshopRow>(
+        : await queryRows<WorkshopRow>(
+            this.pool,
             'UPDATE workshops SET status = $2, status_reason = $3, sandbox = $4, updated_at = now() WHERE id = $1 RETURNING *',
             [id, status, reason, sandbox === null ? null : JSON.stringify(sandbox)],
           );
@@ -350,13 +344,13 @@ export class WorkshopService {
 
   /** True when the workshop runs on this server (its proxy and sandbox are here). */
   async isLocal(id: string): Promise<boolean> {
-    const [r] = await this.query<{ node_id: string }>('SELECT node_id FROM workshops WHERE id = $1', [id]);
+    const [r] = await queryRows<{ node_id: string }>(this.pool, 'SELECT node_id FROM workshops WHERE id = $1', [id]);
     return r?.node_id === this.opts.nodeId;
   }
 
   /** A workshop's live sandbox when it runs on this server (server-side effects such as granted secrets). */
   async localSandbox(id: string): Promise<{ handle: SandboxHandle; run: string } | undefined> {
-    const [row] = await this.query<WorkshopRow>('SELECT * FROM workshops WHERE id = $1', [id]);
+    const [row] = await queryRows<WorkshopRow>(this.pool, 'SELECT * FROM workshops WHERE id = $1', [id]);
     if (!row || row.node_id !== this.opts.nodeId || row.status !== 'Running' || !row.sandbox || !this.driver.alive(row.sandbox))
       return undefined;
     return { handle: row.sandbox, run: this.driver.layout(id).run };
@@ -367,12 +361,13 @@ export class WorkshopService {
    * whatever the number of calls) and applied to its live proxy at once.
    */
   async addApprovedEgress(id: string, entry: string): Promise<void> {
-    await this.query(
+    await queryRows(
+      this.pool,
       `UPDATE workshops SET egress = jsonb_set(egress, '{approved}', coalesce(egress->'approved', '[]'::jsonb) || to_jsonb($2::text))
         WHERE id = $1 AND NOT coalesce(egress->'approved', '[]'::jsonb) ? $2`,
       [id, entry],
     );
-    const [row] = await this.query<WorkshopRow>('SELECT * FROM workshops WHERE id = $1', [id]);
+    const [row] = await queryRows<WorkshopRow>(this.pool, 'SELECT * FROM workshops WHERE id = $1', [id]);
     if (row && row.node_id === this.opts.nodeId && this.opts.egress.proxy.getPolicy(id))
       this.opts.egress.proxy.setPolicy(id, this.egressPolicy(row));
   }
@@ -461,7 +456,8 @@ export class WorkshopService {
       await this.driver.adoptWorkspace(id, row.uid);
       const env: Record<string, string> = { ...dev.env };
       if (req.budgetUsd !== undefined) env.ATELIER_MAX_BUDGET_USD = String(req.budgetUsd);
-      await this.query(
+      await queryRows(
+        this.pool,
         'UPDATE workshops SET env = $2, forward_ports = $3, warnings = $4, egress = $5, approval_commands = $6 WHERE id = $1',
         [
           id,
@@ -472,7 +468,7 @@ export class WorkshopService {
           JSON.stringify(project.approvalCommands),
         ],
       );
-      await this.query('UPDATE workshops SET sandbox = $2 WHERE id = $1', [id, JSON.stringify(handle)]);
+      await queryRows(this.pool, 'UPDATE workshops SET sandbox = $2 WHERE id = $1', [id, JSON.stringify(handle)]);
       const current = { ...row, env, sandbox: handle! };
       // Simulators start before the devcontainer's commands, which may well migrate a database.
       // One that fails is reported Failed in `atelier simulators list`; the workshop goes on.
@@ -510,7 +506,8 @@ export class WorkshopService {
   /** The caller's tenant's workshops on this server (an agent token: its own workshop only). */
   async list(actor: Principal): Promise<Workshop[]> {
     return (
-      await this.query<WorkshopRow>(
+      await queryRows<WorkshopRow>(
+        this.pool,
         'SELECT * FROM workshops WHERE node_id = $1 AND tenant_id = $2 AND ($3::text IS NULL OR id = $3) ORDER BY created_at',
         [this.opts.nodeId, actor.tenantId, actor.kind === 'agent' ? actor.workshopId : null],
       )
@@ -604,7 +601,7 @@ export class WorkshopService {
           id,
         });
       });
-      await this.query('DELETE FROM workshops WHERE id = $1', [id]);
+      await queryRows(this.pool, 'DELETE FROM workshops WHERE id = $1', [id]);
     });
     this.opts.onDeleted?.(id);
   }
@@ -667,7 +664,8 @@ export class WorkshopService {
 
   /** Running workshops (for the simulators' watchdog). */
   private async runningContexts(): Promise<WorkshopContext[]> {
-    const rows = await this.query<WorkshopRow>(
+    const rows = await queryRows<WorkshopRow>(
+      this.pool,
       "SELECT * FROM workshops WHERE node_id = $1 AND status = 'Running' AND sandbox IS NOT NULL",
       [this.opts.nodeId],
     );
@@ -1017,7 +1015,7 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
         await this.setStatus(id, 'Failed', 'the server stopped while this workshop was being created: delete it and create it again', null);
       } else if (row.status === 'Deleting') {
         await this.driver.destroy(id, row.sandbox);
-        await this.query('DELETE FROM workshops WHERE id = $1', [id]);
+        await queryRows(this.pool, 'DELETE FROM workshops WHERE id = $1', [id]);
       } else if (row.status === 'Running' || row.status === 'Suspended') {
         const alive = row.sandbox !== null && this.driver.alive(row.sandbox);
         if (alive) {
@@ -1038,7 +1036,7 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
     } catch (err) {
       this.opts.log.error({ workshop: id, err: String(err) }, 'reconcile failed for a workshop');
       // Failed without a handle: its processes must not be left running untracked.
-      const current = await this.query<WorkshopRow>('SELECT * FROM workshops WHERE id = $1', [id]).catch(() => []);
+      const current = await queryRows<WorkshopRow>(this.pool, 'SELECT * FROM workshops WHERE id = $1', [id]).catch(() => []);
       await this.driver.stop(id, current[0]?.sandbox ?? row.sandbox).catch(() => undefined);
       await this.opts.egress.proxy.close(id).catch(() => undefined);
       await this.setStatus(
@@ -1056,7 +1054,7 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
    * directories or cgroups that no row claims are removed.
    */
   async reconcile(): Promise<void> {
-    const rows = await this.query<WorkshopRow>('SELECT * FROM workshops WHERE node_id = $1', [this.opts.nodeId]);
+    const rows = await queryRows<WorkshopRow>(this.pool, 'SELECT * FROM workshops WHERE node_id = $1', [this.opts.nodeId]);
     // Workshops are independent: several at once (each reopens listeners in its namespace, ~40 ms).
     const queue = [...rows];
     const worker = async (): Promise<void> => {
@@ -1064,7 +1062,7 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
     };
     await Promise.all(Array.from({ length: Math.min(8, queue.length) }, worker));
     this.opts.simulators.startWatchdog(() => this.runningContexts());
-    const known = new Set((await this.query<{ id: string }>('SELECT id FROM workshops')).map((r) => r.id));
+    const known = new Set((await queryRows<{ id: string }>(this.pool, 'SELECT id FROM workshops')).map((r) => r.id));
     for (const id of this.driver.localIds()) {
       if (known.has(id)) continue;
       this.opts.log.warn({ workshop: id }, 'removing an orphan workshop directory or cgroup');

@@ -1,7 +1,7 @@
 import { existsSync, lstatSync, mkdirSync, readFileSync, realpathSync, rmSync } from 'node:fs';
 import { join, sep } from 'node:path';
 import { AtelierError, writeFileAtomic, type SimulatorRequest } from '../core/index.js';
-import { asDatabaseError, type Pool } from '../db/index.js';
+import { queryRows, type Pool } from '../db/index.js';
 import { INTERNAL_SUFFIX } from '../egress/index.js';
 import { childCgroups, procsFiles, type SandboxHandle, type SandboxLayout } from '../sandbox/index.js';
 import {
@@ -193,14 +193,6 @@ export class SimulatorManager {
     return join(this.opts.dataDir, 'simulators', id);
   }
 
-  private async query<T extends object>(sql: string, params: unknown[] = []): Promise<T[]> {
-    try {
-      return (await this.pool.query<T>(sql, params)).rows;
-    } catch (err) {
-      throw asDatabaseError(err);
-    }
-  }
-
   private runAs(ctx: { uid: number }): RunAs | undefined {
     return this.opts.rootless ? undefined : { uid: ctx.uid, gid: ctx.uid };
   }
@@ -245,7 +237,7 @@ export class SimulatorManager {
   }
 
   private async rows(workshopId: string): Promise<SimRow[]> {
-    return this.query<SimRow>('SELECT * FROM workshop_simulators WHERE workshop_id = $1 ORDER BY created_at, name', [workshopId]);
+    return queryRows<SimRow>(this.pool, 'SELECT * FROM workshop_simulators WHERE workshop_id = $1 ORDER BY created_at, name', [workshopId]);
   }
 
   private view(r: SimRow): SimulatorView {
@@ -271,7 +263,10 @@ export class SimulatorManager {
   }
 
   private async one(workshopId: string, name: string): Promise<SimRow> {
-    const [r] = await this.query<SimRow>('SELECT * FROM workshop_simulators WHERE workshop_id = $1 AND name = $2', [workshopId, name]);
+    const [r] = await queryRows<SimRow>(this.pool, 'SELECT * FROM workshop_simulators WHERE workshop_id = $1 AND name = $2', [
+      workshopId,
+      name,
+    ]);
     if (!r)
       throw new AtelierError(
         'NOT_FOUND',
@@ -359,7 +354,8 @@ export class SimulatorManager {
     }
     for (const { req, name, spec, error } of specs) {
       try {
-        await this.query(
+        await queryRows(
+          this.pool,
           'INSERT INTO workshop_simulators (workshop_id, name, type, request, status, status_reason) VALUES ($1, $2, $3, $4, $5, $6)',
           [ctx.id, name, req.type ?? req.name, JSON.stringify(req), spec ? 'Starting' : 'Failed', error ?? null],
         );
@@ -434,7 +430,8 @@ export class SimulatorManager {
     try {
       const handle = await startSimulator(spec, timings);
       const t = performance.now();
-      await this.query(
+      await queryRows(
+        this.pool,
         `UPDATE workshop_simulators SET handle = $3, status = 'Running', updated_at = now(),
            status_reason = $4, restarts = restarts + $5 WHERE workshop_id = $1 AND name = $2`,
         [
@@ -448,12 +445,13 @@ export class SimulatorManager {
       if (timings) timings.recordMs = Math.round(performance.now() - t);
     } catch (err) {
       if (live && err instanceof AtelierError && err.code !== 'UNAVAILABLE') {
-        await this.query('DELETE FROM workshop_simulators WHERE workshop_id = $1 AND name = $2', [workshopId, spec.name]);
+        await queryRows(this.pool, 'DELETE FROM workshop_simulators WHERE workshop_id = $1 AND name = $2', [workshopId, spec.name]);
         return err;
       }
       const reason = err instanceof Error ? err.message.split('\n')[0]! : String(err);
       this.opts.log.warn({ workshop: workshopId, simulator: spec.name, err: reason }, 'simulator failed to start');
-      await this.query(
+      await queryRows(
+        this.pool,
         "UPDATE workshop_simulators SET status = 'Failed', status_reason = $3, handle = NULL, updated_at = now() WHERE workshop_id = $1 AND name = $2",
         [workshopId, spec.name, reason],
       ).catch(() => undefined);
@@ -474,7 +472,8 @@ export class SimulatorManager {
     try {
       if (r.handle) {
         const handle = await resetSimulator(r.handle);
-        await this.query(
+        await queryRows(
+          this.pool,
           "UPDATE workshop_simulators SET handle = $3, status = 'Running', status_reason = NULL, updated_at = now() WHERE workshop_id = $1 AND name = $2",
           [ctx.id, name, JSON.stringify(handle)],
         );
@@ -498,7 +497,7 @@ export class SimulatorManager {
         if (r.handle) await removeSimulator(r.handle);
       }
       rmSync(this.workshopDir(workshopId), { recursive: true, force: true });
-      await this.query('DELETE FROM workshop_simulators WHERE workshop_id = $1', [workshopId]);
+      await queryRows(this.pool, 'DELETE FROM workshop_simulators WHERE workshop_id = $1', [workshopId]);
       this.envs.delete(workshopId);
       this.opts.internal.close(workshopId);
     } finally {
@@ -534,7 +533,8 @@ export class SimulatorManager {
     try {
       spec = this.resolve(ctx, r.request);
     } catch (err) {
-      await this.query(
+      await queryRows(
+        this.pool,
         "UPDATE workshop_simulators SET status = 'Failed', status_reason = $3, handle = NULL WHERE workshop_id = $1 AND name = $2",
         [ctx.id, r.name, (err as Error).message],
       );

@@ -8,6 +8,8 @@ import { parse, principalOf } from './common.js';
 export interface ConsoleRoutesDeps {
   /** The server's own local URL (known once it listens). */
   url(): string | undefined;
+  /** The CLI's entry script the commands run with (StartOptions.cliEntry). */
+  cli: string;
 }
 
 /**
@@ -59,7 +61,7 @@ export function consoleRoutes(app: FastifyInstance, deps: ConsoleRoutesDeps): vo
     running.set(p.userId, mine + 1);
     total++;
     try {
-      return await runConsoleCommand(body.argv, { url, token, tenant: p.tenantName, output: body.output });
+      return await runConsoleCommand(body.argv, { cli: deps.cli, url, token, tenant: p.tenantName, output: body.output });
     } finally {
       total--;
       const left = (running.get(p.userId) ?? 1) - 1;

@@ -4,7 +4,7 @@ import { constants as osConstants } from 'node:os';
 import type { Duplex } from 'node:stream';
 import ssh2 from 'ssh2';
 import type { AuthContext, Connection, ParsedKey, PseudoTtyInfo, ServerChannel, Session } from 'ssh2';
-import { asDatabaseError, type Pool } from '../../db/index.js';
+import { queryRows, type Pool } from '../../db/index.js';
 import { privilegedEnv, sandboxArgv } from '../../sandbox/index.js';
 import type { SandboxConnectors } from './connector.js';
 import { PtySession, type TerminalTarget } from './pty.js';
@@ -64,17 +64,10 @@ export class SshEndpoint {
     private readonly log: { warn(obj: object, msg?: string): void },
   ) {}
 
-  private async query<T extends object>(sql: string, params: unknown[]): Promise<T[]> {
-    try {
-      return (await this.pool.query<T>(sql, params)).rows;
-    } catch (err) {
-      throw asDatabaseError(err);
-    }
-  }
-
   /** The workshop's host key pair (made on first use): private key OpenSSH format, public key one line. */
   async hostKey(workshopId: string): Promise<{ privateKey: string; publicKey: string }> {
-    const [row] = await this.query<{ private_key: string | null; private_key_sealed: string | null; public_key: string }>(
+    const [row] = await queryRows<{ private_key: string | null; private_key_sealed: string | null; public_key: string }>(
+      this.pool,
       'SELECT private_key, private_key_sealed, public_key FROM workshop_host_keys WHERE workshop_id = $1',
       [workshopId],
     );
@@ -90,7 +83,8 @@ export class SshEndpoint {
     }
     const pair = utils.generateKeyPairSync('ed25519', {});
     const publicKey = pair.public.trim().split(/\s+/).slice(0, 2).join(' ');
-    await this.query(
+    await queryRows(
+      this.pool,
       'INSERT INTO workshop_host_keys (workshop_id, private_key_sealed, public_key) VALUES ($1, $2, $3) ON CONFLICT (workshop_id) DO NOTHING',
       [workshopId, this.sealer.encrypt(pair.private, hostKeyContext(workshopId)), publicKey],
     );
@@ -102,13 +96,15 @@ export class SshEndpoint {
    * the fingerprints pinned in users' SSH configs stay valid). Returns how many were sealed.
    */
   async sealStoredKeys(): Promise<number> {
-    const rows = await this.query<{ workshop_id: string; private_key: string }>(
+    const rows = await queryRows<{ workshop_id: string; private_key: string }>(
+      this.pool,
       'SELECT workshop_id, private_key FROM workshop_host_keys WHERE private_key IS NOT NULL',
       [],
     );
     let sealed = 0;
     for (const r of rows) {
-      const done = await this.query(
+      const done = await queryRows(
+        this.pool,
         'UPDATE workshop_host_keys SET private_key_sealed = $2, private_key = NULL WHERE workshop_id = $1 AND private_key = $3 RETURNING 1',
         [r.workshop_id, this.sealer.encrypt(r.private_key, hostKeyContext(r.workshop_id)), r.private_key],
       );
@@ -121,7 +117,8 @@ export class SshEndpoint {
   async addKey(userId: string, line: string): Promise<SshKeyInfo | undefined> {
     const parsed = parsePublicKey(line);
     if (!parsed) return undefined;
-    await this.query(
+    await queryRows(
+      this.pool,
       'INSERT INTO ssh_keys (user_id, fingerprint, public_key) VALUES ($1, $2, $3) ON CONFLICT (user_id, fingerprint) DO NOTHING',
       [userId, parsed.fingerprint, parsed.normalized],
     );
@@ -130,7 +127,8 @@ export class SshEndpoint {
 
   async keys(userId: string): Promise<SshKeyInfo[]> {
     return (
-      await this.query<{ fingerprint: string; public_key: string }>(
+      await queryRows<{ fingerprint: string; public_key: string }>(
+        this.pool,
         'SELECT fingerprint, public_key FROM ssh_keys WHERE user_id = $1 ORDER BY created_at',
         [userId],
       )
@@ -138,7 +136,10 @@ export class SshEndpoint {
   }
 
   async removeKey(userId: string, fingerprint: string): Promise<boolean> {
-    return (await this.query('DELETE FROM ssh_keys WHERE user_id = $1 AND fingerprint = $2 RETURNING 1', [userId, fingerprint])).length > 0;
+    return (
+      (await queryRows(this.pool, 'DELETE FROM ssh_keys WHERE user_id = $1 AND fingerprint = $2 RETURNING 1', [userId, fingerprint]))
+        .length > 0
+    );
   }
 
   /** Serves one SSH connection (a tunnel's byte stream) for `userId` into the workshop. */

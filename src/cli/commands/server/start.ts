@@ -18,6 +18,8 @@ export async function serverStart(config: Config, flags: ServerStartFlags, versi
   const server = await startServer(
     {
       version,
+      // This very program (node runs a script: argv[1] is it), so the Console runs the server's own release.
+      cliEntry: process.argv[1]!,
       say,
       ...(flags.dataDir !== undefined ? { dataDir: flags.dataDir } : {}),
       ...(flags.listen !== undefined ? { listen: flags.listen } : {}),

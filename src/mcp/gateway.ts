@@ -2,7 +2,7 @@ import http from 'node:http';
 import { mkdirSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import { join } from 'node:path';
-import type { Pool } from '../../db/index.js';
+import type { Pool } from '../db/index.js';
 
 /** The connections that came in through a workshop's own `mcp.atelier.internal`, and from which workshop. */
 const origins = new WeakMap<net.Socket, string>();

@@ -1,13 +1,12 @@
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
-import { AtelierError } from '../../core/index.js';
-import { APPROVAL_CATEGORIES, type ApprovalRequest, type ApprovalService } from '../../approvals/index.js';
-import type { Principal, RouteAccess } from '../../identity/index.js';
-import type { SimulatorView, WorkshopService } from '../../workshops/index.js';
-import { principalOf } from '../routes/common.js';
+import { AtelierError } from '../core/index.js';
+import { APPROVAL_CATEGORIES, type ApprovalRequest, type ApprovalService } from '../approvals/index.js';
+import type { Principal, RouteAccess } from '../identity/index.js';
+import type { SimulatorView, WorkshopService } from '../workshops/index.js';
 import { workshopOfConnection } from './gateway.js';
 
 /** What a workshop's agent finds in its environment (ATELIER_MCP_URL). */
@@ -23,6 +22,8 @@ export interface WorkshopMcpDeps {
   workshops: WorkshopService;
   approvals?: ApprovalService | undefined;
   version: string;
+  /** Who sent the request, as the server's authentication found it (its hooks run before this route). */
+  principalOf(request: FastifyRequest): Principal;
 }
 
 const simulatorOut = z.object({
@@ -290,7 +291,7 @@ function agentOf(principal: Principal, from: string | undefined): { actor: Princ
  */
 export function workshopMcpRoutes(app: FastifyInstance, deps: WorkshopMcpDeps): void {
   app.post('/mcp', { config: { access: AGENT }, bodyLimit: 4 << 20 }, async (request, reply) => {
-    const { actor, workshopId } = agentOf(principalOf(request), workshopOfConnection(request.raw.socket));
+    const { actor, workshopId } = agentOf(deps.principalOf(request), workshopOfConnection(request.raw.socket));
     const gone = new AbortController();
     const server = createWorkshopMcpServer(deps, actor, workshopId, gone.signal);
     const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined });
@@ -317,7 +318,7 @@ export function workshopMcpRoutes(app: FastifyInstance, deps: WorkshopMcpDeps): 
       url: '/mcp',
       config: { access: AGENT },
       handler: async (request, reply) => {
-        agentOf(principalOf(request), workshopOfConnection(request.raw.socket));
+        agentOf(deps.principalOf(request), workshopOfConnection(request.raw.socket));
         return reply
           .status(405)
           .header('allow', 'POST')

@@ -1,0 +1,197 @@
+import { AtelierError } from '../core/index.js';
+import type { Pool } from '../db/index.js';
+import { SlackNotifier, type SlackConfig } from './notifiers/slack.js';
+import { ApprovalService, type ApprovalServiceOptions } from './service.js';
+import { parseTtls, type ApprovalActor, type ApprovalRequest } from './types.js';
+
+/**
+ * What the categories' effects act on. The rooms that own these things (workshops, egress) sit
+ * above approvals or beside it in the layering, so the composition root hands them in once the
+ * workshop service exists; this room decides what each category checks and does.
+ */
+export interface ApprovalEffects {
+  /** False when another node must apply the effect (the workshop runs there). */
+  isLocal(workshopId: string): Promise<boolean>;
+  /** SECRET_REQUEST: the tenants' secrets and their grants. */
+  secrets: {
+    existsFor(workshopId: string, name: string): Promise<boolean>;
+    grant(approvalId: string, workshopId: string, name: string, ttlSeconds: number): Promise<void>;
+    /** A grant's life when the request names none. */
+    defaultTtlSeconds: number;
+  };
+  /** ALLOWLIST_EXPANSION: the workshop's egress allowlist. */
+  allowlist: {
+    /** The canonical host and the allowlist entry for it; throws an Error saying what is wrong with the host. */
+    entryFor(host: string, port: number | undefined): { host: string; entry: string };
+    add(workshopId: string, entry: string): Promise<void>;
+  };
+  /** PR_GATEWAY: publishing a workshop's branch. */
+  publisher: {
+    prepare(workshopId: string, payload: Record<string, unknown>): Promise<Record<string, unknown>>;
+    apply(approval: ApprovalRequest): Promise<void>;
+  };
+}
+
+export interface ApprovalsOptions {
+  /** ATELIER_APPROVAL_TTL: how long requests wait, per category. */
+  ttl: string | undefined;
+  slack: SlackConfig;
+  pool: Pool;
+  databaseUrl: string;
+  log: ApprovalServiceOptions['log'];
+  /** The first pattern of atelier.yaml's `approvals.commands` a command matches (undefined: none). */
+  matchCommand(patterns: string[], command: string[]): string | undefined;
+}
+
+/** What the egress proxy asks about a host its policy does not name (its ask hook). */
+export type AllowlistAsk = (
+  host: string,
+  port: number,
+  context: { workshopId: string; protocol: string; holdMs: number; signal: AbortSignal },
+) => Promise<{ decision: 'allow' | 'deny' | 'pending'; approvalId: string }>;
+
+/** What an exec through the API passes before it runs (SHELL_COMMAND): returns to run it, throws to refuse. */
+export type CommandGate = (
+  workshopId: string,
+  patterns: string[],
+  req: { command: string[]; cwd?: string | undefined },
+  actor: ApprovalActor,
+  opts: { onApproval?: (approvalId: string) => void; signal?: AbortSignal },
+) => Promise<void>;
+
+export interface Approvals {
+  service: ApprovalService;
+  slack: SlackNotifier;
+  /** The egress proxy's ask hook: files (or joins) an ALLOWLIST_EXPANSION request and holds the request for its decision. */
+  ask: AllowlistAsk;
+  /** The exec gate for SHELL_COMMAND (atelier.yaml `approvals.commands`). */
+  execGate: CommandGate;
+  /** Wires each category to its effect, then starts listening, sweeping and notifying. */
+  start(effects: ApprovalEffects): Promise<void>;
+  /** Once the workshops are recovered after a start: applies the effects a previous run left undone, then each as decided. */
+  resumeEffects(): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** The approval service, its Slack notifier, the gates that file requests, and each category's effect. */
+export function createApprovals(opts: ApprovalsOptions): Approvals {
+  const service = new ApprovalService(opts.pool, { ttls: parseTtls(opts.ttl), databaseUrl: opts.databaseUrl, log: opts.log });
+  const slack = new SlackNotifier(opts.pool, service, opts.slack, opts.log);
+
+  const ask: AllowlistAsk = async (host, port, ctx) => {
+    const existing = await service.findPending(ctx.workshopId, 'ALLOWLIST_EXPANSION', { host, port });
+    const a =
+      existing ??
+      (await service.createForWorkshop(
+        ctx.workshopId,
+        {
+          category: 'ALLOWLIST_EXPANSION',
+          payload: { host, port, justification: `a process in the workshop tried to reach ${host} on port ${port} (${ctx.protocol})` },
+        },
+        'egress-proxy',
+      ));
+    if (ctx.holdMs <= 0) return { decision: 'pending', approvalId: a.id };
+    const decided = await service.wait(a.id, null, ctx.holdMs, ctx.signal);
+    const decision = decided.status === 'APPROVED' ? 'allow' : decided.status === 'PENDING' ? 'pending' : 'deny';
+    return { decision, approvalId: a.id };
+  };
+
+  const execGate: CommandGate = async (workshopId, patterns, req, actor, gateOpts) => {
+    const pattern = opts.matchCommand(patterns, req.command);
+    if (pattern === undefined) return;
+    // Approved beforehand (`atelier approvals request --category SHELL_COMMAND`): used once.
+    const before = await service.findApprovedUnused(workshopId, 'SHELL_COMMAND', { command: req.command });
+    if (before && (await service.consume(before.id))) return;
+    const a = await service.create(
+      workshopId,
+      {
+        category: 'SHELL_COMMAND',
+        payload: {
+          command: req.command,
+          ...(req.cwd !== undefined ? { cwd: req.cwd } : {}),
+          pattern,
+          justification: `an exec through the API matches "${pattern}" of approvals.commands in atelier.yaml`,
+        },
+      },
+      actor,
+      { channel: 'api', ip: null },
+    );
+    gateOpts.onApproval?.(a.id);
+    const decided = await service.wait(a.id, null, 7 * 86400 * 1000, gateOpts.signal);
+    if (decided.status === 'APPROVED' && (await service.consume(a.id))) return;
+    if (decided.status === 'PENDING')
+      throw new AtelierError('UNAVAILABLE', `the command was not run: the client left before request ${a.id} was decided`, {
+        approvalId: a.id,
+      });
+    throw new AtelierError(
+      'PERMISSION_DENIED',
+      decided.status === 'EXPIRED'
+        ? `the command was not run: approval request ${a.id} expired before anyone decided (it was not rejected); run it again to ask again`
+        : decided.status === 'REJECTED'
+          ? `the command was not run: ${decided.decidedBy ?? 'a human'} rejected request ${a.id}: ${decided.decisionReason ?? ''}`
+          : `the command was not run: approval ${a.id} was already used`,
+      { approvalId: a.id, status: decided.status },
+    );
+  };
+
+  return {
+    service,
+    slack,
+    ask,
+    execGate,
+    async start(effects) {
+      const local = (a: ApprovalRequest): Promise<boolean> => effects.isLocal(a.workshopId);
+      service.register('SECRET_REQUEST', {
+        async prepare(workshopId, payload) {
+          const name = String(payload.name);
+          if (!(await effects.secrets.existsFor(workshopId, name)))
+            throw new AtelierError(
+              'NOT_FOUND',
+              `secret ${name} is not set in this workshop's tenant: a maintainer sets it with \`atelier secrets set ${name}\` (value on stdin), then ask again`,
+              { field: 'payload.name' },
+            );
+          return { ...payload, ttlSeconds: (payload.ttlSeconds as number | undefined) ?? effects.secrets.defaultTtlSeconds };
+        },
+        local,
+        async apply(a) {
+          await effects.secrets.grant(
+            a.id,
+            a.workshopId,
+            String(a.payload.name),
+            Number(a.payload.ttlSeconds ?? effects.secrets.defaultTtlSeconds),
+          );
+        },
+      });
+      service.register('ALLOWLIST_EXPANSION', {
+        async prepare(_workshopId, payload) {
+          const port = payload.port as number | undefined;
+          let found: { host: string; entry: string };
+          try {
+            found = effects.allowlist.entryFor(String(payload.host), port);
+          } catch (err) {
+            throw new AtelierError('INVALID_ARGUMENT', `payload.host: ${(err as Error).message}`, { field: 'payload.host' });
+          }
+          return { ...payload, host: found.host, ...(port !== undefined ? { port } : {}), entry: found.entry };
+        },
+        local,
+        async apply(a) {
+          await effects.allowlist.add(a.workshopId, String(a.payload.entry));
+        },
+      });
+      service.register('PR_GATEWAY', {
+        prepare: (workshopId, payload) => effects.publisher.prepare(workshopId, payload),
+        local,
+        apply: (a) => effects.publisher.apply(a),
+      });
+      // The effect is the exec that waited for it (it consumes the approval), nothing more.
+      service.register('SHELL_COMMAND', {});
+      await service.start();
+      slack.start();
+    },
+    resumeEffects: () => service.resumeEffects(),
+    async close() {
+      await service.close();
+      await slack.close();
+    },
+  };
+}
