@@ -250,14 +250,16 @@ describe('terminals and tunnels', () => {
       assert.ok('status' in anonymous);
       assert.equal(anonymous.status, 401);
       assert.match(anonymous.body, /"code":"UNAUTHENTICATED"/);
-      // An older CLI (framed tunnels) is told to update, before anything is connected inside.
-      const framed = await upgradeTunnel(server, `/v1/workshops/${ws}/tunnel?port=8000`, {
-        authorization: `Bearer ${server.token}`,
-        'atelier-tunnel-mode': 'framed',
-      });
-      assert.ok('status' in framed);
-      assert.equal(framed.status, 400);
-      assert.match(framed.body, /"code":"INVALID_ARGUMENT".*atelier-tunnel-mode: raw.*update it/);
+      // An older CLI (framed tunnels, or armed spares) is told to update, before anything is connected inside.
+      for (const mode of ['framed', 'armed']) {
+        const older = await upgradeTunnel(server, `/v1/workshops/${ws}/tunnel?port=8000`, {
+          authorization: `Bearer ${server.token}`,
+          'atelier-tunnel-mode': mode,
+        });
+        assert.ok('status' in older, mode);
+        assert.equal(older.status, 400, mode);
+        assert.match(older.body, /"code":"INVALID_ARGUMENT".*atelier-tunnel-mode: raw.*update it/, mode);
+      }
       const closed = await upgradeTunnel(server, `/v1/workshops/${ws}/tunnel?port=8999`, { authorization: `Bearer ${server.token}` });
       assert.ok('status' in closed);
       assert.equal(closed.status, 409);
@@ -287,6 +289,20 @@ describe('terminals and tunnels', () => {
       up.socket.destroy();
       assert.ok(sent !== '', 'the source never finished');
       assert.ok(Number(sent) < 64 << 20, `the source could write ${sent} bytes to a client that reads nothing`);
+    });
+
+    it('each tunnel is authorised when it opens: a token revoked a moment ago opens nothing', async () => {
+      const made = await server.api<{ id: string; token: string }>('POST', '/v1/tokens', { name: 'tunnel-revoke' });
+      assert.equal(made.status, 201, JSON.stringify(made.body));
+      const { id, token } = made.body;
+      const first = await upgradeTunnel(server, `/v1/workshops/${ws}/tunnel?port=8000`, { authorization: `Bearer ${token}` });
+      assert.ok('socket' in first, JSON.stringify(first));
+      first.socket.destroy();
+      assert.equal((await server.api('DELETE', `/v1/tokens/${id}`)).status, 200);
+      const next = await upgradeTunnel(server, `/v1/workshops/${ws}/tunnel?port=8000`, { authorization: `Bearer ${token}` });
+      assert.ok('status' in next);
+      assert.equal(next.status, 401);
+      assert.match(next.body, /"code":"TOKEN_REVOKED"/);
     });
 
     it('a connection reset inside the workshop is reported as such by port-forward --stdio', async () => {
@@ -443,6 +459,15 @@ describe('terminals and tunnels', () => {
         await client.end();
       }
     };
+
+    it('the database no longer notifies grant changes for armed spare tunnels (migration 016 dropped them)', async () => {
+      const triggers = await query<{ tgname: string }>(`SELECT tgname FROM pg_trigger WHERE tgname LIKE '%tunnel_grants%'`);
+      assert.deepEqual(triggers, []);
+      const fns = await query<{ proname: string }>(`SELECT proname FROM pg_proc WHERE proname = 'atelier_tunnel_grants_notify'`);
+      assert.deepEqual(fns, []);
+      const applied = await query<{ version: string }>(`SELECT version FROM schema_migrations WHERE version LIKE '01%_tunnel_grants.sql'`);
+      assert.deepEqual(applied.map((r) => r.version).sort(), ['015_tunnel_grants.sql', '016_drop_tunnel_grants.sql']);
+    });
 
     it('are sealed with the master key, and keys stored in clear by an older server are sealed at start', async () => {
       const hostKey = async (id: string): Promise<string> =>

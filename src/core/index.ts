@@ -19,11 +19,8 @@ export { loadYaml } from './yaml.js';
 export { PTY_SIGNALS, PtyStart, TerminalControl } from './terminals.js';
 export type { TerminalEvent } from './terminals.js';
 export {
-  TUNNEL_ARMED_GO,
-  TUNNEL_ARMED_TTL_HEADER,
   TUNNEL_CUT_MESSAGE,
   TUNNEL_ID_HEADER,
-  TUNNEL_MODE_ARMED,
   TUNNEL_MODE_HEADER,
   TUNNEL_MODE_RAW,
   TUNNEL_PROTOCOL,

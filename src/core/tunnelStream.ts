@@ -26,16 +26,6 @@ export const TUNNEL_RESUMED_HEADER = 'atelier-resumed';
 /** Request header asking for a raw tunnel, echoed by the 101 that grants it. */
 export const TUNNEL_MODE_HEADER = 'atelier-tunnel-mode';
 export const TUNNEL_MODE_RAW = 'raw';
-/**
- * An armed tunnel (a port-forward's spare): authorised and upgraded at once, but nothing is
- * dialled inside the workshop until the client sends one go byte (0x01) once it has a local
- * connection; from then on it is a raw tunnel (bytes after the go are the client's). A refused
- * dial resets it; the reason is asked as for any reset (`GET /v1/workshops/:id/tunnels/:tunnel`).
- * The 101 says how long the server keeps it unused (`Atelier-Tunnel-Armed-Ttl`, ms).
- */
-export const TUNNEL_MODE_ARMED = 'armed';
-export const TUNNEL_ARMED_GO = 0x01;
-export const TUNNEL_ARMED_TTL_HEADER = 'atelier-tunnel-armed-ttl';
 /** The 101 response header naming the tunnel (for `GET /v1/workshops/:id/tunnels/:tunnel`). */
 export const TUNNEL_ID_HEADER = 'atelier-tunnel-id';
 

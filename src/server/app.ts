@@ -26,11 +26,6 @@ declare module 'fastify' {
   interface FastifyContextConfig {
     /** Required on every route: who may call it (see identity/policy.ts). */
     access?: RouteAccess;
-    /**
-     * API tokens may be taken from the authenticator's cache (kept only while the server hears every
-     * change to tokens, users and memberships: see Authenticator.setGrantWatch). The tunnel route.
-     */
-    authCache?: boolean;
   }
   interface FastifyRequest {
     principal?: Principal;
@@ -130,7 +125,6 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     const principal = await deps.authenticator.authenticate(
       request.headers.authorization,
       tenantHeader(request.headers['x-atelier-tenant']),
-      { cached: request.routeOptions.config.authCache === true },
     );
     checkRouteAccess(access, principal);
     request.principal = principal;
@@ -175,14 +169,9 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   void app.register(async (scope) => {
     const terminals = terminalRoutes(scope, deps.workshops, deps.pool, deps.sealer, deps.logger, deps.approvals, deps.sessionsDir);
     scope.addHook('onClose', async () => terminals.close());
-    deps.authenticator.setGrantWatch(terminals.grants);
-    app.addHook('onSend', async (request, reply, payload) => {
-      await terminals.afterWrite(request, reply);
-      return payload;
-    });
     new Gauge({
       name: 'atelier_tunnels',
-      help: 'Byte tunnels on this server: relayed, and armed (port-forward spares waiting for a connection)',
+      help: 'Byte tunnels relayed on this server',
       labelNames: ['state'],
       registers: [registry],
       collect() {

@@ -6,19 +6,15 @@ import {
   AtelierError,
   PtyStart,
   TUNNEL_ID_HEADER,
-  TUNNEL_ARMED_TTL_HEADER,
-  TUNNEL_MODE_ARMED,
   TUNNEL_MODE_HEADER,
   TUNNEL_MODE_RAW,
   TUNNEL_PROTOCOL,
   TUNNEL_RESUMED_HEADER,
-  TUNNEL_CUT_MESSAGE,
-  resetSocket,
   type TunnelOutcome,
 } from '../../core/index.js';
 import type { ApprovalEvent, ApprovalService } from '../../approvals/index.js';
 import type { Pool } from '../../db/index.js';
-import type { GrantWatch, RouteAccess } from '../../identity/index.js';
+import type { RouteAccess } from '../../identity/index.js';
 import { SandboxConnectError } from '../../sandbox/index.js';
 import type { WorkshopService } from '../../workshops/index.js';
 import { attachPty, bridgeSocket, failSocket, sendEvent } from '../tunnels/bridge.js';
@@ -27,7 +23,6 @@ import { SshEndpoint, type Sealer } from '../tunnels/ssh.js';
 import { SandboxConnectors } from '../tunnels/connector.js';
 import { AgentSessions } from '../tunnels/sessions.js';
 import { TunnelRelays } from '../tunnels/relays.js';
-import { ArmedTunnels, ARMED_TTL_MS } from '../tunnels/armed.js';
 import { parse, principalOf } from './common.js';
 import { approvalWhat } from './workshops.js';
 
@@ -65,11 +60,11 @@ function upgradeRequired(): never {
   );
 }
 
-/** `raw` or `armed` for an `Upgrade: atelier-tunnel` request, false for anything else (WebSocket, plain GET). */
-function streamUpgrade(request: FastifyRequest): false | typeof TUNNEL_MODE_RAW | typeof TUNNEL_MODE_ARMED {
+/** Whether this is an `Upgrade: atelier-tunnel` request (false: a WebSocket, a plain GET). */
+function streamUpgrade(request: FastifyRequest): boolean {
   if (String(request.headers.upgrade ?? '').toLowerCase() !== TUNNEL_PROTOCOL) return false;
   const mode = String(request.headers[TUNNEL_MODE_HEADER] ?? '').toLowerCase();
-  if (mode === TUNNEL_MODE_RAW || mode === TUNNEL_MODE_ARMED) return mode;
+  if (mode === TUNNEL_MODE_RAW) return true;
   throw new AtelierError(
     'INVALID_ARGUMENT',
     `an \`Upgrade: ${TUNNEL_PROTOCOL}\` request must ask for a raw tunnel (\`${TUNNEL_MODE_HEADER}: ${TUNNEL_MODE_RAW}\`); an older CLI does not: update it`,
@@ -136,16 +131,8 @@ export interface TerminalsRuntime {
    * sandbox down, the workshop's tunnels are cut, and clients asking why are told it was deleted.
    */
   beforeDelete(request: FastifyRequest): Promise<void>;
-  /**
-   * A root `onSend` hook: the answer to a write that may change a grant (tokens, users, a workshop's
-   * stop or delete) waits until this server heard the change (its cached tokens, workshop lookups
-   * and armed tunnels are then up to date), so the client's next request finds it applied.
-   */
-  afterWrite(request: FastifyRequest, reply: FastifyReply): Promise<void>;
-  /** What hears changes to tokens, users, memberships and workshops (for the authenticator's token cache). */
-  grants: GrantWatch;
-  /** Tunnels relayed now, and armed spares held (the `atelier_tunnels` gauge). */
-  counts(): { relayed: number; armed: number };
+  /** Tunnels relayed now (the `atelier_tunnels` gauge). */
+  counts(): { relayed: number };
 }
 
 /**
@@ -188,14 +175,9 @@ export function terminalRoutes(
   const sessions = new AgentSessions(service, log, sessionsDir);
   const ptys = new Set<PtySession>();
   const relays = new TunnelRelays();
-  // A port-forward's spare tunnels, cut by notification when what authorised them changes.
-  const armed = new ArmedTunnels(log);
-  const databaseUrl = pool.options.connectionString;
-  if (databaseUrl) armed.start(databaseUrl, pool);
   // Upgraded connections are not the HTTP server's any more, yet it waits for them to close:
   // reset them first (clients then say "the tunnel was cut"), as @fastify/websocket closes its sockets.
   app.addHook('preClose', (done) => {
-    armed.close(TUNNEL_CUT_MESSAGE);
     relays.closeAll();
     done();
   });
@@ -263,75 +245,13 @@ export function terminalRoutes(
     },
   });
 
-  /**
-   * `Atelier-Tunnel-Mode: armed` (a port-forward's spare): authorised now, nothing dialled until
-   * the client's go byte; then the port inside is dialled and relayed like a raw tunnel, or the
-   * tunnel is reset with the reason kept for the client to ask (`GET …/tunnels/:tunnel`).
-   */
-  const armTunnel = async (request: FastifyRequest<IdParams & TunnelQuery>, reply: FastifyReply): Promise<void> => {
-    const startedAt = performance.now() - reply.elapsedTime;
-    const actor = principalOf(request);
-    const port = portParam(request.query.port);
-    if (actor.via !== 'api-token' || !actor.tokenId)
-      throw new AtelierError('UNSUPPORTED', 'armed tunnels need an API token (ATELIER_TOKEN): open one tunnel per connection instead');
-    if (port === SSH_PORT)
-      throw new AtelierError('UNSUPPORTED', 'port 22 is answered by the SSH endpoint, which is not armed: open one tunnel per connection');
-    // Never resumed for a spare: a forward's spares must not keep a suspended workshop awake. The
-    // lookup an earlier spare of this principal made is used while nothing it read has changed.
-    const who = [actor.tokenId, actor.userId, actor.tenantId, actor.role, actor.kind, actor.workshopId].join('|');
-    type Found = Awaited<ReturnType<WorkshopService['sandboxFor']>>;
-    let t = armed.lookup<Found>(who, request.params.id);
-    if (!t) {
-      t = await service.sandboxFor(request.params.id, actor, { resume: false });
-      armed.remember(who, request.params.id, startedAt, { workshop: t.id, tokenId: actor.tokenId, userId: actor.userId }, t);
-    }
-    const arm = { workshop: t.id, tokenId: actor.tokenId, userId: actor.userId, startedAt };
-    armed.check(arm);
-    const socket = request.raw.socket as Socket;
-    const id = relays.newId();
-    reply.hijack();
-    socket.setNoDelay(true);
-    socket.write(
-      `HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${TUNNEL_PROTOCOL}\r\n${TUNNEL_MODE_HEADER}: ${TUNNEL_MODE_ARMED}\r\n` +
-        `${TUNNEL_ID_HEADER}: ${id}\r\n${TUNNEL_ARMED_TTL_HEADER}: ${ARMED_TTL_MS}\r\n${TUNNEL_RESUMED_HEADER}: false\r\n\r\n`,
-    );
-    armed.arm({
-      ...arm,
-      id,
-      expiresAt: actor.expiresAt,
-      socket,
-      head: upgradeHead(request.raw),
-      onGo: (client, rest) => {
-        connectors.connect(t.sandbox, port).then(
-          (inside) => {
-            if (client.destroyed) return void inside.destroy();
-            relays.relay(id, t.id, client, inside, rest);
-          },
-          (err: Error) => {
-            const message =
-              err instanceof SandboxConnectError
-                ? `${err.message} (${t.id}): start the server there first`
-                : `could not reach port ${port} in workshop ${t.id}: ${err.message}`;
-            relays.record(id, t.id, { state: 'reset', code: err instanceof SandboxConnectError ? 'PORT_CLOSED' : 'UNAVAILABLE', message });
-            resetSocket(client);
-          },
-        );
-      },
-      onEnd: (how) => {
-        if (how.cut) relays.record(id, t.id, { state: 'cut', code: how.code ?? 'UNAVAILABLE', message: how.message });
-      },
-    });
-  };
-
   app.route<IdParams & TunnelQuery>({
     method: 'GET',
     url: '/v1/workshops/:id/tunnel',
-    // A forward opens one per connection (or arms one): the token is taken from the cache while valid.
-    config: { access: OPERATE, authCache: true },
+    config: { access: OPERATE },
     preHandler: async (request, reply) => {
       const stream = streamUpgrade(request);
-      if (stream === TUNNEL_MODE_ARMED) return armTunnel(request, reply);
-      await prepare(request, true, !!stream || !!(request as FastifyRequest & { ws?: boolean }).ws);
+      await prepare(request, true, stream || !!(request as FastifyRequest & { ws?: boolean }).ws);
       if (!stream) return;
       // `Upgrade: atelier-tunnel` (the CLI): the connection itself becomes the tunnel, raw bytes.
       const p = prepared.get(request)!;
@@ -461,27 +381,14 @@ export function terminalRoutes(
       } catch {
         return; // the route itself refuses, saying why
       }
-      armed.cutWorkshop(id, 'WORKSHOP_NOT_FOUND', `workshop ${id} was deleted`);
       relays.cutWorkshop(id, 'WORKSHOP_NOT_FOUND', `workshop ${id} was deleted`);
       ssh.forget(id);
       sessions.forget(id);
     },
-    grants: armed,
-    async afterWrite(request, reply) {
-      if (request.method === 'GET' || request.method === 'HEAD' || reply.statusCode >= 400) return;
-      const url = request.routeOptions.url ?? '';
-      const grant =
-        url.startsWith('/v1/tokens') ||
-        url.startsWith('/v1/users') ||
-        url === '/v1/workshops/:id/stop' ||
-        (request.method === 'DELETE' && url === '/v1/workshops/:id');
-      if (grant) await armed.sync();
-    },
     counts() {
-      return { relayed: relays.count(), armed: armed.count() };
+      return { relayed: relays.count() };
     },
     close() {
-      armed.close(TUNNEL_CUT_MESSAGE);
       relays.closeAll();
       connectors.close();
       for (const p of ptys) p.close();

@@ -67,11 +67,6 @@ export class TunnelRelays {
     this.track(id, workshop, done, () => resetSocket(client));
   }
 
-  /** Records how a tunnel that was never relayed ended (an armed spare cut, its dial refused). */
-  record(id: string, workshop: string, ending: Ending): void {
-    this.remember(id, { workshop, at: Date.now(), ...ending });
-  }
-
   /** Tunnels relayed now (all, or of one workshop). */
   count(workshop?: string): number {
     let n = 0;
