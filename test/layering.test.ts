@@ -4,10 +4,12 @@ import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { REPO_ROOT } from './helpers/server.js';
 
-// DESIGN.md: core ← db ← {sandbox, egress, simulators, approvals, actions, identity} ← workshops ← {server, mcp} ← cli.
+// DESIGN.md: core ← {db, relay} ← {sandbox, egress, simulators, approvals, actions, identity} ← workshops ← terminals ← {server, mcp} ← cli.
+// relay (the byte relay runtime) sits beside db: the egress proxy, workshops, terminals and the CLI use it.
 const LAYER: Record<string, number> = {
   core: 0,
   db: 1,
+  relay: 1,
   sandbox: 2,
   egress: 2,
   simulators: 2,
@@ -15,9 +17,10 @@ const LAYER: Record<string, number> = {
   actions: 2,
   identity: 2,
   workshops: 3,
-  server: 4,
-  mcp: 4,
-  cli: 5,
+  terminals: 4,
+  server: 5,
+  mcp: 5,
+  cli: 6,
 };
 
 function files(dir: string, out: string[] = []): string[] {

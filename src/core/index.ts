@@ -16,9 +16,10 @@ export {
 } from './clientConfig.js';
 export type { ClientConfig, ClientContext, ConfigIo, Credential } from './clientConfig.js';
 export { loadYaml } from './yaml.js';
-export { PTY_SIGNALS, PtyStart, TerminalControl } from './terminals.js';
-export type { TerminalEvent } from './terminals.js';
 export {
+  PTY_SIGNALS,
+  PtyStart,
+  TerminalControl,
   TUNNEL_CUT_MESSAGE,
   TUNNEL_ID_HEADER,
   TUNNEL_MODE_HEADER,
@@ -26,12 +27,7 @@ export {
   TUNNEL_PROTOCOL,
   TUNNEL_RESET_INSIDE_MESSAGE,
   TUNNEL_RESUMED_HEADER,
-  nodeRelay,
-  relayPair,
-  relaySpliced,
-  resetSocket,
-} from './tunnelStream.js';
-export type { RelayEnd, RelayedPair, TunnelOutcome } from './tunnelStream.js';
+} from './terminals.js';
+export type { TerminalEvent, TunnelOutcome } from './terminals.js';
 export { syncDir, writeFileAtomic } from './files.js';
 export type { AtomicWriteOptions } from './files.js';
-export { spliceRelay, SpliceRelay, type RelayOptions, type SpliceResult } from './splice.js';

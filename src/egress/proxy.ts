@@ -3,7 +3,8 @@
 // its first byte: 0x05 is SOCKS5, a letter is HTTP (CONNECT or absolute-form requests).
 import { chmod, lstat, unlink } from 'node:fs/promises';
 import net from 'node:net';
-import { AtelierError, spliceRelay } from '../core/index.js';
+import { AtelierError } from '../core/index.js';
+import { spliceRelay } from '../relay/index.js';
 import { type AddressClass, checkAddress } from './addresses.js';
 import { type CanonicalHost, canonicalizeHost, describeRaw } from './canonical.js';
 import {
@@ -1642,7 +1643,7 @@ export class EgressProxy {
    * side's write buffer is full (backpressure).
    *
    * Once a tunnel is decided and dialled its bytes are opaque, so plain sockets are handed to
-   * the zero-copy relay (src/core/splice.ts): same rules, enforced by splice-relay.py, with the
+   * the zero-copy relay (src/relay/splice.ts): same rules, enforced by splice-relay.py, with the
    * bytes never copied through this process (CONNECT upload ran at ~0.5× of a direct connection
    * relayed here). The tunnel still counts against the workshop's connections until it ends,
    * and closing the workshop's listener cuts it (its tag).

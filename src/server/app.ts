@@ -4,6 +4,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import { AtelierError, newRequestId } from '../core/index.js';
 import type { Pool } from '../db/index.js';
 import { ExecLog, type SecretStore, type WorkshopService } from '../workshops/index.js';
+import { createTerminals } from '../terminals/index.js';
 import type { ApprovalService, SlackNotifier } from '../approvals/index.js';
 import {
   checkRouteAccess,
@@ -167,7 +168,15 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   // onRequest hook before the upgrade, live in plugins registered after @fastify/websocket.
   void app.register(websocket, { options: { maxPayload: 1 << 20 } });
   void app.register(async (scope) => {
-    const terminals = terminalRoutes(scope, deps.workshops, deps.pool, deps.sealer, deps.logger, deps.approvals, deps.sessionsDir);
+    const terminals = createTerminals({
+      workshops: deps.workshops,
+      pool: deps.pool,
+      sealer: deps.sealer,
+      log: deps.logger,
+      approvals: deps.approvals,
+      sessionsDir: deps.sessionsDir,
+    });
+    terminalRoutes(scope, terminals);
     scope.addHook('onClose', async () => terminals.close());
     new Gauge({
       name: 'atelier_tunnels',
@@ -178,8 +187,6 @@ export function buildApp(deps: AppDeps): FastifyInstance {
         for (const [state, n] of Object.entries(terminals.counts())) this.set({ state }, n);
       },
     });
-    // A deleted workshop's tunnels are cut before its sandbox goes (the DELETE route is the root's).
-    app.addHook('preHandler', (request) => terminals.beforeDelete(request));
   });
   for (const register of deps.extraRoutes ?? []) register(app);
   const approvals = deps.approvals;

@@ -12,17 +12,8 @@ import {
   TUNNEL_RESUMED_HEADER,
   type TunnelOutcome,
 } from '../../core/index.js';
-import type { ApprovalEvent, ApprovalService } from '../../approvals/index.js';
-import type { Pool } from '../../db/index.js';
 import type { RouteAccess } from '../../identity/index.js';
-import { SandboxConnectError } from '../../sandbox/index.js';
-import type { WorkshopService } from '../../workshops/index.js';
-import { attachPty, bridgeSocket, failSocket, sendEvent } from '../tunnels/bridge.js';
-import { PtySession, type TerminalTarget } from '../tunnels/pty.js';
-import { SshEndpoint, type Sealer } from '../tunnels/ssh.js';
-import { SandboxConnectors } from '../tunnels/connector.js';
-import { AgentSessions } from '../tunnels/sessions.js';
-import { TunnelRelays } from '../tunnels/relays.js';
+import { attachPty, bridgeSocket, failSocket, sendEvent, SSH_PORT, type OpenTarget, type Terminals } from '../../terminals/index.js';
 import { parse, principalOf } from './common.js';
 import { approvalWhat } from './workshops.js';
 
@@ -31,8 +22,6 @@ const READ: RouteAccess = { role: 'viewer', agent: true };
 /** SSH keys belong to a person: agent tokens have no use for them. */
 const USER: RouteAccess = { role: 'viewer' };
 
-/** The port whose tunnel is answered by the workshop's SSH endpoint. */
-const SSH_PORT = 22;
 /** A PTY WebSocket must say what to run within this time. */
 const START_TIMEOUT_MS = 10_000;
 
@@ -81,7 +70,7 @@ function upgradeHead(raw: FastifyRequest['raw']): Buffer {
 
 /** What the preHandler prepared for a WebSocket route, before the upgrade. */
 interface Prepared {
-  target: TerminalTarget & { resumed: boolean };
+  target: OpenTarget;
   socket?: Socket;
   /** Hands `socket` over (to a relay): the client's socket closing no longer destroys it. */
   release?: () => void;
@@ -123,62 +112,27 @@ const StartSessionRequest = z.strictObject({
   resume: z.boolean().optional(),
 });
 
-/** What the terminals area keeps running; closed with the server. */
-export interface TerminalsRuntime {
-  close(): void;
-  /**
-   * A root `preHandler` hook: before `DELETE /v1/workshops/:id` (by someone allowed to) takes the
-   * sandbox down, the workshop's tunnels are cut, and clients asking why are told it was deleted.
-   */
-  beforeDelete(request: FastifyRequest): Promise<void>;
-  /** Tunnels relayed now (the `atelier_tunnels` gauge). */
-  counts(): { relayed: number };
-}
-
 /**
- * Terminals and tunnels: PTY and TCP-tunnel WebSockets into a workshop, its SSH endpoint (a
- * tunnel to port 22), the SSH keys users register, and agent sessions that outlive their client.
+ * Terminals and tunnels over HTTP: PTY and TCP-tunnel WebSockets into a workshop, the raw tunnel
+ * (`Upgrade: atelier-tunnel`), its SSH endpoint (a tunnel to port 22), the SSH keys users
+ * register, and agent sessions that outlive their client. The work is the terminals room's.
  */
-export function terminalRoutes(
-  app: FastifyInstance,
-  service: WorkshopService,
-  pool: Pool,
-  sealer: Sealer,
-  log: FastifyInstance['log'],
-  approvals: ApprovalService | undefined,
-  sessionsDir: string,
-): TerminalsRuntime {
+export function terminalRoutes(app: FastifyInstance, terminals: Terminals): void {
   /**
    * While a terminal is attached to a workshop, anything that workshop asks a human for (a held
    * egress request, a command, a secret…) is announced to it in one event; the CLI prints the
    * line with the command that approves it.
    */
   const announceApprovals = (ws: WebSocket, workshopId: string): void => {
-    if (!approvals) return;
-    const onEvent = ({ event }: { event: ApprovalEvent }): void => {
-      const a = event.approval;
-      if (event.type !== 'created' || a.workshopId !== workshopId) return;
-      sendEvent(ws, { type: 'approval', id: a.id, category: a.category, what: approvalWhat(a.payload) });
-    };
-    approvals.events.on('event', onEvent);
-    ws.once('close', () => approvals.events.off('event', onEvent));
+    const stop = terminals.onApproval(workshopId, (a) =>
+      sendEvent(ws, { type: 'approval', id: a.id, category: a.category, what: approvalWhat(a.payload) }),
+    );
+    ws.once('close', stop);
   };
-  const connectors = new SandboxConnectors();
-  const ssh = new SshEndpoint(pool, sealer, connectors, log);
-  // Host keys left in clear by an older server are sealed at start (and on first use, if this fails).
-  void ssh.sealStoredKeys().then(
-    (n) => {
-      if (n > 0) log.info({ sealed: n }, 'sealed the SSH host keys stored in clear');
-    },
-    (err: unknown) => log.warn({ err: String(err) }, 'could not seal the SSH host keys stored in clear yet'),
-  );
-  const sessions = new AgentSessions(service, log, sessionsDir);
-  const ptys = new Set<PtySession>();
-  const relays = new TunnelRelays();
   // Upgraded connections are not the HTTP server's any more, yet it waits for them to close:
   // reset them first (clients then say "the tunnel was cut"), as @fastify/websocket closes its sockets.
   app.addHook('preClose', (done) => {
-    relays.closeAll();
+    terminals.cutTunnels();
     done();
   });
 
@@ -188,31 +142,21 @@ export function terminalRoutes(
     const port = withPort ? portParam(request.query.port) : undefined;
     const resume = boolParam(request.query.resume, 'resume', true);
     if (!upgrade) {
-      await service.authorize(request.params.id, actor, 'operate');
+      await terminals.authorize(request.params.id, actor);
       return;
     }
-    const t = await service.sandboxFor(request.params.id, actor, { resume });
-    const target = { id: t.id, sandbox: t.sandbox, env: t.env, resumed: t.resumed };
+    const target = await terminals.target(request.params.id, actor, { resume });
     if (port === undefined || port === SSH_PORT) {
       prepared.set(request, { target });
       return;
     }
     // The remote port must answer before the client is told the tunnel is up.
-    try {
-      const socket = await connectors.connect(t.sandbox, port);
-      // Never left open inside the workshop by a client that went away before the upgrade.
-      const drop = (): void => void socket.destroy();
-      request.raw.socket.once('close', drop);
-      if (request.raw.socket.destroyed) socket.destroy();
-      prepared.set(request, { target, socket, release: () => request.raw.socket.off('close', drop) });
-    } catch (err) {
-      if (err instanceof SandboxConnectError)
-        throw new AtelierError('PORT_CLOSED', `${err.message} (${request.params.id}): start the server there first`, {
-          port,
-          errno: err.errno,
-        });
-      throw new AtelierError('UNAVAILABLE', `could not reach port ${port} in workshop ${request.params.id}: ${(err as Error).message}`);
-    }
+    const socket = await terminals.dial(target, port);
+    // Never left open inside the workshop by a client that went away before the upgrade.
+    const drop = (): void => void socket.destroy();
+    request.raw.socket.once('close', drop);
+    if (request.raw.socket.destroyed) socket.destroy();
+    prepared.set(request, { target, socket, release: () => request.raw.socket.off('close', drop) });
   };
 
   app.route<IdParams & TunnelQuery>({
@@ -231,13 +175,11 @@ export function terminalRoutes(
       } catch (err) {
         return failSocket(ws, 'INVALID_ARGUMENT', err instanceof AtelierError ? err.message : 'the first message must be JSON');
       }
-      const session = new PtySession(p.target, start.command ?? ['/bin/bash', '-l'], start);
-      ptys.add(session);
+      const session = terminals.startPty(p.target, start.command ?? ['/bin/bash', '-l'], start);
       sendEvent(ws, { type: 'started', resumed: p.target.resumed });
       announceApprovals(ws, (request.params as { id: string }).id);
       void attachPty(ws, session, { replay: false }).then(() => session.close());
       session.onExit((e) => {
-        ptys.delete(session);
         // Output still queued in the kernel is read before the exit event (node-pty waits for the PTY to close).
         sendEvent(ws, { type: 'exit', exitCode: e.exitCode, signal: e.signal });
         ws.close(1000);
@@ -256,7 +198,7 @@ export function terminalRoutes(
       // `Upgrade: atelier-tunnel` (the CLI): the connection itself becomes the tunnel, raw bytes.
       const p = prepared.get(request)!;
       const socket = request.raw.socket as Socket;
-      const id = relays.newId();
+      const id = terminals.newTunnelId();
       reply.hijack();
       const head = upgradeHead(request.raw);
       socket.write(
@@ -265,14 +207,10 @@ export function terminalRoutes(
       );
       if (p.socket) {
         p.release?.();
-        return relays.relay(id, p.target.id, socket, p.socket, head);
+        return terminals.relay(id, p.target.id, socket, p.socket, head);
       }
       // Port 22: the workshop's SSH endpoint, for the user the tunnel authenticated.
-      relays.serve(id, p.target.id, socket);
-      if (head.length > 0) socket.unshift(head);
-      ssh
-        .serve(socket, p.target, principalOf(request).userId)
-        .catch((err: Error) => relays.fail(id, 'UNAVAILABLE', `the SSH endpoint could not start: ${err.message}`));
+      terminals.serveSsh(id, socket, head, p.target, principalOf(request).userId);
     },
     handler: async () => upgradeRequired(),
     wsHandler: async (ws: WebSocket, request: FastifyRequest) => {
@@ -282,7 +220,7 @@ export function terminalRoutes(
       // Port 22: the workshop's SSH endpoint, for the user the tunnel authenticated.
       const stream = createWebSocketStream(ws);
       stream.on('error', () => undefined);
-      await ssh.serve(stream, p.target, principalOf(request).userId).catch((err: Error) => {
+      await terminals.serveSshStream(stream, p.target, principalOf(request).userId).catch((err: Error) => {
         failSocket(ws, 'UNAVAILABLE', `the SSH endpoint could not start: ${err.message}`);
       });
     },
@@ -292,26 +230,16 @@ export function terminalRoutes(
   app.get<IdParams & { Params: { tunnel: string } }>(
     '/v1/workshops/:id/tunnels/:tunnel',
     { config: { access: OPERATE } },
-    async (request): Promise<TunnelOutcome> => {
-      // Whoever may open the workshop's tunnels (the `operate` right) may ask how one ended.
-      await service.authorize(request.params.id, principalOf(request), 'operate');
-      const w = await service.get(request.params.id, principalOf(request));
-      const outcome = await relays.why(w.id, request.params.tunnel);
-      if (w.status === 'Deleting' && outcome.state !== 'closed')
-        return { ...outcome, state: 'cut', code: 'WORKSHOP_NOT_FOUND', message: `workshop ${w.id} was deleted` };
-      return outcome;
-    },
+    async (request): Promise<TunnelOutcome> => terminals.tunnelOutcome(request.params.id, request.params.tunnel, principalOf(request)),
   );
 
-  app.get<IdParams>('/v1/workshops/:id/ssh', { config: { access: READ } }, async (request) => {
-    const w = await service.get(request.params.id, principalOf(request));
-    const { publicKey } = await ssh.hostKey(w.id);
-    return { workshop: w.id, hostAlias: `atelier-${w.id}`, hostKey: publicKey, port: SSH_PORT };
-  });
+  app.get<IdParams>('/v1/workshops/:id/ssh', { config: { access: READ } }, async (request) =>
+    terminals.sshInfo(request.params.id, principalOf(request)),
+  );
 
   app.post('/v1/ssh/keys', { config: { access: USER } }, async (request, reply) => {
     const body = parse(AddKeyRequest, request.body);
-    const key = await ssh.addKey(principalOf(request).userId, body.publicKey);
+    const key = await terminals.addSshKey(principalOf(request).userId, body.publicKey);
     if (!key)
       throw new AtelierError(
         'INVALID_ARGUMENT',
@@ -322,10 +250,12 @@ export function terminalRoutes(
       );
     return reply.status(201).send(key);
   });
-  app.get('/v1/ssh/keys', { config: { access: USER } }, async (request) => ({ items: await ssh.keys(principalOf(request).userId) }));
+  app.get('/v1/ssh/keys', { config: { access: USER } }, async (request) => ({
+    items: await terminals.sshKeys(principalOf(request).userId),
+  }));
   app.delete<{ Params: { fingerprint: string } }>('/v1/ssh/keys/:fingerprint', { config: { access: USER } }, async (request) => {
     const fingerprint = request.params.fingerprint;
-    if (!(await ssh.removeKey(principalOf(request).userId, fingerprint)))
+    if (!(await terminals.removeSshKey(principalOf(request).userId, fingerprint)))
       throw new AtelierError('NOT_FOUND', `no SSH key ${fingerprint} is registered for you: see \`GET /v1/ssh/keys\``);
     return { fingerprint, deleted: true };
   });
@@ -333,16 +263,16 @@ export function terminalRoutes(
   // Agent sessions: a PTY that outlives its client, reattached with its recent output.
   app.post<IdParams>('/v1/workshops/:id/sessions', { config: { access: OPERATE } }, async (request, reply) => {
     const body = parse(StartSessionRequest, request.body);
-    const r = await sessions.start(request.params.id, principalOf(request), body);
+    const r = await terminals.startSession(request.params.id, principalOf(request), body);
     return reply.status(r.created ? 201 : 200).send(r.session);
   });
   app.get<IdParams>('/v1/workshops/:id/sessions', { config: { access: READ } }, async (request) => ({
-    items: await sessions.list(request.params.id, principalOf(request)),
+    items: await terminals.listSessions(request.params.id, principalOf(request)),
   }));
   app.delete<IdParams & { Params: { name: string } }>(
     '/v1/workshops/:id/sessions/:name',
     { config: { access: OPERATE } },
-    async (request) => sessions.stop(request.params.id, request.params.name, principalOf(request)),
+    async (request) => terminals.stopSession(request.params.id, request.params.name, principalOf(request)),
   );
   app.route<IdParams & { Params: { name: string } } & TunnelQuery>({
     method: 'GET',
@@ -351,14 +281,14 @@ export function terminalRoutes(
     preHandler: async (request: FastifyRequest<IdParams & { Params: { name: string } } & TunnelQuery>, _reply: FastifyReply) => {
       const actor = principalOf(request);
       const resume = boolParam(request.query.resume, 'resume', true);
-      const found = await sessions.find(request.params.id, request.params.name, actor, { resume });
+      const target = await terminals.findSession(request.params.id, request.params.name, actor, { resume });
       if (!(request as FastifyRequest & { ws?: boolean }).ws) return;
-      prepared.set(request, { target: { ...found.target, resumed: found.resumed } });
+      prepared.set(request, { target });
     },
     handler: async () => upgradeRequired(),
     wsHandler: async (ws: WebSocket, request: FastifyRequest<IdParams & { Params: { name: string } }>) => {
       const p = prepared.get(request)!;
-      const session = sessions.get(request.params.id, request.params.name);
+      const session = terminals.session(request.params.id, request.params.name);
       if (!session) return failSocket(ws, 'NOT_FOUND', `session ${request.params.name} has ended`);
       sendEvent(ws, { type: 'started', resumed: p.target.resumed, session: request.params.name });
       announceApprovals(ws, request.params.id);
@@ -371,28 +301,4 @@ export function terminalRoutes(
       session.onExit(onExit);
     },
   });
-
-  return {
-    async beforeDelete(request) {
-      if (request.method !== 'DELETE' || request.routeOptions.url !== '/v1/workshops/:id') return;
-      const id = (request.params as { id: string }).id;
-      try {
-        await service.authorize(id, principalOf(request), 'delete');
-      } catch {
-        return; // the route itself refuses, saying why
-      }
-      relays.cutWorkshop(id, 'WORKSHOP_NOT_FOUND', `workshop ${id} was deleted`);
-      ssh.forget(id);
-      sessions.forget(id);
-    },
-    counts() {
-      return { relayed: relays.count() };
-    },
-    close() {
-      relays.closeAll();
-      connectors.close();
-      for (const p of ptys) p.close();
-      sessions.close();
-    },
-  };
 }

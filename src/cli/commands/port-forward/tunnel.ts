@@ -11,9 +11,9 @@ import {
   TUNNEL_PROTOCOL,
   TUNNEL_RESUMED_HEADER,
   isErrorCode,
-  resetSocket,
   type TunnelOutcome,
 } from '../../../core/index.js';
+import { resetSocket } from '../../../relay/index.js';
 import { call, freshBearer, readBody, serverError, type Target } from '../../client.js';
 
 /** An open raw byte tunnel to a port inside a workshop. */

@@ -44,8 +44,8 @@ interface Waiting {
 const PYTHON = '/usr/bin/python3';
 
 function helperPath(): string | undefined {
-  // Beside this module (dist/core), or beside the CLI's bundle chunks (dist/bundle).
-  for (const rel of ['./splice-relay.py', '../core/splice-relay.py']) {
+  // Beside this module (dist/relay), or beside the CLI's bundle chunks (dist/bundle).
+  for (const rel of ['./splice-relay.py', '../relay/splice-relay.py']) {
     const path = fileURLToPath(new URL(rel, import.meta.url));
     if (existsSync(path)) return path;
   }

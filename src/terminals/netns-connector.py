@@ -9,7 +9,7 @@ import os
 import socket
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "core"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "core"))
 sys.dont_write_bytecode = True
 from node_ipc import Channel, Closed  # noqa: E402
 
