@@ -7,8 +7,8 @@
  *   server on the host and beside OpenSSH `ssh -L` through the workshop's SSH endpoint (the
  *   managed config's ProxyCommand: the same tunnel, plus SSH).
  * - A new connection to its first byte back, back to back (a burst) and one every 100 ms, on the
- *   same three paths, and through `atelier port-forward --no-spares` (a tunnel opened per
- *   connection, without armed spares); then the parts of an authenticated tunnel request.
+ *   same three paths (port-forward opens a tunnel per connection); then the parts of an
+ *   authenticated tunnel request.
  * - PTY keystroke echo: one byte sent on the PTY WebSocket, the kernel's echo back (a program in
  *   non-canonical mode), ECHO_SAMPLES times, p50/p99, beside a PTY on the host (node-pty, no
  *   sandbox, no WebSocket); and the same through an agent session, whose PTY is held by a process
@@ -351,7 +351,7 @@ export async function terminals(server: BenchServer): Promise<Record<string, unk
 
     const rows: [string, string, number][] = [
       ['direct', 'loopback connection on the host', directPort],
-      ['atelier', 'atelier port-forward (armed spares, relayed twice)', pfPort],
+      ['atelier', 'atelier port-forward (relayed twice)', pfPort],
     ];
     let sshNote = '';
     if (hasCommand('ssh') && hasCommand('ssh-keygen')) {
@@ -413,24 +413,7 @@ export async function terminals(server: BenchServer): Promise<Record<string, unk
     }
     result.portForward = measured;
 
-    // The same forward without armed spares: each connection opens its own tunnel (the path
-    // before spares, and still the one of a connection that finds no spare).
-    const plain = spawn(process.execPath, [ATELIER_BIN, 'port-forward', '--no-spares', ws.id, `0:${PORT_IN_WORKSHOP}`], {
-      env,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    children.push(plain);
-    const plainPort = Number((await watch(plain, /Forwarding from 127\.0\.0\.1:(\d+)/, 'atelier port-forward --no-spares'))[1]);
-    const noSpares = {
-      connect: summarize(await firstByte(plainPort)),
-      connectSpaced: summarize(await firstByte(plainPort, CONNECT_GAP_MS)),
-    };
-    statLine('atelier', 'port-forward --no-spares: new connection', noSpares.connect, ['p50', 'p99']);
-    statLine('atelier', `the same, one every ${CONNECT_GAP_MS} ms`, noSpares.connectSpaced, ['p50', 'p99']);
-    ratioLine('atelier spares / --no-spares new connection p50', a.connect.p50, noSpares.connect.p50);
-    result.noSpares = noSpares;
-
-    // Where a new forwarded connection's time goes without a spare: each connection is one authenticated request.
+    // Where a new forwarded connection's time goes: each connection is one authenticated request.
     const parts = {
       get: await timedRequests(server, `/v1/workshops/${ws.id}`, false),
       upgrade22: await timedRequests(server, `/v1/workshops/${ws.id}/tunnel?port=22`, true),

@@ -9,15 +9,15 @@ cpSync('src/db/migrations', 'dist/db/migrations', { recursive: true });
 // The helper that opens each workshop's egress listener inside its network namespace.
 cpSync('src/sandbox/netns-listen.py', 'dist/sandbox/netns-listen.py');
 // The long-lived variant the terminals area keeps per workshop (port-forward, ssh -L).
-cpSync('src/server/tunnels/netns-connector.py', 'dist/server/tunnels/netns-connector.py');
-// The zero-copy relay of tunnels (src/core/splice.ts; the CLI's bundle finds it in dist/core).
-cpSync('src/core/splice-relay.py', 'dist/core/splice-relay.py');
+cpSync('src/terminals/netns-connector.py', 'dist/terminals/netns-connector.py');
+// The zero-copy relay of tunnels (src/relay/splice.ts; the CLI's bundle finds it in dist/relay).
+cpSync('src/relay/splice-relay.py', 'dist/relay/splice-relay.py');
 // Node's IPC channel for the python helpers above and below (each imports it from dist/core).
 cpSync('src/core/node_ipc.py', 'dist/core/node_ipc.py');
 // The small helper that forks the simulators' processes (a fork of the server costs 10–40 ms).
 cpSync('src/simulators/spawner.py', 'dist/simulators/spawner.py');
 // The process that holds an agent session's PTY (it outlives the server).
-cpSync('src/server/tunnels/session-holder.py', 'dist/server/tunnels/session-holder.py');
+cpSync('src/terminals/session-holder.py', 'dist/terminals/session-holder.py');
 rmSync('dist/bundle', { recursive: true, force: true });
 await build({
   entryPoints: ['dist/cli/main.js'],

@@ -6,13 +6,15 @@ import { REPO_ROOT } from './helpers/server.js';
 
 /**
  * DESIGN.md: core ← db ← {sandbox, egress, simulators, approvals, actions, identity} ← workshops
- * ← terminals ← mcp ← server ← cli. mcp sits below server since it holds the in-workshop MCP
+ * ← terminals ← mcp ← server ← cli; relay (the byte relay runtime: the egress proxy, terminals
+ * and the CLI's port-forward use it) sits beside db. mcp sits below server since it holds the in-workshop MCP
  * endpoint that the server wires (src/mcp/index.ts); nothing imports server or cli. A folder of
  * the table may not exist yet (terminals is being made): the check covers what is there.
  */
 const LAYERS: Readonly<Record<string, number>> = {
   core: 0,
   db: 1,
+  relay: 1,
   sandbox: 2,
   egress: 2,
   simulators: 2,
@@ -43,18 +45,12 @@ const RULES: LayeringRules = {
       why: 'a backend package (dynalite, local-aws-sqs…) by name: never a file of ours',
     },
     {
-      file: 'core/splice.ts',
+      file: 'relay/splice.ts',
       expr: 'rel',
-      why: "one of two literal places of splice-relay.py, both in core (beside it, or beside the CLI's bundle)",
+      why: "one of two literal places of splice-relay.py, both in relay (beside it, or beside the CLI's bundle)",
     },
   ],
-  couplings: [
-    {
-      file: 'workshops/local/driver.ts',
-      text: '/session-holder.py',
-      why: "issue 21 item 1: branch `terminals` replaces this file-name match with the driver's own record of the sessions it holds",
-    },
-  ],
+  couplings: [],
   python: { sharedFolder: 'core', env: 'ATELIER_PYTHON_LIB', spawnerCall: 'pythonLibEnv' },
 };
 

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { build } from 'esbuild';
-import { presetCommand } from '../src/server/tunnels/sessions.js';
+import { presetCommand } from '../src/terminals/index.js';
 import { TestServer, makeRepo } from './helpers/server.js';
 
 // The MCP endpoint inside every workshop (http://mcp.atelier.internal/mcp), driven by the official

@@ -16,26 +16,19 @@ export {
 } from './clientConfig.js';
 export type { ClientConfig, ClientContext, ConfigIo, Credential } from './clientConfig.js';
 export { loadYaml } from './yaml.js';
-export { PTY_SIGNALS, PtyStart, TerminalControl } from './terminals.js';
-export type { TerminalEvent } from './terminals.js';
 export {
-  TUNNEL_ARMED_GO,
-  TUNNEL_ARMED_TTL_HEADER,
+  PTY_SIGNALS,
+  PtyStart,
+  TerminalControl,
   TUNNEL_CUT_MESSAGE,
   TUNNEL_ID_HEADER,
-  TUNNEL_MODE_ARMED,
   TUNNEL_MODE_HEADER,
   TUNNEL_MODE_RAW,
   TUNNEL_PROTOCOL,
   TUNNEL_RESET_INSIDE_MESSAGE,
   TUNNEL_RESUMED_HEADER,
-  nodeRelay,
-  relayPair,
-  relaySpliced,
-  resetSocket,
-} from './tunnelStream.js';
-export type { RelayEnd, RelayedPair, TunnelOutcome } from './tunnelStream.js';
+} from './terminals.js';
+export type { TerminalEvent, TunnelOutcome } from './terminals.js';
 export { syncDir, writeFileAtomic } from './files.js';
 export type { AtomicWriteOptions } from './files.js';
-export { spliceRelay, SpliceRelay, type RelayOptions, type SpliceResult } from './splice.js';
 export { PYTHON_LIB_VARIABLE, pythonLibDir, pythonLibEnv } from './python.js';

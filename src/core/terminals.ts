@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import type { ErrorCode } from './errors.js';
 
 /**
  * Wire contract of the terminal and tunnel WebSockets (`/v1/workshops/:id/pty`, `/tunnel`,
@@ -46,3 +47,45 @@ export type TerminalEvent =
   /** Something the workshop asks a human for while this terminal is attached (never a secret's value). */
   | { type: 'approval'; id: string; category: string; what: string }
   | { type: 'error'; code: string; message: string };
+
+/**
+ * The byte tunnel: what `GET /v1/workshops/:id/tunnel?port=N` speaks after an HTTP/1.1
+ * `Upgrade: atelier-tunnel` (the WebSocket form of the same route stays for browsers).
+ *
+ * The request carries `Atelier-Tunnel-Mode: raw`; the `101 Switching Protocols` acknowledges it
+ * (same header) and names the tunnel (`Atelier-Tunnel-Id`). From then on the connection carries
+ * the bytes of the connection inside the workshop and nothing else, so that both the server and
+ * the CLI can hand their two sockets to a zero-copy splice relay:
+ * - a half-close is a half-close (TCP FIN), both ways;
+ * - a connection reset inside the workshop resets the tunnel (TCP RST), and the client's reset
+ *   resets the connection inside;
+ * - why a tunnel ended abnormally (reset inside the workshop, the workshop deleted, the server
+ *   shutting down) is kept by the server for a while: the client asks
+ *   `GET /v1/workshops/:id/tunnels/:tunnel` once it sees a reset. A server that cannot be reached
+ *   or has no record of the tunnel means it was cut (server restarted or network down).
+ */
+export const TUNNEL_PROTOCOL = 'atelier-tunnel';
+/** The 101 response header saying whether the workshop was resumed for this tunnel. */
+export const TUNNEL_RESUMED_HEADER = 'atelier-resumed';
+/** Request header asking for a raw tunnel, echoed by the 101 that grants it. */
+export const TUNNEL_MODE_HEADER = 'atelier-tunnel-mode';
+export const TUNNEL_MODE_RAW = 'raw';
+/** The 101 response header naming the tunnel (for `GET /v1/workshops/:id/tunnels/:tunnel`). */
+export const TUNNEL_ID_HEADER = 'atelier-tunnel-id';
+
+export const TUNNEL_CUT_MESSAGE = 'the tunnel was cut (server restarted or network down)';
+export const TUNNEL_RESET_INSIDE_MESSAGE = 'the connection inside the workshop was reset';
+
+/**
+ * How a tunnel went, as the server tells it: `open` (still relaying), `closed` (both ways ended
+ * normally), `reset` (a reset inside the workshop, or by the client), `cut` (by the server:
+ * workshop deleted, server shutting down, SSH endpoint failure), `unknown` (no record: the server
+ * restarted since, or it ended long ago).
+ */
+export interface TunnelOutcome {
+  id: string;
+  workshop: string;
+  state: 'open' | 'closed' | 'reset' | 'cut' | 'unknown';
+  code?: ErrorCode;
+  message: string;
+}

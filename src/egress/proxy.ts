@@ -6,7 +6,8 @@
 // decide.ts, the one decision pipeline.
 import { chmod, lstat, unlink } from 'node:fs/promises';
 import net from 'node:net';
-import { AtelierError, spliceRelay } from '../core/index.js';
+import { AtelierError } from '../core/index.js';
+import { spliceRelay } from '../relay/index.js';
 import { rawAnswer } from './answers.js';
 import type { Listener, ProxyContext } from './context.js';
 import { EgressDecider } from './decide.js';

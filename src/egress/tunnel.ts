@@ -1,7 +1,7 @@
 // Tunnels: CONNECT (answered here) and the byte relay behind both CONNECT and SOCKS5 once a
 // target is decided and dialed. A tunnel's bytes are opaque: only the target was checked.
 import net from 'node:net';
-import { spliceRelay } from '../core/index.js';
+import { spliceRelay } from '../relay/index.js';
 import { rawAnswer, refusal } from './answers.js';
 import { boundTarget, splitAuthority } from './authority.js';
 import { type ProxyContext, type Listener, LazySignal } from './context.js';
@@ -107,7 +107,7 @@ function dialTunnel(
  * side's write buffer is full (backpressure).
  *
  * Once a tunnel is decided and dialled its bytes are opaque, so plain sockets are handed to
- * the zero-copy relay (src/core/splice.ts): same rules, enforced by splice-relay.py, with the
+ * the zero-copy relay (src/relay/splice.ts): same rules, enforced by splice-relay.py, with the
  * bytes never copied through this process (CONNECT upload ran at ~0.5× of a direct connection
  * relayed here). The tunnel still counts against the workshop's connections until it ends,
  * and closing the workshop's listener cuts it (its tag).

@@ -13,6 +13,6 @@ export {
   type RouteAccess,
   type WorkshopAction,
 } from './policy.js';
-export { Authenticator, type GrantWatch, type TokenAuthority } from './principal.js';
+export { Authenticator, type TokenAuthority } from './principal.js';
 export { ROLES, atLeast, isRole, weaker, type Role } from './roles.js';
 export { ALLOWED_ALGORITHMS, JwtVerifier, looksLikeJwt, type VerifiedToken } from './verify.js';

@@ -34,31 +34,12 @@ interface MembershipRow {
 }
 
 /**
- * Tells the token cache that something an API token's principal depends on changed: `token:ID`
- * (revoked, expiry, role, owner, tenant, workshop binding), `user:ID` (disabled, deleted, a
- * membership changed or removed), as migration 015's triggers notify them.
- */
-export interface GrantWatch {
-  /** Since when (performance.now()) every change is heard: Infinity while not listening. */
-  readonly watchingSince: number;
-  /** Whether any of `keys` changed at or after `at`. */
-  changedSince(keys: string[], at: number): boolean;
-}
-
-/** A cached API token lookup is used this long at most. */
-const TOKEN_CACHE_MS = 30_000;
-const TOKEN_CACHE_MAX = 10_000;
-
-/**
  * Turns an `Authorization: Bearer …` header into a Principal. Two kinds of bearer:
  * `atl_…` API tokens (hashed in the database: scoped, expiring, revocable, possibly bound to one
  * workshop) and JWT access tokens from the configured OIDC issuer (verified with jose).
  */
 export class Authenticator {
   private authority: TokenAuthority | undefined;
-  private grants: GrantWatch | undefined;
-  /** API token lookups by token hash, each with when its lookup started (performance.now()). */
-  private readonly cache = new Map<string, { row: TokenRow; at: number }>();
 
   constructor(private readonly pool: Pool) {}
 
@@ -66,37 +47,7 @@ export class Authenticator {
     this.authority = authority;
   }
 
-  /**
-   * Enables the API token cache for requests that ask for it (`authenticate(…, { cached: true })`):
-   * a token looked up less than 30 s ago is not looked up again while `watch` has heard every
-   * change since that lookup started and none touched the token or its user. A revoked token, a
-   * disabled user, a changed membership thus refuse the next request at once, on every server.
-   */
-  setGrantWatch(watch: GrantWatch): void {
-    this.grants = watch;
-  }
-
-  private cachedRow(hash: string): TokenRow | undefined {
-    const hit = this.cache.get(hash);
-    const grants = this.grants;
-    if (!hit || !grants) return undefined;
-    const fresh =
-      grants.watchingSince <= hit.at &&
-      performance.now() - hit.at < TOKEN_CACHE_MS &&
-      !grants.changedSince([`token:${hit.row.id}`, `user:${hit.row.user_id}`], hit.at);
-    if (!fresh) {
-      this.cache.delete(hash);
-      return undefined;
-    }
-    const expired = hit.row.expires_at !== null && hit.row.expires_at.getTime() <= Date.now();
-    return { ...hit.row, expired, stale: false };
-  }
-
-  async authenticate(
-    authorization: string | undefined,
-    tenantHeader: string | undefined,
-    opts: { cached?: boolean } = {},
-  ): Promise<Principal> {
+  async authenticate(authorization: string | undefined, tenantHeader: string | undefined): Promise<Principal> {
     const m = authorization ? /^Bearer\s+(\S+)$/i.exec(authorization) : null;
     if (!m)
       throw new AtelierError(
@@ -105,12 +56,23 @@ export class Authenticator {
       );
     const bearer = m[1]!;
     if (looksLikeJwt(bearer)) return this.fromJwt(bearer, tenantHeader);
-    return this.fromApiToken(bearer, tenantHeader, opts.cached === true);
+    return this.fromApiToken(bearer, tenantHeader);
   }
 
-  private async fromApiToken(token: string, tenantHeader: string | undefined, cached: boolean): Promise<Principal> {
-    const hash = hashToken(token);
-    const row = (cached ? this.cachedRow(hash) : undefined) ?? (await this.lookupToken(hash));
+  private async fromApiToken(token: string, tenantHeader: string | undefined): Promise<Principal> {
+    const [row] = await queryRows<TokenRow>(
+      this.pool,
+      `SELECT t.id, t.user_id, t.role AS cap, t.workshop_id, t.expires_at,
+              (t.expires_at IS NOT NULL AND t.expires_at <= now()) AS expired, t.revoked_at IS NOT NULL AS revoked,
+              t.tenant_id, tn.name AS tenant_name, u.name, u.disabled_at IS NOT NULL AS disabled, m.role AS member_role,
+              (t.last_used_at IS NULL OR t.last_used_at < now() - interval '60 seconds') AS stale
+         FROM api_tokens t
+         JOIN users u ON u.id = t.user_id
+         JOIN tenants tn ON tn.id = t.tenant_id
+         LEFT JOIN memberships m ON m.user_id = t.user_id AND m.tenant_id = t.tenant_id
+        WHERE t.token_hash = $1`,
+      [hashToken(token)],
+    );
     if (!row)
       throw new AtelierError(
         'UNAUTHENTICATED',
@@ -144,29 +106,6 @@ export class Authenticator {
       via: 'api-token',
       expiresAt: row.expires_at?.toISOString() ?? null,
     };
-  }
-
-  /** The token's row (kept for the cache when every change since the lookup started will be heard). */
-  private async lookupToken(hash: string): Promise<TokenRow | undefined> {
-    const at = performance.now();
-    const [row] = await queryRows<TokenRow>(
-      this.pool,
-      `SELECT t.id, t.user_id, t.role AS cap, t.workshop_id, t.expires_at,
-              (t.expires_at IS NOT NULL AND t.expires_at <= now()) AS expired, t.revoked_at IS NOT NULL AS revoked,
-              t.tenant_id, tn.name AS tenant_name, u.name, u.disabled_at IS NOT NULL AS disabled, m.role AS member_role,
-              (t.last_used_at IS NULL OR t.last_used_at < now() - interval '60 seconds') AS stale
-         FROM api_tokens t
-         JOIN users u ON u.id = t.user_id
-         JOIN tenants tn ON tn.id = t.tenant_id
-         LEFT JOIN memberships m ON m.user_id = t.user_id AND m.tenant_id = t.tenant_id
-        WHERE t.token_hash = $1`,
-      [hash],
-    );
-    if (row && this.grants && this.grants.watchingSince <= at) {
-      if (this.cache.size >= TOKEN_CACHE_MAX) this.cache.clear();
-      this.cache.set(hash, { row, at });
-    }
-    return row;
   }
 
   private async fromJwt(token: string, tenantHeader: string | undefined): Promise<Principal> {

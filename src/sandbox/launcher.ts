@@ -333,6 +333,12 @@ export interface ExecSpec {
   command: string[];
   cwd: string;
   env: Record<string, string>;
+  /**
+   * The name the chain's first shell runs under (its `$0`, `sh` by default): seen in the chain's
+   * command line on the host, it lets a driver recognise the chains it marked (an agent
+   * session's, which outlives the server). The workload never sees it.
+   */
+  label?: string;
 }
 
 const CHDIR_THEN_EXEC = 'cd -- "$1" || exit 126; shift; exec "$@"';
@@ -381,7 +387,7 @@ export function sandboxArgv(handle: SandboxHandle, spec: ExecSpec): string[] {
   // runs privileged with a fixed environment (no PATH or LD_PRELOAD of the workshop's choosing;
   // the handed-over variables all carry the prefix, which nothing privileged reads).
   const names = Object.keys(spec.env).filter((k) => ENV_NAME.test(k));
-  ns.push('/bin/sh', '-c', APPLY_ENV, 'sh', String(names.length), ...names);
+  ns.push('/bin/sh', '-c', APPLY_ENV, spec.label ?? 'sh', String(names.length), ...names);
   if (!inWorkspace) ns.push('/bin/sh', '-c', CHDIR_THEN_EXEC, 'sh', spec.cwd);
   // Names a shell cannot carry (`odd-name`) are set last by env, on its command line as before.
   const odd = Object.entries(spec.env).filter(([k]) => !ENV_NAME.test(k));

@@ -4,6 +4,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import { AtelierError, newRequestId } from '../core/index.js';
 import type { Pool } from '../db/index.js';
 import { ExecLog, type SecretStore, type WorkshopService } from '../workshops/index.js';
+import { createTerminals } from '../terminals/index.js';
 import type { ApprovalService, SlackNotifier } from '../approvals/index.js';
 import {
   checkRouteAccess,
@@ -26,11 +27,6 @@ declare module 'fastify' {
   interface FastifyContextConfig {
     /** Required on every route: who may call it (see identity/policy.ts). */
     access?: RouteAccess;
-    /**
-     * API tokens may be taken from the authenticator's cache (kept only while the server hears every
-     * change to tokens, users and memberships: see Authenticator.setGrantWatch). The tunnel route.
-     */
-    authCache?: boolean;
   }
   interface FastifyRequest {
     principal?: Principal;
@@ -130,7 +126,6 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     const principal = await deps.authenticator.authenticate(
       request.headers.authorization,
       tenantHeader(request.headers['x-atelier-tenant']),
-      { cached: request.routeOptions.config.authCache === true },
     );
     checkRouteAccess(access, principal);
     request.principal = principal;
@@ -146,7 +141,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
 
   app.setErrorHandler(errorHandler);
   app.setNotFoundHandler((request) => {
-    throw new AtelierError('NOT_FOUND', `no route ${request.method} ${request.url.split('?')[0]}: see the README's API section`);
+    throw new AtelierError('NOT_FOUND', `no route ${request.method} ${request.url.split('?')[0]}: see docs/api.md`);
   });
 
   const PUBLIC = { config: { access: 'public' as const } };
@@ -173,24 +168,25 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   // onRequest hook before the upgrade, live in plugins registered after @fastify/websocket.
   void app.register(websocket, { options: { maxPayload: 1 << 20 } });
   void app.register(async (scope) => {
-    const terminals = terminalRoutes(scope, deps.workshops, deps.pool, deps.sealer, deps.logger, deps.approvals, deps.sessionsDir);
-    scope.addHook('onClose', async () => terminals.close());
-    deps.authenticator.setGrantWatch(terminals.grants);
-    app.addHook('onSend', async (request, reply, payload) => {
-      await terminals.afterWrite(request, reply);
-      return payload;
+    const terminals = createTerminals({
+      workshops: deps.workshops,
+      pool: deps.pool,
+      sealer: deps.sealer,
+      log: deps.logger,
+      approvals: deps.approvals,
+      sessionsDir: deps.sessionsDir,
     });
+    terminalRoutes(scope, terminals);
+    scope.addHook('onClose', async () => terminals.close());
     new Gauge({
       name: 'atelier_tunnels',
-      help: 'Byte tunnels on this server: relayed, and armed (port-forward spares waiting for a connection)',
+      help: 'Byte tunnels relayed on this server',
       labelNames: ['state'],
       registers: [registry],
       collect() {
         for (const [state, n] of Object.entries(terminals.counts())) this.set({ state }, n);
       },
     });
-    // A deleted workshop's tunnels are cut before its sandbox goes (the DELETE route is the root's).
-    app.addHook('preHandler', (request) => terminals.beforeDelete(request));
   });
   for (const register of deps.extraRoutes ?? []) register(app);
   const approvals = deps.approvals;

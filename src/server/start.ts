@@ -329,8 +329,9 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       sealer: masterKey,
       execGate: approvals.execGate,
       secretEnv: (id) => approvals.secrets.envFor(id),
-      onDeleted: (id) => mcpGateway.forget(id),
     });
+    // A deleted workshop's in-workshop MCP endpoint and its token go with it.
+    workshops.events.on('deleted', ({ id }) => mcpGateway.forget(id));
     await approvals.start(workshops);
     cleanups.push(() => approvals.close());
     await workshops.reconcile();

@@ -1,7 +1,8 @@
 import { existsSync, readFileSync } from 'node:fs';
 import net from 'node:net';
 import { join } from 'node:path';
-import { relayPair, spliceRelay, writeFileAtomic } from '../core/index.js';
+import { writeFileAtomic } from '../core/index.js';
+import { relayPair, spliceRelay } from '../relay/index.js';
 import { INTERNAL_SUFFIX, type EgressProxy, type InternalTarget } from '../egress/index.js';
 import { hostsFile, listenInSandboxMany, type SandboxHandle, type SandboxLayout } from '../sandbox/index.js';
 

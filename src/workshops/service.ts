@@ -24,7 +24,8 @@ import { EGRESS_PORT, listenInSandbox, type SandboxHandle } from '../sandbox/ind
 import { createEgressPolicy, type EgressJournal, type EgressPolicy, type EgressProxy, type EgressRecord } from '../egress/index.js';
 import { readDevcontainer } from './devcontainer.js';
 import { readProjectSettings } from './project.js';
-import type { LocalDriver } from './local/driver.js';
+import type { WorkshopDriver } from './driver.js';
+import { WorkshopEvents } from './events.js';
 import { cloneRepo, resolveRepoSource } from './repo.js';
 import type { InternalNetwork } from './internal.js';
 import { mergeSimulators, precheckSimulators, type SimulatorManager, type SimulatorView, type WorkshopContext } from './simulators.js';
@@ -74,8 +75,6 @@ export interface ServiceOptions {
   execGate?: ExecGate;
   /** Variables of granted secrets (approved SECRET_REQUESTs) for new execs of a workshop. */
   secretEnv?: (workshopId: string) => Promise<Record<string, string>>;
-  /** Called once a workshop is deleted (its row gone): what other parts of the server held for it goes too. */
-  onDeleted?: (workshopId: string) => void;
 }
 
 export type ExecGate = (
@@ -207,12 +206,17 @@ function drainAfterExit(stream: Readable): Promise<void> {
 export class WorkshopService {
   private readonly locks = new Map<string, Promise<unknown>>();
   private readonly running = new Map<string, Set<RunningExec>>();
+  /** Lifecycle events (`deleting`, `stopped`, `deleted`) for the rooms that hold something per workshop. */
+  readonly events: WorkshopEvents;
 
   constructor(
     private readonly pool: Pool,
-    private readonly driver: LocalDriver,
+    /** Where and how the sandboxes run; terminals ask it how to enter one. */
+    readonly driver: WorkshopDriver,
     private readonly opts: ServiceOptions,
-  ) {}
+  ) {
+    this.events = new WorkshopEvents(opts.log);
+  }
 
   /** Serialises lifecycle operations on one workshop within this server. */
   private async locked<T>(id: string, fn: () => Promise<T>): Promise<T> {
@@ -546,7 +550,8 @@ export class WorkshopService {
 
   /** Freezes every process of the workshop (cgroup freezer); memory and files stay as they are. */
   async stop(id: string, actor: Principal): Promise<Workshop> {
-    return this.locked(id, async () => {
+    let stopped = false;
+    const w = await this.locked(id, async () => {
       const row = await this.row(id, { actor, action: 'operate' });
       if (row.status === 'Suspended') return toWorkshop(row);
       if (row.status !== 'Running' || !row.sandbox)
@@ -561,8 +566,11 @@ export class WorkshopService {
         );
       await this.waitExecsEntered(row);
       await this.driver.suspend(row.sandbox);
+      stopped = true;
       return toWorkshop(await this.setStatus(id, 'Suspended', null));
     });
+    if (stopped) await this.events.emit({ type: 'stopped', id: w.id });
+    return w;
   }
 
   /** Thaws a suspended workshop, or starts its sandbox again if its processes were lost. */
@@ -588,7 +596,9 @@ export class WorkshopService {
 
   /** Kills the sandbox and removes every file, cgroup and row the workshop owned. */
   async delete(id: string, actor: Principal): Promise<void> {
-    await this.row(id, { actor, action: 'delete' });
+    const found = await this.row(id, { actor, action: 'delete' });
+    // Before anything is torn down: live connections into the sandbox are cut with the reason.
+    await this.events.emit({ type: 'deleting', id: found.id });
     // Commands still running there would hold the lock and die with the sandbox anyway.
     await this.killExecs(id);
     await this.locked(id, async () => {
@@ -603,7 +613,7 @@ export class WorkshopService {
       });
       await queryRows(this.pool, 'DELETE FROM workshops WHERE id = $1', [id]);
     });
-    this.opts.onDeleted?.(id);
+    await this.events.emit({ type: 'deleted', id: found.id });
   }
 
   private sandboxEnv(row: WorkshopRow, extra: Record<string, string> = {}): Record<string, string> {

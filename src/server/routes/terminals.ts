@@ -6,28 +6,14 @@ import {
   AtelierError,
   PtyStart,
   TUNNEL_ID_HEADER,
-  TUNNEL_ARMED_TTL_HEADER,
-  TUNNEL_MODE_ARMED,
   TUNNEL_MODE_HEADER,
   TUNNEL_MODE_RAW,
   TUNNEL_PROTOCOL,
   TUNNEL_RESUMED_HEADER,
-  TUNNEL_CUT_MESSAGE,
-  resetSocket,
   type TunnelOutcome,
 } from '../../core/index.js';
-import type { ApprovalEvent, ApprovalService } from '../../approvals/index.js';
-import type { Pool } from '../../db/index.js';
-import type { GrantWatch, RouteAccess } from '../../identity/index.js';
-import { SandboxConnectError } from '../../sandbox/index.js';
-import type { WorkshopService } from '../../workshops/index.js';
-import { attachPty, bridgeSocket, failSocket, sendEvent } from '../tunnels/bridge.js';
-import { PtySession, type TerminalTarget } from '../tunnels/pty.js';
-import { SshEndpoint, type Sealer } from '../tunnels/ssh.js';
-import { SandboxConnectors } from '../tunnels/connector.js';
-import { AgentSessions } from '../tunnels/sessions.js';
-import { TunnelRelays } from '../tunnels/relays.js';
-import { ArmedTunnels, ARMED_TTL_MS } from '../tunnels/armed.js';
+import type { RouteAccess } from '../../identity/index.js';
+import { attachPty, bridgeSocket, failSocket, sendEvent, SSH_PORT, type OpenTarget, type Terminals } from '../../terminals/index.js';
 import { parse, principalOf } from './common.js';
 import { approvalWhat } from './workshops.js';
 
@@ -36,8 +22,6 @@ const READ: RouteAccess = { role: 'viewer', agent: true };
 /** SSH keys belong to a person: agent tokens have no use for them. */
 const USER: RouteAccess = { role: 'viewer' };
 
-/** The port whose tunnel is answered by the workshop's SSH endpoint. */
-const SSH_PORT = 22;
 /** A PTY WebSocket must say what to run within this time. */
 const START_TIMEOUT_MS = 10_000;
 
@@ -65,11 +49,11 @@ function upgradeRequired(): never {
   );
 }
 
-/** `raw` or `armed` for an `Upgrade: atelier-tunnel` request, false for anything else (WebSocket, plain GET). */
-function streamUpgrade(request: FastifyRequest): false | typeof TUNNEL_MODE_RAW | typeof TUNNEL_MODE_ARMED {
+/** Whether this is an `Upgrade: atelier-tunnel` request (false: a WebSocket, a plain GET). */
+function streamUpgrade(request: FastifyRequest): boolean {
   if (String(request.headers.upgrade ?? '').toLowerCase() !== TUNNEL_PROTOCOL) return false;
   const mode = String(request.headers[TUNNEL_MODE_HEADER] ?? '').toLowerCase();
-  if (mode === TUNNEL_MODE_RAW || mode === TUNNEL_MODE_ARMED) return mode;
+  if (mode === TUNNEL_MODE_RAW) return true;
   throw new AtelierError(
     'INVALID_ARGUMENT',
     `an \`Upgrade: ${TUNNEL_PROTOCOL}\` request must ask for a raw tunnel (\`${TUNNEL_MODE_HEADER}: ${TUNNEL_MODE_RAW}\`); an older CLI does not: update it`,
@@ -86,7 +70,7 @@ function upgradeHead(raw: FastifyRequest['raw']): Buffer {
 
 /** What the preHandler prepared for a WebSocket route, before the upgrade. */
 interface Prepared {
-  target: TerminalTarget & { resumed: boolean };
+  target: OpenTarget;
   socket?: Socket;
   /** Hands `socket` over (to a relay): the client's socket closing no longer destroys it. */
   release?: () => void;
@@ -128,75 +112,27 @@ const StartSessionRequest = z.strictObject({
   resume: z.boolean().optional(),
 });
 
-/** What the terminals area keeps running; closed with the server. */
-export interface TerminalsRuntime {
-  close(): void;
-  /**
-   * A root `preHandler` hook: before `DELETE /v1/workshops/:id` (by someone allowed to) takes the
-   * sandbox down, the workshop's tunnels are cut, and clients asking why are told it was deleted.
-   */
-  beforeDelete(request: FastifyRequest): Promise<void>;
-  /**
-   * A root `onSend` hook: the answer to a write that may change a grant (tokens, users, a workshop's
-   * stop or delete) waits until this server heard the change (its cached tokens, workshop lookups
-   * and armed tunnels are then up to date), so the client's next request finds it applied.
-   */
-  afterWrite(request: FastifyRequest, reply: FastifyReply): Promise<void>;
-  /** What hears changes to tokens, users, memberships and workshops (for the authenticator's token cache). */
-  grants: GrantWatch;
-  /** Tunnels relayed now, and armed spares held (the `atelier_tunnels` gauge). */
-  counts(): { relayed: number; armed: number };
-}
-
 /**
- * Terminals and tunnels: PTY and TCP-tunnel WebSockets into a workshop, its SSH endpoint (a
- * tunnel to port 22), the SSH keys users register, and agent sessions that outlive their client.
+ * Terminals and tunnels over HTTP: PTY and TCP-tunnel WebSockets into a workshop, the raw tunnel
+ * (`Upgrade: atelier-tunnel`), its SSH endpoint (a tunnel to port 22), the SSH keys users
+ * register, and agent sessions that outlive their client. The work is the terminals room's.
  */
-export function terminalRoutes(
-  app: FastifyInstance,
-  service: WorkshopService,
-  pool: Pool,
-  sealer: Sealer,
-  log: FastifyInstance['log'],
-  approvals: ApprovalService | undefined,
-  sessionsDir: string,
-): TerminalsRuntime {
+export function terminalRoutes(app: FastifyInstance, terminals: Terminals): void {
   /**
    * While a terminal is attached to a workshop, anything that workshop asks a human for (a held
    * egress request, a command, a secret…) is announced to it in one event; the CLI prints the
    * line with the command that approves it.
    */
   const announceApprovals = (ws: WebSocket, workshopId: string): void => {
-    if (!approvals) return;
-    const onEvent = ({ event }: { event: ApprovalEvent }): void => {
-      const a = event.approval;
-      if (event.type !== 'created' || a.workshopId !== workshopId) return;
-      sendEvent(ws, { type: 'approval', id: a.id, category: a.category, what: approvalWhat(a.payload) });
-    };
-    approvals.events.on('event', onEvent);
-    ws.once('close', () => approvals.events.off('event', onEvent));
+    const stop = terminals.onApproval(workshopId, (a) =>
+      sendEvent(ws, { type: 'approval', id: a.id, category: a.category, what: approvalWhat(a.payload) }),
+    );
+    ws.once('close', stop);
   };
-  const connectors = new SandboxConnectors();
-  const ssh = new SshEndpoint(pool, sealer, connectors, log);
-  // Host keys left in clear by an older server are sealed at start (and on first use, if this fails).
-  void ssh.sealStoredKeys().then(
-    (n) => {
-      if (n > 0) log.info({ sealed: n }, 'sealed the SSH host keys stored in clear');
-    },
-    (err: unknown) => log.warn({ err: String(err) }, 'could not seal the SSH host keys stored in clear yet'),
-  );
-  const sessions = new AgentSessions(service, log, sessionsDir);
-  const ptys = new Set<PtySession>();
-  const relays = new TunnelRelays();
-  // A port-forward's spare tunnels, cut by notification when what authorised them changes.
-  const armed = new ArmedTunnels(log);
-  const databaseUrl = pool.options.connectionString;
-  if (databaseUrl) armed.start(databaseUrl, pool);
   // Upgraded connections are not the HTTP server's any more, yet it waits for them to close:
   // reset them first (clients then say "the tunnel was cut"), as @fastify/websocket closes its sockets.
   app.addHook('preClose', (done) => {
-    armed.close(TUNNEL_CUT_MESSAGE);
-    relays.closeAll();
+    terminals.cutTunnels();
     done();
   });
 
@@ -206,31 +142,21 @@ export function terminalRoutes(
     const port = withPort ? portParam(request.query.port) : undefined;
     const resume = boolParam(request.query.resume, 'resume', true);
     if (!upgrade) {
-      await service.authorize(request.params.id, actor, 'operate');
+      await terminals.authorize(request.params.id, actor);
       return;
     }
-    const t = await service.sandboxFor(request.params.id, actor, { resume });
-    const target = { id: t.id, sandbox: t.sandbox, env: t.env, resumed: t.resumed };
+    const target = await terminals.target(request.params.id, actor, { resume });
     if (port === undefined || port === SSH_PORT) {
       prepared.set(request, { target });
       return;
     }
     // The remote port must answer before the client is told the tunnel is up.
-    try {
-      const socket = await connectors.connect(t.sandbox, port);
-      // Never left open inside the workshop by a client that went away before the upgrade.
-      const drop = (): void => void socket.destroy();
-      request.raw.socket.once('close', drop);
-      if (request.raw.socket.destroyed) socket.destroy();
-      prepared.set(request, { target, socket, release: () => request.raw.socket.off('close', drop) });
-    } catch (err) {
-      if (err instanceof SandboxConnectError)
-        throw new AtelierError('PORT_CLOSED', `${err.message} (${request.params.id}): start the server there first`, {
-          port,
-          errno: err.errno,
-        });
-      throw new AtelierError('UNAVAILABLE', `could not reach port ${port} in workshop ${request.params.id}: ${(err as Error).message}`);
-    }
+    const socket = await terminals.dial(target, port);
+    // Never left open inside the workshop by a client that went away before the upgrade.
+    const drop = (): void => void socket.destroy();
+    request.raw.socket.once('close', drop);
+    if (request.raw.socket.destroyed) socket.destroy();
+    prepared.set(request, { target, socket, release: () => request.raw.socket.off('close', drop) });
   };
 
   app.route<IdParams & TunnelQuery>({
@@ -249,13 +175,11 @@ export function terminalRoutes(
       } catch (err) {
         return failSocket(ws, 'INVALID_ARGUMENT', err instanceof AtelierError ? err.message : 'the first message must be JSON');
       }
-      const session = new PtySession(p.target, start.command ?? ['/bin/bash', '-l'], start);
-      ptys.add(session);
+      const session = terminals.startPty(p.target, start.command ?? ['/bin/bash', '-l'], start);
       sendEvent(ws, { type: 'started', resumed: p.target.resumed });
       announceApprovals(ws, (request.params as { id: string }).id);
       void attachPty(ws, session, { replay: false }).then(() => session.close());
       session.onExit((e) => {
-        ptys.delete(session);
         // Output still queued in the kernel is read before the exit event (node-pty waits for the PTY to close).
         sendEvent(ws, { type: 'exit', exitCode: e.exitCode, signal: e.signal });
         ws.close(1000);
@@ -263,80 +187,18 @@ export function terminalRoutes(
     },
   });
 
-  /**
-   * `Atelier-Tunnel-Mode: armed` (a port-forward's spare): authorised now, nothing dialled until
-   * the client's go byte; then the port inside is dialled and relayed like a raw tunnel, or the
-   * tunnel is reset with the reason kept for the client to ask (`GET …/tunnels/:tunnel`).
-   */
-  const armTunnel = async (request: FastifyRequest<IdParams & TunnelQuery>, reply: FastifyReply): Promise<void> => {
-    const startedAt = performance.now() - reply.elapsedTime;
-    const actor = principalOf(request);
-    const port = portParam(request.query.port);
-    if (actor.via !== 'api-token' || !actor.tokenId)
-      throw new AtelierError('UNSUPPORTED', 'armed tunnels need an API token (ATELIER_TOKEN): open one tunnel per connection instead');
-    if (port === SSH_PORT)
-      throw new AtelierError('UNSUPPORTED', 'port 22 is answered by the SSH endpoint, which is not armed: open one tunnel per connection');
-    // Never resumed for a spare: a forward's spares must not keep a suspended workshop awake. The
-    // lookup an earlier spare of this principal made is used while nothing it read has changed.
-    const who = [actor.tokenId, actor.userId, actor.tenantId, actor.role, actor.kind, actor.workshopId].join('|');
-    type Found = Awaited<ReturnType<WorkshopService['sandboxFor']>>;
-    let t = armed.lookup<Found>(who, request.params.id);
-    if (!t) {
-      t = await service.sandboxFor(request.params.id, actor, { resume: false });
-      armed.remember(who, request.params.id, startedAt, { workshop: t.id, tokenId: actor.tokenId, userId: actor.userId }, t);
-    }
-    const arm = { workshop: t.id, tokenId: actor.tokenId, userId: actor.userId, startedAt };
-    armed.check(arm);
-    const socket = request.raw.socket as Socket;
-    const id = relays.newId();
-    reply.hijack();
-    socket.setNoDelay(true);
-    socket.write(
-      `HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${TUNNEL_PROTOCOL}\r\n${TUNNEL_MODE_HEADER}: ${TUNNEL_MODE_ARMED}\r\n` +
-        `${TUNNEL_ID_HEADER}: ${id}\r\n${TUNNEL_ARMED_TTL_HEADER}: ${ARMED_TTL_MS}\r\n${TUNNEL_RESUMED_HEADER}: false\r\n\r\n`,
-    );
-    armed.arm({
-      ...arm,
-      id,
-      expiresAt: actor.expiresAt,
-      socket,
-      head: upgradeHead(request.raw),
-      onGo: (client, rest) => {
-        connectors.connect(t.sandbox, port).then(
-          (inside) => {
-            if (client.destroyed) return void inside.destroy();
-            relays.relay(id, t.id, client, inside, rest);
-          },
-          (err: Error) => {
-            const message =
-              err instanceof SandboxConnectError
-                ? `${err.message} (${t.id}): start the server there first`
-                : `could not reach port ${port} in workshop ${t.id}: ${err.message}`;
-            relays.record(id, t.id, { state: 'reset', code: err instanceof SandboxConnectError ? 'PORT_CLOSED' : 'UNAVAILABLE', message });
-            resetSocket(client);
-          },
-        );
-      },
-      onEnd: (how) => {
-        if (how.cut) relays.record(id, t.id, { state: 'cut', code: how.code ?? 'UNAVAILABLE', message: how.message });
-      },
-    });
-  };
-
   app.route<IdParams & TunnelQuery>({
     method: 'GET',
     url: '/v1/workshops/:id/tunnel',
-    // A forward opens one per connection (or arms one): the token is taken from the cache while valid.
-    config: { access: OPERATE, authCache: true },
+    config: { access: OPERATE },
     preHandler: async (request, reply) => {
       const stream = streamUpgrade(request);
-      if (stream === TUNNEL_MODE_ARMED) return armTunnel(request, reply);
-      await prepare(request, true, !!stream || !!(request as FastifyRequest & { ws?: boolean }).ws);
+      await prepare(request, true, stream || !!(request as FastifyRequest & { ws?: boolean }).ws);
       if (!stream) return;
       // `Upgrade: atelier-tunnel` (the CLI): the connection itself becomes the tunnel, raw bytes.
       const p = prepared.get(request)!;
       const socket = request.raw.socket as Socket;
-      const id = relays.newId();
+      const id = terminals.newTunnelId();
       reply.hijack();
       const head = upgradeHead(request.raw);
       socket.write(
@@ -345,14 +207,10 @@ export function terminalRoutes(
       );
       if (p.socket) {
         p.release?.();
-        return relays.relay(id, p.target.id, socket, p.socket, head);
+        return terminals.relay(id, p.target.id, socket, p.socket, head);
       }
       // Port 22: the workshop's SSH endpoint, for the user the tunnel authenticated.
-      relays.serve(id, p.target.id, socket);
-      if (head.length > 0) socket.unshift(head);
-      ssh
-        .serve(socket, p.target, principalOf(request).userId)
-        .catch((err: Error) => relays.fail(id, 'UNAVAILABLE', `the SSH endpoint could not start: ${err.message}`));
+      terminals.serveSsh(id, socket, head, p.target, principalOf(request).userId);
     },
     handler: async () => upgradeRequired(),
     wsHandler: async (ws: WebSocket, request: FastifyRequest) => {
@@ -362,7 +220,7 @@ export function terminalRoutes(
       // Port 22: the workshop's SSH endpoint, for the user the tunnel authenticated.
       const stream = createWebSocketStream(ws);
       stream.on('error', () => undefined);
-      await ssh.serve(stream, p.target, principalOf(request).userId).catch((err: Error) => {
+      await terminals.serveSshStream(stream, p.target, principalOf(request).userId).catch((err: Error) => {
         failSocket(ws, 'UNAVAILABLE', `the SSH endpoint could not start: ${err.message}`);
       });
     },
@@ -372,26 +230,16 @@ export function terminalRoutes(
   app.get<IdParams & { Params: { tunnel: string } }>(
     '/v1/workshops/:id/tunnels/:tunnel',
     { config: { access: OPERATE } },
-    async (request): Promise<TunnelOutcome> => {
-      // Whoever may open the workshop's tunnels (the `operate` right) may ask how one ended.
-      await service.authorize(request.params.id, principalOf(request), 'operate');
-      const w = await service.get(request.params.id, principalOf(request));
-      const outcome = await relays.why(w.id, request.params.tunnel);
-      if (w.status === 'Deleting' && outcome.state !== 'closed')
-        return { ...outcome, state: 'cut', code: 'WORKSHOP_NOT_FOUND', message: `workshop ${w.id} was deleted` };
-      return outcome;
-    },
+    async (request): Promise<TunnelOutcome> => terminals.tunnelOutcome(request.params.id, request.params.tunnel, principalOf(request)),
   );
 
-  app.get<IdParams>('/v1/workshops/:id/ssh', { config: { access: READ } }, async (request) => {
-    const w = await service.get(request.params.id, principalOf(request));
-    const { publicKey } = await ssh.hostKey(w.id);
-    return { workshop: w.id, hostAlias: `atelier-${w.id}`, hostKey: publicKey, port: SSH_PORT };
-  });
+  app.get<IdParams>('/v1/workshops/:id/ssh', { config: { access: READ } }, async (request) =>
+    terminals.sshInfo(request.params.id, principalOf(request)),
+  );
 
   app.post('/v1/ssh/keys', { config: { access: USER } }, async (request, reply) => {
     const body = parse(AddKeyRequest, request.body);
-    const key = await ssh.addKey(principalOf(request).userId, body.publicKey);
+    const key = await terminals.addSshKey(principalOf(request).userId, body.publicKey);
     if (!key)
       throw new AtelierError(
         'INVALID_ARGUMENT',
@@ -402,10 +250,12 @@ export function terminalRoutes(
       );
     return reply.status(201).send(key);
   });
-  app.get('/v1/ssh/keys', { config: { access: USER } }, async (request) => ({ items: await ssh.keys(principalOf(request).userId) }));
+  app.get('/v1/ssh/keys', { config: { access: USER } }, async (request) => ({
+    items: await terminals.sshKeys(principalOf(request).userId),
+  }));
   app.delete<{ Params: { fingerprint: string } }>('/v1/ssh/keys/:fingerprint', { config: { access: USER } }, async (request) => {
     const fingerprint = request.params.fingerprint;
-    if (!(await ssh.removeKey(principalOf(request).userId, fingerprint)))
+    if (!(await terminals.removeSshKey(principalOf(request).userId, fingerprint)))
       throw new AtelierError('NOT_FOUND', `no SSH key ${fingerprint} is registered for you: see \`GET /v1/ssh/keys\``);
     return { fingerprint, deleted: true };
   });
@@ -413,16 +263,16 @@ export function terminalRoutes(
   // Agent sessions: a PTY that outlives its client, reattached with its recent output.
   app.post<IdParams>('/v1/workshops/:id/sessions', { config: { access: OPERATE } }, async (request, reply) => {
     const body = parse(StartSessionRequest, request.body);
-    const r = await sessions.start(request.params.id, principalOf(request), body);
+    const r = await terminals.startSession(request.params.id, principalOf(request), body);
     return reply.status(r.created ? 201 : 200).send(r.session);
   });
   app.get<IdParams>('/v1/workshops/:id/sessions', { config: { access: READ } }, async (request) => ({
-    items: await sessions.list(request.params.id, principalOf(request)),
+    items: await terminals.listSessions(request.params.id, principalOf(request)),
   }));
   app.delete<IdParams & { Params: { name: string } }>(
     '/v1/workshops/:id/sessions/:name',
     { config: { access: OPERATE } },
-    async (request) => sessions.stop(request.params.id, request.params.name, principalOf(request)),
+    async (request) => terminals.stopSession(request.params.id, request.params.name, principalOf(request)),
   );
   app.route<IdParams & { Params: { name: string } } & TunnelQuery>({
     method: 'GET',
@@ -431,14 +281,14 @@ export function terminalRoutes(
     preHandler: async (request: FastifyRequest<IdParams & { Params: { name: string } } & TunnelQuery>, _reply: FastifyReply) => {
       const actor = principalOf(request);
       const resume = boolParam(request.query.resume, 'resume', true);
-      const found = await sessions.find(request.params.id, request.params.name, actor, { resume });
+      const target = await terminals.findSession(request.params.id, request.params.name, actor, { resume });
       if (!(request as FastifyRequest & { ws?: boolean }).ws) return;
-      prepared.set(request, { target: { ...found.target, resumed: found.resumed } });
+      prepared.set(request, { target });
     },
     handler: async () => upgradeRequired(),
     wsHandler: async (ws: WebSocket, request: FastifyRequest<IdParams & { Params: { name: string } }>) => {
       const p = prepared.get(request)!;
-      const session = sessions.get(request.params.id, request.params.name);
+      const session = terminals.session(request.params.id, request.params.name);
       if (!session) return failSocket(ws, 'NOT_FOUND', `session ${request.params.name} has ended`);
       sendEvent(ws, { type: 'started', resumed: p.target.resumed, session: request.params.name });
       announceApprovals(ws, request.params.id);
@@ -451,41 +301,4 @@ export function terminalRoutes(
       session.onExit(onExit);
     },
   });
-
-  return {
-    async beforeDelete(request) {
-      if (request.method !== 'DELETE' || request.routeOptions.url !== '/v1/workshops/:id') return;
-      const id = (request.params as { id: string }).id;
-      try {
-        await service.authorize(id, principalOf(request), 'delete');
-      } catch {
-        return; // the route itself refuses, saying why
-      }
-      armed.cutWorkshop(id, 'WORKSHOP_NOT_FOUND', `workshop ${id} was deleted`);
-      relays.cutWorkshop(id, 'WORKSHOP_NOT_FOUND', `workshop ${id} was deleted`);
-      ssh.forget(id);
-      sessions.forget(id);
-    },
-    grants: armed,
-    async afterWrite(request, reply) {
-      if (request.method === 'GET' || request.method === 'HEAD' || reply.statusCode >= 400) return;
-      const url = request.routeOptions.url ?? '';
-      const grant =
-        url.startsWith('/v1/tokens') ||
-        url.startsWith('/v1/users') ||
-        url === '/v1/workshops/:id/stop' ||
-        (request.method === 'DELETE' && url === '/v1/workshops/:id');
-      if (grant) await armed.sync();
-    },
-    counts() {
-      return { relayed: relays.count(), armed: armed.count() };
-    },
-    close() {
-      armed.close(TUNNEL_CUT_MESSAGE);
-      relays.closeAll();
-      connectors.close();
-      for (const p of ptys) p.close();
-      sessions.close();
-    },
-  };
 }

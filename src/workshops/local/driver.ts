@@ -11,7 +11,10 @@ import {
   isFrozen,
   isSandboxAlive,
   killSandbox,
+  nsenterArgs,
   prepareLayout,
+  privilegedEnv,
+  sandboxArgv,
   sandboxLayout,
   startSandbox,
   thaw,
@@ -21,20 +24,23 @@ import {
   type SandboxHandle,
   type SandboxLayout,
 } from '../../sandbox/index.js';
-import { AtelierError, type WorkshopLimits } from '../../core/index.js';
+import { AtelierError } from '../../core/index.js';
+import type { EnterSpec, SandboxEntry, StartRequest, WorkshopDriver } from '../driver.js';
 
-export interface StartRequest {
-  id: string;
-  uid: number;
-  hostname: string;
-  limits: WorkshopLimits;
-}
+/**
+ * The label (`ExecSpec.label`) of chains that outlive the server (agent sessions): a server
+ * started later finds it in their command line and leaves them running.
+ */
+const OUTLIVES_SERVER_LABEL = 'atelier-outlives-server';
+
+/** The fixed environment of a helper entering only the network namespace (never the workshop's). */
+const HELPER_ENV = { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C.UTF-8' };
 
 /**
  * Runs workshops as bubblewrap sandboxes on this host. One sandbox = one detached `bwrap`
  * whose PID 1 idles; work enters it with nsenter (see README, "Architecture").
  */
-export class LocalDriver {
+export class LocalDriver implements WorkshopDriver {
   readonly name = 'local';
   private readonly base: CgroupPaths | null;
 
@@ -107,6 +113,16 @@ export class LocalDriver {
     return execInSandbox(handle, spec);
   }
 
+  enter(handle: SandboxHandle, spec: EnterSpec): SandboxEntry {
+    const { outlivesServer, ...exec } = spec;
+    const marked: ExecSpec = outlivesServer ? { ...exec, label: OUTLIVES_SERVER_LABEL } : exec;
+    return { argv: sandboxArgv(handle, marked), env: privilegedEnv(marked) };
+  }
+
+  netnsEntry(handle: SandboxHandle, argv: string[]): SandboxEntry {
+    return { argv: ['/usr/bin/nsenter', ...nsenterArgs(handle, ['-n']), '--', ...argv], env: { ...HELPER_ENV } };
+  }
+
   /** Kills the sandbox and any stray process that names its directories, removes its cgroups. */
   async stop(id: string, handle: SandboxHandle | null): Promise<void> {
     if (handle) await killSandbox(handle);
@@ -134,12 +150,12 @@ export class LocalDriver {
    */
   killOrphanExecs(handle: SandboxHandle): number {
     const orphans = findProcesses(
-      (argv, pid) =>
+      (argv) =>
         !!argv[0]?.endsWith('nsenter') &&
         argv[1] === '-t' &&
         argv[2] === String(handle.pid) &&
-        // An agent session's chain leads a session its holder started, and outlives the server by design.
-        !sessionLeaderParentArgv(pid).some((a) => a.endsWith('/session-holder.py')),
+        // An agent session's chain (marked by `enter(…, { outlivesServer })`) outlives the server by design.
+        !outlivesServer(argv),
     );
     for (const pid of orphans) {
       try {
@@ -193,18 +209,9 @@ function findProcesses(match: (argv: string[], pid: number) => boolean): number[
   return out;
 }
 
-/** The command line of the parent of a process's session leader ([] when any is gone). */
-function sessionLeaderParentArgv(pid: number): string[] {
-  const field = (p: number | string, i: number): string | undefined => {
-    const stat = readFileSync(`/proc/${p}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[i];
-  };
-  try {
-    const ppid = field(field(pid, 3)!, 1);
-    return readFileSync(`/proc/${ppid}/cmdline`, 'utf8').split('\0');
-  } catch {
-    return [];
-  }
+/** Whether a chain's command line carries the mark of `enter(…, { outlivesServer: true })`: the label as its shell's `$0`. */
+function outlivesServer(argv: string[]): boolean {
+  return argv.some((a, i) => a === OUTLIVES_SERVER_LABEL && argv[i - 2] === '-c');
 }
 
 /**

@@ -1,21 +1,17 @@
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
-import { AtelierError, relayPair, TUNNEL_ARMED_GO, type Workshop } from '../../../core/index.js';
+import { AtelierError, type Workshop } from '../../../core/index.js';
+import { relayPair } from '../../../relay/index.js';
 import { call, type Target } from '../../client.js';
 import type { CommandContext } from '../../context.js';
 import { sayResumed } from '../../socket.js';
-import { Spares } from './spares.js';
 import { openTunnel, pipeStdio, tunnelFailure, type Tunnel } from './tunnel.js';
 
 export interface ForwardFlags {
   resume: boolean;
   address?: string;
-  /** Keep armed spare tunnels (default): false opens a tunnel per connection only. */
-  spares?: boolean;
 }
-
-const ARMED_GO = Buffer.from([TUNNEL_ARMED_GO]);
 
 /** One `LOCAL:REMOTE` pair (or `PORT` for the same port on both sides; LOCAL 0 picks a free port). */
 export interface ForwardSpec {
@@ -144,23 +140,19 @@ export async function portForward(ctx: CommandContext, id: string, specTexts: st
       // --list is best effort; the forward itself goes on
     }
   };
-  const spares = new Map<ForwardState, Spares>();
   const closeAll = (): void => {
     for (const s of servers) s.close();
-    for (const p of spares.values()) p.close();
     rmSync(file, { force: true });
   };
 
-  /** Relays a local connection through its tunnel (`go`: the armed tunnel's go byte, sent first). */
-  const relay = (state: ForwardState, local: Socket, tunnel: Tunnel, go?: Buffer): void => {
-    void relayPair(local, tunnel.socket, { tag: tunnel.id, fromA: go, fromB: tunnel.head }).done.then(async (end) => {
+  /** Relays a local connection through its tunnel. */
+  const relay = (state: ForwardState, local: Socket, tunnel: Tunnel): void => {
+    void relayPair(local, tunnel.socket, { tag: tunnel.id, fromB: tunnel.head }).done.then(async (end) => {
       state.connections--;
       // A reset from the tunnel's side (passed on to the local client as a reset): ask the server why.
       if (end.error === undefined || end.failed !== 'b') return;
       const why = await tunnelFailure(target, tunnel);
       state.lastError = why.message;
-      // An armed tunnel's dial is refused after the go: the reset says so.
-      if (why.code === 'PORT_CLOSED') state.health = 'remote-closed';
       say(`a connection to ${address}:${state.local} ended: ${why.message}`);
       publish();
     });
@@ -169,24 +161,16 @@ export async function portForward(ctx: CommandContext, id: string, specTexts: st
   const connect = (state: ForwardState, local: Socket): void => {
     local.on('error', () => undefined);
     state.connections++;
-    // A spare tunnel when there is one: no set-up left but the dial inside, after the go byte.
-    const pool = spares.get(state);
-    const spare = pool?.take();
-    if (spare) return relay(state, local, spare, ARMED_GO);
-    // None ready: the next one armed (a burst of connections), else a tunnel of its own.
-    const opening = (pool?.next() ?? Promise.resolve(undefined)).then(async (armed): Promise<{ tunnel: Tunnel; go?: Buffer }> =>
-      armed ? { tunnel: armed, go: ARMED_GO } : { tunnel: await openTunnel(target, workshop.id, state.remote, flags.resume) },
-    );
-    opening.then(
-      ({ tunnel, go }) => {
+    openTunnel(target, workshop.id, state.remote, flags.resume).then(
+      (tunnel) => {
         sayResumed(workshop.id, tunnel.resumed);
         if (local.destroyed) {
-          // The local client left meanwhile: an armed tunnel closed unused dials nothing.
+          // The local client left meanwhile.
           state.connections--;
           tunnel.socket.destroy();
           return;
         }
-        relay(state, local, tunnel, go);
+        relay(state, local, tunnel);
       },
       (err: unknown) => {
         state.connections--;
@@ -219,12 +203,6 @@ export async function portForward(ctx: CommandContext, id: string, specTexts: st
   }
   for (const s of states) process.stdout.write(`Forwarding from ${address}:${s.local} -> ${workshop.id}:${s.remote}\n`);
   publish();
-  if (flags.spares !== false)
-    for (const s of states) {
-      const pool = new Spares(target, workshop.id, s.remote);
-      spares.set(s, pool);
-      pool.fill();
-    }
 
   return new Promise<number>((resolve) => {
     let attempt = 0;

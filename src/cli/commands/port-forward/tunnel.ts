@@ -6,16 +6,14 @@ import {
   AtelierError,
   TUNNEL_CUT_MESSAGE,
   TUNNEL_ID_HEADER,
-  TUNNEL_ARMED_TTL_HEADER,
-  TUNNEL_MODE_ARMED,
   TUNNEL_MODE_HEADER,
   TUNNEL_MODE_RAW,
   TUNNEL_PROTOCOL,
   TUNNEL_RESUMED_HEADER,
   isErrorCode,
-  resetSocket,
   type TunnelOutcome,
 } from '../../../core/index.js';
+import { resetSocket } from '../../../relay/index.js';
 import { call, freshBearer, readBody, serverError, type Target } from '../../client.js';
 
 /** An open raw byte tunnel to a port inside a workshop. */
@@ -45,50 +43,20 @@ function unreachable(target: Target, err: NodeJS.ErrnoException): AtelierError {
  * with the context's token and `Atelier-Tunnel-Mode: raw`, answered `101` only once the remote
  * port has answered. A refusal (401, 404, PORT_CLOSED…) is thrown as the server's AtelierError.
  */
-export function openTunnel(target: Target, id: string, port: number, resume: boolean): Promise<Tunnel> {
-  return upgrade(target, id, port, resume, TUNNEL_MODE_RAW);
-}
-
-/** A spare tunnel: authorised and upgraded, nothing dialled inside until `goArmed`. */
-export interface ArmedTunnel extends Tunnel {
-  /** When this side stops using it (a little before the server would close it). */
-  usableUntil: number;
-}
-
-/** Margin kept before the server's expiry of an armed tunnel, so that a go never races it. */
-const ARMED_MARGIN_MS = 3000;
-
-/**
- * Arms a spare tunnel to `port` (`Atelier-Tunnel-Mode: armed`): the server authorises it now and
- * dials nothing until the go byte. Never resumes a suspended workshop (a spare must not wake it).
- */
-export async function armTunnel(target: Target, id: string, port: number): Promise<ArmedTunnel> {
-  const t0 = Date.now();
-  const t = await upgrade(target, id, port, false, TUNNEL_MODE_ARMED);
-  const ttl = Number(t.ttl);
-  return { ...t, usableUntil: t0 + (Number.isFinite(ttl) && ttl > 0 ? ttl : 0) - ARMED_MARGIN_MS };
-}
-
-async function upgrade(
-  target: Target,
-  id: string,
-  port: number,
-  resume: boolean,
-  mode: typeof TUNNEL_MODE_RAW | typeof TUNNEL_MODE_ARMED,
-): Promise<Tunnel & { ttl?: string }> {
+export async function openTunnel(target: Target, id: string, port: number, resume: boolean): Promise<Tunnel> {
   const url = new URL(`/v1/workshops/${encodeURIComponent(id)}/tunnel?port=${port}&resume=${resume}`, target.url);
-  const headers: Record<string, string> = { connection: 'Upgrade', upgrade: TUNNEL_PROTOCOL, [TUNNEL_MODE_HEADER]: mode };
+  const headers: Record<string, string> = { connection: 'Upgrade', upgrade: TUNNEL_PROTOCOL, [TUNNEL_MODE_HEADER]: TUNNEL_MODE_RAW };
   const bearer = await freshBearer(target);
   if (bearer) headers.authorization = `Bearer ${bearer}`;
   if (target.tenant) headers['x-atelier-tenant'] = target.tenant;
   const lib = url.protocol === 'https:' ? https : http;
-  return new Promise<Tunnel & { ttl?: string }>((resolve, reject) => {
+  return new Promise<Tunnel>((resolve, reject) => {
     const req = lib.request(url, { method: 'GET', headers, agent: false });
     req.once('upgrade', (res: http.IncomingMessage, socket: Socket, head: Buffer) => {
       const tunnelId = res.headers[TUNNEL_ID_HEADER];
       if (
         String(res.headers.upgrade).toLowerCase() !== TUNNEL_PROTOCOL ||
-        String(res.headers[TUNNEL_MODE_HEADER]).toLowerCase() !== mode ||
+        String(res.headers[TUNNEL_MODE_HEADER]).toLowerCase() !== TUNNEL_MODE_RAW ||
         typeof tunnelId !== 'string'
       ) {
         socket.destroy();
@@ -103,15 +71,7 @@ async function upgrade(
       socket.setNoDelay(true);
       // Nothing is read until the relay takes the socket.
       socket.pause();
-      const ttl = res.headers[TUNNEL_ARMED_TTL_HEADER];
-      resolve({
-        socket,
-        head,
-        id: tunnelId,
-        workshop: id,
-        resumed: res.headers[TUNNEL_RESUMED_HEADER] === 'true',
-        ttl: typeof ttl === 'string' ? ttl : undefined,
-      });
+      resolve({ socket, head, id: tunnelId, workshop: id, resumed: res.headers[TUNNEL_RESUMED_HEADER] === 'true' });
     });
     req.once('response', (res: http.IncomingMessage) => {
       void readBody(res).then(

@@ -46,13 +46,8 @@ export function registerTerminalCommands(program: Command, ctx: () => CommandCon
     .option('--stdio', 'relay standard input and output to ID PORT (for an ssh ProxyCommand)')
     .option('--address <ip>', 'local address to listen on', '127.0.0.1')
     .option('--no-resume', 'refuse instead of resuming a suspended workshop')
-    .option('--no-spares', 'open a tunnel per connection only (no armed spare tunnels)')
     .action(
-      async (
-        id: string | undefined,
-        ports: string[],
-        flags: { list?: boolean; stdio?: boolean; address: string; resume: boolean; spares: boolean },
-      ) => {
+      async (id: string | undefined, ports: string[], flags: { list?: boolean; stdio?: boolean; address: string; resume: boolean }) => {
         const { AtelierError } = await import('../../../core/index.js');
         const f = await import('../port-forward/forward.js');
         const c = ctx();

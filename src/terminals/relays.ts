@@ -1,14 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Socket } from 'node:net';
-import {
-  relayPair,
-  resetSocket,
-  TUNNEL_CUT_MESSAGE,
-  TUNNEL_RESET_INSIDE_MESSAGE,
-  type ErrorCode,
-  type RelayEnd,
-  type TunnelOutcome,
-} from '../../core/index.js';
+import { TUNNEL_CUT_MESSAGE, TUNNEL_RESET_INSIDE_MESSAGE, type ErrorCode, type TunnelOutcome } from '../core/index.js';
+import { relayPair, resetSocket, type RelayEnd } from '../relay/index.js';
 
 /** How long (and how many) ended tunnels are remembered for a client asking why. */
 const REMEMBER_MS = 10 * 60_000;
@@ -65,11 +58,6 @@ export class TunnelRelays {
       ),
     );
     this.track(id, workshop, done, () => resetSocket(client));
-  }
-
-  /** Records how a tunnel that was never relayed ended (an armed spare cut, its dial refused). */
-  record(id: string, workshop: string, ending: Ending): void {
-    this.remember(id, { workshop, at: Date.now(), ...ending });
   }
 
   /** Tunnels relayed now (all, or of one workshop). */

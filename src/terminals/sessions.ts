@@ -1,8 +1,8 @@
 import { z } from 'zod';
-import { AtelierError, describeZodError, loadYaml } from '../../core/index.js';
-import type { Principal } from '../../identity/index.js';
-import type { WorkshopService } from '../../workshops/index.js';
-import { privilegedEnv, sandboxArgv, type SandboxHandle } from '../../sandbox/index.js';
+import { AtelierError, describeZodError, loadYaml } from '../core/index.js';
+import type { Principal } from '../identity/index.js';
+import type { WorkshopService } from '../workshops/index.js';
+import type { SandboxHandle } from '../sandbox/index.js';
 import { adoptHeld, HeldSession, sessionsDir } from './held.js';
 import type { TerminalTarget } from './pty.js';
 
@@ -222,14 +222,16 @@ export class AgentSessions {
     // An ended session of the same name is replaced: its holder goes first (it holds the socket's name).
     existing?.close();
     if (existing) await existing.gone();
+    // The chain outlives this server (its holder keeps it): the driver marks it so, and a later server leaves it running.
+    const entry = this.service.driver.enter(t.sandbox, { ...spec, outlivesServer: true });
     const session = await HeldSession.start({
       dir: this.dir,
       workshop: t.id,
       name,
       command: agent.command,
       // The chain before the workshop's program runs privileged: a fixed environment, never the workshop's.
-      argv: sandboxArgv(t.sandbox, spec),
-      env: privilegedEnv(spec),
+      argv: entry.argv,
+      env: entry.env,
       cols: req.cols ?? 120,
       rows: req.rows ?? 40,
       scrollbackBytes: SCROLLBACK_BYTES,
@@ -260,7 +262,7 @@ export class AgentSessions {
       throw new AtelierError('NOT_FOUND', `workshop ${t.id} has no session "${name}": start one with \`atelier run ${t.id}\``, {
         session: name,
       });
-    return { target: { id: t.id, sandbox: t.sandbox, env: t.env }, resumed: t.resumed };
+    return { target: { id: t.id, sandbox: t.sandbox, env: t.env, driver: this.service.driver }, resumed: t.resumed };
   }
 
   async stop(id: string, name: string, actor: Principal): Promise<{ name: string; stopped: boolean }> {

@@ -1,8 +1,9 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import type { Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
-import { pythonLibEnv } from '../../core/index.js';
-import { nsenterArgs, SandboxConnectError, type SandboxHandle } from '../../sandbox/index.js';
+import { SandboxConnectError, type SandboxHandle } from '../sandbox/index.js';
+import type { WorkshopDriver } from '../workshops/index.js';
+import { pythonLibEnv } from '../core/index.js';
 
 const HELPER = fileURLToPath(new URL('./netns-connector.py', import.meta.url));
 /** A connector nobody used for this long exits (it holds the workshop's network namespace). */
@@ -25,11 +26,9 @@ class Connector {
   private stderr = '';
   gone = false;
 
-  constructor(handle: SandboxHandle, onGone: () => void) {
-    this.child = spawn('/usr/bin/nsenter', [...nsenterArgs(handle, ['-n']), '--', '/usr/bin/python3', '-I', '-S', HELPER], {
-      stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
-      env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C.UTF-8', ...pythonLibEnv() },
-    });
+  constructor(driver: WorkshopDriver, handle: SandboxHandle, onGone: () => void) {
+    const { argv, env } = driver.netnsEntry(handle, ['/usr/bin/python3', '-I', '-S', HELPER]);
+    this.child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'ignore', 'pipe', 'ipc'], env: { ...env, ...pythonLibEnv() } });
     this.child.stderr!.on('data', (c: Buffer) => (this.stderr = (this.stderr + c.toString()).slice(-2000)));
     this.child.on('message', (m: unknown, socket?: Socket) => this.answer(m, socket));
     const end = (): void => {
@@ -112,11 +111,13 @@ class Connector {
 export class SandboxConnectors {
   private readonly connectors = new Map<string, Connector>();
 
+  constructor(private readonly driver: WorkshopDriver) {}
+
   connect(handle: SandboxHandle, port: number, timeoutMs = TIMEOUT_MS): Promise<Socket> {
     const key = `${handle.pid}:${handle.startTime}`;
     let c = this.connectors.get(key);
     if (!c || c.gone) {
-      const fresh: Connector = new Connector(handle, () => {
+      const fresh: Connector = new Connector(this.driver, handle, () => {
         if (this.connectors.get(key) === fresh) this.connectors.delete(key);
       });
       c = fresh;

@@ -2,7 +2,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, connect, type Socket } from 'node:net';
 import { createHash, randomBytes } from 'node:crypto';
-import { nodeRelay, relayPair, relaySpliced, type RelayEnd } from './tunnelStream.js';
+import { nodeRelay, relayPair, relaySpliced, type RelayEnd } from './pairs.js';
 
 /** Two real sockets connected over loopback (port 0). */
 async function socketPair(): Promise<[Socket, Socket]> {

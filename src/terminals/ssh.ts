@@ -4,8 +4,7 @@ import { constants as osConstants } from 'node:os';
 import type { Duplex } from 'node:stream';
 import ssh2 from 'ssh2';
 import type { AuthContext, Connection, ParsedKey, PseudoTtyInfo, ServerChannel, Session } from 'ssh2';
-import { queryRows, type Pool } from '../../db/index.js';
-import { privilegedEnv, sandboxArgv } from '../../sandbox/index.js';
+import { queryRows, type Pool } from '../db/index.js';
 import type { SandboxConnectors } from './connector.js';
 import { PtySession, type TerminalTarget } from './pty.js';
 
@@ -282,8 +281,8 @@ function runPty(
 
 function runPlain(channel: ServerChannel, target: TerminalTarget, command: string[], env: Record<string, string>): void {
   const spec = { command, cwd: '/workspace', env: { ...target.env, ...env } };
-  const argv = sandboxArgv(target.sandbox, spec);
-  const child = spawn(argv[0]!, argv.slice(1), { detached: true, stdio: ['pipe', 'pipe', 'pipe'], env: privilegedEnv(spec) });
+  const { argv, env: entryEnv } = target.driver.enter(target.sandbox, spec);
+  const child = spawn(argv[0]!, argv.slice(1), { detached: true, stdio: ['pipe', 'pipe', 'pipe'], env: entryEnv });
   child.on('error', () => endChannel(channel, 127, null));
   child.stdin!.on('error', () => undefined);
   channel.pipe(child.stdin!);

@@ -3,7 +3,7 @@ import { existsSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { TLSSocket } from 'node:tls';
 import { fileURLToPath } from 'node:url';
-import { pythonLibEnv } from './python.js';
+import { pythonLibEnv } from '../core/index.js';
 
 /**
  * Zero-copy relaying of socket pairs (tunnels) through splice(2), in one long-lived python child
@@ -45,8 +45,8 @@ interface Waiting {
 const PYTHON = '/usr/bin/python3';
 
 function helperPath(): string | undefined {
-  // Beside this module (dist/core), or beside the CLI's bundle chunks (dist/bundle).
-  for (const rel of ['./splice-relay.py', '../core/splice-relay.py']) {
+  // Beside this module (dist/relay), or beside the CLI's bundle chunks (dist/bundle).
+  for (const rel of ['./splice-relay.py', '../relay/splice-relay.py']) {
     const path = fileURLToPath(new URL(rel, import.meta.url));
     if (existsSync(path)) return path;
   }

@@ -1,6 +1,6 @@
 import type { Socket } from 'node:net';
 import type { WebSocket, RawData } from 'ws';
-import { TerminalControl, type TerminalEvent } from '../../core/index.js';
+import { TerminalControl, type TerminalEvent } from '../core/index.js';
 import type { PtyReader, Terminal } from './pty.js';
 
 /** Above this many bytes queued towards a WebSocket client, the source is paused. */

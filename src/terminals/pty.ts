@@ -1,13 +1,15 @@
 import { readFileSync } from 'node:fs';
 import { constants as osConstants } from 'node:os';
 import * as nodePty from 'node-pty';
-import { privilegedEnv, sandboxArgv, type SandboxHandle } from '../../sandbox/index.js';
+import type { SandboxHandle } from '../sandbox/index.js';
+import type { WorkshopDriver } from '../workshops/index.js';
 
-/** What a terminal runs in: a running workshop's sandbox and its environment. */
+/** What a terminal runs in: a running workshop's sandbox, its environment, and the driver that says how to enter it. */
 export interface TerminalTarget {
   id: string;
   sandbox: SandboxHandle;
   env: Record<string, string>;
+  driver: WorkshopDriver;
 }
 
 export interface PtyOptions {
@@ -145,7 +147,8 @@ export class PtySession extends TerminalOutput implements Terminal {
     super(opts.scrollbackBytes ?? 0);
     const env = { ...target.env, TERM: opts.term ?? 'xterm-256color', ...opts.env };
     const spec = { command, cwd: '/workspace', env };
-    const argv = sandboxArgv(target.sandbox, spec);
+    const entry = target.driver.enter(target.sandbox, spec);
+    const argv = entry.argv;
     this.cols = opts.cols;
     this.rows = opts.rows;
     // The chain before the workshop's program runs privileged: a fixed environment, never the workshop's.
@@ -154,7 +157,7 @@ export class PtySession extends TerminalOutput implements Terminal {
       cols: opts.cols,
       rows: opts.rows,
       cwd: '/',
-      env: privilegedEnv(spec),
+      env: entry.env,
       encoding: null,
     });
     this.term.onData((data: string | Buffer) => this.output(typeof data === 'string' ? Buffer.from(data) : data));

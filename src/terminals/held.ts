@@ -4,7 +4,7 @@ import { chmodSync, existsSync, mkdirSync, readdirSync, unlinkSync } from 'node:
 import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { AtelierError } from '../../core/index.js';
+import { AtelierError } from '../core/index.js';
 import { TerminalOutput, type PtyExit, type Terminal } from './pty.js';
 
 /**

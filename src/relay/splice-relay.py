@@ -3,7 +3,7 @@
 # pays two copies and a JavaScript callback per chunk: measured here, one hop of 1 GiB over
 # loopback runs at ~600 MiB/s in Node and ~1200 MiB/s through this loop (direct: ~1300-1900).
 #
-# Started by src/core/splice.ts as a child with an IPC channel (NODE_CHANNEL_FD). Node sends each
+# Started by src/relay/splice.ts as a child with an IPC channel (NODE_CHANNEL_FD). Node sends each
 # socket with child.send({pair, side, tag}, socket): its wire format is one JSON line per message,
 # the socket's descriptor riding along as SCM_RIGHTS, and Node waits for {"cmd":"NODE_HANDLE_ACK"}
 # before it sends the next socket ({pair, side, tag, idleMs}: a pair with no byte either way for

@@ -6,7 +6,7 @@ is held here, not in the server: the program never sees its terminal close while
 away, its output is kept (the recent part) for whoever attaches next, and a restarted server
 finds the session again by connecting to the holder's socket.
 
-Started by the server (src/server/tunnels/held.ts), detached in a session of its own, with the
+Started by the server (src/terminals/held.ts), detached in a session of its own, with the
 socket's path as its argument. stdin: one JSON object {argv, env, cols, rows, scrollback,
 workshop, name, command, startedAt}; stdout: one line "ready PID" once the program runs and the
 socket listens; stderr: why it could not start.
