@@ -10,8 +10,8 @@ import { dirname, join } from 'node:path';
  * Why an image per workshop and not one pool with project quotas: this kernel has neither
  * CONFIG_XFS_QUOTA nor CONFIG_QFMT_V2 (ext4 project quotas), so a pool cannot enforce a limit
  * here; and where it can, a file's owner may change its project id (FS_IOC_FSSETXATTR is allowed
- * to the owner in the initial user namespace, where root-mode workshops run), which would let an
- * agent step out of its quota. A filesystem of its own has no such door, and a bind from it shows
+ * to the owner in the initial user namespace, where root-mode workshops run: fs/ioctl.c), which
+ * would let an agent step out of its quota. A filesystem of its own has no such door, and a bind from it shows
  * paths relative to it in the workshop's /proc/self/mountinfo (`/workspace`, not the data dir).
  *
  * mkfs + mount cost 50–100 ms on this machine, too much for create → first exec, so the server
