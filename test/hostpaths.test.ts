@@ -57,9 +57,13 @@ describe('nothing inside a workshop names the host layout (rootless)', () => {
     base = mkdtempSync('/tmp/atelier-rootless-');
     chownSync(base, NOBODY, NOBODY);
     let bin = join(REPO_ROOT, 'bin', 'atelier');
-    if (spawnSync('setpriv', [`--reuid=${NOBODY}`, `--regid=${NOBODY}`, '--clear-groups', 'test', '-r', join(REPO_ROOT, 'package.json')]).status !== 0) {
+    if (
+      spawnSync('setpriv', [`--reuid=${NOBODY}`, `--regid=${NOBODY}`, '--clear-groups', 'test', '-r', join(REPO_ROOT, 'package.json')])
+        .status !== 0
+    ) {
       const copy = join(base, 'app');
-      for (const part of ['bin', 'dist', 'node_modules', 'package.json']) cpSync(join(REPO_ROOT, part), join(copy, part), { recursive: true });
+      for (const part of ['bin', 'dist', 'node_modules', 'package.json'])
+        cpSync(join(REPO_ROOT, part), join(copy, part), { recursive: true });
       execFileSync('chmod', ['-R', 'a+rX', copy]);
       bin = join(copy, 'bin', 'atelier');
     }
