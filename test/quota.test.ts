@@ -2,7 +2,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { TestServer, makeRepo } from './helpers/server.js';
+import { TestServer, killStrays, makeRepo } from './helpers/server.js';
 
 interface Disk {
   enforced: boolean;
@@ -132,6 +132,27 @@ describe('disk quotas (root: a filesystem of its own per workshop)', () => {
     );
     const list = await server.api<{ items: unknown[] }>('GET', '/v1/workshops');
     assert.equal(list.body.items.length, 2, 'a refused create leaves no workshop behind');
+  });
+
+  it('after a host reboot (sandboxes and mounts gone) the workshop gets its own filesystem back, files kept', async () => {
+    const root = join(server.dataDir, 'workshops', small);
+    await server.stop();
+    // What a reboot leaves: no process of the workshop, nothing mounted under the data dir.
+    killStrays(server.dataDir);
+    assert.deepEqual(mountsUnder(server.dataDir), []);
+    server.serverEnv = { ...server.serverEnv, ATELIER_DISK_RESERVE: '1g' };
+    await server.boot();
+    // The server starts lost sandboxes again at boot (files kept).
+    assert.ok(mountsUnder(server.dataDir).includes(root), mountsUnder(server.dataDir).join(' '));
+    const r = await server.exec(small, [
+      'sh',
+      '-c',
+      'test -f /tmp/again && echo kept; dd if=/dev/zero of=/workspace/more bs=1M count=400 2>&1; echo rc=$?',
+    ]);
+    assert.match(r.stdout, /^kept\n/);
+    assert.match(r.stdout, /No space left on device/);
+    const d = (await server.api<{ disk: Disk }>('GET', `/v1/workshops/${small}`)).body.disk;
+    assert.ok(d.enforced && d.quotaBytes! <= 128 * MiB, JSON.stringify(d));
   });
 
   it('removes the workshop filesystem with the workshop', async () => {

@@ -45,6 +45,14 @@ function run(cmd: string, args: string[]): Promise<void> {
   });
 }
 
+function output(cmd: string, args: string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    execFile(cmd, args, { env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C' } }, (err, stdout, stderr) =>
+      err ? reject(new Error(`${cmd} failed: ${String(stderr).trim().slice(0, 300) || err.message}`)) : resolve(String(stdout)),
+    );
+  });
+}
+
 /** True when `path` is the root of a mounted filesystem (another device than its parent's). */
 export function isMountPoint(path: string): boolean {
   try {
@@ -85,7 +93,11 @@ export class WorkshopDisks {
   private refilling: Promise<void> | null = null;
   private closed = false;
 
-  constructor(private readonly opts: WorkshopDisksOptions) {}
+  private readonly opts: WorkshopDisksOptions;
+
+  constructor(opts: WorkshopDisksOptions) {
+    this.opts = { ...opts };
+  }
 
   private image(id: string): string {
     return join(this.opts.dir, `${id}.img`);
@@ -160,8 +172,14 @@ export class WorkshopDisks {
         this.refill();
         return;
       } catch (err) {
-        this.opts.log.warn({ err: String(err) }, 'a spare workshop disk could not be used; making one');
+        // mount --move is refused under a shared mount (systemd hosts): spares cannot help there.
+        this.opts.log.warn(
+          { err: String(err) },
+          'a spare workshop disk could not be moved into place: disks are made on demand from now on',
+        );
+        this.opts.spares = 0;
         await this.dropSpare(spare);
+        for (const name of this.ready.splice(0)) await this.dropSpare(name);
         rmSync(image, { force: true });
       }
     }
@@ -178,7 +196,15 @@ export class WorkshopDisks {
     } catch {
       return false;
     }
-    await mountImage(this.image(id), root);
+    // A loop device may still hold the image (lazily unmounted, a process kept it open): mounting
+    // that device again gives the same filesystem, where a second loop device would give a second
+    // writer of the same image.
+    const held = await output('losetup', ['-j', this.image(id)]);
+    const device = /^(\/dev\/loop\d+):/m.exec(held)?.[1];
+    if (device) {
+      await run('mount', ['-o', 'nosuid,nodev,discard,noinit_itable', device, root]);
+      chmodSync(root, 0o700);
+    } else await mountImage(this.image(id), root);
     return true;
   }
 
