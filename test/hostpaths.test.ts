@@ -86,6 +86,11 @@ describe('nothing inside a workshop names the host layout (rootless)', () => {
     const w = await server.createWorkshop({ repo });
     const r = await server.cli(['workshops', 'status', w.id]);
     assert.match(r.stdout, /disk:?\s+not enforced: a rootless server cannot loop-mount/);
+    // Asking for a quota it cannot enforce is refused, never silently ignored.
+    const asked = await server.api<{ code: string; message: string }>('POST', '/v1/workshops', { repo, disk: '1g' });
+    assert.equal(asked.status, 422);
+    assert.equal(asked.body.code, 'UNSUPPORTED');
+    assert.match(asked.body.message, /disk quotas are not enforced: a rootless server .*: leave out disk/);
   });
 
   it('PID 1, cgroup and the environment name no host path; mountinfo names only the data dir', async () => {

@@ -135,6 +135,7 @@ export class WorkshopDisks {
   /** Keeps `spares` ready, one at a time in the background (mkfs and mount are child processes). */
   private refill(): void {
     if (this.refilling || this.closed || this.ready.length >= this.opts.spares) return;
+    let failed = false;
     this.refilling = (async () => {
       while (!this.closed && this.ready.length < this.opts.spares) {
         const name = `spare-${process.pid}-${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`;
@@ -147,11 +148,14 @@ export class WorkshopDisks {
         } catch (err) {
           this.opts.log.warn({ err: String(err) }, 'could not prepare a spare workshop disk (new workshops make theirs on demand)');
           await this.dropSpare(name);
+          failed = true;
           return;
         }
       }
     })().finally(() => {
       this.refilling = null;
+      // A spare taken while this round was ending is replaced now (not at the next create).
+      if (!failed) this.refill();
     });
   }
 
@@ -225,8 +229,8 @@ export class WorkshopDisks {
   }
 
   /**
-   * Bytes the images may still take from the host: each one's size less what it already
-   * holds (sparse files grow as their workshops write).
+   * Bytes the workshops' images may still take from the host: each one's size less what it
+   * already holds (sparse files grow as their workshops write).
    */
   promisedBytes(): number {
     let total = 0;
@@ -237,7 +241,8 @@ export class WorkshopDisks {
       return 0;
     }
     for (const e of entries) {
-      if (!e.endsWith('.img')) continue;
+      // A spare is promised to nobody yet: the create that takes it counts its size.
+      if (!e.endsWith('.img') || e.startsWith('spare-')) continue;
       try {
         const st = statSync(join(this.opts.dir, e));
         total += Math.max(0, st.size - st.blocks * 512);

@@ -298,6 +298,9 @@ export class WorkshopService {
   /** The quota asked for (`disk`), checked against the server's maximum; null for the server's default. */
   private diskBytes(req: CreateWorkshopRequest): number | null {
     if (req.disk === undefined) return null;
+    // Never a quota that is not there: say so rather than take --disk and write without a limit.
+    if (this.driver.diskNote)
+      throw new AtelierError('UNSUPPORTED', `disk quotas are ${this.driver.diskNote}: leave out disk (--disk)`, { field: 'disk' });
     const bytes = parseSize(req.disk);
     if (bytes === undefined)
       throw new AtelierError('INVALID_ARGUMENT', `disk "${req.disk}" is not a size: use for example 512m or 20g`, { field: 'disk' });
