@@ -367,11 +367,18 @@ export class BenchServer {
     return env;
   }
 
-  static async start(scratch: Scratch): Promise<BenchServer> {
+  static async start(scratch: Scratch, extraEnv: NodeJS.ProcessEnv = {}): Promise<BenchServer> {
     const dataDir = join(scratch.dir, 'data');
     const configDir = join(scratch.dir, 'config');
     const logPath = join(scratch.dir, 'server.log');
-    const env: NodeJS.ProcessEnv = { ...process.env, ATELIER_CONFIG_DIR: configDir, ATELIER_LOG_LEVEL: 'info' };
+    const env: NodeJS.ProcessEnv = {
+      // 21 workshops live at once (create → exec) must fit the data dir's free space with their quotas.
+      ATELIER_DEFAULT_DISK: '1g',
+      ...process.env,
+      ATELIER_CONFIG_DIR: configDir,
+      ATELIER_LOG_LEVEL: 'info',
+      ...extraEnv,
+    };
     for (const k of ['ATELIER_URL', 'ATELIER_TOKEN', 'ATELIER_CONTEXT', 'ATELIER_DATA_DIR', 'ATELIER_LISTEN', 'ATELIER_DATABASE_URL'])
       delete env[k];
     const logFd = openSync(logPath, 'a');

@@ -78,6 +78,10 @@ async function main(argv: string[]): Promise<number> {
     .option('--memory <size>', 'memory limit, for example 2g')
     .option('--pids <n>', 'process limit')
     .option(
+      '--disk <size>',
+      "disk quota for everything it writes (workspace, /tmp, home, simulators), for example 20g (default: the server's)",
+    )
+    .option(
       '--simulator <type[:arg]>',
       'start a simulator with it (repeatable): postgres, postgres:15, redis, wiremock:./tests/mocks',
       (v: string, acc: string[]) => [...acc, v],

@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { loadConfig, parseListen, parseSize } from './config.js';
+import { formatSize, loadConfig, parseListen, parseSize } from './config.js';
 
 describe('config', () => {
   it('parses sizes', () => {
@@ -29,5 +29,30 @@ describe('config', () => {
     assert.equal(loadConfig({ HOME: '/home/u', XDG_DATA_HOME: '/data' }).dataDir, '/data/atelier');
     assert.throws(() => loadConfig({ ATELIER_LOG_LEVEL: 'loud' }), /ATELIER_LOG_LEVEL/);
     assert.throws(() => loadConfig({ ATELIER_DEFAULT_CPUS: '-1' }), /ATELIER_DEFAULT_CPUS/);
+  });
+
+  it('reads the disk quota settings, with their defaults, and refuses a size it cannot read', () => {
+    const d = loadConfig({ HOME: '/home/u' });
+    assert.deepEqual(
+      [d.defaultDiskBytes, d.maxDiskBytes, d.diskReserveBytes, d.diskQuota, d.diskSpares],
+      [5 * 2 ** 30, 100 * 2 ** 30, 2 * 2 ** 30, true, 1],
+    );
+    const c = loadConfig({
+      HOME: '/home/u',
+      ATELIER_DEFAULT_DISK: '20g',
+      ATELIER_MAX_DISK: '1t',
+      ATELIER_DISK_RESERVE: '512m',
+      ATELIER_DISK_QUOTA: 'off',
+      ATELIER_DISK_SPARES: '0',
+    });
+    assert.deepEqual(
+      [c.defaultDiskBytes, c.maxDiskBytes, c.diskReserveBytes, c.diskQuota, c.diskSpares],
+      [20 * 2 ** 30, 2 ** 40, 512 * 2 ** 20, false, 0],
+    );
+    assert.throws(() => loadConfig({ ATELIER_MAX_DISK: 'lots' }), /ATELIER_MAX_DISK: "lots" is not a size/);
+    assert.throws(() => loadConfig({ ATELIER_DISK_QUOTA: 'maybe' }), /ATELIER_DISK_QUOTA/);
+    assert.equal(formatSize(5 * 2 ** 30), '5.0g');
+    assert.equal(formatSize(1.5 * 2 ** 20), '1.5m');
+    assert.equal(formatSize(900), '900b');
   });
 });

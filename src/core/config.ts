@@ -18,6 +18,11 @@ import { z } from 'zod';
  * | ATELIER_DEFAULT_MEMORY      | defaultMemory    | 2g                                                   |
  * | ATELIER_DEFAULT_PIDS        | defaultPids      | 1024                                                 |
  * | ATELIER_UID_BASE            | uidBase          | 600000 (first host uid given to a workshop, as root) |
+ * | ATELIER_DEFAULT_DISK        | defaultDiskBytes | 5g: disk quota of a workshop created without --disk (everything it writes, simulators included) |
+ * | ATELIER_MAX_DISK            | maxDiskBytes     | 100g: the largest --disk a user may ask for |
+ * | ATELIER_DISK_RESERVE        | diskReserveBytes | 2g: kept free on the data dir's filesystem for the server's database; new workshops are refused when the quotas promised would eat into it |
+ * | ATELIER_DISK_QUOTA          | diskQuota        | on: each workshop gets a loop-mounted filesystem of its quota (root only; rootless servers run without); `off`: none (benchmarks, hosts without loop devices) |
+ * | ATELIER_DISK_SPARES         | diskSpares       | 1: formatted disks of the default size kept ready, so that a create does not wait for mkfs |
  * | ATELIER_CONFIG_DIR          | configDir        | $XDG_CONFIG_HOME/atelier or ~/.config/atelier        |
  * | ATELIER_CONTEXT             | context          | the config file's current context                    |
  * | ATELIER_TOKEN, ATELIER_URL  | token, url       | override the context (automation, in-workshop use)    |
@@ -61,6 +66,11 @@ const Env = z.object({
   ATELIER_DEFAULT_MEMORY: z.string().min(1).optional(),
   ATELIER_DEFAULT_PIDS: z.coerce.number().int().positive().optional(),
   ATELIER_UID_BASE: z.coerce.number().int().min(10000).optional(),
+  ATELIER_DEFAULT_DISK: z.string().min(1).optional(),
+  ATELIER_MAX_DISK: z.string().min(1).optional(),
+  ATELIER_DISK_RESERVE: z.string().min(1).optional(),
+  ATELIER_DISK_QUOTA: z.enum(['on', 'off']).optional(),
+  ATELIER_DISK_SPARES: z.coerce.number().int().min(0).max(16).optional(),
   ATELIER_SIMULATORS_WARM: z.enum(['0', '1']).optional(),
   ATELIER_CONFIG_DIR: z.string().min(1).optional(),
   ATELIER_CONTEXT: z.string().min(1).optional(),
@@ -104,6 +114,11 @@ export interface Config {
   defaultMemory: string;
   defaultPids: number;
   uidBase: number;
+  defaultDiskBytes: number;
+  maxDiskBytes: number;
+  diskReserveBytes: number;
+  diskQuota: boolean;
+  diskSpares: number;
   configDir: string;
   context: string | undefined;
   token: string | undefined;
@@ -169,6 +184,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     throw new Error(`invalid environment variable ${name}: ${issue?.message ?? 'invalid'}`);
   }
   const e = parsed.data;
+  const size = (name: 'ATELIER_DEFAULT_DISK' | 'ATELIER_MAX_DISK' | 'ATELIER_DISK_RESERVE', fallback: string): number => {
+    const bytes = parseSize(e[name] ?? fallback);
+    if (bytes === undefined) throw new Error(`invalid environment variable ${name}: "${e[name]}" is not a size (for example 10g or 512m)`);
+    return bytes;
+  };
   const home = e.HOME ?? homedir();
   const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
   const dataHome = e.XDG_DATA_HOME ?? join(home, '.local', 'share');
@@ -186,6 +206,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     defaultMemory: e.ATELIER_DEFAULT_MEMORY ?? '2g',
     defaultPids: e.ATELIER_DEFAULT_PIDS ?? 1024,
     uidBase: e.ATELIER_UID_BASE ?? 600000,
+    defaultDiskBytes: size('ATELIER_DEFAULT_DISK', '5g'),
+    maxDiskBytes: size('ATELIER_MAX_DISK', '100g'),
+    diskReserveBytes: size('ATELIER_DISK_RESERVE', '2g'),
+    diskQuota: e.ATELIER_DISK_QUOTA !== 'off',
+    diskSpares: e.ATELIER_DISK_SPARES ?? 1,
     simulatorsWarm: e.ATELIER_SIMULATORS_WARM !== '0',
     configDir: resolve(e.ATELIER_CONFIG_DIR ?? join(configHome, 'atelier')),
     context: e.ATELIER_CONTEXT,
@@ -241,6 +266,18 @@ export function parseSize(value: string): number | undefined {
   const mult = unit === 'k' ? 1024 : unit === 'm' ? 1024 ** 2 : unit === 'g' ? 1024 ** 3 : unit === 't' ? 1024 ** 4 : 1;
   const bytes = Math.round(n * mult);
   return Number.isFinite(bytes) ? bytes : undefined;
+}
+
+/** `5368709120` → `5.0g`, `1572864` → `1.5m`: sizes in the units parseSize reads. */
+export function formatSize(bytes: number): string {
+  const units: [string, number][] = [
+    ['t', 1024 ** 4],
+    ['g', 1024 ** 3],
+    ['m', 1024 ** 2],
+    ['k', 1024],
+  ];
+  for (const [u, n] of units) if (Math.abs(bytes) >= n) return `${(bytes / n).toFixed(1)}${u}`;
+  return `${bytes}b`;
 }
 
 /** Splits `HOST:PORT` (IPv6 in brackets) for `--listen`. */

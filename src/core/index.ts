@@ -1,10 +1,10 @@
 export { AtelierError, ERROR_STATUS, isErrorCode } from './errors.js';
 export type { ErrorBody, ErrorCode } from './errors.js';
 export { hashToken, isWorkshopId, newApiToken, newId, newRequestId, newWorkshopId } from './ids.js';
-export { loadConfig, parseListen, parseSize } from './config.js';
+export { formatSize, loadConfig, parseListen, parseSize } from './config.js';
 export type { Config } from './config.js';
 export { CreateWorkshopRequest, ExecRequest, SimulatorRequest, WORKSHOP_STATUSES, describeZodError } from './schemas.js';
-export type { ExecFrame, ExecResult, Workshop, WorkshopLimits, WorkshopStatus } from './schemas.js';
+export type { ExecFrame, ExecResult, Workshop, WorkshopDisk, WorkshopLimits, WorkshopStatus } from './schemas.js';
 export {
   clientConfigFiles,
   readClientConfig,

@@ -40,6 +40,8 @@ export const CreateWorkshopRequest = z
     cpus: z.number().min(0.05, 'cpus must be at least 0.05').max(256).optional(),
     memory: z.string().min(1).max(32).optional(),
     pids: z.number().int().min(16, 'pids must be at least 16').max(1_000_000).optional(),
+    /** Disk quota covering everything the workshop writes (`10g`); the server's default when absent. */
+    disk: z.string().min(1).max(32).optional(),
     simulators: z.array(SimulatorRequest).max(16).optional(),
   })
   .strict();
@@ -71,6 +73,16 @@ export interface WorkshopLimits {
   pids: number;
 }
 
+/** A workshop's disk against its quota (its own filesystem; see docs, "Disk quotas"). */
+export interface WorkshopDisk {
+  /** False when nothing limits what the workshop writes (rootless server, quotas off, an older workshop): `note` says why. */
+  enforced: boolean;
+  /** Usable bytes of the workshop's filesystem; null when not enforced. */
+  quotaBytes: number | null;
+  usedBytes: number | null;
+  note: string | null;
+}
+
 /** The stable JSON shape of a workshop (`--output json`, REST). */
 export interface Workshop {
   id: string;
@@ -79,6 +91,8 @@ export interface Workshop {
   statusReason: string | null;
   repo: string;
   limits: WorkshopLimits;
+  /** Shown by `get` and `list` (status), not in other answers. */
+  disk?: WorkshopDisk;
   budgetUsd: number | null;
   forwardPorts: number[];
   /** The project's egress policy (atelier.yaml), on top of the platform's default allowlist. */

@@ -182,6 +182,12 @@ export function createLocalMcpServer(opts: LocalServerOptions): McpServer {
             .max(1_000_000)
             .optional()
             .describe('LLM budget in USD for agents inside (exported as ATELIER_MAX_BUDGET_USD)'),
+          disk: z
+            .string()
+            .min(1)
+            .max(32)
+            .optional()
+            .describe("disk quota for everything the sandbox writes, for example 20g (default: the server's)"),
         },
         outputSchema: sandbox.shape,
         annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: true },
@@ -193,6 +199,7 @@ export function createLocalMcpServer(opts: LocalServerOptions): McpServer {
               repo: args.repo_url,
               ...(args.devcontainer_path !== undefined ? { devcontainer: args.devcontainer_path } : {}),
               ...(args.max_budget_usd !== undefined ? { budgetUsd: args.max_budget_usd } : {}),
+              ...(args.disk !== undefined ? { disk: args.disk } : {}),
             }),
           );
           if (w.status === 'Failed')

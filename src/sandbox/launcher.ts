@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, openSync, closeSync, readFileSync, writeFileSync, chownSync } from 'node:fs';
 import { join } from 'node:path';
+import type { Writable } from 'node:stream';
 import { procsFiles, destroyCgroups, type CgroupPaths } from './cgroups.js';
 import { identityFiles, mountPlan, type MountStep } from './rootfs.js';
 
@@ -220,17 +221,27 @@ function logTail(log: string): string {
 export async function startSandbox(spec: SandboxSpec): Promise<SandboxHandle> {
   const layout = sandboxLayout(spec.root);
   const plan = mountPlan(layout);
-  const argv = spec.rootless ? rootlessArgs(spec, layout, plan) : inCgroups(spec.cgroups, ['bwrap', ...bwrapArgs(spec, plan)]);
+  // bwrap reads its options from fd 4 (--args): its command line, which the sandbox's PID 1 keeps
+  // and every process inside can read in /proc/1/cmdline, then names no host path.
+  // The command after `--` stays on the command line (bwrap takes only options from --args).
+  const options = spec.rootless ? [] : bwrapArgs(spec, plan);
+  const command = options.splice(options.indexOf('--'));
+  const argv = spec.rootless ? rootlessArgs(spec, layout, plan) : inCgroups(spec.cgroups, ['bwrap', '--args', '4', ...command]);
   const logFd = openSync(layout.log, 'a', 0o600);
   let child: ChildProcess;
   try {
     child = spawn(argv[0]!, argv.slice(1), {
       detached: true,
-      stdio: spec.rootless ? ['ignore', logFd, logFd] : ['ignore', logFd, logFd, 'pipe'],
+      stdio: spec.rootless ? ['ignore', logFd, logFd] : ['ignore', logFd, logFd, 'pipe', 'pipe'],
       env: PRIVILEGED_ENV,
     });
   } finally {
     closeSync(logFd);
+  }
+  if (!spec.rootless) {
+    const args = child.stdio[4] as Writable;
+    args.on('error', () => undefined);
+    args.end(options.map((a) => a + '\0').join(''));
   }
   const exited = new Promise<never>((_, reject) => {
     child.on('error', reject);

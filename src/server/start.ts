@@ -7,6 +7,7 @@ import {
   clientConfigFiles,
   hashToken,
   loadConfig,
+  formatSize,
   newApiToken,
   newId,
   parseListen,
@@ -267,7 +268,17 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const masterKey = MasterKey.loadOrCreate(config.masterKeyFile ?? join(dataDir, 'master.key'));
 
     const nodeId = nodeIdOf(dataDir);
-    const driver = new LocalDriver(dataDir, nodeId, isolation.rootless, isolation.cgroups);
+    const driver = new LocalDriver(dataDir, nodeId, isolation.rootless, isolation.cgroups, {
+      quota: config.diskQuota,
+      defaultBytes: config.defaultDiskBytes,
+      spares: config.diskSpares,
+      reserveBytes: config.diskReserveBytes,
+      log: logger,
+    });
+    cleanups.push(() => driver.closeDisks());
+    opts.say(
+      `disk quotas: ${driver.diskNote ?? `a filesystem of its own per workshop (default ${formatSize(config.defaultDiskBytes)}, at most ${formatSize(config.maxDiskBytes)})`}; ${formatSize(config.diskReserveBytes)} kept free for the database`,
+    );
     const sudoHome = config.sudoUser ? homeOf(config.sudoUser.uid) : undefined;
     const approvals = createApprovals({
       ttl: config.approvalTtl,
@@ -321,6 +332,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       // Under sudo, the home of the user who ran it is allowed too (repositories live there).
       allowRepoRoots: opts.allowRepoRoots ?? [...config.allowRepoRoots, ...(sudoHome ? [sudoHome] : [])],
       defaults: { cpus: config.defaultCpus, memory: config.defaultMemory, pids: config.defaultPids },
+      disk: { defaultBytes: config.defaultDiskBytes, maxBytes: config.maxDiskBytes },
       uidBase: config.uidBase,
       log: logger,
       egress: egress.wiring,

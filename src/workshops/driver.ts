@@ -1,5 +1,5 @@
 import type { ChildProcess } from 'node:child_process';
-import type { WorkshopLimits } from '../core/index.js';
+import type { WorkshopDisk, WorkshopLimits } from '../core/index.js';
 import type { ExecSpec, SandboxHandle, SandboxLayout } from '../sandbox/index.js';
 
 export interface StartRequest {
@@ -41,8 +41,17 @@ export interface WorkshopDriver {
   readonly name: string;
   /** Where the workshop's files live on this host (workspace, home, run…). */
   layout(id: string): SandboxLayout;
-  /** Creates the workshop's directory; the workspace is created by the clone. */
-  prepareRoot(id: string): SandboxLayout;
+  /**
+   * Creates the workshop's directory (on a filesystem of `diskBytes`, or the default size, where
+   * the driver enforces disk quotas); the workspace is created by the clone.
+   */
+  prepareRoot(id: string, diskBytes?: number | null): Promise<SandboxLayout>;
+  /** Why disk quotas are not enforced by this driver (rootless, switched off), or null when they are. */
+  readonly diskNote: string | null;
+  /** Refuses (INSUFFICIENT_STORAGE) a new workshop of `bytes` when the host would keep too little room for the server's database. */
+  admitDisk(bytes: number | null): void;
+  /** The workshop's disk usage against its quota. */
+  diskOf(id: string): WorkshopDisk;
   /** Hands the cloned workspace to the workshop's uid. */
   adoptWorkspace(id: string, uid: number): Promise<void>;
   start(req: StartRequest): Promise<SandboxHandle>;

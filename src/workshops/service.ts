@@ -10,6 +10,7 @@ import {
   newApiToken,
   newId,
   newWorkshopId,
+  formatSize,
   parseSize,
   type CreateWorkshopRequest,
   type ExecRequest,
@@ -60,6 +61,8 @@ export interface ServiceOptions {
   nodeId: string;
   allowRepoRoots: string[];
   defaults: { cpus: number; memory: string; pids: number };
+  /** Disk quotas: the default a create gets and the most it may ask for (bytes). */
+  disk?: { defaultBytes: number; maxBytes: number };
   uidBase: number;
   log: { info(obj: object, msg?: string): void; warn(obj: object, msg?: string): void; error(obj: object, msg?: string): void };
   egress: EgressWiring;
@@ -290,6 +293,26 @@ export class WorkshopService {
     return { cpus, memoryBytes, pids: req.pids ?? this.opts.defaults.pids };
   }
 
+  /** The quota asked for (`disk`), checked against the server's maximum; null for the server's default. */
+  private diskBytes(req: CreateWorkshopRequest): number | null {
+    if (req.disk === undefined) return null;
+    // Never a quota that is not there: say so rather than take --disk and write without a limit.
+    if (this.driver.diskNote)
+      throw new AtelierError('UNSUPPORTED', `disk quotas are ${this.driver.diskNote}: leave out disk (--disk)`, { field: 'disk' });
+    const bytes = parseSize(req.disk);
+    if (bytes === undefined)
+      throw new AtelierError('INVALID_ARGUMENT', `disk "${req.disk}" is not a size: use for example 512m or 20g`, { field: 'disk' });
+    if (bytes < 64 << 20) throw new AtelierError('INVALID_ARGUMENT', `disk ${req.disk} is below the 64m minimum`, { field: 'disk' });
+    const max = this.opts.disk?.maxBytes;
+    if (max !== undefined && bytes > max)
+      throw new AtelierError(
+        'INVALID_ARGUMENT',
+        `disk ${req.disk} is more than this server allows (${formatSize(max)}, its ATELIER_MAX_DISK): ask for at most that`,
+        { field: 'disk', maxBytes: max },
+      );
+    return bytes;
+  }
+
   private startSandbox(row: WorkshopRow): Promise<SandboxHandle> {
     return this.driver.start({
       id: row.id,
@@ -386,6 +409,7 @@ export class WorkshopService {
   async create(req: CreateWorkshopRequest, actor: Principal): Promise<Workshop> {
     const source = resolveRepoSource(req.repo, this.opts.allowRepoRoots);
     const limits = this.limits(req);
+    this.driver.admitDisk(this.diskBytes(req));
     if (req.simulators) precheckSimulators(req.simulators);
     const id = newWorkshopId();
     const baseName =
@@ -440,7 +464,7 @@ export class WorkshopService {
     const id = row.id;
     let handle: SandboxHandle | null = null;
     try {
-      const layout = this.driver.prepareRoot(id);
+      const layout = await this.driver.prepareRoot(id, this.diskBytes(req));
       // The sandbox (bound to the workspace directory, not its contents) and its egress listener
       // start while the repository is cloned: neither needs the files. Until the project's policy
       // is read, the listener has none (every request is refused); nothing runs inside yet anyway.
@@ -515,11 +539,12 @@ export class WorkshopService {
         'SELECT * FROM workshops WHERE node_id = $1 AND tenant_id = $2 AND ($3::text IS NULL OR id = $3) ORDER BY created_at',
         [this.opts.nodeId, actor.tenantId, actor.kind === 'agent' ? actor.workshopId : null],
       )
-    ).map(toWorkshop);
+    ).map((r) => ({ ...toWorkshop(r), disk: this.driver.diskOf(r.id) }));
   }
 
   async get(id: string, actor: Principal): Promise<Workshop> {
-    return toWorkshop(await this.row(id, { actor, action: 'read' }));
+    const row = await this.row(id, { actor, action: 'read' });
+    return { ...toWorkshop(row), disk: this.driver.diskOf(row.id) };
   }
 
   /** Checks that `actor` may do `action` on the workshop (for routes that act on it indirectly). */

@@ -1,5 +1,5 @@
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -188,6 +188,18 @@ export function killStrays(dataDir: string): void {
   } catch {
     // none
   }
+  // Workshops' own filesystems (disk quotas) and spares left mounted by a failed test.
+  const mounts = readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .map((l) => l.split(' ')[4] ?? '')
+    .filter((m) => m.startsWith(`${dataDir}/`));
+  for (const m of mounts.reverse()) {
+    try {
+      execFileSync('umount', ['-l', m], { stdio: 'ignore' });
+    } catch {
+      // gone already
+    }
+  }
   const nodeFile = join(dataDir, 'node-id');
   if (!existsSync(nodeFile)) return;
   const node = readFileSync(nodeFile, 'utf8').trim();
@@ -234,13 +246,22 @@ export function makeRepo(files: Record<string, string> = { 'README.md': '# test\
   return dir;
 }
 
+function fdTarget(pid: string, fd: number): string {
+  try {
+    return readlinkSync(`/proc/${pid}/fd/${fd}`);
+  } catch {
+    return '';
+  }
+}
+
 /** How many host processes name `path` on their command line (a workshop's leftovers). */
 export function processesNaming(path: string): number {
   let n = 0;
   for (const p of readdirSync('/proc')) {
     if (!/^\d+$/.test(p)) continue;
     try {
-      if (readFileSync(`/proc/${p}/cmdline`, 'utf8').includes(path)) n++;
+      // A bwrap sandbox's command line names no path (its options come from a pipe): its output, the workshop's log, does.
+      if (readFileSync(`/proc/${p}/cmdline`, 'utf8').includes(path) || fdTarget(p, 1).startsWith(`${path}/`)) n++;
     } catch {
       // exited meanwhile
     }

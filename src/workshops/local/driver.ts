@@ -1,10 +1,13 @@
 import { execFile } from 'node:child_process';
-import { readdirSync, readFileSync, rmdirSync, mkdirSync, existsSync } from 'node:fs';
+import { readdirSync, readFileSync, readlinkSync, rmdirSync, mkdirSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
 import {
   cgroupBase,
   createCgroups,
+  diskUsage,
+  freeBytes,
+  WorkshopDisks,
   destroyCgroups,
   execInSandbox,
   freeze,
@@ -24,8 +27,18 @@ import {
   type SandboxHandle,
   type SandboxLayout,
 } from '../../sandbox/index.js';
-import { AtelierError } from '../../core/index.js';
+import { AtelierError, formatSize, type WorkshopDisk, type WorkshopLimits } from '../../core/index.js';
 import type { EnterSpec, SandboxEntry, StartRequest, WorkshopDriver } from '../driver.js';
+
+/** Disk quotas (see sandbox/disk.ts): off in rootless mode, which cannot loop-mount. */
+export interface DiskSettings {
+  quota: boolean;
+  defaultBytes: number;
+  spares: number;
+  /** Room kept free on the data dir's filesystem for the server's own database. */
+  reserveBytes: number;
+  log: { warn(obj: object, msg?: string): void };
+}
 
 /**
  * The label (`ExecSpec.label`) of chains that outlive the server (agent sessions): a server
@@ -43,6 +56,9 @@ const HELPER_ENV = { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C.UTF-8' };
 export class LocalDriver implements WorkshopDriver {
   readonly name = 'local';
   private readonly base: CgroupPaths | null;
+  private readonly disks: WorkshopDisks | null;
+  /** Why workshops have no enforced quota, when they have none (shown by `server start` and `status`). */
+  readonly diskNote: string | null;
 
   constructor(
     private readonly dataDir: string,
@@ -50,8 +66,57 @@ export class LocalDriver implements WorkshopDriver {
     /** The server is an ordinary user: sandboxes are user namespaces (see SandboxSpec.rootless). */
     readonly rootless: boolean,
     cgroups: boolean,
+    private readonly disk: DiskSettings = { quota: false, defaultBytes: 0, spares: 0, reserveBytes: 0, log: console },
   ) {
     this.base = cgroups ? cgroupBase(nodeId) : null;
+    this.diskNote = rootless
+      ? 'not enforced: a rootless server cannot loop-mount a filesystem per workshop (run the server as root for disk quotas)'
+      : disk.quota
+        ? null
+        : 'not enforced: disk quotas are off (ATELIER_DISK_QUOTA=off)';
+    this.disks =
+      this.diskNote === null
+        ? new WorkshopDisks({ dir: join(dataDir, 'disks'), defaultBytes: disk.defaultBytes, spares: disk.spares, log: disk.log })
+        : null;
+    this.disks?.init();
+  }
+
+  /**
+   * Refuses a new workshop of `bytes` when the data dir's filesystem would keep less than the
+   * reserve for the server's database once every workshop (this one too) filled its quota.
+   */
+  admitDisk(bytes: number | null): void {
+    const free = freeBytes(this.dataDir);
+    const promised = this.disks?.promisedBytes() ?? 0;
+    const wanted = this.disks ? (bytes ?? this.disk.defaultBytes) : 0;
+    if (free - promised - wanted >= this.disk.reserveBytes) return;
+    throw new AtelierError(
+      'INSUFFICIENT_STORAGE',
+      `the server's data dir ${this.dataDir} is nearly full: ${formatSize(free)} free, ${formatSize(promised)} promised to existing workshops, ` +
+        `${formatSize(this.disk.reserveBytes)} kept for the server's database (ATELIER_DISK_RESERVE)` +
+        (wanted ? `, ${formatSize(wanted)} asked` : '') +
+        ': delete workshops you no longer need (`atelier workshops delete ID`), free space on that filesystem' +
+        (wanted ? ', or ask for a smaller --disk' : ''),
+      { freeBytes: free, promisedBytes: promised, reserveBytes: this.disk.reserveBytes },
+    );
+  }
+
+  /** The workshop's disk usage against its quota. */
+  diskOf(id: string): WorkshopDisk {
+    const root = this.layout(id).root;
+    let usage: { quotaBytes: number; usedBytes: number } | null = null;
+    try {
+      usage = diskUsage(root);
+    } catch {
+      // no directory (a workshop that failed before it had one)
+    }
+    if (this.disks?.has(id) && usage) return { enforced: true, quotaBytes: usage.quotaBytes, usedBytes: usage.usedBytes, note: null };
+    return {
+      enforced: false,
+      quotaBytes: null,
+      usedBytes: null,
+      note: this.diskNote ?? 'not enforced: this workshop was created before disk quotas (recreate it to get one)',
+    };
   }
 
   get workshopsDir(): string {
@@ -62,11 +127,12 @@ export class LocalDriver implements WorkshopDriver {
     return sandboxLayout(join(this.workshopsDir, id));
   }
 
-  /** Creates the workshop's directory; the workspace is created by the clone. */
-  prepareRoot(id: string): SandboxLayout {
+  /** Creates the workshop's directory, its own filesystem of `diskBytes` with quotas; the workspace is created by the clone. */
+  async prepareRoot(id: string, diskBytes: number | null = null): Promise<SandboxLayout> {
     mkdirSync(this.workshopsDir, { recursive: true, mode: 0o700 });
     const layout = this.layout(id);
     mkdirSync(layout.root, { mode: 0o700 });
+    if (this.disks) await this.disks.attach(id, layout.root, diskBytes ?? this.disk.defaultBytes);
     return layout;
   }
 
@@ -78,6 +144,8 @@ export class LocalDriver implements WorkshopDriver {
 
   async start(req: StartRequest): Promise<SandboxHandle> {
     const root = this.layout(req.id).root;
+    // After a host reboot the workshop's filesystem is no longer mounted.
+    if (this.disks) await this.disks.ensureMounted(req.id, root);
     prepareLayout({ root, hostname: req.hostname, uid: req.uid, rootless: this.rootless, cgroups: null });
     const cgroups = this.base ? createCgroups(this.base, req.id, req.limits) : null;
     return startSandbox({ root, hostname: req.hostname, uid: req.uid, rootless: this.rootless, cgroups });
@@ -128,8 +196,11 @@ export class LocalDriver implements WorkshopDriver {
     if (handle) await killSandbox(handle);
     // Without a handle (the server died before saving it) the cgroups still hold the processes.
     if (this.base) await destroyCgroups(workshopCgroups(this.base, id));
-    const marker = this.layout(id).workspace;
-    for (const pid of findProcesses((argv) => (argv[0]?.endsWith('bwrap') || argv[0] === 'unshare') && argv.includes(marker))) {
+    const { workspace: marker, log } = this.layout(id);
+    // bwrap's command line names no path (its options come from a pipe): its output, the workshop's log, does.
+    const isOurs = (argv: string[], pid: number): boolean =>
+      (argv[0]?.endsWith('bwrap') && stdoutOf(pid) === log) || (argv[0] === 'unshare' && argv.includes(marker));
+    for (const pid of findProcesses(isOurs)) {
       try {
         process.kill(pid, 'SIGKILL');
       } catch {
@@ -141,6 +212,7 @@ export class LocalDriver implements WorkshopDriver {
   /** Removes everything the workshop owned on this host. */
   async destroy(id: string, handle: SandboxHandle | null): Promise<void> {
     await this.stop(id, handle);
+    if (this.disks) await this.disks.detach(id, this.layout(id).root);
     await removeTree(this.layout(id).root, this.rootless);
   }
 
@@ -179,6 +251,11 @@ export class LocalDriver implements WorkshopDriver {
     }
   }
 
+  /** Removes the spare disks (at shutdown); the workshops' own stay mounted for them. */
+  async closeDisks(): Promise<void> {
+    await this.disks?.close();
+  }
+
   /** Workshop ids that have a directory or a cgroup on this host (for orphan clean-up). */
   localIds(): string[] {
     const ids = new Set<string>();
@@ -192,6 +269,14 @@ export class LocalDriver implements WorkshopDriver {
     add(this.workshopsDir);
     if (this.base) for (const p of Object.values(this.base)) add(p);
     return [...ids];
+  }
+}
+
+function stdoutOf(pid: number): string | undefined {
+  try {
+    return readlinkSync(`/proc/${pid}/fd/1`);
+  } catch {
+    return undefined;
   }
 }
 

@@ -13,6 +13,7 @@ export interface CreateFlags {
   cpus?: string;
   memory?: string;
   pids?: string;
+  disk?: string;
   simulator?: string[];
 }
 
@@ -39,6 +40,7 @@ export async function createWorkshop(ctx: CommandContext, flags: CreateFlags): P
   if (flags.memory !== undefined) body.memory = flags.memory;
   const pids = number('pids', flags.pids);
   if (pids !== undefined) body.pids = pids;
+  if (flags.disk !== undefined) body.disk = flags.disk;
   if (flags.simulator && flags.simulator.length > 0) body.simulators = flags.simulator.map(parseSimulatorFlag);
   return call<Workshop>(await ctx.target(), { method: 'POST', path: '/v1/workshops', body });
 }

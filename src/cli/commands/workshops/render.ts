@@ -1,4 +1,4 @@
-import type { Workshop } from '../../../core/index.js';
+import { formatSize, type Workshop, type WorkshopDisk } from '../../../core/index.js';
 import { keyValues, table } from '../../output.js';
 
 function age(iso: string): string {
@@ -20,6 +20,12 @@ export function workshopTable(items: Workshop[]): string {
   ]);
 }
 
+function diskLine(d: WorkshopDisk): string {
+  if (!d.enforced || d.quotaBytes === null) return d.note ?? 'not enforced';
+  const used = d.usedBytes ?? 0;
+  return `${formatSize(used)} of ${formatSize(d.quotaBytes)} used (${Math.round((100 * used) / Math.max(1, d.quotaBytes))}%)`;
+}
+
 export function workshopDetail(w: Workshop): string {
   const pairs: [string, string][] = [
     ['id', w.id],
@@ -32,6 +38,7 @@ export function workshopDetail(w: Workshop): string {
     ['cpus', String(w.limits.cpus)],
     ['memory', `${Math.round(w.limits.memoryBytes / 2 ** 20)}m`],
     ['pids', String(w.limits.pids)],
+    ...(w.disk ? ([['disk', diskLine(w.disk)]] as [string, string][]) : []),
     ['budget', w.budgetUsd === null ? 'none' : `$${w.budgetUsd.toFixed(2)} (enforced by the LLM gateway)`],
   );
   if (w.forwardPorts.length > 0) pairs.push(['forward ports', w.forwardPorts.join(', ')]);

@@ -1,0 +1,277 @@
+import { execFile } from 'node:child_process';
+import { chmodSync, mkdirSync, readdirSync, renameSync, rmdirSync, rmSync, statSync, statfsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+
+/**
+ * Disk quotas: every workshop's root directory (workspace, /tmp, home, identity files, its
+ * simulators' data) is its own ext4 filesystem, a sparse image file loop-mounted on that
+ * directory. Past its size, writes fail inside with ENOSPC and nothing else is touched.
+ *
+ * Why an image per workshop and not one pool with project quotas: this kernel has neither
+ * CONFIG_XFS_QUOTA nor CONFIG_QFMT_V2 (ext4 project quotas), so a pool cannot enforce a limit
+ * here; and where it can, a file's owner may change its project id (FS_IOC_FSSETXATTR is allowed
+ * to the owner in the initial user namespace, where root-mode workshops run: fs/ioctl.c), which
+ * would let an agent step out of its quota. A filesystem of its own has no such door, and a bind from it shows
+ * paths relative to it in the workshop's /proc/self/mountinfo (`/workspace`, not the data dir).
+ *
+ * mkfs + mount cost 50–100 ms on this machine, too much for create → first exec, so the server
+ * keeps `spares` formatted and mounted images of the default size and moves one onto a new
+ * workshop's root (`mount --move`, a few ms); other sizes are made on demand.
+ */
+export interface DiskUsage {
+  /** Usable bytes of the workshop's filesystem (its quota, less ext4's own metadata). */
+  quotaBytes: number;
+  usedBytes: number;
+}
+
+export interface WorkshopDisksOptions {
+  /** Where the images live (DATA_DIR/disks), on the data dir's filesystem. */
+  dir: string;
+  /** Size of the spares (the server's default quota). */
+  defaultBytes: number;
+  /** How many formatted, mounted spares to keep ready. */
+  spares: number;
+  log: { warn(obj: object, msg?: string): void };
+}
+
+// Root-owned, nothing setuid or device nodes honoured; discard gives freed blocks back to the host.
+const MOUNT_OPTIONS = 'loop,discard,noinit_itable,nosuid,nodev';
+
+function run(cmd: string, args: string[]): Promise<void> {
+  return new Promise((resolve, reject) => {
+    execFile(cmd, args, { env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C' } }, (err, _o, stderr) =>
+      err ? reject(new Error(`${cmd} ${args[0] ?? ''} failed: ${String(stderr).trim().slice(0, 300) || err.message}`)) : resolve(),
+    );
+  });
+}
+
+function output(cmd: string, args: string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    execFile(cmd, args, { env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C' } }, (err, stdout, stderr) =>
+      err ? reject(new Error(`${cmd} failed: ${String(stderr).trim().slice(0, 300) || err.message}`)) : resolve(String(stdout)),
+    );
+  });
+}
+
+/** True when `path` is the root of a mounted filesystem (another device than its parent's). */
+export function isMountPoint(path: string): boolean {
+  try {
+    return statSync(path).dev !== statSync(dirname(path)).dev;
+  } catch {
+    return false;
+  }
+}
+
+async function makeImage(image: string, bytes: number): Promise<void> {
+  rmSync(image, { force: true });
+  // Sparse: the host gives blocks only as the workshop writes. No reserved blocks (the workshop
+  // gets all of it); no resize inode (never grown); inode tables and journal left for lazy init.
+  await run('truncate', ['-s', String(bytes), image]);
+  await run('mkfs.ext4', ['-q', '-F', '-m', '0', '-O', '^resize_inode', '-E', 'lazy_itable_init=1,lazy_journal_init=1,nodiscard', image]);
+}
+
+async function mountImage(image: string, at: string): Promise<void> {
+  await run('mount', ['-o', MOUNT_OPTIONS, image, at]);
+  // The filesystem's root is the workshop's root directory: the server's only, as before.
+  chmodSync(at, 0o700);
+}
+
+async function unmount(at: string): Promise<void> {
+  if (!isMountPoint(at)) return;
+  try {
+    await run('umount', [at]);
+  } catch {
+    // A process of the workshop still holds it (a simulator on its way out): detach now, the
+    // kernel frees the loop device when the last one goes.
+    await run('umount', ['-l', at]);
+  }
+}
+
+/** The images of one server's workshops and its spares. */
+export class WorkshopDisks {
+  private readonly ready: string[] = [];
+  private refilling: Promise<void> | null = null;
+  private closed = false;
+
+  private readonly opts: WorkshopDisksOptions;
+
+  constructor(opts: WorkshopDisksOptions) {
+    this.opts = { ...opts };
+  }
+
+  private image(id: string): string {
+    return join(this.opts.dir, `${id}.img`);
+  }
+
+  /** Reuses the spares left mounted by a previous server process, drops broken ones, fills up. */
+  init(): void {
+    mkdirSync(this.opts.dir, { recursive: true, mode: 0o700 });
+    for (const entry of readdirSync(this.opts.dir)) {
+      if (!entry.startsWith('spare-') || entry.endsWith('.img')) continue;
+      const at = join(this.opts.dir, entry);
+      let size = -1;
+      try {
+        size = statSync(`${at}.img`).size;
+      } catch {
+        // image gone
+      }
+      if (isMountPoint(at) && size === this.opts.defaultBytes) this.ready.push(entry);
+      else void this.dropSpare(entry);
+    }
+    this.refill();
+  }
+
+  private async dropSpare(name: string): Promise<void> {
+    const at = join(this.opts.dir, name);
+    await unmount(at).catch(() => undefined);
+    rmSync(`${at}.img`, { force: true });
+    try {
+      rmdirSync(at);
+    } catch {
+      // already gone
+    }
+  }
+
+  /** Keeps `spares` ready, one at a time in the background (mkfs and mount are child processes). */
+  private refill(): void {
+    if (this.refilling || this.closed || this.ready.length >= this.opts.spares) return;
+    let failed = false;
+    this.refilling = (async () => {
+      while (!this.closed && this.ready.length < this.opts.spares) {
+        const name = `spare-${process.pid}-${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`;
+        const at = join(this.opts.dir, name);
+        try {
+          mkdirSync(at, { mode: 0o700 });
+          await makeImage(`${at}.img`, this.opts.defaultBytes);
+          await mountImage(`${at}.img`, at);
+          this.ready.push(name);
+        } catch (err) {
+          this.opts.log.warn({ err: String(err) }, 'could not prepare a spare workshop disk (new workshops make theirs on demand)');
+          await this.dropSpare(name);
+          failed = true;
+          return;
+        }
+      }
+    })().finally(() => {
+      this.refilling = null;
+      // A spare taken while this round was ending is replaced now (not at the next create).
+      if (!failed) this.refill();
+    });
+  }
+
+  /**
+   * Gives the (empty) directory `root` a filesystem of `bytes` of its own: a spare when one of
+   * that size is ready, else a new one.
+   */
+  async attach(id: string, root: string, bytes: number): Promise<void> {
+    const image = this.image(id);
+    const spare = bytes === this.opts.defaultBytes ? this.ready.shift() : undefined;
+    if (spare) {
+      const at = join(this.opts.dir, spare);
+      try {
+        renameSync(`${at}.img`, image);
+        await run('mount', ['--move', at, root]);
+        rmdirSync(at);
+        chmodSync(root, 0o700);
+        this.refill();
+        return;
+      } catch (err) {
+        // mount --move is refused under a shared mount (systemd hosts): spares cannot help there.
+        this.opts.log.warn(
+          { err: String(err) },
+          'a spare workshop disk could not be moved into place: disks are made on demand from now on',
+        );
+        this.opts.spares = 0;
+        await this.dropSpare(spare);
+        for (const name of this.ready.splice(0)) await this.dropSpare(name);
+        rmSync(image, { force: true });
+      }
+    }
+    this.refill();
+    await makeImage(image, bytes);
+    await mountImage(image, root);
+  }
+
+  /** Mounts the workshop's image again if it is not (the host rebooted). False: it has none. */
+  async ensureMounted(id: string, root: string): Promise<boolean> {
+    if (isMountPoint(root)) return true;
+    try {
+      statSync(this.image(id));
+    } catch {
+      return false;
+    }
+    // A loop device may still hold the image (lazily unmounted, a process kept it open): mounting
+    // that device again gives the same filesystem, where a second loop device would give a second
+    // writer of the same image.
+    const held = await output('losetup', ['-j', this.image(id)]);
+    const device = /^(\/dev\/loop\d+):/m.exec(held)?.[1];
+    if (device) {
+      await run('mount', ['-o', 'nosuid,nodev,discard,noinit_itable', device, root]);
+      chmodSync(root, 0o700);
+    } else await mountImage(this.image(id), root);
+    return true;
+  }
+
+  /** True when the workshop has a filesystem of its own (created with a quota). */
+  has(id: string): boolean {
+    try {
+      statSync(this.image(id));
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** Unmounts the workshop's filesystem and removes its image (its processes are gone). */
+  async detach(id: string, root: string): Promise<void> {
+    await unmount(root);
+    rmSync(this.image(id), { force: true });
+  }
+
+  /**
+   * Bytes the workshops' images may still take from the host: each one's size less what it
+   * already holds (sparse files grow as their workshops write).
+   */
+  promisedBytes(): number {
+    let total = 0;
+    let entries: string[] = [];
+    try {
+      entries = readdirSync(this.opts.dir);
+    } catch {
+      return 0;
+    }
+    for (const e of entries) {
+      // A spare is promised to nobody yet: the create that takes it counts its size.
+      if (!e.endsWith('.img') || e.startsWith('spare-')) continue;
+      try {
+        const st = statSync(join(this.opts.dir, e));
+        total += Math.max(0, st.size - st.blocks * 512);
+      } catch {
+        // removed meanwhile
+      }
+    }
+    return total;
+  }
+
+  /**
+   * Stops making spares and removes them (server shutdown): a data dir is left with mounts only
+   * for its workshops, which outlive the server. After a kill -9 the next start reuses them.
+   */
+  async close(): Promise<void> {
+    this.closed = true;
+    await this.refilling;
+    for (const name of this.ready.splice(0)) await this.dropSpare(name);
+  }
+}
+
+/** Usage of the filesystem holding `path` (statfs: the workshop's own when it has one). */
+export function diskUsage(path: string): DiskUsage {
+  const s = statfsSync(path);
+  return { quotaBytes: s.blocks * s.bsize, usedBytes: (s.blocks - s.bfree) * s.bsize };
+}
+
+/** Bytes an unprivileged writer may still use on the filesystem holding `path`. */
+export function freeBytes(path: string): number {
+  const s = statfsSync(path);
+  return s.bavail * s.bsize;
+}
