@@ -11,6 +11,7 @@ import { chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import pg from 'pg';
+import type * as Sandbox from '../src/sandbox/index.js';
 import type * as Simulators from '../src/simulators/index.js';
 import { goalLine, heading, line, ms, ratioLine, REPO_ROOT, statLine, summarize, timedSpawn, type BenchServer } from './lib.js';
 
@@ -89,6 +90,7 @@ export async function postgresFromScratch(dir: string, runAs: { uid: number; gid
 export async function postgresSimulator(_server: BenchServer): Promise<Record<string, unknown>> {
   heading(`7. postgres simulator: request -> first query (${ROUNDS} rounds; goal p50 < ${GOAL_P50_MS} ms and < 1/4 of initdb + start)`);
   const sim = (await import(pathToFileURL(join(REPO_ROOT, 'dist', 'simulators', 'index.js')).href)) as typeof Simulators;
+  const sandbox = (await import(pathToFileURL(join(REPO_ROOT, 'dist', 'sandbox', 'index.js')).href)) as typeof Sandbox;
   const runAs = process.getuid?.() === 0 ? { uid: 65534, gid: 65534 } : undefined;
   const base = mkdtempSync('/tmp/atelier-bench-sim-');
   chmodSync(base, 0o711);
@@ -113,6 +115,7 @@ export async function postgresSimulator(_server: BenchServer): Promise<Record<st
         socketDir,
         cacheDir,
         runAs,
+        sandbox: sandbox.simulatorSandboxArgv,
       });
       try {
         await firstQuery(join(socketDir, name), 'dev', 'devpassword', 'orders_test');

@@ -1,9 +1,10 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { TestServer, makeRepo } from './helpers/server.js';
+import { processesMounting } from './helpers/simulators.js';
 
 // Simulators wired into real workshops: declared in atelier.yaml or given at create, requested
 // live, reached from inside the sandbox by name (plain TCP through /etc/hosts, and through the
@@ -31,19 +32,16 @@ const alive = (pid: number): boolean => {
   }
 };
 
-/** Pids of the live processes working under `dir` (a simulator runs in its own directory). */
-function pidsIn(dir: string): number[] {
-  const out: number[] = [];
-  for (const e of readdirSync('/proc')) {
-    if (!/^\d+$/.test(e)) continue;
+/** The live processes of the simulator whose data is under `dir` running `program` (from the sandbox it was given to). */
+function simulatorPids(dir: string, program?: string): number[] {
+  return processesMounting(dir).filter((p) => {
+    if (!program) return true;
     try {
-      const cwd = readlinkSync(`/proc/${e}/cwd`);
-      if ((cwd === dir || cwd.startsWith(`${dir}/`)) && alive(Number(e))) out.push(Number(e));
+      return readFileSync(`/proc/${p}/comm`, 'utf8').trim() === program;
     } catch {
-      // gone
+      return false;
     }
-  }
-  return out;
+  });
 }
 
 describe('simulators in a workshop', () => {
@@ -274,8 +272,9 @@ describe('simulators in a workshop', () => {
   });
 
   it('a simulator whose process dies is restarted by the server, and its status says so', async () => {
-    const dir = join(server.dataDir, 'simulators', ws);
-    const [pid] = pidsIn(join(dir, 'redis'));
+    // Its data is in the workshop's own directory (what the workshop's disk quota covers).
+    const dir = join(server.dataDir, 'workshops', ws, 'simulators');
+    const [pid] = simulatorPids(join(dir, 'redis'), 'redis-server');
     assert.ok(pid, 'the redis simulator process is found');
     process.kill(pid, 'SIGKILL');
     let s: Sim | undefined;
@@ -291,7 +290,7 @@ describe('simulators in a workshop', () => {
   });
 
   it('simulators run in cgroups of their own under the workshop, frozen and thawed with it', async () => {
-    const [pid] = pidsIn(join(server.dataDir, 'simulators', ws, 'redis'));
+    const [pid] = simulatorPids(join(server.dataDir, 'workshops', ws, 'simulators', 'redis'), 'redis-server');
     assert.ok(pid, 'the redis simulator process is found');
     const line = readFileSync(`/proc/${pid}/cgroup`, 'utf8')
       .split('\n')
@@ -348,15 +347,16 @@ describe('simulators in a workshop', () => {
   });
 
   it('delete removes every simulator process and file', async () => {
-    const dir = join(server.dataDir, 'simulators', ws);
+    const dir = join(server.dataDir, 'workshops', ws, 'simulators');
     assert.ok(existsSync(dir), `${dir} exists`);
-    // Every process of every simulator: the servers and the workers they forked (in their directory).
-    const pids = pidsIn(dir);
+    // Every process of every simulator: the servers and the workers they forked (in their sandboxes).
+    const pids = simulatorPids(dir);
     assert.ok(pids.length >= 3, `simulator processes: ${pids}`);
     const r = await server.api('DELETE', `/v1/workshops/${ws}`);
     assert.equal(r.status, 200);
     assert.equal(existsSync(dir), false);
     for (const pid of pids) assert.equal(alive(pid), false, `pid ${pid} still alive`);
+    assert.equal(existsSync(join(server.dataDir, 'workshops', ws)), false);
     assert.deepEqual(
       readdirSync(join(server.dataDir, 'simulators')).filter((e) => e !== 'cache'),
       [],
