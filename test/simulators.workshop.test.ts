@@ -89,6 +89,47 @@ describe('simulators in a workshop', () => {
     assert.match(cli.stdout, /postgres\s+postgres\s+\S+\s+Running\s+postgres\.atelier\.internal:5432/);
   });
 
+  it('shows simulator credentials only to those who may operate the workshop, redacted for the others', async () => {
+    const post = async <T>(path: string, body: unknown): Promise<T> => {
+      const r = await server.api<T>('POST', path, body);
+      assert.ok(r.status === 201 || r.status === 200, `${path}: ${r.status} ${JSON.stringify(r.body)}`);
+      return r.body;
+    };
+    for (const [name, role] of [
+      ['reader', 'viewer'],
+      ['bystander', 'member'],
+      ['keeper', 'maintainer'],
+    ] as const)
+      await post('/v1/users', { name, role });
+    const token = async (user: string): Promise<string> =>
+      (await post<{ token: string }>('/v1/tokens', { user, expiresInSeconds: 600 })).token;
+    const agentViewer = (await post<{ token: string }>('/v1/tokens', { workshopId: ws, role: 'viewer', expiresInSeconds: 600 })).token;
+    const listAs = async (t: string): Promise<Sim[]> => {
+      const r = await server.api<{ items: Sim[] }>('GET', `/v1/workshops/${ws}/simulators`, undefined, { authorization: `Bearer ${t}` });
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+      return r.body.items;
+    };
+    const full = (await list()).find((x) => x.name === 'postgres')!;
+    const password = full.env.PGPASSWORD!;
+    assert.ok(password && password !== '(redacted)');
+    // The workshop's creator (admin here) and a maintainer of its tenant see them.
+    for (const t of [server.token, await token('keeper')]) {
+      const pg = (await listAs(t)).find((x) => x.name === 'postgres')!;
+      assert.equal(pg.env.PGPASSWORD, password);
+    }
+    // A viewer, a member who does not own it and a read-only agent token do not.
+    for (const t of [await token('reader'), await token('bystander'), agentViewer]) {
+      const items = await listAs(t);
+      const text = JSON.stringify(items);
+      assert.ok(!text.includes(password), 'the password shows');
+      const pg = items.find((x) => x.name === 'postgres')!;
+      assert.equal(pg.env.PGPASSWORD, '(redacted)');
+      assert.equal(pg.env.DATABASE_URL, full.env.DATABASE_URL!.replace(`:${encodeURIComponent(password)}@`, ':(redacted)@'));
+      assert.equal(pg.env.PGUSER, 'dev', 'what is not a credential still shows');
+      assert.equal(items.find((x) => x.name === 'redis')!.env.REDIS_URL, 'redis://redis.atelier.internal:6379');
+    }
+  });
+
   it('psql and redis-cli reach them by name from inside, with the connection details in the environment', async () => {
     const pg = await server.exec(ws, ['sh', '-c', 'psql "$DATABASE_URL" -Atc "select current_database(), current_user, 6*7"']);
     assert.equal(pg.exitCode, 0, pg.stderr);

@@ -1,5 +1,6 @@
 export {
   isAlive,
+  redactSimulatorEnv,
   removeSimulator,
   resetSimulator,
   simulatorLogs,

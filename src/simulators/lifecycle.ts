@@ -30,6 +30,27 @@ function invalid(message: string, field: string): AtelierError {
   return new AtelierError('INVALID_ARGUMENT', message, { field });
 }
 
+/** What a redacted credential shows instead of its value. */
+const REDACTED = '(redacted)';
+
+/**
+ * A simulator's connection variables with its credentials redacted (for those who may read a
+ * workshop but not operate it): secret variables become `(redacted)`, and the password part of a
+ * URL (`postgresql://dev:(redacted)@postgres.atelier.internal:5432/app`) too, so that the rest
+ * still says where it is.
+ */
+export function redactSimulatorEnv(type: string, env: Record<string, string>): Record<string, string> {
+  const secret = (SIMULATOR_TYPES as readonly string[]).includes(type) ? (CATALOG[type as SimulatorType].secretEnv ?? []) : [];
+  const out: Record<string, string> = {};
+  for (const [key, value] of Object.entries(env)) {
+    if (!secret.includes(key)) out[key] = value;
+    else if (/^[a-z][a-z0-9+.-]*:\/\/[^/@]*:[^/@]*@/i.test(value))
+      out[key] = value.replace(/^([a-z][a-z0-9+.-]*:\/\/[^/@:]*:)[^/@]*@/i, `$1${REDACTED}@`);
+    else out[key] = REDACTED;
+  }
+  return out;
+}
+
 /** The port a simulator of `type` answers on inside the workshop (before it is started). */
 export function simulatorPort(type: SimulatorType): number {
   return CATALOG[type].port;

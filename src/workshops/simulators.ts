@@ -7,6 +7,7 @@ import { childCgroups, procsFiles, simulatorSandboxArgv, type SandboxHandle, typ
 import {
   isAlive,
   processTree,
+  redactSimulatorEnv,
   removeSimulator,
   resetSimulator,
   DEFAULT_SIMULATOR_NAMES,
@@ -259,9 +260,10 @@ export class SimulatorManager {
     return this.query<SimRow>('SELECT * FROM workshop_simulators WHERE workshop_id = $1 ORDER BY created_at, name', [workshopId]);
   }
 
-  private view(r: SimRow): SimulatorView {
+  private view(r: SimRow, credentials = true): SimulatorView {
     const h = r.handle;
     const mem = h && r.status === 'Running' ? memoryOf(h) : null;
+    const env = h && r.status === 'Running' ? h.env : {};
     return {
       name: r.name,
       type: r.type,
@@ -269,7 +271,7 @@ export class SimulatorManager {
       status: r.status,
       statusReason: r.status_reason,
       endpoint: h ? h.endpoint : null,
-      env: h && r.status === 'Running' ? h.env : {},
+      env: credentials ? env : redactSimulatorEnv(r.type, env),
       restarts: r.restarts,
       memoryBytes: mem?.memoryBytes ?? null,
       processes: mem?.processes ?? null,
@@ -277,8 +279,13 @@ export class SimulatorManager {
     };
   }
 
-  async list(workshopId: string): Promise<SimulatorView[]> {
-    return (await this.rows(workshopId)).map((r) => this.view(r));
+  /**
+   * The workshop's simulators. `credentials`: whether the caller may operate the workshop (its
+   * owner, a maintainer or admin of its tenant, its own agent as member): the others get the
+   * connection variables with passwords redacted.
+   */
+  async list(workshopId: string, opts: { credentials: boolean }): Promise<SimulatorView[]> {
+    return (await this.rows(workshopId)).map((r) => this.view(r, opts.credentials));
   }
 
   private async one(workshopId: string, name: string): Promise<SimRow> {

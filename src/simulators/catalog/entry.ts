@@ -44,6 +44,11 @@ export interface CatalogEntry {
   readyAndInitialise?(handle: SimulatorHandle): Promise<void>;
   /** Milliseconds between two readiness attempts (default 5). */
   pollMs?: number;
+  /**
+   * Connection variables that carry a credential (postgres: PGPASSWORD, DATABASE_URL's password),
+   * shown only to those who may operate the workshop (see redactSimulatorEnv).
+   */
+  secretEnv?: readonly string[];
   /** First signal of a stop, before SIGKILL. */
   stopSignal: NodeJS.Signals;
   /** How long a start may take when the spec does not say (default 20 s; a JVM needs more on a busy machine). */

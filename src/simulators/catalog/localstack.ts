@@ -182,6 +182,8 @@ function controlSocket(instance: { dir: string }): string {
 export const localstack: CatalogEntry = {
   port: PORT,
   stopSignal: 'SIGTERM',
+  // Any key is accepted, but a project may well set its real-looking test keys there.
+  secretEnv: ['AWS_SECRET_ACCESS_KEY'],
 
   async prepare(spec, sockDir) {
     checkKeys(spec, ['SERVICES'], []);

@@ -695,6 +695,7 @@ export const postgres: CatalogEntry = {
   port: PORT,
   // Fast shutdown (SIGINT): SIGTERM is "smart" and waits for every client to disconnect.
   stopSignal: 'SIGINT',
+  secretEnv: ['PGPASSWORD', 'DATABASE_URL'],
 
   async prepare(spec, sockDir, timings) {
     const settings = settingsOf(spec);
