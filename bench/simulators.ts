@@ -199,7 +199,8 @@ export async function postgresSimulator(_server: BenchServer): Promise<Record<st
 
       // Bare processes, the same copy each: on the host (no sandbox), then in the simulator's sandbox.
       const bare = join(base, `bare${i}`);
-      mkdirSync(join(bare, 'sock'), { recursive: true, mode: 0o700 });
+      mkdirSync(bare, { mode: 0o755 });
+      mkdirSync(join(bare, 'sock'), { mode: 0o700 });
       if (runAs) chownSync(join(bare, 'sock'), runAs.uid, runAs.gid);
       await copyTemplate(templateData, join(bare, 'host'), runAs);
       onHost.push(
