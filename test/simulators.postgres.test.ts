@@ -3,7 +3,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import pg from 'pg';
@@ -159,6 +159,9 @@ describe('postgres simulator', () => {
     assert.ok(isAlive(h), 'the simulator outlived the process that started it');
     assert.equal((await query(h, 'SELECT 2 AS two')).rows[0].two, 2);
     const program = assertSandboxed(h);
+    // Its socket and its directory are its owner's only (the server's relay dials it).
+    assert.equal(statSync(h.socket).mode & 0o777, 0o700);
+    assert.equal(statSync(join(h.socketDir, h.name)).mode & 0o777, 0o700);
     if (RUN_AS)
       for (const p of withChildren(program)) {
         const uid = uidOf(p);
