@@ -3,10 +3,10 @@
 // `aws.atelier.internal:4566`. Run as an unprivileged uid when the tests run as root.
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { connect, type Socket } from 'node:net';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { Readable } from 'node:stream';
 import { CreateTableCommand, DynamoDBClient, GetItemCommand, ListTablesCommand, PutItemCommand } from '@aws-sdk/client-dynamodb';
 import {
@@ -20,8 +20,9 @@ import {
 import { CreateQueueCommand, ListQueuesCommand, ReceiveMessageCommand, SendMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import type { AtelierError } from '../src/core/index.js';
 import { isAlive, removeSimulator, resetSimulator, simulatorLogs, startSimulator, type SimulatorHandle } from '../src/simulators/index.js';
-import { processGroup, processesMentioning, tcpListeners } from './helpers/proc.js';
-import { RUN_AS, simulatorFixture } from './helpers/simulators.js';
+import { tcpListeners, withChildren } from './helpers/proc.js';
+import { assertSandboxed, processesMounting, RUN_AS, simulatorFixture } from './helpers/simulators.js';
+import { simulatorSandboxArgv } from '../src/sandbox/index.js';
 
 /** An agent whose every connection goes to `socketPath`, whatever host the URL names. */
 function socketAgent(socketPath: string): Agent {
@@ -63,9 +64,11 @@ describe('localstack simulator', () => {
     assert.equal(h.env.AWS_ENDPOINT_URL, 'http://aws.atelier.internal:4566');
     assert.equal(h.socketName, 'aws/edge.sock');
     assert.match(h.version, /s3rver 3\.7\.1, local-aws-sqs \d+\.\d+\.\d+, dynalite \d+\.\d+\.\d+/);
-    const pids = processGroup(h.pid);
-    assert.ok(pids.length >= 2, 'bubblewrap and the edge');
+    const program = assertSandboxed(h);
+    const pids = withChildren(program);
     assert.deepEqual(tcpListeners(pids), []);
+    assert.equal(statSync(h.socket).mode & 0o777, 0o600);
+    assert.equal(statSync(dirname(h.socket)).mode & 0o777, 0o700);
     if (RUN_AS) {
       for (const p of pids) assert.equal(Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${p}/status`, 'utf8'))![1]), RUN_AS.uid);
     }
@@ -169,7 +172,7 @@ describe('localstack simulator', () => {
       }),
     );
 
-    const same = await resetSimulator(h);
+    const same = await resetSimulator(h, { sandbox: simulatorSandboxArgv });
     assert.equal(same.pid, h.pid, 'emptied in place, not restarted');
     assert.deepEqual((await s3.send(new ListBucketsCommand({}))).Buckets ?? [], []);
     assert.deepEqual((await sqs.send(new ListQueuesCommand({}))).QueueUrls ?? [], []);
@@ -180,7 +183,7 @@ describe('localstack simulator', () => {
 
     process.kill(h.pid, 'SIGKILL');
     for (let i = 0; i < 200 && isAlive(h); i++) await new Promise((r) => setTimeout(r, 5));
-    const again = await resetSimulator(h);
+    const again = await resetSimulator(h, { sandbox: simulatorSandboxArgv });
     handles.push(again);
     assert.notEqual(again.pid, h.pid);
     const fresh = sdk(again);
@@ -191,7 +194,7 @@ describe('localstack simulator', () => {
     assert.equal(isAlive(again), false);
     assert.equal(existsSync(again.dir), false);
     assert.equal(existsSync(join(again.socketDir, again.name)), false);
-    if (RUN_AS) assert.deepEqual(processesMentioning(again.dir, RUN_AS.uid), []);
+    assert.deepEqual(processesMounting(again.dir), []);
   });
 
   it('refuses a name in use, answers an unsigned S3 request, and maps virtual-hosted buckets to path style', async () => {

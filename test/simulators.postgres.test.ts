@@ -3,7 +3,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import pg from 'pg';
@@ -18,9 +18,10 @@ import {
   type SimulatorHandle,
   warmSimulators,
 } from '../src/simulators/index.js';
-import { median, processesMentioning, tcpListeners, uidOf, withChildren } from './helpers/proc.js';
-import { RUN_AS, simulatorFixture } from './helpers/simulators.js';
+import { median, tcpListeners, uidOf, withChildren } from './helpers/proc.js';
+import { assertSandboxed, processesMounting, RUN_AS, simulatorFixture } from './helpers/simulators.js';
 import { REPO_ROOT } from './helpers/server.js';
+import { simulatorSandboxArgv } from '../src/sandbox/index.js';
 
 const run = promisify(execFile);
 
@@ -148,7 +149,8 @@ describe('postgres simulator', () => {
     writeFileSync(
       script,
       `import { startSimulator } from ${JSON.stringify(join(REPO_ROOT, 'src/simulators/index.ts'))};\n` +
-        `const h = await startSimulator(${JSON.stringify(spec('detached', { env: { POSTGRES_PASSWORD: 'pw' } }))});\n` +
+        `import { simulatorSandboxArgv } from ${JSON.stringify(join(REPO_ROOT, 'src/sandbox/index.ts'))};\n` +
+        `const h = await startSimulator({ ...${JSON.stringify(spec('detached', { env: { POSTGRES_PASSWORD: 'pw' } }))}, sandbox: simulatorSandboxArgv });\n` +
         'process.stdout.write(JSON.stringify(h));\n',
     );
     const out = await run(process.execPath, ['--import', 'tsx', script], { cwd: REPO_ROOT });
@@ -156,13 +158,17 @@ describe('postgres simulator', () => {
     handles.push(h);
     assert.ok(isAlive(h), 'the simulator outlived the process that started it');
     assert.equal((await query(h, 'SELECT 2 AS two')).rows[0].two, 2);
+    const program = assertSandboxed(h);
+    // Its socket and its directory are its owner's only (the server's relay dials it).
+    assert.equal(statSync(h.socket).mode & 0o777, 0o700);
+    assert.equal(statSync(join(h.socketDir, h.name)).mode & 0o777, 0o700);
     if (RUN_AS)
-      for (const p of withChildren(h.pid)) {
+      for (const p of withChildren(program)) {
         const uid = uidOf(p);
         if (uid !== undefined) assert.equal(uid, RUN_AS.uid);
       }
-    assert.ok(withChildren(h.pid).length > 1, 'the postmaster has started its workers');
-    assert.deepEqual(tcpListeners(withChildren(h.pid)), []);
+    assert.ok(withChildren(program).length > 1, 'the postmaster has started its workers');
+    assert.deepEqual(tcpListeners(withChildren(program)), []);
     assert.equal((await query(h, 'SHOW listen_addresses')).rows[0].listen_addresses, '');
     assert.equal((await query(h, 'SHOW fsync')).rows[0].fsync, 'off');
 
@@ -192,7 +198,7 @@ describe('postgres simulator', () => {
     assert.equal((await query(h, 'SELECT count(*)::int AS n FROM orders')).rows[0].n, 1);
 
     const r0 = performance.now();
-    const fresh = await resetSimulator(h);
+    const fresh = await resetSimulator(h, { sandbox: simulatorSandboxArgv });
     const resetMs = performance.now() - r0;
     handles.push(fresh);
     assert.equal(isAlive(h), false);
@@ -239,16 +245,16 @@ describe('postgres simulator', () => {
       assert.match(err.message, /postgres simulator slow did not start: .*no answer within 1 ms/);
       return true;
     });
-    assert.deepEqual(processesMentioning(join(s.dir, 'data')), []);
+    assert.deepEqual(processesMounting(join(s.dir, 'data')), []);
   });
 
-  it('names the directory the simulator user cannot enter', { skip: RUN_AS ? false : 'needs root to run as another uid' }, async () => {
+  it('starts under a directory its uid cannot enter: its sandbox is given its data, not the path to it', async () => {
     const closed = mkdtempSync(join(sim.base, 'closed-'));
     chmodSync(closed, 0o700);
-    await assert.rejects(startSimulator(spec('closed', { dir: join(closed, 'pg') })), (err: AtelierError) => {
-      assert.equal(err.code, 'UNAVAILABLE');
-      assert.ok(err.message.includes(`cannot enter ${closed}`), err.message);
-      return true;
-    });
+    const h = await start(spec('closed', { dir: join(closed, 'pg'), env: { POSTGRES_PASSWORD: 'pw' } }));
+    assert.equal((await query(h, 'SELECT 3 AS three')).rows[0].three, 3);
+    assertSandboxed(h);
+    await removeSimulator(h);
+    assert.equal(existsSync(join(closed, 'pg')), false);
   });
 });

@@ -3,8 +3,8 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, readFileSync, statSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import type { AtelierError } from '../src/core/index.js';
 import {
@@ -17,7 +17,8 @@ import {
   type SimulatorHandle,
 } from '../src/simulators/index.js';
 import { median, tcpListeners } from './helpers/proc.js';
-import { RUN_AS, simulatorFixture } from './helpers/simulators.js';
+import { assertSandboxed, RUN_AS, simulatorFixture } from './helpers/simulators.js';
+import { simulatorSandboxArgv } from '../src/sandbox/index.js';
 
 const run = promisify(execFile);
 
@@ -39,9 +40,13 @@ describe('redis simulator', () => {
     assert.equal(await cli(h, 'GET', 'greeting'), 'bonjour');
 
     assert.match(await cli(h, 'INFO', 'server'), /tcp_port:0/);
-    assert.deepEqual(tcpListeners([h.pid]), []);
-    if (RUN_AS) assert.equal(Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${h.pid}/status`, 'utf8'))![1]), RUN_AS.uid);
-    // It runs outside the sandbox: no writing files where the workshop chooses, no loading code.
+    const program = assertSandboxed(h);
+    assert.deepEqual(tcpListeners([program]), []);
+    if (RUN_AS) assert.equal(Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${program}/status`, 'utf8'))![1]), RUN_AS.uid);
+    // Its socket and its directory are its owner's only (the server's relay dials it).
+    assert.equal(statSync(h.socket).mode & 0o777, 0o700);
+    assert.equal(statSync(dirname(h.socket)).mode & 0o777, 0o700);
+    // Disabled as well (whatever they did would stay in the sandbox): no writing files where the workshop chooses, no loading code.
     assert.match(await cli(h, 'CONFIG', 'SET', 'dir', '/tmp'), /protected config/);
     assert.match(await cli(h, 'MODULE', 'LOAD', '/tmp/x.so'), /MODULE command not allowed/);
     assert.match(await cli(h, 'CONFIG', 'GET', 'save'), /^save\s*$/);
@@ -52,7 +57,7 @@ describe('redis simulator', () => {
     const h = await start(spec('cache'));
     await cli(h, 'SET', 'k', 'v');
     await cli(h, 'FUNCTION', 'LOAD', "#!lua name=lib\nredis.register_function('f', function() return 1 end)");
-    const same = await resetSimulator(h);
+    const same = await resetSimulator(h, { sandbox: simulatorSandboxArgv });
     assert.equal(same.pid, h.pid, 'emptied in place, not restarted');
     assert.equal(await cli(h, 'EXISTS', 'k'), '0');
     assert.equal(await cli(h, 'DBSIZE'), '0');
@@ -62,7 +67,7 @@ describe('redis simulator', () => {
     for (let i = 0; i < 200 && isAlive(h); i++) await new Promise((r) => setTimeout(r, 5));
     assert.equal(isAlive(h), false);
     const r0 = performance.now();
-    const again = await resetSimulator(h);
+    const again = await resetSimulator(h, { sandbox: simulatorSandboxArgv });
     t.diagnostic(`reset of a dead redis (restart): ${(performance.now() - r0).toFixed(0)} ms`);
     handles.push(again);
     assert.notEqual(again.pid, h.pid);

@@ -4,9 +4,9 @@
 import { before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:http';
-import { join } from 'node:path';
+import { existsSync, mkdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { createServer, request } from 'node:http';
+import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import type { AtelierError } from '../src/core/index.js';
 import {
@@ -18,8 +18,9 @@ import {
   type SimulatorHandle,
   type SimulatorSpec,
 } from '../src/simulators/index.js';
-import { processGroup, processesMentioning, tcpListeners } from './helpers/proc.js';
-import { RUN_AS, simulatorFixture } from './helpers/simulators.js';
+import { tcpListeners, withChildren } from './helpers/proc.js';
+import { assertSandboxed, processesMounting, RUN_AS, simulatorFixture } from './helpers/simulators.js';
+import { simulatorSandboxArgv } from '../src/sandbox/index.js';
 
 const run = promisify(execFile);
 
@@ -32,20 +33,40 @@ async function curl(h: SimulatorHandle, path: string, ...args: string[]): Promis
     '-H',
     `Host: ${h.endpoint.host}:${h.endpoint.port}`,
     ...args,
-    `http://${h.tcp!.host}:${h.tcp!.port}${path}`,
+    '--unix-socket',
+    h.socket,
+    `http://${h.endpoint.host}:${h.endpoint.port}${path}`,
   ]);
   const cut = stdout.lastIndexOf('\n');
   return { body: stdout.slice(0, cut), status: Number(stdout.slice(cut + 1)) };
 }
 
-function adminUrl(h: SimulatorHandle, path: string): string {
-  return `http://${h.tcp!.host}:${h.tcp!.port}/__admin${path}`;
+/** The admin API over the simulator's socket, as the server's relay reaches it. */
+function admin(h: SimulatorHandle, path: string, init: { method?: string; body?: string } = {}): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request(
+      {
+        socketPath: h.socket,
+        method: init.method ?? 'GET',
+        path: `/__admin${path}`,
+        headers: { host: `${h.endpoint.host}:${h.endpoint.port}` },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
+        res.on('error', reject);
+      },
+    );
+    req.on('error', reject);
+    req.end(init.body);
+  });
 }
 
-async function adminJson<T>(h: SimulatorHandle, path: string, init?: RequestInit): Promise<T> {
-  const res = await fetch(adminUrl(h, path), init);
-  assert.ok(res.ok, `${path} answered ${res.status}`);
-  return (await res.json()) as T;
+async function adminJson<T>(h: SimulatorHandle, path: string): Promise<T> {
+  const res = await admin(h, path);
+  assert.equal(res.status, 200, `${path} answered ${res.status}`);
+  return JSON.parse(res.body) as T;
 }
 
 async function waitFor(what: string, check: () => Promise<boolean>): Promise<void> {
@@ -89,21 +110,23 @@ describe('wiremock simulator', () => {
     });
   });
 
-  it('serves the workspace stubs and the admin API on 127.0.0.1 only, as the unprivileged uid', async () => {
+  it('serves the workspace stubs and the admin API on its socket only (Jetty on its sandbox loopback), as the unprivileged uid', async () => {
     const h = await start(spec('mock'));
     assert.deepEqual(h.endpoint, { host: 'mock.atelier.internal', port: 8080 });
     assert.equal(h.env.WIREMOCK_URL, 'http://mock.atelier.internal:8080');
     assert.match(h.version, /^3\.\d+\.\d+$/);
-    assert.equal(h.tcp?.host, '127.0.0.1');
-    // The record the relay reads, in the instance's socket directory.
-    assert.deepEqual(JSON.parse(readFileSync(h.socket, 'utf8')), h.tcp);
-    const pids = processGroup(h.pid);
-    assert.ok(pids.length >= 2, 'bubblewrap and the JVM');
-    const port = h.tcp!.port.toString(16).toUpperCase().padStart(4, '0');
+    assert.equal(h.tcp, undefined);
+    assert.equal(h.socketName, 'mock/http.sock');
+    assert.equal(statSync(h.socket).mode & 0o777, 0o600);
+    assert.equal(statSync(dirname(h.socket)).mode & 0o777, 0o700);
+    const program = assertSandboxed(h);
+    const pids = withChildren(program);
+    assert.ok(pids.length >= 2, 'the JVM and its socket bridge');
+    // Jetty listens on the loopback of the sandbox's own network namespace, nowhere else.
     assert.deepEqual(
-      tcpListeners(pids).map((l) => l.replace(/^pid \d+: /, '')),
-      [`tcp 0100007F:${port}`],
-      'one listener, on 127.0.0.1 only',
+      [...new Set(tcpListeners(pids).map((l) => l.replace(/^pid \d+: /, '')))],
+      [`tcp 0100007F:${(8080).toString(16).toUpperCase().padStart(4, '0')}`],
+      'one listener, on 127.0.0.1 of its own namespace only',
     );
     if (RUN_AS) {
       for (const p of pids) assert.equal(Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${p}/status`, 'utf8'))![1]), RUN_AS.uid);
@@ -121,7 +144,7 @@ describe('wiremock simulator', () => {
       unmatched.requests.map((r) => r.url),
       ['/nowhere'],
     );
-    const created = await fetch(adminUrl(h, '/mappings'), {
+    const created = await admin(h, '/mappings', {
       method: 'POST',
       body: JSON.stringify({ request: { url: '/added' }, response: { status: 202 } }),
     });
@@ -134,7 +157,7 @@ describe('wiremock simulator', () => {
       'mappings/greet.json': JSON.stringify({ request: { url: '/greet' }, response: { body: 'v1' } }),
     });
     const h = await start(spec('editable', { stubsDirectory: dir }));
-    await fetch(adminUrl(h, '/mappings'), {
+    await admin(h, '/mappings', {
       method: 'POST',
       body: JSON.stringify({ request: { url: '/tmp' }, response: { status: 204 } }),
     });
@@ -143,7 +166,7 @@ describe('wiremock simulator', () => {
     writeFileSync(join(dir, 'mappings', 'greet.json'), JSON.stringify({ request: { url: '/greet' }, response: { body: 'v2' } }));
     assert.equal((await curl(h, '/greet')).body, 'v1');
 
-    const same = await resetSimulator(h);
+    const same = await resetSimulator(h, { sandbox: simulatorSandboxArgv });
     assert.equal(same.pid, h.pid, 'reset in place, not restarted');
     assert.equal((await curl(h, '/tmp')).status, 404, 'stubs added through the API are gone');
     const journal = await adminJson<{ requests: Array<{ request: { url: string } }> }>(h, '/requests');
@@ -156,7 +179,7 @@ describe('wiremock simulator', () => {
 
     // A reset with a stub broken meanwhile is refused and keeps the stubs in use.
     writeFileSync(join(dir, 'mappings', 'greet.json'), '{"request": ');
-    await assert.rejects(resetSimulator(h), (err: AtelierError) => {
+    await assert.rejects(resetSimulator(h, { sandbox: simulatorSandboxArgv }), (err: AtelierError) => {
       assert.equal(err.code, 'INVALID_ARGUMENT');
       assert.match(err.message, /the mapping file mappings\/greet\.json is not valid JSON/);
       return true;
@@ -169,18 +192,17 @@ describe('wiremock simulator', () => {
     writeFileSync(join(dir, 'mappings', 'greet.json'), JSON.stringify({ request: { url: '/greet' }, response: { body: 'v3' } }));
     process.kill(h.pid, 'SIGKILL');
     for (let i = 0; i < 400 && isAlive(h); i++) await new Promise((r) => setTimeout(r, 5));
-    const again = await resetSimulator(h);
+    const again = await resetSimulator(h, { sandbox: simulatorSandboxArgv });
     handles.push(again);
     assert.notEqual(again.pid, h.pid);
-    assert.deepEqual(JSON.parse(readFileSync(again.socket, 'utf8')), again.tcp);
     assert.equal((await curl(again, '/greet')).body, 'v3');
 
     await removeSimulator(again);
     assert.equal(isAlive(again), false);
     assert.equal(existsSync(again.dir), false);
     assert.equal(existsSync(join(again.socketDir, again.name)), false);
-    assert.deepEqual(processesMentioning(again.dir), []);
-    await assert.rejects(fetch(adminUrl(again, '/health')));
+    assert.deepEqual(processesMounting(again.dir), []);
+    await assert.rejects(admin(again, '/health'));
   });
 
   it('never opens a connection for a stub: proxying, webhooks and files outside its root are refused', async () => {
@@ -194,7 +216,7 @@ describe('wiremock simulator', () => {
     const targetPort = (target.address() as { port: number }).port;
     try {
       const stub = async (url: string, response: object, extra: object = {}): Promise<void> => {
-        const res = await fetch(adminUrl(h, '/mappings'), {
+        const res = await admin(h, '/mappings', {
           method: 'POST',
           body: JSON.stringify({ request: { url }, response, ...extra }),
         });

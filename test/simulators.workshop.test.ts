@@ -1,9 +1,10 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { TestServer, makeRepo } from './helpers/server.js';
+import { processesMounting } from './helpers/simulators.js';
 
 // Simulators wired into real workshops: declared in atelier.yaml or given at create, requested
 // live, reached from inside the sandbox by name (plain TCP through /etc/hosts, and through the
@@ -31,19 +32,16 @@ const alive = (pid: number): boolean => {
   }
 };
 
-/** Pids of the live processes working under `dir` (a simulator runs in its own directory). */
-function pidsIn(dir: string): number[] {
-  const out: number[] = [];
-  for (const e of readdirSync('/proc')) {
-    if (!/^\d+$/.test(e)) continue;
+/** The live processes of the simulator whose data is under `dir` running `program` (from the sandbox it was given to). */
+function simulatorPids(dir: string, program?: string): number[] {
+  return processesMounting(dir).filter((p) => {
+    if (!program) return true;
     try {
-      const cwd = readlinkSync(`/proc/${e}/cwd`);
-      if ((cwd === dir || cwd.startsWith(`${dir}/`)) && alive(Number(e))) out.push(Number(e));
+      return readFileSync(`/proc/${p}/comm`, 'utf8').trim() === program;
     } catch {
-      // gone
+      return false;
     }
-  }
-  return out;
+  });
 }
 
 describe('simulators in a workshop', () => {
@@ -89,6 +87,47 @@ describe('simulators in a workshop', () => {
     const cli = await server.cli(['simulators', 'list', ws]);
     assert.equal(cli.code, 0, cli.stderr);
     assert.match(cli.stdout, /postgres\s+postgres\s+\S+\s+Running\s+postgres\.atelier\.internal:5432/);
+  });
+
+  it('shows simulator credentials only to those who may operate the workshop, redacted for the others', async () => {
+    const post = async <T>(path: string, body: unknown): Promise<T> => {
+      const r = await server.api<T>('POST', path, body);
+      assert.ok(r.status === 201 || r.status === 200, `${path}: ${r.status} ${JSON.stringify(r.body)}`);
+      return r.body;
+    };
+    for (const [name, role] of [
+      ['reader', 'viewer'],
+      ['bystander', 'member'],
+      ['keeper', 'maintainer'],
+    ] as const)
+      await post('/v1/users', { name, role });
+    const token = async (user: string): Promise<string> =>
+      (await post<{ token: string }>('/v1/tokens', { user, expiresInSeconds: 600 })).token;
+    const agentViewer = (await post<{ token: string }>('/v1/tokens', { workshopId: ws, role: 'viewer', expiresInSeconds: 600 })).token;
+    const listAs = async (t: string): Promise<Sim[]> => {
+      const r = await server.api<{ items: Sim[] }>('GET', `/v1/workshops/${ws}/simulators`, undefined, { authorization: `Bearer ${t}` });
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+      return r.body.items;
+    };
+    const full = (await list()).find((x) => x.name === 'postgres')!;
+    const password = full.env.PGPASSWORD!;
+    assert.ok(password && password !== '(redacted)');
+    // The workshop's creator (admin here) and a maintainer of its tenant see them.
+    for (const t of [server.token, await token('keeper')]) {
+      const pg = (await listAs(t)).find((x) => x.name === 'postgres')!;
+      assert.equal(pg.env.PGPASSWORD, password);
+    }
+    // A viewer, a member who does not own it and a read-only agent token do not.
+    for (const t of [await token('reader'), await token('bystander'), agentViewer]) {
+      const items = await listAs(t);
+      const text = JSON.stringify(items);
+      assert.ok(!text.includes(password), 'the password shows');
+      const pg = items.find((x) => x.name === 'postgres')!;
+      assert.equal(pg.env.PGPASSWORD, '(redacted)');
+      assert.equal(pg.env.DATABASE_URL, full.env.DATABASE_URL!.replace(`:${encodeURIComponent(password)}@`, ':(redacted)@'));
+      assert.equal(pg.env.PGUSER, 'dev', 'what is not a credential still shows');
+      assert.equal(items.find((x) => x.name === 'redis')!.env.REDIS_URL, 'redis://redis.atelier.internal:6379');
+    }
   });
 
   it('psql and redis-cli reach them by name from inside, with the connection details in the environment', async () => {
@@ -274,8 +313,9 @@ describe('simulators in a workshop', () => {
   });
 
   it('a simulator whose process dies is restarted by the server, and its status says so', async () => {
-    const dir = join(server.dataDir, 'simulators', ws);
-    const [pid] = pidsIn(join(dir, 'redis'));
+    // Its data is in the workshop's own directory (what the workshop's disk quota covers).
+    const dir = join(server.dataDir, 'workshops', ws, 'simulators');
+    const [pid] = simulatorPids(join(dir, 'redis'), 'redis-server');
     assert.ok(pid, 'the redis simulator process is found');
     process.kill(pid, 'SIGKILL');
     let s: Sim | undefined;
@@ -291,7 +331,7 @@ describe('simulators in a workshop', () => {
   });
 
   it('simulators run in cgroups of their own under the workshop, frozen and thawed with it', async () => {
-    const [pid] = pidsIn(join(server.dataDir, 'simulators', ws, 'redis'));
+    const [pid] = simulatorPids(join(server.dataDir, 'workshops', ws, 'simulators', 'redis'), 'redis-server');
     assert.ok(pid, 'the redis simulator process is found');
     const line = readFileSync(`/proc/${pid}/cgroup`, 'utf8')
       .split('\n')
@@ -348,15 +388,16 @@ describe('simulators in a workshop', () => {
   });
 
   it('delete removes every simulator process and file', async () => {
-    const dir = join(server.dataDir, 'simulators', ws);
+    const dir = join(server.dataDir, 'workshops', ws, 'simulators');
     assert.ok(existsSync(dir), `${dir} exists`);
-    // Every process of every simulator: the servers and the workers they forked (in their directory).
-    const pids = pidsIn(dir);
+    // Every process of every simulator: the servers and the workers they forked (in their sandboxes).
+    const pids = simulatorPids(dir);
     assert.ok(pids.length >= 3, `simulator processes: ${pids}`);
     const r = await server.api('DELETE', `/v1/workshops/${ws}`);
     assert.equal(r.status, 200);
     assert.equal(existsSync(dir), false);
     for (const pid of pids) assert.equal(alive(pid), false, `pid ${pid} still alive`);
+    assert.equal(existsSync(join(server.dataDir, 'workshops', ws)), false);
     assert.deepEqual(
       readdirSync(join(server.dataDir, 'simulators')).filter((e) => e !== 'cache'),
       [],

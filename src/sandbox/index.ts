@@ -31,3 +31,4 @@ export { listenInSandbox, listenInSandboxMany, SandboxConnectError, type Sandbox
 export { inspectIsolation } from './privileges.js';
 export { hostsFile } from './rootfs.js';
 export type { IsolationReport } from './privileges.js';
+export { simulatorSandboxArgv, type SimulatorMount, type SimulatorSandboxSpec } from './simulatorSandbox.js';

@@ -2,7 +2,7 @@
  * The process of a `localstack` simulator: one HTTP edge, like LocalStack's port 4566, in front
  * of S3 (`s3rver`), SQS (`local-aws-sqs`) and DynamoDB (`dynalite`), all in this one process.
  *
- * Started by the server (catalog/localstack.ts) as an unprivileged, detached process with:
+ * Started by the server (catalog/localstack.ts) in the simulator's sandbox, with (inside paths):
  *   --socket PATH    the unix socket the workshop's relay dials (nothing listens on TCP)
  *   --control PATH   a unix socket for the server only (its directory is closed to the workshop): POST /reset
  *   --s3-dir DIR     where S3 objects are kept (emptied by a reset)
@@ -336,8 +336,9 @@ const control = createServer((req, res) => {
   res.writeHead(404).end();
 });
 
-// The workshop's relay connects as another user: the socket directory is what restricts access.
-await listen(edgeServer, args.socket!, 0o777);
+// Its owner only: the server's relay dials it (as root, or as this same user when rootless); its
+// host directory is 0700 too, and no other workshop's sandbox has that path.
+await listen(edgeServer, args.socket!, 0o600);
 await listen(control, args.control!, 0o600);
 log(`aws edge listening on ${args.socket} for ${[...services].join(', ')} (as http://${publicHost}:${publicPort})`);
 

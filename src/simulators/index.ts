@@ -1,5 +1,6 @@
 export {
   isAlive,
+  redactSimulatorEnv,
   removeSimulator,
   resetSimulator,
   simulatorLogs,
@@ -11,4 +12,4 @@ export {
 export { processTree } from './process.js';
 export { AWS_SERVICES, DEFAULT_SIMULATOR_NAMES, SIMULATOR_TYPES } from './types.js';
 export type { StartTimings } from './lifecycle.js';
-export type { AwsService, RunAs, SimulatorHandle, SimulatorSpec, SimulatorType } from './types.js';
+export type { AwsService, RunAs, SimulatorHandle, SimulatorMount, SimulatorSandbox, SimulatorSpec, SimulatorType } from './types.js';

@@ -2,6 +2,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import type { AtelierError } from '../core/index.js';
+import { simulatorSandboxArgv } from '../sandbox/index.js';
 import { startSimulator } from './index.js';
 import type { SimulatorSpec } from './types.js';
 
@@ -13,6 +14,7 @@ const base: SimulatorSpec = {
   socketDir: '/nonexistent/atelier/sock',
   cacheDir: '/nonexistent/atelier/cache',
   runAs: RUN_AS,
+  sandbox: simulatorSandboxArgv,
 };
 
 /** Bad input is refused with the field at fault, before anything is created. */

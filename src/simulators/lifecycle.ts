@@ -1,14 +1,21 @@
-import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
 import { isAbsolute, join } from 'node:path';
 import { AtelierError } from '../core/index.js';
-import { isFinal, type CatalogEntry, type SimulatorInstance } from './catalog/entry.js';
+import { isFinal, SANDBOX_SOCKETS, type CatalogEntry, type SimulatorInstance } from './catalog/entry.js';
 import { localstack } from './catalog/localstack.js';
 import { postgres, warmPostgresTemplate } from './catalog/postgres.js';
 import { redis } from './catalog/redis.js';
 import { wiremock } from './catalog/wiremock.js';
-import { processStartTime, readTail, spawnDetached, stopGroup, type Started } from './process.js';
-import { SIMULATOR_TYPES, type RunAs, type SimulatorHandle, type SimulatorSpec, type SimulatorType } from './types.js';
+import { processStartTime, readTail, sandboxProgram, spawnDetached, stopGroup, type Started } from './process.js';
+import {
+  SIMULATOR_TYPES,
+  type RunAs,
+  type SimulatorHandle,
+  type SimulatorSandbox,
+  type SimulatorSpec,
+  type SimulatorType,
+} from './types.js';
 
 const CATALOG: Record<SimulatorType, CatalogEntry> = { postgres, redis, localstack, wiremock };
 
@@ -21,6 +28,27 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
 
 function invalid(message: string, field: string): AtelierError {
   return new AtelierError('INVALID_ARGUMENT', message, { field });
+}
+
+/** What a redacted credential shows instead of its value. */
+const REDACTED = '(redacted)';
+
+/**
+ * A simulator's connection variables with its credentials redacted (for those who may read a
+ * workshop but not operate it): secret variables become `(redacted)`, and the password part of a
+ * URL (`postgresql://dev:(redacted)@postgres.atelier.internal:5432/app`) too, so that the rest
+ * still says where it is.
+ */
+export function redactSimulatorEnv(type: string, env: Record<string, string>): Record<string, string> {
+  const secret = (SIMULATOR_TYPES as readonly string[]).includes(type) ? (CATALOG[type as SimulatorType].secretEnv ?? []) : [];
+  const out: Record<string, string> = {};
+  for (const [key, value] of Object.entries(env)) {
+    if (!secret.includes(key)) out[key] = value;
+    else if (/^[a-z][a-z0-9+.-]*:\/\/[^/@]*:[^/@]*@/i.test(value))
+      out[key] = value.replace(/^([a-z][a-z0-9+.-]*:\/\/[^/@:]*:)[^/@]*@/i, `$1${REDACTED}@`);
+    else out[key] = REDACTED;
+  }
+  return out;
 }
 
 /** The port a simulator of `type` answers on inside the workshop (before it is started). */
@@ -48,6 +76,7 @@ function checkSpec(spec: SimulatorSpec): CatalogEntry {
   if (spec.stubsDirectory !== undefined && spec.type !== 'wiremock') {
     throw invalid(`stubsDirectory applies to wiremock simulators only, not to ${spec.type}`, 'stubsDirectory');
   }
+  if (typeof spec.sandbox !== 'function') throw invalid('simulators run in a sandbox of their own: give sandbox', 'sandbox');
   const isRoot = process.getuid?.() === 0;
   if (spec.runAs?.uid === 0 || (isRoot && !spec.runAs)) {
     throw invalid("simulators run as an unprivileged user: give runAs with a uid other than 0 (the workshop's own uid)", 'runAs');
@@ -68,31 +97,12 @@ function socketAnswers(path: string): Promise<boolean> {
   });
 }
 
-/** True when something accepts connections at the loopback address recorded in `path` (a TCP-only simulator's `tcp.json`). */
-function tcpRecordAnswers(path: string): Promise<boolean> {
-  let port: unknown;
-  try {
-    port = (JSON.parse(readFileSync(path, 'utf8')) as { port?: unknown }).port;
-  } catch {
-    return Promise.resolve(false);
-  }
-  if (typeof port !== 'number') return Promise.resolve(false);
-  return new Promise((resolve) => {
-    const s = connect(port, '127.0.0.1');
-    s.once('connect', () => {
-      s.destroy();
-      resolve(true);
-    });
-    s.once('error', () => resolve(false));
-  });
-}
-
 /** Refuses a name whose socket directory has a live listener (before anything of it is touched). */
 async function assertNameFree(sockDir: string, name: string): Promise<void> {
   const entries = existsSync(sockDir) ? readdirSync(sockDir) : [];
   for (const entry of entries) {
     const path = join(sockDir, entry);
-    if (entry === 'tcp.json' ? await tcpRecordAnswers(path) : await socketAnswers(path)) {
+    if (await socketAnswers(path)) {
       throw new AtelierError(
         'ALREADY_EXISTS',
         `a simulator named ${name} is already running in this workshop: stop it or choose another name`,
@@ -109,13 +119,39 @@ async function assertNameFree(sockDir: string, name: string): Promise<void> {
  * Creates `<socketDir>/<name>/`, the instance's own socket directory. One directory per
  * simulator, not one socket file per simulator in `socketDir`: two postgres simulators of a
  * workshop would both want `.s.PGSQL.5432` (PostgreSQL names its socket after the port).
+ *
+ * Who can reach the sockets: the directory is 0700, owned by the simulator's uid (root mode:
+ * the workshop's own; rootless: the server's), so no other host user and no other workshop's
+ * uid can connect; the server's relay (root, or that same user) dials them on the workshop's
+ * behalf. Other workshops' sandboxes do not have the host path at all.
  */
-async function prepareSocketDir(sockDir: string, runAs: RunAs | undefined): Promise<void> {
-  mkdirSync(sockDir, { recursive: true, mode: 0o755 });
+async function prepareSocketDir(socketDir: string, sockDir: string, runAs: RunAs | undefined): Promise<void> {
+  mkdirSync(socketDir, { recursive: true, mode: 0o711 });
+  chmodSync(socketDir, 0o711);
+  mkdirSync(sockDir, { recursive: true, mode: 0o700 });
   // Sockets and lock files left by a killed instance would make the new one refuse to start.
   for (const entry of readdirSync(sockDir)) rmSync(join(sockDir, entry), { recursive: true, force: true });
   if (runAs) chownSync(sockDir, runAs.uid, runAs.gid);
-  chmodSync(sockDir, 0o755);
+  chmodSync(sockDir, 0o700);
+}
+
+/**
+ * The simulator's program in its sandbox: the one place every simulator's command line is
+ * built, whatever its type (the catalog entry names its program and what it needs of the host;
+ * its socket directory, its cgroups, its uid and the sandbox itself are added here).
+ */
+function sandboxed(entry: CatalogEntry, instance: SimulatorInstance, sandbox: SimulatorSandbox): string[] {
+  const program = entry.command(instance);
+  return sandbox({
+    hostname: instance.name,
+    runAs: instance.runAs,
+    mounts: [{ src: join(instance.socketDir, instance.name), dest: SANDBOX_SOCKETS, writable: true }, ...program.mounts],
+    cgroupProcs: instance.cgroupProcs,
+    // The sandbox's options (host paths) and identity files: the server's, never shown inside.
+    stateDir: join(instance.dir, 'sandbox'),
+    argv: program.argv,
+    cwd: program.cwd ?? '/tmp',
+  });
 }
 
 /** Where a start's time went, phase by phase (milliseconds), for the caller's log. */
@@ -160,21 +196,16 @@ async function waitReady(
 async function launch(
   entry: CatalogEntry,
   instance: SimulatorInstance,
+  sandbox: SimulatorSandbox,
   timeoutMs: number,
   timings?: StartTimings,
 ): Promise<SimulatorHandle> {
   const mark = timer(timings);
-  await prepareSocketDir(join(instance.socketDir, instance.name), instance.runAs);
+  await prepareSocketDir(instance.socketDir, join(instance.socketDir, instance.name), instance.runAs);
   mark('socketDirMs');
   let started: Started | undefined;
   try {
-    started = await spawnDetached({
-      argv: entry.command(instance),
-      cwd: instance.dir,
-      logFile: instance.logFile,
-      runAs: instance.runAs,
-      cgroupProcs: instance.cgroupProcs,
-    });
+    started = await spawnDetached({ argv: sandboxed(entry, instance, sandbox), cwd: '/', logFile: instance.logFile });
     mark('spawnMs');
     const handle: SimulatorHandle = { ...instance, pid: started.pid, startTime: started.startTime };
     if (entry.readyAndInitialise) {
@@ -201,9 +232,9 @@ async function launch(
 }
 
 /**
- * Starts one simulator (fresh state) for a workshop: a detached process in its own process
- * group, running as `spec.runAs`, listening only on a unix socket under `spec.socketDir`.
- * Resolves once a real round trip (a query, a PING) succeeded.
+ * Starts one simulator (fresh state) for a workshop: a sandbox of its own (`spec.sandbox`),
+ * detached, in its own process group, running as `spec.runAs`, listening only on a unix socket
+ * under `spec.socketDir`. Resolves once a real round trip (a query, a PING) succeeded.
  */
 export async function startSimulator(spec: SimulatorSpec, timings?: StartTimings): Promise<SimulatorHandle> {
   const mark = timer(timings);
@@ -212,7 +243,7 @@ export async function startSimulator(spec: SimulatorSpec, timings?: StartTimings
   const instance = await entry.prepare(spec, join(spec.socketDir, spec.name), timings);
   if (spec.cgroupProcs) instance.cgroupProcs = spec.cgroupProcs;
   mark('prepareMs');
-  return launch(entry, instance, spec.startTimeoutMs ?? entry.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS, timings);
+  return launch(entry, instance, spec.sandbox, spec.startTimeoutMs ?? entry.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS, timings);
 }
 
 /** True while the simulator's process is the very one that was started (a reused pid is not). */
@@ -222,7 +253,8 @@ export function isAlive(handle: SimulatorHandle): boolean {
 
 /** Stops the simulator and every process of its group: its own signal first, SIGKILL after `graceMs`. */
 export async function stopSimulator(handle: SimulatorHandle, opts: { graceMs?: number } = {}): Promise<void> {
-  await stopGroup(handle.pid, handle.startTime, CATALOG[handle.type].stopSignal, opts.graceMs ?? DEFAULT_STOP_GRACE_MS);
+  const program = isAlive(handle) ? sandboxProgram(handle.pid) : undefined;
+  await stopGroup(handle.pid, handle.startTime, CATALOG[handle.type].stopSignal, opts.graceMs ?? DEFAULT_STOP_GRACE_MS, program);
 }
 
 /**
@@ -231,7 +263,10 @@ export async function stopSimulator(handle: SimulatorHandle, opts: { graceMs?: n
  * database. A simulator that had died is started again. Returns the handle to keep (the pid
  * changes when the process was restarted).
  */
-export async function resetSimulator(handle: SimulatorHandle, opts: { startTimeoutMs?: number } = {}): Promise<SimulatorHandle> {
+export async function resetSimulator(
+  handle: SimulatorHandle,
+  opts: { sandbox: SimulatorSandbox; startTimeoutMs?: number },
+): Promise<SimulatorHandle> {
   const entry = CATALOG[handle.type];
   if (entry.resetInPlace && isAlive(handle)) {
     await entry.resetInPlace(handle);
@@ -240,7 +275,7 @@ export async function resetSimulator(handle: SimulatorHandle, opts: { startTimeo
   await stopSimulator(handle);
   // The old pid and start time are replaced by the new process's in launch().
   if (entry.refresh) await entry.refresh(handle);
-  return launch(entry, handle, opts.startTimeoutMs ?? entry.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS);
+  return launch(entry, handle, opts.sandbox, opts.startTimeoutMs ?? entry.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS);
 }
 
 /** Stops the simulator and deletes its directory and its socket directory: nothing of it is left. */

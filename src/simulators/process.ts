@@ -81,8 +81,6 @@ export async function readTail(file: string, bytes: number): Promise<string> {
   }
 }
 
-const CGROUP_ENTER = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 111; shift; n=$((n-1)); done; exec "$@"';
-
 export interface Started {
   pid: number;
   startTime: string;
@@ -91,25 +89,15 @@ export interface Started {
 }
 
 /**
- * Starts a simulator process detached from the server, in a session and process group of its
- * own: it survives a server restart (like the sandboxes) and its whole tree can be signalled at
- * once. Output goes to `logFile`.
+ * Starts a simulator's sandbox detached from the server, in a session and process group of its
+ * own: it survives a server restart (like the workshops' sandboxes) and its whole tree can be
+ * signalled at once. Output goes to `logFile`. `argv` is the sandbox's command line (it joins
+ * the cgroups and drops privileges itself): it runs as the server, with the simulators' fixed
+ * environment.
  */
-export async function spawnDetached(opts: {
-  argv: string[];
-  cwd: string;
-  logFile: string;
-  runAs: RunAs | undefined;
-  cgroupProcs?: string[] | undefined;
-}): Promise<Started> {
-  // Into the cgroups first (as root: the files are root's), then down to runAs, then exec: the
-  // process and everything it forks are in them from the first instruction. Same pid throughout.
-  const inCgroups = opts.cgroupProcs && opts.cgroupProcs.length > 0 ? opts.cgroupProcs : undefined;
-  const dropTo = opts.runAs ? ['/usr/bin/setpriv', `--reuid=${opts.runAs.uid}`, `--regid=${opts.runAs.gid}`, '--clear-groups', '--'] : [];
-  const cgroupEnter = inCgroups ? ['/bin/sh', '-c', CGROUP_ENTER, 'sh', String(inCgroups.length), ...inCgroups] : [];
-
+export async function spawnDetached(opts: { argv: string[]; cwd: string; logFile: string }): Promise<Started> {
   const viaHelper = spawnViaHelper({
-    argv: [...cgroupEnter, ...dropTo, ...opts.argv],
+    argv: opts.argv,
     cwd: opts.cwd,
     env: SIMULATOR_ENV,
     log: opts.logFile,
@@ -118,7 +106,7 @@ export async function spawnDetached(opts: {
   if (viaHelper) {
     const { pid, exit } = await viaHelper;
     const exited = exit.then((code): never => {
-      throw new Error(`${opts.argv[0]} exited during start (${code < 0 ? `signal ${-code}` : `code ${code}`})`);
+      throw new Error(`the simulator's sandbox exited during start (${code < 0 ? `signal ${-code}` : `code ${code}`})`);
     });
     exited.catch(() => undefined);
     const startTime = processStartTime(pid);
@@ -127,7 +115,7 @@ export async function spawnDetached(opts: {
   }
 
   const logFd = openSync(opts.logFile, 'a', 0o640);
-  const argv = inCgroups ? [...cgroupEnter, ...dropTo, ...opts.argv] : opts.argv;
+  const argv = opts.argv;
   let child;
   try {
     child = spawn(argv[0]!, argv.slice(1), {
@@ -135,14 +123,13 @@ export async function spawnDetached(opts: {
       detached: true,
       stdio: ['ignore', logFd, logFd],
       env: SIMULATOR_ENV,
-      ...(opts.runAs && !inCgroups ? { uid: opts.runAs.uid, gid: opts.runAs.gid } : {}),
     });
   } finally {
     closeSync(logFd);
   }
   const exited = new Promise<never>((_, reject) => {
-    child.once('error', (err) => reject(new Error(`${opts.argv[0]} could not be started: ${err.message}`)));
-    child.once('exit', (code, signal) => reject(new Error(`${opts.argv[0]} exited during start (${signal ?? `code ${code}`})`)));
+    child.once('error', (err) => reject(new Error(`the simulator's sandbox could not be started: ${err.message}`)));
+    child.once('exit', (code, signal) => reject(new Error(`the simulator's sandbox exited during start (${signal ?? `code ${code}`})`)));
   });
   exited.catch(() => undefined);
   child.unref();
@@ -157,9 +144,33 @@ export async function spawnDetached(opts: {
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
-function kill(pid: number): void {
+function childrenOf(pid: number): number[] {
   try {
-    process.kill(pid, 'SIGKILL');
+    return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number);
+  } catch {
+    return [];
+  }
+}
+
+/**
+ * The program of a simulator's sandbox led by `pid` (bwrap's monitor → the namespace's init →
+ * the program), which gets a stop's first signal: bwrap's monitor would die of it at once and
+ * take the namespace with it, cutting the program's own shutdown short (a socket left behind,
+ * no last log line). Undefined when `pid` is not a sandbox's monitor (a handle of an older server).
+ */
+export function sandboxProgram(pid: number): number | undefined {
+  try {
+    if (readFileSync(`/proc/${pid}/comm`, 'utf8').trim() !== 'bwrap') return undefined;
+  } catch {
+    return undefined;
+  }
+  const init = childrenOf(pid)[0];
+  return init === undefined ? undefined : childrenOf(init)[0];
+}
+
+function kill(pid: number, signal: NodeJS.Signals = 'SIGKILL'): void {
+  try {
+    process.kill(pid, signal);
   } catch {
     // gone meanwhile
   }
@@ -170,7 +181,14 @@ function kill(pid: number): void {
  * `signal` first, SIGKILL after `graceMs`, then any member of the group left behind. Returns
  * once no process of the group is left.
  */
-export async function stopGroup(pid: number, startTime: string, signal: NodeJS.Signals, graceMs: number): Promise<void> {
+export async function stopGroup(
+  pid: number,
+  startTime: string,
+  signal: NodeJS.Signals,
+  graceMs: number,
+  /** Who gets the first signal when not the whole group: a sandbox's program (see sandboxProgram). */
+  first?: number,
+): Promise<void> {
   const ours = (): boolean => processStartTime(pid) === startTime;
   const killGroup = (sig: NodeJS.Signals): void => {
     try {
@@ -184,7 +202,8 @@ export async function stopGroup(pid: number, startTime: string, signal: NodeJS.S
   let tree: Array<{ pid: number; startTime: string }> = [];
   if (ours()) {
     tree = processTree(pid);
-    killGroup(signal);
+    if (first === undefined) killGroup(signal);
+    else kill(first, signal);
     const deadline = Date.now() + graceMs;
     while (ours() && Date.now() < deadline) await sleep(5);
     if (ours()) {

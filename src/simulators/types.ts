@@ -24,6 +24,28 @@ export interface RunAs {
   gid: number;
 }
 
+/** One host path shown inside a simulator's sandbox (see SimulatorSandbox). */
+export interface SimulatorMount {
+  src: string;
+  dest: string;
+  writable?: boolean;
+}
+
+/**
+ * Builds the command line that runs a simulator's program in a sandbox of its own (the
+ * workshops' `simulatorSandboxArgv` from src/sandbox, given by the caller: this folder does not
+ * depend on that one). Every simulator starts through it: there is no way to start one without.
+ */
+export type SimulatorSandbox = (spec: {
+  hostname: string;
+  runAs: RunAs | undefined;
+  mounts: SimulatorMount[];
+  cgroupProcs?: string[] | undefined;
+  stateDir: string;
+  argv: string[];
+  cwd: string;
+}) => string[];
+
 /** What the caller asks for: one simulator of one workshop. */
 export interface SimulatorSpec {
   type: SimulatorType;
@@ -42,16 +64,18 @@ export interface SimulatorSpec {
    * checked by the caller to lie inside the workshop's workspace. Copied at each start and reset.
    */
   stubsDirectory?: string | undefined;
+  /** How the simulator is sandboxed (required: a simulator is as untrusted as the agent that configures it). */
+  sandbox: SimulatorSandbox;
   /** Host directory owned by this instance (data, log); created if missing. */
   dir: string;
   /**
-   * Host directory of the workshop's service sockets (bound into the sandbox); the simulator
-   * listens on a socket in `<socketDir>/<name>/` and nowhere else.
+   * Host directory of the workshop's simulator sockets, closed to other users; the simulator
+   * listens on a socket in `<socketDir>/<name>/` (bound into its sandbox) and nowhere else.
    */
   socketDir: string;
   /** Host directory for shared, pre-initialised templates (postgres clusters), e.g. DATA_DIR/simulators. */
   cacheDir: string;
-  /** Unprivileged user to run as; undefined runs as the current user (which must not be root). */
+  /** Unprivileged host user to run as (root mode); undefined runs as the current user (rootless: must not be root). */
   runAs?: RunAs | undefined;
   /**
    * `cgroup.procs` files the simulator's process joins before it starts (the workshop's own
@@ -79,8 +103,8 @@ export interface SimulatorHandle {
   /** Host path of the unix socket (when `tcp` is set, only a marker of the instance's socket directory). */
   socket: string;
   /**
-   * Set when the server can only listen on TCP (WireMock's Jetty): it listens on this loopback
-   * address of the host, and the relay dials it instead of `socket`.
+   * Handles recorded by servers before simulators were sandboxed: a TCP-only simulator listened
+   * on this host loopback address. New handles never have it (every simulator has a socket).
    */
   tcp?: { host: '127.0.0.1'; port: number } | undefined;
   /** The same path relative to `socketDir` (what an in-workshop forwarder dials under the bind). */

@@ -673,7 +673,12 @@ export class WorkshopService {
   /** The workshop's simulators, their state, endpoint and resource use. */
   async listSimulators(id: string, actor: Principal): Promise<SimulatorView[]> {
     await this.row(id, { actor, action: 'read' });
-    return this.opts.simulators.list(id);
+    // Credentials (postgres password…) only for those who may operate it; viewers get them redacted.
+    const credentials = await this.authorize(id, actor, 'operate').then(
+      () => true,
+      () => false,
+    );
+    return this.opts.simulators.list(id, { credentials });
   }
 
   /** Starts one more simulator in a running workshop, reachable at once without a restart. */

@@ -1,12 +1,13 @@
 import { existsSync, lstatSync, mkdirSync, readFileSync, realpathSync, rmSync } from 'node:fs';
-import { join, sep } from 'node:path';
+import { dirname, join, sep } from 'node:path';
 import { AtelierError, writeFileAtomic, type SimulatorRequest } from '../core/index.js';
 import { queryRows, type Pool } from '../db/index.js';
 import { INTERNAL_SUFFIX } from '../egress/index.js';
-import { childCgroups, procsFiles, type SandboxHandle, type SandboxLayout } from '../sandbox/index.js';
+import { childCgroups, procsFiles, simulatorSandboxArgv, type SandboxHandle, type SandboxLayout } from '../sandbox/index.js';
 import {
   isAlive,
   processTree,
+  redactSimulatorEnv,
   removeSimulator,
   resetSimulator,
   DEFAULT_SIMULATOR_NAMES,
@@ -189,7 +190,16 @@ export class SimulatorManager {
     return join(this.opts.dataDir, 'simulators', 'cache');
   }
 
-  private workshopDir(id: string): string {
+  /**
+   * Where a workshop's simulators keep their files: inside the workshop's own directory, so that
+   * whatever counts or limits that directory (its disk quota) covers their data too.
+   */
+  private workshopDir(layout: SandboxLayout): string {
+    return join(layout.root, 'simulators');
+  }
+
+  /** Where servers before this one kept a workshop's simulators (removed with the workshop). */
+  private legacyDir(id: string): string {
     return join(this.opts.dataDir, 'simulators', id);
   }
 
@@ -201,15 +211,17 @@ export class SimulatorManager {
   resolve(ctx: { id: string; uid: number; layout: SandboxLayout; sandbox?: SandboxHandle }, req: SimulatorRequest): SimulatorSpec {
     const type = knownType(req, 'type');
     const name = simulatorName(req);
-    const base = this.workshopDir(ctx.id);
+    const base = this.workshopDir(ctx.layout);
     const spec: SimulatorSpec & { services?: string[]; stubsDirectory?: string } = {
       type,
       name,
       version: req.version,
       env: req.env,
       options: req.options,
+      sandbox: simulatorSandboxArgv,
       dir: join(base, name),
-      socketDir: join(base, 'sock'),
+      // A name cannot start with a dot: no simulator's own directory is ever this one.
+      socketDir: join(base, '.sock'),
       cacheDir: this.cacheDir,
       runAs: this.runAs(ctx),
     };
@@ -240,9 +252,10 @@ export class SimulatorManager {
     return queryRows<SimRow>(this.pool, 'SELECT * FROM workshop_simulators WHERE workshop_id = $1 ORDER BY created_at, name', [workshopId]);
   }
 
-  private view(r: SimRow): SimulatorView {
+  private view(r: SimRow, credentials = true): SimulatorView {
     const h = r.handle;
     const mem = h && r.status === 'Running' ? memoryOf(h) : null;
+    const env = h && r.status === 'Running' ? h.env : {};
     return {
       name: r.name,
       type: r.type,
@@ -250,7 +263,7 @@ export class SimulatorManager {
       status: r.status,
       statusReason: r.status_reason,
       endpoint: h ? h.endpoint : null,
-      env: h && r.status === 'Running' ? h.env : {},
+      env: credentials ? env : redactSimulatorEnv(r.type, env),
       restarts: r.restarts,
       memoryBytes: mem?.memoryBytes ?? null,
       processes: mem?.processes ?? null,
@@ -258,8 +271,13 @@ export class SimulatorManager {
     };
   }
 
-  async list(workshopId: string): Promise<SimulatorView[]> {
-    return (await this.rows(workshopId)).map((r) => this.view(r));
+  /**
+   * The workshop's simulators. `credentials`: whether the caller may operate the workshop (its
+   * owner, a maintainer or admin of its tenant, its own agent as member): the others get the
+   * connection variables with passwords redacted.
+   */
+  async list(workshopId: string, opts: { credentials: boolean }): Promise<SimulatorView[]> {
+    return (await this.rows(workshopId)).map((r) => this.view(r, opts.credentials));
   }
 
   private async one(workshopId: string, name: string): Promise<SimRow> {
@@ -365,7 +383,7 @@ export class SimulatorManager {
         throw err;
       }
     }
-    mkdirSync(this.workshopDir(ctx.id), { recursive: true, mode: 0o711 });
+    mkdirSync(this.workshopDir(ctx.layout), { recursive: true, mode: 0o711 });
     const t0 = performance.now();
     const phases: Record<string, StartTimings> = {};
     this.busy.add(ctx.id);
@@ -471,7 +489,7 @@ export class SimulatorManager {
     this.busy.add(ctx.id);
     try {
       if (r.handle) {
-        const handle = await resetSimulator(r.handle);
+        const handle = await resetSimulator(r.handle, { sandbox: simulatorSandboxArgv });
         await queryRows(
           this.pool,
           "UPDATE workshop_simulators SET handle = $3, status = 'Running', status_reason = NULL, updated_at = now() WHERE workshop_id = $1 AND name = $2",
@@ -494,9 +512,11 @@ export class SimulatorManager {
     this.busy.add(workshopId);
     try {
       for (const r of await this.rows(workshopId)) {
-        if (r.handle) await removeSimulator(r.handle);
+        if (!r.handle) continue;
+        await removeSimulator(r.handle);
+        rmSync(join(dirname(r.handle.dir), '.sock'), { recursive: true, force: true });
       }
-      rmSync(this.workshopDir(workshopId), { recursive: true, force: true });
+      rmSync(this.legacyDir(workshopId), { recursive: true, force: true });
       await queryRows(this.pool, 'DELETE FROM workshop_simulators WHERE workshop_id = $1', [workshopId]);
       this.envs.delete(workshopId);
       this.opts.internal.close(workshopId);

@@ -1,11 +1,85 @@
 import { after, before } from 'node:test';
-import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
+import assert from 'node:assert/strict';
+import { chmodSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { simulatorSandboxArgv } from '../../src/sandbox/index.js';
 import { startSimulator, stopSimulator, type SimulatorHandle, type SimulatorSpec, type SimulatorType } from '../../src/simulators/index.js';
 
 /** Simulators run as an unprivileged uid when the tests run as root (PostgreSQL refuses root). */
 export const RUN_AS = process.getuid?.() === 0 ? { uid: 65534, gid: 65534 } : undefined;
+
+function childrenOf(pid: number): number[] {
+  try {
+    return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number);
+  } catch {
+    return [];
+  }
+}
+
+/** The simulator's own program: the handle's pid is its sandbox's monitor (bwrap), then the namespace's init, then it. */
+export function programOf(h: SimulatorHandle): number {
+  const init = childrenOf(h.pid)[0];
+  const program = init === undefined ? undefined : childrenOf(init)[0];
+  assert.ok(program, `simulator ${h.name}: no program under its sandbox ${h.pid}`);
+  return program;
+}
+
+function status(pid: number, field: string): string {
+  const m = new RegExp(`^${field}:\\s+(.*)$`, 'm').exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  assert.ok(m, `no ${field} in /proc/${pid}/status`);
+  return m[1]!.trim();
+}
+
+/**
+ * Asserts what the simulator's sandbox promises, read from the host's /proc: namespaces of its
+ * own (network, PID, mount, IPC, UTS), the unprivileged uid, no capability, an empty bounding
+ * set, no_new_privs; and that its program sees none of the host's processes.
+ */
+export function assertSandboxed(h: SimulatorHandle): number {
+  const program = programOf(h);
+  for (const ns of ['net', 'pid', 'mnt', 'ipc', 'uts']) {
+    assert.notEqual(
+      readlinkSync(`/proc/${program}/ns/${ns}`),
+      readlinkSync(`/proc/self/ns/${ns}`),
+      `${h.name} shares the host's ${ns} namespace`,
+    );
+  }
+  const uid = Number(status(program, 'Uid').split(/\s+/)[0]);
+  assert.equal(uid, RUN_AS ? RUN_AS.uid : process.getuid!());
+  assert.notEqual(uid, 0);
+  for (const cap of ['CapEff', 'CapPrm', 'CapBnd', 'CapInh', 'CapAmb'])
+    assert.equal(status(program, cap), '0000000000000000', `${h.name}: ${cap}`);
+  assert.equal(status(program, 'NoNewPrivs'), '1');
+  // Its PID namespace: the program is pid 2 (after the namespace's init), the host's numbers never show.
+  const nspid = status(program, 'NSpid').split(/\s+/);
+  assert.equal(nspid.at(-1), '2');
+  return program;
+}
+
+/**
+ * Live processes that have `dir` (a host directory) mounted: the members of the sandboxes it
+ * was given to, whatever their command line says (a sandboxed program names only its inside paths).
+ */
+export function processesMounting(dir: string): number[] {
+  const out: number[] = [];
+  for (const e of readdirSync('/proc')) {
+    if (!/^\d+$/.test(e)) continue;
+    try {
+      if (/^State:\s+[ZX]/m.test(readFileSync(`/proc/${e}/status`, 'utf8'))) continue;
+      for (const line of readFileSync(`/proc/${e}/mountinfo`, 'utf8').split('\n')) {
+        const root = line.split(' ')[3];
+        if (root === dir || root?.startsWith(`${dir}/`)) {
+          out.push(Number(e));
+          break;
+        }
+      }
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return out;
+}
 
 export interface SimulatorFixture {
   /** The scratch directory of the suite (set in its `before`). */
@@ -14,7 +88,7 @@ export interface SimulatorFixture {
   readonly socketDir: string;
   readonly cacheDir: string;
   /** A spec of the suite's type under `base`, with `extra` over it. */
-  spec(name: string, extra?: Partial<SimulatorSpec>): SimulatorSpec;
+  spec(name: string, extra?: Partial<Omit<SimulatorSpec, 'sandbox'>>): SimulatorSpec;
   /** Starts a simulator and remembers it for the clean-up. */
   start(spec: SimulatorSpec): Promise<SimulatorHandle>;
 }
@@ -34,13 +108,14 @@ export function simulatorFixture(type: SimulatorType, cleanUp?: (base: string) =
     get cacheDir(): string {
       return join(f.base, 'cache');
     },
-    spec: (name: string, extra: Partial<SimulatorSpec> = {}): SimulatorSpec => ({
+    spec: (name: string, extra: Partial<Omit<SimulatorSpec, 'sandbox'>> = {}): SimulatorSpec => ({
       type,
       name,
       dir: join(f.base, 'services', name),
       socketDir: f.socketDir,
       cacheDir: f.cacheDir,
       runAs: RUN_AS,
+      sandbox: simulatorSandboxArgv,
       ...extra,
     }),
     start: async (s: SimulatorSpec): Promise<SimulatorHandle> => {

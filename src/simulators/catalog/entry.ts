@@ -2,10 +2,22 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { AtelierError } from '../../core/index.js';
 import { SIMULATOR_ENV } from '../process.js';
-import type { SimulatorHandle, SimulatorSpec } from '../types.js';
+import type { SimulatorHandle, SimulatorMount, SimulatorSpec } from '../types.js';
 
 /** A simulator before its process exists: everything of the handle but the pid. */
 export type SimulatorInstance = Omit<SimulatorHandle, 'pid' | 'startTime'>;
+
+/** Inside every simulator's sandbox: its socket directory (`<socketDir>/<name>/` on the host), bound writable by the lifecycle. */
+export const SANDBOX_SOCKETS = '/sim/sock';
+
+/** What runs in the simulator's sandbox, in the sandbox's own paths. */
+export interface SimulatorProgram {
+  argv: string[];
+  /** What it needs of the host besides the base system and its socket directory: its data (writable), its code. */
+  mounts: SimulatorMount[];
+  /** Working directory inside (default: /tmp). */
+  cwd?: string;
+}
 
 /** What one simulator type provides to the lifecycle (one file per type in this folder). */
 export interface CatalogEntry {
@@ -17,8 +29,8 @@ export interface CatalogEntry {
    * the caller's log goes in `timings` (postgres: `waitedForCopyMs`, a start that found no spare copy).
    */
   prepare(spec: SimulatorSpec, sockDir: string, timings?: Record<string, number>): Promise<SimulatorInstance>;
-  /** The command line of the server process. */
-  command(instance: SimulatorInstance): string[];
+  /** The server process, as it runs in its sandbox (the lifecycle builds the sandbox around it). */
+  command(instance: SimulatorInstance): SimulatorProgram;
   /** One real round trip (a query, a PING); throws while the server is not ready. */
   probe(handle: SimulatorHandle): Promise<void>;
   /** Runs once after the first successful probe (postgres: the role and database asked for). */
@@ -32,6 +44,11 @@ export interface CatalogEntry {
   readyAndInitialise?(handle: SimulatorHandle): Promise<void>;
   /** Milliseconds between two readiness attempts (default 5). */
   pollMs?: number;
+  /**
+   * Connection variables that carry a credential (postgres: PGPASSWORD, DATABASE_URL's password),
+   * shown only to those who may operate the workshop (see redactSimulatorEnv).
+   */
+  secretEnv?: readonly string[];
   /** First signal of a stop, before SIGKILL. */
   stopSignal: NodeJS.Signals;
   /** How long a start may take when the spec does not say (default 20 s; a JVM needs more on a busy machine). */

@@ -1,26 +1,27 @@
-import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, realpathSync, rmSync } from 'node:fs';
 import { request } from 'node:http';
 import { createRequire } from 'node:module';
-import { dirname, join } from 'node:path';
+import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { AtelierError } from '../../core/index.js';
-import { assertReachable, chownTree } from '../process.js';
-import { AWS_SERVICES, type AwsService, type SimulatorHandle, type SimulatorSpec } from '../types.js';
-import { checkKeys, checkSocketPath, invalid, type CatalogEntry } from './entry.js';
+import { chownTree } from '../process.js';
+import { AWS_SERVICES, type AwsService, type SimulatorHandle, type SimulatorMount, type SimulatorSpec } from '../types.js';
+import { checkKeys, checkSocketPath, invalid, SANDBOX_SOCKETS, type CatalogEntry, type SimulatorProgram } from './entry.js';
 
 /**
  * `localstack` simulator: one edge endpoint, like LocalStack's port 4566, routing each request
  * by its SigV4 credential scope (or X-Amz-Target) to S3 (`s3rver`), SQS (`local-aws-sqs`) or
  * DynamoDB (`dynalite`). The edge and the backends are one Node process (../awsEdge.ts), run
- * as the workshop's uid, listening on `<socketDir>/<name>/edge.sock` only.
+ * in the simulator's sandbox (lifecycle.ts), listening on `<socketDir>/<name>/edge.sock` only.
  *
  * State: S3 objects in `<dir>/s3` (files), queues and tables in memory. A reset empties all
  * three in place through a control socket in `<dir>/run/`, which the workshop cannot reach.
  *
  * Confinement: s3rver maps object keys, copy sources and upload ids to file paths without
- * refusing `..`, so the edge runs under bubblewrap with the host's root read-only, a private
- * /tmp, and only its own three directories (S3 data, control socket, workshop socket) writable:
- * a key like `../../x` cannot create or remove anything outside them.
+ * refusing `..`; in its sandbox the only writable places are its S3 directory, its control and
+ * socket directories and a private /tmp, and the only code it sees is Node, Atelier's
+ * node_modules and the edge's own folder (read-only): a key like `../../x` cannot create,
+ * read or remove anything of the host.
  */
 
 const PORT = 4566;
@@ -29,7 +30,10 @@ const REGION = 'us-east-1';
 const BACKENDS: Record<AwsService, string> = { s3: 's3rver', sqs: 'local-aws-sqs', dynamodb: 'dynalite' };
 
 const require = createRequire(import.meta.url);
-const BWRAP = '/usr/bin/bwrap';
+/** Inside the sandbox: Atelier's code (read-only) and the edge's state. */
+const SANDBOX_CODE = '/opt/atelier';
+const SANDBOX_S3 = '/sim/s3';
+const SANDBOX_RUN = '/sim/run';
 
 /** Versions of the installed backends, read from their package.json. */
 function backendVersion(service: AwsService): string {
@@ -56,26 +60,30 @@ function edgeScript(): string {
   return join(dirname(here), '..', `awsEdge${here.endsWith('.ts') ? '.ts' : '.js'}`);
 }
 
-function edgeCommand(): string[] {
-  const script = edgeScript();
-  if (script.endsWith('.js')) return [process.execPath, script];
-  return [process.execPath, '--import', import.meta.resolve('tsx'), script];
-}
-
 /** The directory holding Atelier's code and node_modules (what the edge loads). */
 function codeRoot(): string {
   return dirname(dirname(dirname(require.resolve('s3rver/package.json'))));
 }
 
-/** bubblewrap around the edge: read-only host, private /tmp, writable only where it keeps its state. */
-function confine(instance: { dir: string; socketDir: string; name: string }, argv: string[]): string[] {
-  const args = [BWRAP, '--unshare-user', '--unshare-ipc', '--ro-bind', '/', '/', '--dev', '/dev', '--tmpfs', '/tmp'];
-  // Code under /tmp (a checkout there) would be hidden by the private /tmp: show it again, read-only.
-  for (const code of new Set([codeRoot(), dirname(edgeScript())])) if (code.startsWith('/tmp/')) args.push('--ro-bind', code, code);
-  for (const writable of [join(instance.dir, 's3'), join(instance.dir, 'run'), join(instance.socketDir, instance.name)]) {
-    args.push('--bind', writable, writable);
-  }
-  return [...args, '--', ...argv];
+/**
+ * The edge's program in its sandbox: Node, and of Atelier only its package.json (the module
+ * type), its node_modules and the edge's own folder, read-only under /opt/atelier; run from its
+ * TypeScript source through tsx when Atelier itself runs from its sources (the tests).
+ */
+function edgeProgram(): { argv: string[]; mounts: SimulatorMount[] } {
+  const root = codeRoot();
+  const script = edgeScript();
+  const inside = (path: string): string => join(SANDBOX_CODE, relative(root, path));
+  const mounts: SimulatorMount[] = [
+    { src: join(root, 'package.json'), dest: inside(join(root, 'package.json')) },
+    { src: join(root, 'node_modules'), dest: inside(join(root, 'node_modules')) },
+    { src: dirname(script), dest: inside(dirname(script)) },
+  ];
+  // Node outside /usr (a tarball under /opt): its own installation, read-only, where it is.
+  const node = realpathSync(process.execPath);
+  if (!node.startsWith('/usr/')) mounts.push({ src: dirname(dirname(node)), dest: dirname(dirname(node)) });
+  const loader = script.endsWith('.ts') ? ['--import', `file://${inside(fileURLToPath(import.meta.resolve('tsx')))}`] : [];
+  return { argv: [node, ...loader, inside(script)], mounts };
 }
 
 function servicesOf(spec: SimulatorSpec): AwsService[] {
@@ -174,20 +182,13 @@ function controlSocket(instance: { dir: string }): string {
 export const localstack: CatalogEntry = {
   port: PORT,
   stopSignal: 'SIGTERM',
+  // Any key is accepted, but a project may well set its real-looking test keys there.
+  secretEnv: ['AWS_SECRET_ACCESS_KEY'],
 
   async prepare(spec, sockDir) {
     checkKeys(spec, ['SERVICES'], []);
     const services = servicesOf(spec);
     const version = versionOf(spec, services);
-    if (!existsSync(BWRAP)) {
-      throw new AtelierError(
-        'UNSUPPORTED',
-        `the localstack simulator runs under bubblewrap, missing at ${BWRAP}: install it with \`apt-get install -y bubblewrap\``,
-        {
-          type: 'localstack',
-        },
-      );
-    }
     checkSocketPath(join(sockDir, SOCKET));
     mkdirSync(spec.dir, { recursive: true, mode: 0o711 });
     chmodSync(spec.dir, 0o711);
@@ -199,10 +200,6 @@ export const localstack: CatalogEntry = {
       mkdirSync(join(spec.dir, sub), { mode: 0o700 });
       await chownTree(join(spec.dir, sub), spec.runAs);
     }
-    assertReachable(join(spec.dir, 's3', 'x'), spec.runAs, 'S3 directory');
-    // The edge runs as the workshop's uid: it must be able to read Atelier's own files.
-    assertReachable(edgeScript(), spec.runAs, 'edge script');
-    for (const service of services) assertReachable(require.resolve(`${BACKENDS[service]}/package.json`), spec.runAs, `${service} backend`);
     const host = `${spec.name}.atelier.internal`;
     const endpoint = `http://${host}:${PORT}`;
     return {
@@ -229,24 +226,32 @@ export const localstack: CatalogEntry = {
     };
   },
 
-  command(instance) {
-    return confine(instance, [
-      ...edgeCommand(),
-      '--socket',
-      instance.socket,
-      '--control',
-      controlSocket(instance),
-      '--s3-dir',
-      join(instance.dir, 's3'),
-      '--services',
-      instance.settings.services!,
-      '--host',
-      instance.endpoint.host,
-      '--port',
-      String(instance.endpoint.port),
-      '--region',
-      instance.settings.region!,
-    ]);
+  command(instance): SimulatorProgram {
+    const edge = edgeProgram();
+    return {
+      argv: [
+        ...edge.argv,
+        '--socket',
+        `${SANDBOX_SOCKETS}/${SOCKET}`,
+        '--control',
+        `${SANDBOX_RUN}/control.sock`,
+        '--s3-dir',
+        SANDBOX_S3,
+        '--services',
+        instance.settings.services!,
+        '--host',
+        instance.endpoint.host,
+        '--port',
+        String(instance.endpoint.port),
+        '--region',
+        instance.settings.region!,
+      ],
+      mounts: [
+        ...edge.mounts,
+        { src: join(instance.dir, 's3'), dest: SANDBOX_S3, writable: true },
+        { src: join(instance.dir, 'run'), dest: SANDBOX_RUN, writable: true },
+      ],
+    };
   },
 
   async probe(handle) {

@@ -20,7 +20,16 @@ import { AtelierError } from '../../core/index.js';
 import { assertReachable, chownTree, run, SIMULATOR_ENV } from '../process.js';
 import { spawnViaHelper } from '../spawner.js';
 import type { RunAs, SimulatorHandle, SimulatorSpec } from '../types.js';
-import { checkKeys, checkSocketPath, finalError, invalid, requestedMajor, type CatalogEntry, type SimulatorInstance } from './entry.js';
+import {
+  checkKeys,
+  checkSocketPath,
+  finalError,
+  invalid,
+  requestedMajor,
+  SANDBOX_SOCKETS,
+  type CatalogEntry,
+  type SimulatorInstance,
+} from './entry.js';
 
 /**
  * PostgreSQL simulator: the system PostgreSQL, one throwaway cluster per simulator.
@@ -29,16 +38,17 @@ import { checkKeys, checkSocketPath, finalError, invalid, requestedMajor, type C
  * ~100–200 ms (it is ~28 MB of files), so each server major gets one pre-initialised template
  * in the cache directory, copied per instance and per reset.
  *
- * Why a unix socket only: the process runs on the host, outside the workshop's network
- * namespace; listening on TCP would make it reachable from every workshop and from the host's
- * network. It listens on `<socketDir>/<name>/.s.PGSQL.5432` (listen_addresses = ''), and the
- * workshop reaches it through a forwarder inside its own sandbox.
+ * Why a unix socket only: the server runs in a sandbox of its own (lifecycle.ts), whose network
+ * namespace has a loopback only; it listens on `/sim/sock/.s.PGSQL.5432` inside, the host's
+ * `<socketDir>/<name>/.s.PGSQL.5432` (listen_addresses = ''), which the server's relay dials
+ * for the workshop.
  *
  * Who is superuser: the bootstrap superuser `atelier_admin` (scram password kept in the
  * instance directory, readable by the server only, changed right after each start) is for the
  * server. The workshop's user (POSTGRES_USER) owns its database and may create databases, but
- * is not superuser unless asked: a superuser can run programs on the host as the simulator's
- * uid (COPY … PROGRAM), outside the sandbox and its egress policy.
+ * is not superuser unless asked (`options.superuser`). A superuser's programs (COPY … PROGRAM,
+ * archive_command) and files (COPY … TO) stay in the simulator's sandbox: its data directory,
+ * its private /tmp, no network, no host process, the workshop's limits.
  */
 
 const ADMIN = 'atelier_admin';
@@ -343,6 +353,9 @@ function openInside(dir: string): void {
 // ---------------------------------------------------------------------------------------------
 // Instance
 
+/** The data directory inside the sandbox. */
+const SANDBOX_DATA = '/sim/data';
+
 function dataDir(instance: SimulatorInstance): string {
   return join(instance.dir, 'data');
 }
@@ -610,7 +623,11 @@ function encodeUrlPart(value: string): string {
   return encodeURIComponent(value);
 }
 
-/** True once the postmaster of `handle` wrote "ready" in its postmaster.pid (PostgreSQL 10+). */
+/**
+ * True once the postmaster of `handle` wrote "ready" in its postmaster.pid (PostgreSQL 10+).
+ * Its pid there is the one of its sandbox's PID namespace, not the host's: what tells this start
+ * from an earlier one is that every start gets a fresh copy of the data (no postmaster.pid).
+ */
 function postmasterReady(handle: SimulatorHandle): boolean {
   let lines: string[];
   try {
@@ -618,7 +635,7 @@ function postmasterReady(handle: SimulatorHandle): boolean {
   } catch {
     return false;
   }
-  return lines[0] === String(handle.pid) && lines[7]?.trim() === 'ready';
+  return lines[1] === SANDBOX_DATA && lines[7]?.trim() === 'ready';
 }
 
 /**
@@ -678,15 +695,12 @@ export const postgres: CatalogEntry = {
   port: PORT,
   // Fast shutdown (SIGINT): SIGTERM is "smart" and waits for every client to disconnect.
   stopSignal: 'SIGINT',
+  secretEnv: ['PGPASSWORD', 'DATABASE_URL'],
 
   async prepare(spec, sockDir, timings) {
     const settings = settingsOf(spec);
     const inst = await resolveInstallation(spec);
     checkSocketPath(join(sockDir, `.s.PGSQL.${PORT}.lock`));
-    if (/[\s,"']/.test(sockDir))
-      throw invalid(`the socket directory ${sockDir} must not contain spaces, commas or quotes (PostgreSQL reads it as a list)`, {
-        field: 'socketDir',
-      });
     const template = await ensureTemplate(spec.cacheDir, inst, spec.runAs);
     mkdirSync(spec.dir, { recursive: true, mode: 0o711 });
     chmodSync(spec.dir, 0o711);
@@ -719,7 +733,6 @@ export const postgres: CatalogEntry = {
         binDir: inst.binDir,
       },
     };
-    assertReachable(dataDir(instance), spec.runAs, 'data directory');
     preparePasswords(instance);
     const waited = await copyTemplate(instance, template);
     if (waited > 0 && timings) timings.waitedForCopyMs = Math.round(waited);
@@ -727,15 +740,22 @@ export const postgres: CatalogEntry = {
   },
 
   command(instance) {
-    return [
-      join(instance.settings.binDir!, 'postgres'),
-      '-D',
-      dataDir(instance),
-      '-k',
-      join(instance.socketDir, instance.name),
-      '-p',
-      String(PORT),
-    ];
+    return {
+      argv: [
+        join(instance.settings.binDir!, 'postgres'),
+        '-D',
+        SANDBOX_DATA,
+        '-k',
+        SANDBOX_SOCKETS,
+        '-p',
+        String(PORT),
+        // Only its owner (and the server's relay) may connect; the directory is closed as well.
+        '-c',
+        'unix_socket_permissions=0700',
+      ],
+      mounts: [{ src: dataDir(instance), dest: SANDBOX_DATA, writable: true }],
+      cwd: SANDBOX_DATA,
+    };
   },
 
   async probe(handle) {

@@ -1,19 +1,22 @@
 import { chmodSync, mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { AtelierError } from '../../core/index.js';
-import { assertReachable, chownTree, run, SIMULATOR_ENV } from '../process.js';
+import { chownTree, run, SIMULATOR_ENV } from '../process.js';
 import { respCommand } from '../resp.js';
 import type { SimulatorSpec } from '../types.js';
-import { checkKeys, checkSocketPath, findProgram, requestedMajor, type CatalogEntry } from './entry.js';
+import { checkKeys, checkSocketPath, findProgram, requestedMajor, SANDBOX_SOCKETS, type CatalogEntry } from './entry.js';
 
 /**
  * Redis simulator: the system `redis-server` (apt `redis-server`), in memory only.
  *
- * It listens on `<socketDir>/<name>/redis.sock` and on no TCP port (`--port 0`): the process
- * runs on the host, and the workshop reaches it through a forwarder in its own sandbox.
- * Commands that would reach the host through the server (CONFIG SET dir/dbfilename, MODULE
- * LOAD, DEBUG) stay disabled explicitly: it runs outside the sandbox.
+ * It listens on `<socketDir>/<name>/redis.sock` and on no TCP port (`--port 0`), in a sandbox
+ * of its own (lifecycle.ts); the workshop reaches it through the server's relay. Commands that
+ * change where it writes or what it runs (CONFIG SET dir/dbfilename, MODULE LOAD, DEBUG) stay
+ * disabled as well: whatever they did would stay in the sandbox, but nothing needs them.
  */
+
+/** Its working directory inside the sandbox (where a SAVE would write). */
+const SANDBOX_DATA = '/sim/data';
 
 const PORT = 6379;
 const SOCKET = 'redis.sock';
@@ -71,7 +74,6 @@ export const redis: CatalogEntry = {
     rmSync(data, { recursive: true, force: true });
     mkdirSync(data, { mode: 0o700 });
     await chownTree(data, spec.runAs);
-    assertReachable(data, spec.runAs, 'working directory');
     const host = `${spec.name}.atelier.internal`;
     return {
       type: 'redis',
@@ -91,20 +93,21 @@ export const redis: CatalogEntry = {
   },
 
   command(instance) {
-    return [
+    const argv = [
       instance.settings.program!,
       '--port',
       '0',
       '--unixsocket',
-      instance.socket,
+      `${SANDBOX_SOCKETS}/${SOCKET}`,
+      // Its owner only (the server's relay dials it as root or as that owner); the directory is closed too.
       '--unixsocketperm',
-      '777',
+      '700',
       '--save',
       '',
       '--appendonly',
       'no',
       '--dir',
-      join(instance.dir, 'data'),
+      SANDBOX_DATA,
       '--daemonize',
       'no',
       '--enable-protected-configs',
@@ -114,6 +117,7 @@ export const redis: CatalogEntry = {
       '--enable-module-command',
       'no',
     ];
+    return { argv, mounts: [{ src: join(instance.dir, 'data'), dest: SANDBOX_DATA, writable: true }], cwd: SANDBOX_DATA };
   },
 
   async probe(handle) {

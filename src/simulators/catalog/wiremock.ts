@@ -7,43 +7,55 @@ import {
   readdirSync,
   readFileSync,
   renameSync,
+  readlinkSync,
+  realpathSync,
   rmSync,
-  writeFileSync,
 } from 'node:fs';
 import { request } from 'node:http';
 import { createRequire } from 'node:module';
-import { createServer } from 'node:net';
-import { dirname, isAbsolute, join, relative } from 'node:path';
+import { basename, dirname, isAbsolute, join, relative } from 'node:path';
 import { AtelierError } from '../../core/index.js';
-import { assertReachable, chownTree, run, SIMULATOR_ENV } from '../process.js';
+import { chownTree, run, SIMULATOR_ENV } from '../process.js';
 import type { SimulatorHandle, SimulatorSpec } from '../types.js';
-import { checkKeys, invalid, requestedMajor, type CatalogEntry, type SimulatorInstance } from './entry.js';
+import {
+  checkKeys,
+  checkSocketPath,
+  invalid,
+  requestedMajor,
+  SANDBOX_SOCKETS,
+  type CatalogEntry,
+  type SimulatorInstance,
+} from './entry.js';
 
 /**
  * `wiremock` simulator: the real WireMock standalone jar (shipped by the npm package
- * `wiremock`), run by the system Java as the workshop's uid.
+ * `wiremock`), run by the system Java in the simulator's sandbox (lifecycle.ts).
  *
- * Where it listens: Jetty cannot listen on a unix socket, so it binds 127.0.0.1 on a free port
- * of the host (never another interface); the handle's `tcp` says where, and the workshop's relay
- * dials it (workshops have a network namespace of their own: their 127.0.0.1 is not the host's).
+ * Where it listens: Jetty cannot listen on a unix socket, so it binds 127.0.0.1:8080 of its
+ * sandbox's own network namespace (a loopback nothing else shares), and `socat`, in the same
+ * sandbox, bridges `<socketDir>/<name>/http.sock` to it: the server's relay and admin calls
+ * dial that socket, as for every other simulator.
  *
  * Stubs: `stubsDirectory` (a WireMock root: `mappings/`, `__files/`) is copied into the
  * instance directory at each start and reset, regular files only, after every mapping file was
- * parsed: the JVM runs on the host, outside the sandbox, and must not follow a link out of the
- * workspace. A reset copies the stubs again (edits made in the workspace since are picked up)
- * and POSTs `/__admin/reset`: stubs reloaded, request journal and scenarios cleared.
+ * parsed: a link out of the workspace is refused, never followed. A reset copies the stubs again
+ * (edits made in the workspace since are picked up) and POSTs `/__admin/reset`: stubs reloaded,
+ * request journal and scenarios cleared.
  *
- * What WireMock could do on the host is switched off: proxying and webhooks to any address
- * (`--deny-proxy-targets` everything, IPv6 disabled in the JVM so no address escapes the list),
- * templates reading the JVM's properties or environment, browser proxying. And the JVM runs
- * under bubblewrap: the host read-only, a private /tmp, only its stubs copy and its temporary
- * directory writable (what the admin API saves or records cannot land anywhere else).
+ * What WireMock could reach stays in its sandbox (only its stubs copy is writable, /tmp is
+ * private, the network has no way out), and is switched off as well: proxying and webhooks to
+ * any address (`--deny-proxy-targets` everything, IPv6 disabled in the JVM so no address escapes
+ * the list), templates reading the JVM's properties or environment, browser proxying.
  */
 
 const PORT = 8080;
 const JAVA = '/usr/bin/java';
-const BWRAP = '/usr/bin/bwrap';
+const SOCAT = '/usr/bin/socat';
 const STUBS = 'root';
+const SOCKET = 'http.sock';
+/** Inside the sandbox: the stubs copy (writable: the admin API saves there), the jar's folder (read-only). */
+const SANDBOX_STUBS = '/sim/root';
+const SANDBOX_JAR = '/opt/wiremock';
 /** What one copy of the stubs may hold: they are copied at every start and reset. */
 const MAX_STUB_BYTES = 256 * 2 ** 20;
 const MAX_STUB_FILES = 10_000;
@@ -105,18 +117,6 @@ function checkVersion(spec: SimulatorSpec, inst: Installation): void {
       { field: 'version', requested: spec.version, installed: [inst.version] },
     );
   }
-}
-
-/** A free TCP port on 127.0.0.1 (the kernel's choice; WireMock binds it a moment later). */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const addr = srv.address();
-      srv.close(() => (addr && typeof addr === 'object' ? resolve(addr.port) : reject(new Error('no port'))));
-    });
-  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -240,9 +240,32 @@ async function placeStubs(instance: Pick<SimulatorInstance, 'name' | 'dir' | 'ru
   rmSync(next, { recursive: true, force: true });
 }
 
+/** The JRE's real path (/usr/bin/java is a chain of links through /etc/alternatives, not shown in the sandbox). */
+function javaHome(): { java: string; conf: string[] } {
+  const java = realpathSync(JAVA);
+  // Debian's JRE keeps its configuration in /etc/java-<major>-openjdk, linked from its conf/.
+  const conf: string[] = [];
+  const confDir = join(dirname(dirname(java)), 'conf');
+  try {
+    for (const e of readdirSync(confDir)) {
+      const p = join(confDir, e);
+      if (lstatSync(p).isSymbolicLink()) {
+        const target = readlinkSync(p);
+        const etc = /^(\/etc\/[^/]+)\//.exec(target)?.[1];
+        if (etc && !conf.includes(etc)) conf.push(etc);
+      }
+    }
+  } catch {
+    // no conf/ folder: nothing to show
+  }
+  return { java, conf };
+}
+
 function admin(handle: SimulatorHandle, method: string, path: string): Promise<{ status: number; body: string }> {
+  // Handles recorded before simulators were sandboxed listened on a host loopback port.
+  const target = handle.tcp ? { host: '127.0.0.1', port: handle.tcp.port } : { socketPath: handle.socket };
   return new Promise((resolve, reject) => {
-    const req = request({ host: '127.0.0.1', port: handle.tcp!.port, method, path, timeout: 2000 }, (res) => {
+    const req = request({ ...target, method, path, timeout: 2000 }, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
       res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
@@ -264,38 +287,29 @@ export const wiremock: CatalogEntry = {
     checkKeys(spec, [], []);
     const inst = installation();
     checkVersion(spec, inst);
-    // The JVM runs as the workshop's uid: it must be able to read the jar.
-    assertReachable(inst.jar, spec.runAs, 'WireMock jar');
     if (spec.stubsDirectory !== undefined) checkStubs(spec, spec.stubsDirectory);
     await checkJava();
-    if (!existsSync(BWRAP)) {
+    if (!existsSync(SOCAT)) {
       throw new AtelierError(
         'UNSUPPORTED',
-        `the wiremock simulator runs under bubblewrap, missing at ${BWRAP}: install it with \`apt-get install -y bubblewrap\``,
-        {
-          type: 'wiremock',
-        },
+        `the wiremock simulator needs socat at ${SOCAT} (it bridges WireMock's port to its socket): install it with \`apt-get install -y socat\``,
+        { type: 'wiremock' },
       );
     }
+    checkSocketPath(join(sockDir, SOCKET));
     mkdirSync(spec.dir, { recursive: true, mode: 0o711 });
     chmodSync(spec.dir, 0o711);
-    const tmp = join(spec.dir, 'tmp');
-    rmSync(tmp, { recursive: true, force: true });
-    mkdirSync(tmp, { mode: 0o700 });
-    await chownTree(tmp, spec.runAs);
-    assertReachable(join(spec.dir, STUBS), spec.runAs, 'stubs directory');
+    // Its temporary files are in the sandbox's private /tmp now (older instances had a tmp/ here).
+    rmSync(join(spec.dir, 'tmp'), { recursive: true, force: true });
     const host = `${spec.name}.atelier.internal`;
-    const port = await freePort();
     const instance: SimulatorInstance = {
       type: 'wiremock',
       name: spec.name,
       version: inst.version,
       dir: spec.dir,
       socketDir: spec.socketDir,
-      // Nothing listens here: a record of where it does, for the relay and for the name check.
-      socket: join(sockDir, 'tcp.json'),
-      socketName: `${spec.name}/tcp.json`,
-      tcp: { host: '127.0.0.1', port },
+      socket: join(sockDir, SOCKET),
+      socketName: `${spec.name}/${SOCKET}`,
       cacheDir: spec.cacheDir,
       runAs: spec.runAs,
       logFile: join(spec.dir, 'wiremock.log'),
@@ -308,17 +322,10 @@ export const wiremock: CatalogEntry = {
   },
 
   command(instance) {
-    // The relay's record of the port, written when the process is (re)started with it.
-    writeFileSync(instance.socket, `${JSON.stringify(instance.tcp)}\n`, { mode: 0o644 });
-    const writable = [join(instance.dir, STUBS), join(instance.dir, 'tmp')];
-    const confine = [BWRAP, '--unshare-user', '--unshare-ipc', '--ro-bind', '/', '/', '--dev', '/dev', '--tmpfs', '/tmp'];
-    const jarDir = dirname(instance.settings.jar!);
-    if (jarDir.startsWith('/tmp/')) confine.push('--ro-bind', jarDir, jarDir);
-    for (const w of writable) confine.push('--bind', w, w);
-    return [
-      ...confine,
-      '--',
-      JAVA,
+    const { java, conf } = javaHome();
+    const jar = instance.settings.jar!;
+    const javaArgv = [
+      java,
       // A small heap and the quick JIT: a mock server, started often, serving little.
       '-Xms32m',
       '-Xmx256m',
@@ -328,15 +335,15 @@ export const wiremock: CatalogEntry = {
       '-XX:-UsePerfData',
       // Without IPv6 no address can slip past the IPv4 deny list below.
       '-Djava.net.preferIPv4Stack=true',
-      `-Djava.io.tmpdir=${join(instance.dir, 'tmp')}`,
+      '-Djava.io.tmpdir=/tmp',
       '-jar',
-      instance.settings.jar!,
+      `${SANDBOX_JAR}/${basename(jar)}`,
       '--bind-address',
       '127.0.0.1',
       '--port',
-      String(instance.tcp!.port),
+      String(PORT),
       '--root-dir',
-      join(instance.dir, STUBS),
+      SANDBOX_STUBS,
       '--disable-banner',
       '--deny-proxy-targets',
       DENY_ALL,
@@ -345,6 +352,17 @@ export const wiremock: CatalogEntry = {
       '--max-request-journal-entries',
       '10000',
     ];
+    // socat bridges the socket to Jetty's port, in the background of the same sandbox; the JVM
+    // is the sandbox's main process (when it ends, the sandbox and socat go with it).
+    const bridge = `${SOCAT} UNIX-LISTEN:${SANDBOX_SOCKETS}/${SOCKET},fork,mode=600 TCP:127.0.0.1:${PORT} & exec "$@"`;
+    return {
+      argv: ['/bin/sh', '-c', bridge, 'sh', ...javaArgv],
+      mounts: [
+        { src: dirname(jar), dest: SANDBOX_JAR },
+        ...conf.map((dir) => ({ src: dir, dest: dir })),
+        { src: join(instance.dir, STUBS), dest: SANDBOX_STUBS, writable: true },
+      ],
+    };
   },
 
   async probe(handle) {
@@ -373,9 +391,8 @@ export const wiremock: CatalogEntry = {
   },
 
   async refresh(instance) {
-    // A restart after a crash: the old port may have been taken since. The caller's handle is
-    // updated in place, and the handle it gets back carries the new port too.
-    instance.tcp = { host: '127.0.0.1', port: await freePort() };
+    // A handle of an older server listened on a host port: this restart uses the socket.
+    delete instance.tcp;
     await placeStubs(instance);
   },
 };
