@@ -23,3 +23,4 @@ export {
   type ApprovalStatus,
 } from './types.js';
 export { SlackNotifier, slackMessage, verifySlackSignature, type SlackConfig } from './notifiers/slack.js';
+export { gateCommand, matchCommand, type CommandGateMatch } from './commandGate.js';

@@ -1,7 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { AtelierError } from '../core/index.js';
 import type { Pool } from '../db/index.js';
-import { ApprovalService, SlackNotifier, parseTtls, type SlackConfig } from '../approvals/index.js';
+import { ApprovalService, SlackNotifier, gateCommand, matchCommand, parseTtls, type SlackConfig } from '../approvals/index.js';
 import { canonicalizeHost, createEgressPolicy, hostForAuthority, type AskHook, type CanonicalHost } from '../egress/index.js';
 import { DEFAULT_GRANT_SECONDS, Publisher, SecretStore, type ExecGate, type WorkshopService } from '../workshops/index.js';
 
@@ -21,38 +21,10 @@ export interface ApprovalsRuntime {
   close(): Promise<void>;
 }
 
+/** The first `approvals.commands` pattern an exec matches (src/approvals/commandGate.ts). */
+export { matchCommand };
+
 /** The allowlist entry an approval adds: the bare host for the default ports (80, 443), else host:port. */
-/** `*` matches anything; everything else literally; the whole text must match. */
-function globRegExp(pattern: string): RegExp {
-  return new RegExp(
-    `^${pattern
-      .split('*')
-      .map((p) => p.replace(/[\\^$.*+?()[\]{}|/]/g, '\\$&'))
-      .join('.*')}$`,
-    's',
-  );
-}
-
-const SHELLS = new Set(['sh', 'bash', 'dash', 'zsh', 'ash', 'ksh']);
-
-/**
- * The first pattern an exec matches: its arguments joined by spaces, and for `sh -c SCRIPT`
- * also the script and each of its `;`/`&&`/`||`/newline-separated parts.
- */
-export function matchCommand(patterns: string[], command: string[]): string | undefined {
-  const texts = [command.join(' ')];
-  const shell = command[0]?.split('/').pop() ?? '';
-  const c = command.indexOf('-c');
-  if (SHELLS.has(shell) && c > 0 && command[c + 1] !== undefined) {
-    const script = command[c + 1]!;
-    texts.push(script.trim(), ...script.split(/;|&&|\|\||\n/).map((x) => x.trim()));
-  }
-  return patterns.find((p) => {
-    const re = globRegExp(p);
-    return texts.some((t) => re.test(t));
-  });
-}
-
 function entryFor(host: CanonicalHost, port: number | undefined): string {
   const h = hostForAuthority(host);
   return port === undefined || port === 443 || port === 80 ? h : `${h}:${port}`;
@@ -91,8 +63,13 @@ export function createApprovals(opts: {
   };
 
   const execGate: ExecGate = async (workshopId, patterns, req, actor, opts) => {
-    const pattern = matchCommand(patterns, req.command);
-    if (pattern === undefined) return;
+    const match = gateCommand(
+      patterns,
+      req.command,
+      req.stdin === undefined ? {} : { stdin: Buffer.from(req.stdin, 'base64').toString('utf8') },
+    );
+    if (match === undefined) return;
+    const pattern = match.pattern;
     // Approved beforehand (`atelier approvals request --category SHELL_COMMAND`): used once.
     const before = await service.findApprovedUnused(workshopId, 'SHELL_COMMAND', { command: req.command });
     if (before && (await service.consume(before.id))) return;
@@ -104,7 +81,9 @@ export function createApprovals(opts: {
           command: req.command,
           ...(req.cwd !== undefined ? { cwd: req.cwd } : {}),
           pattern,
-          justification: `an exec through the API matches "${pattern}" of approvals.commands in atelier.yaml`,
+          justification: match.uncertain
+            ? `an exec through the API runs what the gate cannot read (${match.uncertain}): approvals.commands in atelier.yaml may name it`
+            : `an exec through the API runs "${match.command}", which matches "${pattern}" of approvals.commands in atelier.yaml`,
         },
       },
       actor,
