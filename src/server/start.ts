@@ -328,6 +328,8 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       execGate: approvals.execGate,
       secretEnv: (id) => approvals.secrets.envFor(id),
       onDeleted: (id) => mcpGateway.forget(id),
+      // Nothing waits for a dead workshop's requests any more: they end, saying why.
+      onDied: (id, reason) => approvals.service.endPendingForWorkshop(id, `the workshop's sandbox died: ${reason}`),
     });
     await approvals.start(workshops);
     cleanups.push(() => approvals.close());

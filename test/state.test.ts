@@ -1,0 +1,171 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { readdirSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { TestServer, makeRepo } from './helpers/server.js';
+
+// A workshop's state is the truth: a sandbox that died (killed from inside or from the host, out
+// of memory, gone after a restart) is shown Dead with the reason within seconds, its pending
+// approvals end saying why, and `atelier workshops resume` starts it again with its files.
+
+interface W {
+  id: string;
+  status: string;
+  statusReason: string | null;
+}
+
+/** Host pid of a workshop's PID 1: the bwrap process naming its directory whose parent is the outer bwrap. */
+function sandboxInit(dataDir: string, id: string): number {
+  const marker = join(dataDir, 'workshops', id);
+  const argv = (pid: string): string[] => {
+    try {
+      return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+    } catch {
+      return [];
+    }
+  };
+  for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+    const a = argv(pid);
+    if (!a[0]?.endsWith('bwrap') || !a.some((x) => x.includes(marker))) continue;
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    } catch {
+      continue;
+    }
+    const ppid = stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]!;
+    if (argv(ppid)[0]?.endsWith('bwrap')) return Number(pid);
+  }
+  throw new Error(`no sandbox init found for ${id}`);
+}
+
+describe('a workshop whose sandbox died', () => {
+  let server: TestServer;
+  let repo: string;
+
+  before(async () => {
+    server = await TestServer.start();
+    repo = makeRepo();
+  });
+  after(async () => {
+    await server?.dispose();
+    if (repo) rmSync(repo, { recursive: true, force: true });
+  });
+
+  const get = async (id: string): Promise<W> => (await server.api<W>('GET', `/v1/workshops/${id}`)).body;
+  /** Polls until the workshop leaves Running (a few seconds at most), then returns it. */
+  const untilNotRunning = async (id: string): Promise<W> => {
+    const until = Date.now() + 30_000;
+    for (;;) {
+      const w = await get(id);
+      if (w.status !== 'Running' || Date.now() > until) return w;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  };
+  const resumeKeepsFiles = async (id: string): Promise<void> => {
+    const r = await server.cli(['workshops', 'resume', id]);
+    assert.equal(r.code, 0, r.stderr);
+    const w = await get(id);
+    assert.equal(w.status, 'Running');
+    assert.match(w.statusReason ?? '', /started again, files kept/);
+    const e = await server.exec(id, ['cat', '/workspace/kept.txt']);
+    assert.equal(e.stdout, 'mine\n');
+    assert.equal((await server.exec(id, ['true'])).exitCode, 0);
+  };
+
+  it('killed from inside: shown Dead with the reason, its pending approval ended, resumed with its files', async () => {
+    const w = await server.createWorkshop({ repo, name: 'inside' });
+    assert.equal(w.status, 'Running', w.statusReason ?? '');
+    await server.exec(w.id, ['sh', '-c', 'echo mine > /workspace/kept.txt']);
+    const token = (await server.api<{ token: string }>('POST', '/v1/tokens', { workshopId: w.id, expiresInSeconds: 600 })).body.token;
+    const agent = { authorization: `Bearer ${token}` };
+    const filed = await server.api<{ id: string; status: string }>(
+      'POST',
+      `/v1/workshops/${w.id}/approvals`,
+      { category: 'ALLOWLIST_EXPANSION', payload: { host: 'example.com', port: 443, justification: 'docs' } },
+      agent,
+    );
+    assert.equal(filed.status, 201, JSON.stringify(filed.body));
+    // The agent kills everything it can: the sandbox's idle process, so its init ends.
+    const killed = await server.api<{ exitCode: number }>('POST', `/v1/workshops/${w.id}/exec`, { command: ['kill', '-9', '-1'] }, agent);
+    assert.equal(killed.status, 200, JSON.stringify(killed.body));
+    const dead = await untilNotRunning(w.id);
+    assert.equal(dead.status, 'Dead', JSON.stringify(dead));
+    assert.match(dead.statusReason ?? '', /^killed: .*atelier workshops resume/);
+    const list = await server.cli(['workshops', 'list']);
+    assert.match(list.stdout, new RegExp(`${w.id}.*Dead \\(killed\\)`));
+    const status = await server.cli(['workshops', 'status', w.id]);
+    assert.match(status.stdout, /status:\s+Dead/);
+    assert.match(status.stdout, /reason:\s+killed: /);
+    const exec = await server.api<{ code: string; message: string }>('POST', `/v1/workshops/${w.id}/exec`, { command: ['true'] });
+    assert.equal(exec.body.code, 'WORKSHOP_NOT_RUNNING');
+    assert.match(exec.body.message, /Dead .*atelier workshops resume/);
+    const approval = await server.api<{ status: string; decidedBy: string; decisionReason: string }>(
+      'GET',
+      `/v1/approvals/${filed.body.id}`,
+    );
+    assert.equal(approval.body.status, 'REJECTED');
+    assert.equal(approval.body.decidedBy, 'system');
+    assert.match(approval.body.decisionReason, /sandbox died: killed/);
+    await resumeKeepsFiles(w.id);
+    await server.api('DELETE', `/v1/workshops/${w.id}`);
+  });
+
+  it('killed from the host (kill -9 of its PID 1): shown Dead, resumed with its files', async () => {
+    const w = await server.createWorkshop({ repo, name: 'outside' });
+    assert.equal(w.status, 'Running', w.statusReason ?? '');
+    await server.exec(w.id, ['sh', '-c', 'echo mine > /workspace/kept.txt']);
+    process.kill(sandboxInit(server.dataDir, w.id), 'SIGKILL');
+    const dead = await untilNotRunning(w.id);
+    assert.equal(dead.status, 'Dead', JSON.stringify(dead));
+    assert.match(dead.statusReason ?? '', /^killed: /);
+    await resumeKeepsFiles(w.id);
+    // Dead again and deleted: nothing left.
+    process.kill(sandboxInit(server.dataDir, w.id), 'SIGKILL');
+    assert.equal((await untilNotRunning(w.id)).status, 'Dead');
+    assert.equal((await server.api('DELETE', `/v1/workshops/${w.id}`)).status, 200);
+  });
+
+  it('out of memory: a hog killed alone leaves it Running; its init killed by the OOM killer makes it Dead, out of memory', async () => {
+    const w = await server.createWorkshop({ repo, name: 'oom', memory: '64m' });
+    assert.equal(w.status, 'Running', w.statusReason ?? '');
+    await server.exec(w.id, ['sh', '-c', 'echo mine > /workspace/kept.txt']);
+    // tail keeps the last line in memory, and this one has no end: it grows until the cgroup's OOM killer kills it.
+    const hog = ['sh', '-c', 'head -c 400m /dev/zero | tail -n 1 >/dev/null'];
+    const alone = await server.exec(w.id, hog);
+    assert.notEqual(alone.exitCode, 0, 'the hog was killed');
+    // The watcher looks every second: after a few looks the workshop is still Running, no reason.
+    await new Promise((r) => setTimeout(r, 3000));
+    const still = await get(w.id);
+    assert.equal(still.status, 'Running', JSON.stringify(still));
+    assert.equal(still.statusReason, null);
+    assert.equal((await server.exec(w.id, ['true'])).exitCode, 0);
+    // The idle process under init is made the OOM killer's first choice: the next hog takes the workshop down.
+    const marked = await server.exec(w.id, [
+      'sh',
+      '-c',
+      'for p in $(cat /proc/1/task/1/children); do echo 1000 > /proc/$p/oom_score_adj; done',
+    ]);
+    assert.equal(marked.exitCode, 0, marked.stderr);
+    await server.api('POST', `/v1/workshops/${w.id}/exec`, { command: hog });
+    const dead = await untilNotRunning(w.id);
+    assert.equal(dead.status, 'Dead', JSON.stringify(dead));
+    assert.match(dead.statusReason ?? '', /^out of memory: .*64m memory limit/);
+    await resumeKeepsFiles(w.id);
+    await server.api('DELETE', `/v1/workshops/${w.id}`);
+  });
+
+  it('gone while the server was stopped: Dead at its start, with the reason', async () => {
+    const w = await server.createWorkshop({ repo, name: 'offline' });
+    assert.equal(w.status, 'Running', w.statusReason ?? '');
+    await server.exec(w.id, ['sh', '-c', 'echo mine > /workspace/kept.txt']);
+    await server.stop();
+    process.kill(sandboxInit(server.dataDir, w.id), 'SIGKILL');
+    await server.boot();
+    const dead = await get(w.id);
+    assert.equal(dead.status, 'Dead', JSON.stringify(dead));
+    assert.match(dead.statusReason ?? '', /^killed: its processes ended while the server was not running/);
+    await resumeKeepsFiles(w.id);
+    await server.api('DELETE', `/v1/workshops/${w.id}`);
+  });
+});
