@@ -1,8 +1,9 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { readdirSync, readFileSync, rmSync } from 'node:fs';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { chownSync, cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { TestServer, makeRepo } from './helpers/server.js';
+import { REPO_ROOT, TestServer, makeRepo } from './helpers/server.js';
 
 // A workshop's state is the truth: a sandbox that died (killed from inside or from the host, out
 // of memory, gone after a restart) is shown Dead with the reason within seconds, its pending
@@ -14,18 +15,26 @@ interface W {
   statusReason: string | null;
 }
 
-/** Host pid of a workshop's PID 1: the bwrap process naming its directory whose parent is the outer bwrap. */
+const argv = (pid: string): string[] => {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+  } catch {
+    return [];
+  }
+};
+
+/**
+ * Host pid of a workshop's PID 1: as root, the bwrap process naming its directory whose parent
+ * is the outer bwrap; rootless, the first child of the `unshare` naming it.
+ */
 function sandboxInit(dataDir: string, id: string): number {
   const marker = join(dataDir, 'workshops', id);
-  const argv = (pid: string): string[] => {
-    try {
-      return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
-    } catch {
-      return [];
-    }
-  };
   for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
     const a = argv(pid);
+    if (a[0] === 'unshare' && a.some((x) => x.includes(marker))) {
+      const kids = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/);
+      if (kids[0]) return Number(kids[0]);
+    }
     if (!a[0]?.endsWith('bwrap') || !a.some((x) => x.includes(marker))) continue;
     let stat: string;
     try {
@@ -167,5 +176,67 @@ describe('a workshop whose sandbox died', () => {
     assert.match(dead.statusReason ?? '', /^killed: its processes ended while the server was not running/);
     await resumeKeepsFiles(w.id);
     await server.api('DELETE', `/v1/workshops/${w.id}`);
+  });
+});
+
+// The server started by an ordinary user: PID 1 of a workshop is its own reaper, which no
+// process inside can kill; killed from the host, the workshop is Dead as with a root server.
+const NOBODY = 65534;
+
+describe('a rootless workshop whose sandbox died', () => {
+  let server: TestServer;
+  let base: string;
+  let repo: string;
+
+  before(async () => {
+    base = mkdtempSync('/tmp/atelier-state-rootless-');
+    chownSync(base, NOBODY, NOBODY);
+    let bin = join(REPO_ROOT, 'bin', 'atelier');
+    const asNobody = (args: string[]): boolean =>
+      spawnSync('setpriv', [`--reuid=${NOBODY}`, `--regid=${NOBODY}`, '--clear-groups', ...args]).status === 0;
+    if (!asNobody(['test', '-r', join(REPO_ROOT, 'package.json')])) {
+      const copy = join(base, 'app');
+      for (const part of ['bin', 'dist', 'node_modules', 'package.json'])
+        cpSync(join(REPO_ROOT, part), join(copy, part), { recursive: true });
+      execFileSync('chmod', ['-R', 'a+rX', copy]);
+      bin = join(copy, 'bin', 'atelier');
+    }
+    const home = join(base, 'home');
+    mkdirSync(home);
+    chownSync(home, NOBODY, NOBODY);
+    server = new TestServer(join(base, 'data'));
+    server.runAs = { uid: NOBODY, gid: NOBODY, home, bin };
+    await server.boot();
+    repo = makeRepo();
+    execFileSync('chown', ['-R', `${NOBODY}:${NOBODY}`, repo]);
+  });
+  after(async () => {
+    await server?.dispose();
+    if (base) rmSync(base, { recursive: true, force: true });
+    if (repo) rmSync(repo, { recursive: true, force: true });
+  });
+
+  it('kill -9 -1 inside leaves it Running; killed from the host it is Dead, and resumed with its files', async () => {
+    const w = await server.createWorkshop({ repo });
+    assert.equal(w.status, 'Running', w.statusReason ?? '');
+    await server.exec(w.id, ['sh', '-c', 'echo mine > /workspace/kept.txt']);
+    await server.api('POST', `/v1/workshops/${w.id}/exec`, { command: ['kill', '-9', '-1'] });
+    // The watcher looks every second: after a few looks it is still Running, and works.
+    await new Promise((r) => setTimeout(r, 3000));
+    const still = (await server.api<W>('GET', `/v1/workshops/${w.id}`)).body;
+    assert.equal(still.status, 'Running', JSON.stringify(still));
+    assert.equal((await server.exec(w.id, ['cat', '/workspace/kept.txt'])).stdout, 'mine\n');
+    process.kill(sandboxInit(server.dataDir, w.id), 'SIGKILL');
+    const until = Date.now() + 30_000;
+    let dead = still;
+    while (dead.status === 'Running' && Date.now() < until) {
+      await new Promise((r) => setTimeout(r, 100));
+      dead = (await server.api<W>('GET', `/v1/workshops/${w.id}`)).body;
+    }
+    assert.equal(dead.status, 'Dead', JSON.stringify(dead));
+    assert.match(dead.statusReason ?? '', /^killed: /);
+    assert.equal((await server.api<W>('POST', `/v1/workshops/${w.id}/resume`)).body.status, 'Running');
+    assert.equal((await server.exec(w.id, ['cat', '/workspace/kept.txt'])).stdout, 'mine\n');
+    assert.equal((await server.api('DELETE', `/v1/workshops/${w.id}`)).status, 200);
   });
 });
