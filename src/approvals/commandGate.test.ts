@@ -158,6 +158,26 @@ describe('command gate', () => {
     assert.match(gateCommand(PATTERNS, ['git', '-c', 'alias.p=!git push', 'p'])?.uncertain ?? '', /shell command/);
   });
 
+  it('never throws on malformed or hostile scripts, and gates what nests too deep', () => {
+    for (const script of [
+      '$('.repeat(5000),
+      '`'.repeat(3001),
+      '"'.repeat(7),
+      "'unterminated",
+      'a &&& b ||| c',
+      '<<',
+      'case',
+      'for',
+      '(((',
+      '))))',
+      '\\',
+    ]) {
+      assert.doesNotThrow(() => gateCommand(PATTERNS, sh(script)), script.slice(0, 20));
+    }
+    const deep = Array.from({ length: 20 }).reduce<string>((inner) => `sh -c ${JSON.stringify(inner)}`, 'echo hi');
+    assert.match(gateCommand(PATTERNS, sh(deep))?.uncertain ?? '', /nested too deeply/);
+  });
+
   it('reads a shell script given on stdin', () => {
     assert.equal(matchCommand(PATTERNS, ['sh'], { stdin: 'echo a\ngit push\n' }), 'git push*');
     assert.equal(matchCommand(PATTERNS, ['bash', '-s'], { stdin: 'ls\n' }), undefined);
