@@ -3,7 +3,9 @@ import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
 import { chownSync, cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
+import pg from 'pg';
 import { REPO_ROOT, TestServer, makeRepo } from './helpers/server.js';
+import { ExternalPostgres } from './helpers/postgres.js';
 
 // A workshop's state is the truth: a sandbox that died (killed from inside or from the host, out
 // of memory, gone after a restart) is shown Dead with the reason within seconds, its pending
@@ -238,5 +240,53 @@ describe('a rootless workshop whose sandbox died', () => {
     assert.equal((await server.api<W>('POST', `/v1/workshops/${w.id}/resume`)).body.status, 'Running');
     assert.equal((await server.exec(w.id, ['cat', '/workspace/kept.txt'])).stdout, 'mine\n');
     assert.equal((await server.api('DELETE', `/v1/workshops/${w.id}`)).status, 200);
+  });
+});
+
+// Two servers on one database: only the node that runs a sandbox decides that it died.
+describe('a dead workshop with two servers on one database', () => {
+  let db: ExternalPostgres;
+  let a: TestServer;
+  let b: TestServer;
+  let keyDir: string;
+  let repo: string;
+  let sql: pg.Client;
+
+  before(async () => {
+    db = ExternalPostgres.start();
+    keyDir = mkdtempSync('/tmp/atelier-key-');
+    const env = { ATELIER_MASTER_KEY_FILE: join(keyDir, 'master.key') };
+    a = await TestServer.start({ databaseUrl: db.url, env });
+    b = await TestServer.start({ databaseUrl: db.url, env });
+    b.token = a.token;
+    repo = makeRepo();
+    sql = new pg.Client({ connectionString: db.url });
+    await sql.connect();
+  });
+  after(async () => {
+    await sql?.end();
+    await a?.dispose();
+    await b?.dispose();
+    db?.stop();
+    if (keyDir) rmSync(keyDir, { recursive: true, force: true });
+    if (repo) rmSync(repo, { recursive: true, force: true });
+  });
+
+  it('the other server leaves it alone; its own server records it Dead when it is back', async () => {
+    const w = await a.createWorkshop({ repo, name: 'replica-dead' });
+    assert.equal(w.status, 'Running', w.statusReason ?? '');
+    await a.stop('SIGKILL');
+    process.kill(sandboxInit(a.dataDir, w.id), 'SIGKILL');
+    // B watches only its own sandboxes: after several of its looks the row is as A left it.
+    await new Promise((r) => setTimeout(r, 3000));
+    const seen = await b.api<{ code: string }>('GET', `/v1/workshops/${w.id}`);
+    assert.equal(seen.body.code, 'UNAVAILABLE', 'B says the workshop runs on another server');
+    const row = await sql.query<{ status: string }>('SELECT status FROM workshops WHERE id = $1', [w.id]);
+    assert.equal(row.rows[0]?.status, 'Running');
+    await a.boot();
+    const dead = (await a.api<W>('GET', `/v1/workshops/${w.id}`)).body;
+    assert.equal(dead.status, 'Dead', JSON.stringify(dead));
+    assert.match(dead.statusReason ?? '', /^killed: its processes ended while the server was not running/);
+    assert.equal((await a.api('DELETE', `/v1/workshops/${w.id}`)).status, 200);
   });
 });

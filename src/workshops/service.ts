@@ -217,11 +217,19 @@ function drainAfterExit(stream: Readable): Promise<void> {
   });
 }
 
-/** A sandbox this server watches for death, and its memory cgroup's OOM kills at the last look. */
+/** A sandbox this server watches for death, its memory cgroup's OOM kills at the last look, and when that count last grew. */
 interface Watched {
   handle: SandboxHandle;
   oomKills: number | undefined;
+  /** performance.now() of the look that saw the count grow (the OOM killer ran in it then). */
+  oomSeenAt: number | undefined;
 }
+
+/**
+ * An OOM kill seen this long before a death is taken as its cause: the killer may have killed
+ * the init's child a moment before the init itself exited, between two looks.
+ */
+const OOM_DEATH_WINDOW_MS = 3000;
 
 /** Workshops: the product's core noun. Every entry point (CLI, REST, MCP) goes through here. */
 export class WorkshopService {
@@ -345,7 +353,7 @@ export class WorkshopService {
   // --- Death: a sandbox whose init ended is Dead, with the reason, until it is resumed ----------
 
   private watch(id: string, handle: SandboxHandle): void {
-    this.watched.set(id, { handle, oomKills: this.driver.oomKills(handle) });
+    this.watched.set(id, { handle, oomKills: this.driver.oomKills(handle), oomSeenAt: undefined });
   }
 
   /**
@@ -357,27 +365,41 @@ export class WorkshopService {
     this.deathTimer = setInterval(() => {
       for (const [id, w] of this.watched) {
         if (this.driver.alive(w.handle)) {
-          w.oomKills = this.driver.oomKills(w.handle) ?? w.oomKills;
+          const kills = this.driver.oomKills(w.handle);
+          if (kills !== undefined && kills > (w.oomKills ?? 0)) {
+            w.oomKills = kills;
+            w.oomSeenAt = performance.now();
+          }
           continue;
         }
         this.watched.delete(id);
-        void this.noticeDeath(id, w);
+        void this.noticeDeath(id, w, this.oomDeath(w));
       }
     }, this.opts.deathCheckMs ?? 1000);
     this.deathTimer.unref();
   }
 
-  /** Why a sandbox died: the kernel's OOM killer ran in its memory cgroup since the last look, or it was killed. */
-  private deathReason(row: WorkshopRow, handle: SandboxHandle, before: number | undefined): string {
+  /** True when the OOM killer ran in the sandbox's memory cgroup since the last look, or in the few seconds before it died. */
+  private oomDeath(w: Watched): boolean {
+    const now = this.driver.oomKills(w.handle);
+    if (now !== undefined && now > (w.oomKills ?? 0)) return true;
+    return w.oomSeenAt !== undefined && performance.now() - w.oomSeenAt < OOM_DEATH_WINDOW_MS;
+  }
+
+  /** Why a sandbox died: out of memory (see oomDeath), else killed. */
+  private deathReason(row: WorkshopRow, handle: SandboxHandle, oom: boolean): string {
     const now = this.driver.oomKills(handle);
     const resume = `run \`atelier workshops resume ${row.id}\` to start it again (its files are kept)`;
-    if (now !== undefined && now > (before ?? 0))
-      return `out of memory: the kernel's OOM killer killed its processes at its ${Math.round(Number(row.memory_bytes) / 2 ** 20)}m memory limit (memory.oom_control oom_kill ${now}); ${resume}, with more --memory if it needs it`;
+    if (oom)
+      return `out of memory: the kernel's OOM killer killed its processes at its ${Math.round(Number(row.memory_bytes) / 2 ** 20)}m memory limit (memory.oom_control oom_kill ${now ?? '?'}); ${resume}, with more --memory if it needs it`;
     return `killed: its init process ended (a process inside killed it, e.g. \`kill -9 -1\`, or it was killed from the host); ${resume}`;
   }
 
   /** Marks a workshop Dead if its sandbox is gone (under its lock, so a concurrent resume or delete wins). */
-  private async noticeDeath(id: string, known?: Watched): Promise<void> {
+  private async noticeDeath(id: string, known?: Watched, oom?: boolean): Promise<void> {
+    // Found by an exec before the watcher's look: what the watcher knew, read now.
+    const seen = known ?? this.watched.get(id);
+    const oomNow = oom ?? (seen !== undefined && this.oomDeath(seen));
     try {
       await this.locked(id, async () => {
         const [row] = await this.query<WorkshopRow>('SELECT * FROM workshops WHERE id = $1', [id]);
@@ -388,8 +410,8 @@ export class WorkshopService {
           if (!this.watched.has(id)) this.watch(id, row.sandbox);
           return;
         }
-        const same = known && known.handle.pid === row.sandbox.pid && known.handle.startTime === row.sandbox.startTime;
-        await this.markDead(row, this.deathReason(row, row.sandbox, same ? known.oomKills : undefined));
+        const same = seen && seen.handle.pid === row.sandbox.pid && seen.handle.startTime === row.sandbox.startTime;
+        await this.markDead(row, this.deathReason(row, row.sandbox, !!same && oomNow));
       });
     } catch (err) {
       this.opts.log.error({ workshop: id, err: String(err) }, 'could not record a dead workshop');
