@@ -78,8 +78,6 @@ export interface ServiceOptions {
   onDeleted?: (workshopId: string) => void;
   /** Called once a workshop is marked Dead (its sandbox died), with the reason: its pending approvals end. */
   onDied?: (workshopId: string, reason: string) => Promise<unknown>;
-  /** How often the sandboxes of this server are checked for death (ms; default 1000). */
-  deathCheckMs?: number;
 }
 
 export type ExecGate = (
@@ -230,6 +228,8 @@ interface Watched {
  * the init's child a moment before the init itself exited, between two looks.
  */
 const OOM_DEATH_WINDOW_MS = 3000;
+/** How often the sandboxes of this server are looked at: "Dead within seconds" at ~70 µs per sandbox per look. */
+const DEATH_CHECK_MS = 1000;
 
 /** Workshops: the product's core noun. Every entry point (CLI, REST, MCP) goes through here. */
 export class WorkshopService {
@@ -357,7 +357,7 @@ export class WorkshopService {
   }
 
   /**
-   * Every second (deathCheckMs): one /proc read per sandbox of this server, and its OOM counter;
+   * Every second (DEATH_CHECK_MS): one /proc read per sandbox of this server, and its OOM counter;
    * the database is touched only for one that died. The timer never keeps the process alive.
    */
   private startDeathWatch(): void {
@@ -375,7 +375,7 @@ export class WorkshopService {
         this.watched.delete(id);
         void this.noticeDeath(id, w, this.oomDeath(w));
       }
-    }, this.opts.deathCheckMs ?? 1000);
+    }, DEATH_CHECK_MS);
     this.deathTimer.unref();
   }
 
