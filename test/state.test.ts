@@ -84,8 +84,10 @@ describe('a workshop whose sandbox died', () => {
     assert.equal((await server.exec(id, ['true'])).exitCode, 0);
   };
 
-  it('killed from inside: shown Dead with the reason, its pending approval ended, resumed with its files', async () => {
-    const w = await server.createWorkshop({ repo, name: 'inside' });
+  it('killed from inside: shown Dead with the reason, its pending approvals ended, resumed with its files', async (t) => {
+    const gated = makeRepo({ 'atelier.yaml': 'approvals:\n  commands: ["git push*"]\n' });
+    t.after(() => rmSync(gated, { recursive: true, force: true }));
+    const w = await server.createWorkshop({ repo: gated, name: 'inside' });
     assert.equal(w.status, 'Running', w.statusReason ?? '');
     await server.exec(w.id, ['sh', '-c', 'echo mine > /workspace/kept.txt']);
     const token = (await server.api<{ token: string }>('POST', '/v1/tokens', { workshopId: w.id, expiresInSeconds: 600 })).body.token;
@@ -97,6 +99,19 @@ describe('a workshop whose sandbox died', () => {
       agent,
     );
     assert.equal(filed.status, 201, JSON.stringify(filed.body));
+    // An exec waiting for its approval when the workshop dies is answered at once, with the reason.
+    const waiting = server.api<{ code: string; message: string }>(
+      'POST',
+      `/v1/workshops/${w.id}/exec`,
+      { command: ['git', 'push'] },
+      agent,
+    );
+    const until = Date.now() + 30_000;
+    for (;;) {
+      const l = await server.api<{ items: unknown[] }>('GET', `/v1/approvals?status=PENDING&category=SHELL_COMMAND&workshop=${w.id}`);
+      if (l.body.items.length > 0 || Date.now() > until) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
     // The agent kills everything it can: the sandbox's idle process, so its init ends.
     const killed = await server.api<{ exitCode: number }>('POST', `/v1/workshops/${w.id}/exec`, { command: ['kill', '-9', '-1'] }, agent);
     assert.equal(killed.status, 200, JSON.stringify(killed.body));
@@ -118,6 +133,9 @@ describe('a workshop whose sandbox died', () => {
     assert.equal(approval.body.status, 'REJECTED');
     assert.equal(approval.body.decidedBy, 'system');
     assert.match(approval.body.decisionReason, /sandbox died: killed/);
+    const answered = await waiting;
+    assert.equal(answered.status, 403, JSON.stringify(answered.body));
+    assert.match(answered.body.message, /rejected .*sandbox died: killed/);
     await resumeKeepsFiles(w.id);
     await server.api('DELETE', `/v1/workshops/${w.id}`);
   });
