@@ -96,6 +96,44 @@ describe('atelier projects and actions (CLI)', () => {
     assert.equal(journal.executions.find((e) => e.executionId === x.executionId)?.status, 'rolled_back');
   });
 
+  it('a viewer reads plans, journal and executions of simulators.compose without ever seeing a redacted value', async () => {
+    const dir = projectDir(`${SETTINGS}simulators:\n  - name: pg\n    env:\n      POSTGRES_PASSWORD: was-Secret-0\n`);
+    dirs.push(dir);
+    await json(['projects', 'add', dir, '--name', 'vault']);
+    assert.equal((await s.api('POST', '/v1/users', { name: 'peeker', role: 'viewer' })).status, 201);
+    const viewer = (await s.api<{ token: string }>('POST', '/v1/tokens', { user: 'peeker', expiresInSeconds: 600 })).body.token;
+    const asViewer = async (path: string): Promise<string> => {
+      const r = await s.api('GET', path, undefined, { authorization: `Bearer ${viewer}` });
+      assert.equal(r.status, 200, `${path}: ${JSON.stringify(r.body)}`);
+      return JSON.stringify(r.body);
+    };
+    const simulators = JSON.stringify([{ name: 'pg', env: { POSTGRES_PASSWORD: 'now-Secret-1' } }]);
+    const plan = await json<{ planId: string; effects: { diff: string }[] }>([
+      'actions',
+      'plan',
+      'simulators.compose',
+      '--project',
+      'vault',
+      '--param',
+      `simulators=${simulators}`,
+    ]);
+    assert.match(plan.effects[0]!.diff, /^\+ {6}POSTGRES_PASSWORD: \(redacted\)$/m, plan.effects[0]!.diff);
+    const x = await json<{ executionId: string; status: string }>(['actions', 'apply', plan.planId, '--yes']);
+    assert.equal(x.status, 'applied');
+    const seen = [
+      JSON.stringify(plan),
+      JSON.stringify(x),
+      await asViewer(`/api/workspace/actions/plans/${plan.planId}`),
+      await asViewer('/api/workspace/actions/journal?project=vault'),
+      await asViewer(`/api/workspace/actions/executions/${x.executionId}`),
+      (await s.cli(['actions', 'journal', '--project', 'vault'], { env: { ATELIER_TOKEN: viewer } })).stdout,
+      readFileSync(join(dir, '.atelier/runtime/actions/journal.jsonl'), 'utf8'),
+    ];
+    for (const text of seen)
+      for (const secret of ['was-Secret-0', 'now-Secret-1']) assert.ok(!text.includes(secret), `${secret} in ${text.slice(0, 200)}`);
+    assert.match(readFileSync(join(dir, 'atelier.yaml'), 'utf8'), /POSTGRES_PASSWORD: now-Secret-1/);
+  });
+
   it('reports an interrupted execution and a torn last line from the journal', async () => {
     const dir = projectDir(SETTINGS);
     dirs.push(dir);

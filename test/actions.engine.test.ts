@@ -224,6 +224,46 @@ describe('typed actions engine', () => {
     }
   });
 
+  it('a redacted parameter stays redacted in the plan diff, its journal lines and every answer', async () => {
+    // The file already holds a secret (old), the plan brings new ones: a long one, a short one,
+    // one quoted by YAML and one of several lines.
+    const start = `${HAND_WRITTEN.replace('simulators:\n  - name: redis\n', 'simulators:\n  - name: redis\n    env:\n      REDIS_PASSWORD: old-Secret-1\n')}`;
+    const { name, dir } = await newProject(start);
+    const secrets = ['old-Secret-1', 'hunter2-New', "it's: a #secret", 'first-line-key', 'second-line-key'];
+    const env = {
+      POSTGRES_PASSWORD: 'hunter2-New',
+      POSTGRES_USER: 'pg',
+      QUOTED: "it's: a #secret",
+      PEM: 'first-line-key\nsecond-line-key',
+    };
+    const params = { simulators: [{ name: 'postgres', version: '16-alpine', env }] };
+    const seen: string[] = [];
+    const plan = await service.plan(ACTOR, name, 'simulators.compose', params);
+    seen.push(JSON.stringify(plan), JSON.stringify(await service.getPlan(ACTOR, plan.planId)));
+    const effect = plan.effects[0]!;
+    assert.equal(effect.kind, 'file');
+    if (effect.kind === 'file') {
+      assert.match(effect.diff, /^- {6}REDIS_PASSWORD: \(redacted\)$/m, effect.diff);
+      assert.match(effect.diff, /^\+ {6}POSTGRES_PASSWORD: \(redacted\)$/m, effect.diff);
+      assert.match(effect.diff, /^\+ {6}POSTGRES_USER: \(redacted\)$/m, effect.diff);
+      assert.match(effect.diff, /^\+ {2}- name: postgres$/m, effect.diff);
+    }
+    const x = await service.apply(ACTOR, 'simulators.compose', plan.planId, plan.fingerprint);
+    assert.equal(x.status, 'applied', JSON.stringify(x.verification));
+    seen.push(JSON.stringify(x));
+    // The file itself holds them (that is the point of the action).
+    assert.ok(file(dir).includes('hunter2-New'));
+    seen.push(JSON.stringify(await service.execution(ACTOR, x.executionId)), JSON.stringify(await service.journal(ACTOR, name)));
+    const back = await service.rollback(ACTOR, 'simulators.compose', x.executionId);
+    assert.equal(back.status, 'rolled_back');
+    assert.equal(file(dir), start);
+    seen.push(JSON.stringify(back), readFileSync(join(dir, JOURNAL_FILE), 'utf8'));
+    const { rows } = await pool.query<{ planned: unknown }>('SELECT planned FROM action_plans WHERE id = $1', [plan.planId]);
+    seen.push(JSON.stringify((rows[0]!.planned as { effects: unknown }).effects));
+    for (const text of seen) for (const secret of secrets) assert.ok(!text.includes(secret), `${secret} shows in ${text.slice(0, 300)}`);
+    assert.ok(!seen.some((t) => /POSTGRES_USER\\?"?: ?\\?"?pg\b/.test(t)), 'the short one is hidden after its name');
+  });
+
   it('criterion 6: rollback is refused when the file was edited by someone else since the apply', async () => {
     const { name, dir } = await newProject();
     const plan = await service.plan(ACTOR, name, 'egress.allow', { entry: 'api.example.com' });

@@ -351,6 +351,80 @@ describe('approvals', () => {
     }
   });
 
+  it('gates a command however it is spelled, and lets similar commands through', async () => {
+    const guarded = makeRepo({ 'atelier.yaml': 'approvals:\n  commands: ["git push*", "rm -rf *"]\n' });
+    try {
+      const w = await as<{ id: string; status: string; statusReason: string }>('owner', 'POST', '/v1/workshops', {
+        repo: guarded,
+        name: 'spellings',
+      });
+      assert.equal(w.body.status, 'Running', w.body.statusReason);
+      const id = w.body.id;
+      const agentToken = (await as<{ token: string }>('owner', 'POST', '/v1/tokens', { workshopId: id, expiresInSeconds: 600 })).body.token;
+      const asAgent = <T>(body: unknown) =>
+        server.api<T>('POST', `/v1/workshops/${id}/exec`, body, { authorization: `Bearer ${agentToken}` });
+      const sh = (script: string): string[] => ['sh', '-c', script];
+      const gated: string[][] = [
+        sh('git  push'),
+        ['/usr/bin/git', 'push'],
+        ['env', 'git', 'push'],
+        ['env', 'FOO=1', 'git', 'push', 'origin'],
+        ['git', '-C', '.', 'push'],
+        ['git', '-c', 'user.name=x', 'push'],
+        ['git', '--no-pager', 'push'],
+        ['command', 'git', 'push'],
+        ['nice', '-n', '5', 'git', 'push'],
+        ['time', 'git', 'push'],
+        ['timeout', '30', 'git', 'push'],
+        sh('exec git push'),
+        sh('cd /workspace && git push'),
+        sh('echo $(git push)'),
+        sh("'git' push"),
+        ['rm', '-r', '-f', '/workspace/v1'],
+        ['rm', '-fr', '/workspace/v2'],
+        ['rm', '--recursive', '--force', '/workspace/v3'],
+        ['/bin/rm', '-rf', '/workspace/v4'],
+        sh('true; rm -rf /workspace/v5'),
+        ['bash', '-c', 'rm -r -f /workspace/v6 || true'],
+        ['sh'],
+      ];
+      const stdinOf = (c: string[]) => (c.length === 1 ? { stdin: Buffer.from('rm -rf /workspace/v7\n').toString('base64') } : {});
+      for (let i = 1; i <= 7; i++) assert.equal((await server.exec(id, ['mkdir', `/workspace/v${i}`])).exitCode, 0);
+      // Similar commands that run neither: at once, no request filed.
+      for (const command of [['git', 'status'], ['rm', '/workspace/plain'], ['rm', '-r', '/workspace/v0'], sh('echo "git push"')]) {
+        await server.exec(id, ['sh', '-c', 'mkdir -p /workspace/v0 && touch /workspace/plain']);
+        const r = await asAgent<{ exitCode: number }>({ command });
+        assert.equal(r.status, 200, `${JSON.stringify(command)}: ${JSON.stringify(r.body)}`);
+      }
+      const before = await as<{ items: Approval[] }>('owner', 'GET', `/v1/approvals?status=PENDING&category=SHELL_COMMAND&workshop=${id}`);
+      assert.deepEqual(before.body.items, [], 'no request for the similar commands');
+      const calls = gated.map((command) => asAgent<{ code: string }>({ command, ...stdinOf(command) }));
+      let pending: Approval[] = [];
+      const until = Date.now() + 60_000;
+      while (pending.length < gated.length && Date.now() < until) {
+        await new Promise((r) => setTimeout(r, 200));
+        const l = await as<{ items: Approval[] }>('owner', 'GET', `/v1/approvals?status=PENDING&category=SHELL_COMMAND&workshop=${id}`);
+        pending = l.body.items;
+      }
+      const filed = new Set(pending.map((a) => JSON.stringify(a.payload.command)));
+      assert.deepEqual(
+        gated.map((c) => JSON.stringify(c)).filter((c) => !filed.has(c)),
+        [],
+        'every spelling waits for an approval',
+      );
+      for (let i = 1; i <= 7; i++)
+        assert.equal((await server.exec(id, ['test', '-d', `/workspace/v${i}`])).exitCode, 0, `v${i} is still there`);
+      for (const a of pending)
+        assert.equal((await as('lead', 'POST', `/v1/approvals/${a.id}/decision`, { decision: 'REJECT', reason: 'no' })).status, 200);
+      for (const r of await Promise.all(calls)) assert.equal(r.status, 403, JSON.stringify(r.body));
+      for (let i = 1; i <= 7; i++)
+        assert.equal((await server.exec(id, ['test', '-d', `/workspace/v${i}`])).exitCode, 0, `v${i} is still there after the rejections`);
+      await as('owner', 'DELETE', `/v1/workshops/${id}`);
+    } finally {
+      rmSync(guarded, { recursive: true, force: true });
+    }
+  });
+
   it('audit verify reports an intact chain covering every event', async () => {
     const v = await server.cli(['audit', 'verify', '-o', 'json']);
     assert.equal(v.code, 0, v.stderr);

@@ -20,7 +20,7 @@ import type {
   Project,
   Verification,
 } from './types.js';
-import { redact } from './redact.js';
+import { redact, scrub, secretsOf } from './redact.js';
 import { nativeBackend, type StackBackend } from './stackBackends.js';
 import { restartPolicy, STACKS } from './stacks.js';
 import { canonical } from './yamlEdit.js';
@@ -176,19 +176,24 @@ export function createActionService(deps: ActionServiceDeps): ActionService {
     executionId: string | null,
     extra: Partial<JournalEntry> = {},
   ): JournalEntry {
-    return {
-      at: now().toISOString(),
-      event,
-      executionId,
-      planId: row.id,
-      actionId: s.id,
-      class: s.class,
-      project: project.name,
-      fingerprint: row.fingerprint,
-      actor: actor.userName,
-      parameters: redact(row.parameters) as Record<string, unknown>,
-      ...extra,
-    };
+    // Every line hides what the parameters hide, wherever it would appear (effects, checks, errors).
+    const secrets = secretsOf(row.parameters);
+    return scrub(
+      {
+        at: now().toISOString(),
+        event,
+        executionId,
+        planId: row.id,
+        actionId: s.id,
+        class: s.class,
+        project: project.name,
+        fingerprint: row.fingerprint,
+        actor: actor.userName,
+        parameters: redact(row.parameters) as Record<string, unknown>,
+        ...extra,
+      } as JournalEntry,
+      secrets,
+    );
   }
 
   function toPlan(row: PlanRow, project: Project): ActionPlan {
@@ -202,9 +207,9 @@ export function createActionService(deps: ActionServiceDeps): ActionService {
       fingerprint: row.fingerprint,
       createdAt: row.created_at.toISOString(),
       expiresAt: row.expires_at.toISOString(),
-      summary: row.planned.summary,
-      preconditions: row.planned.preconditions,
-      effects: row.planned.effects,
+      summary: scrub(row.planned.summary, secretsOf(row.parameters)),
+      preconditions: scrub(row.planned.preconditions, secretsOf(row.parameters)),
+      effects: scrub(row.planned.effects, secretsOf(row.parameters)),
       inverse: s.inverseDescription,
       applyCommand: s.apply ? `atelier actions apply ${row.id}` : null,
       executionId: row.execution_id,
@@ -381,7 +386,7 @@ export function createActionService(deps: ActionServiceDeps): ActionService {
         try {
           effects = await s.apply!(env, row.planned, executionId);
         } catch (err) {
-          const message = (err as Error).message;
+          const message = scrub((err as Error).message, secretsOf(row.parameters));
           appendJournal(project.path, entry('failed', project, s, row, actor, executionId, { error: message }));
           await setStatus(executionId, 'failed');
           throw new AtelierError(
@@ -398,19 +403,22 @@ export function createActionService(deps: ActionServiceDeps): ActionService {
         const status = verification.ok ? 'applied' : 'failed';
         appendJournal(project.path, entry(status, project, s, row, actor, executionId));
         await setStatus(executionId, status);
-        return {
-          executionId,
-          planId,
-          actionId: s.id,
-          project: project.name,
-          status,
-          effects,
-          verification,
-          rollbackOffered: true,
-          message: verification.ok
-            ? `${s.id} applied and verified; undo with \`atelier actions rollback ${executionId}\``
-            : `${s.id} was applied but its verification failed; it was NOT undone: undo with \`atelier actions rollback ${executionId}\``,
-        };
+        return scrub(
+          {
+            executionId,
+            planId,
+            actionId: s.id,
+            project: project.name,
+            status,
+            effects,
+            verification,
+            rollbackOffered: true,
+            message: verification.ok
+              ? `${s.id} applied and verified; undo with \`atelier actions rollback ${executionId}\``
+              : `${s.id} was applied but its verification failed; it was NOT undone: undo with \`atelier actions rollback ${executionId}\``,
+          },
+          secretsOf(row.parameters),
+        );
       });
     },
 
@@ -452,20 +460,23 @@ export function createActionService(deps: ActionServiceDeps): ActionService {
           entry(status === 'rolled_back' ? 'rollback_applied' : 'rollback_failed', project, s, row, actor, executionId),
         );
         await setStatus(executionId, status);
-        return {
-          executionId,
-          planId: ex.planId,
-          actionId: s.id,
-          project: project.name,
-          status,
-          effects: result.effects,
-          verification: result.verification,
-          rollbackOffered: status !== 'rolled_back',
-          message:
-            status === 'rolled_back'
-              ? `${s.id} rolled back and verified`
-              : `the rollback of ${executionId} did not verify: see the journal`,
-        };
+        return scrub(
+          {
+            executionId,
+            planId: ex.planId,
+            actionId: s.id,
+            project: project.name,
+            status,
+            effects: result.effects,
+            verification: result.verification,
+            rollbackOffered: status !== 'rolled_back',
+            message:
+              status === 'rolled_back'
+                ? `${s.id} rolled back and verified`
+                : `the rollback of ${executionId} did not verify: see the journal`,
+          },
+          secretsOf(row.parameters),
+        );
       });
     },
 

@@ -25,3 +25,4 @@ export {
 export { SlackNotifier, slackMessage, verifySlackSignature, type SlackConfig } from './notifiers/slack.js';
 export { createApprovals } from './runtime.js';
 export type { AllowlistAsk, ApprovalEffects, Approvals, ApprovalsOptions, CommandGate } from './runtime.js';
+export { gateCommand, matchCommand, type CommandGateMatch } from './commandGate.js';

@@ -3,6 +3,7 @@ import type { Pool } from '../db/index.js';
 import { SlackNotifier, type SlackConfig } from './notifiers/slack.js';
 import { ApprovalService, type ApprovalServiceOptions } from './service.js';
 import { parseTtls, type ApprovalActor, type ApprovalRequest } from './types.js';
+import { gateCommand } from './commandGate.js';
 
 /**
  * What the categories' effects act on. The rooms that own these things (workshops, egress) sit
@@ -39,8 +40,6 @@ export interface ApprovalsOptions {
   pool: Pool;
   databaseUrl: string;
   log: ApprovalServiceOptions['log'];
-  /** The first pattern of atelier.yaml's `approvals.commands` a command matches (undefined: none). */
-  matchCommand(patterns: string[], command: string[]): string | undefined;
 }
 
 /** What the egress proxy asks about a host its policy does not name (its ask hook). */
@@ -54,7 +53,7 @@ export type AllowlistAsk = (
 export type CommandGate = (
   workshopId: string,
   patterns: string[],
-  req: { command: string[]; cwd?: string | undefined },
+  req: { command: string[]; cwd?: string | undefined; stdin?: string | undefined },
   actor: ApprovalActor,
   opts: { onApproval?: (approvalId: string) => void; signal?: AbortSignal },
 ) => Promise<void>;
@@ -97,8 +96,13 @@ export function createApprovals(opts: ApprovalsOptions): Approvals {
   };
 
   const execGate: CommandGate = async (workshopId, patterns, req, actor, gateOpts) => {
-    const pattern = opts.matchCommand(patterns, req.command);
-    if (pattern === undefined) return;
+    const match = gateCommand(
+      patterns,
+      req.command,
+      req.stdin === undefined ? {} : { stdin: Buffer.from(req.stdin, 'base64').toString('utf8') },
+    );
+    if (match === undefined) return;
+    const pattern = match.pattern;
     // Approved beforehand (`atelier approvals request --category SHELL_COMMAND`): used once.
     const before = await service.findApprovedUnused(workshopId, 'SHELL_COMMAND', { command: req.command });
     if (before && (await service.consume(before.id))) return;
@@ -110,7 +114,9 @@ export function createApprovals(opts: ApprovalsOptions): Approvals {
           command: req.command,
           ...(req.cwd !== undefined ? { cwd: req.cwd } : {}),
           pattern,
-          justification: `an exec through the API matches "${pattern}" of approvals.commands in atelier.yaml`,
+          justification: match.uncertain
+            ? `an exec through the API runs what the gate cannot read (${match.uncertain}): approvals.commands in atelier.yaml may name it`
+            : `an exec through the API runs "${match.command}", which matches "${pattern}" of approvals.commands in atelier.yaml`,
         },
       },
       actor,

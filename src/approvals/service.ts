@@ -509,6 +509,35 @@ export class ApprovalService {
     return this.decide(id, req, actor, origin);
   }
 
+  /**
+   * Ends a workshop's PENDING requests (its sandbox died: nothing waits for them any more):
+   * REJECTED by `system` with `reason`, audited, every replica told. Returns how many.
+   */
+  async endPendingForWorkshop(workshopId: string, reason: string): Promise<number> {
+    if (this.closed) return 0;
+    const ids = await withTransaction(this.pool, async (c) => {
+      const r = await c.query<{ id: string }>(
+        `UPDATE hitl_requests SET status = 'REJECTED', decided_by = 'system', decision_reason = $2, decided_at = now()
+          WHERE workshop_id = $1 AND status = 'PENDING' AND expires_at > now() RETURNING id`,
+        [workshopId, reason.slice(0, 4000)],
+      );
+      const ended = r.rows.map((x) => x.id);
+      if (ended.length > 0) await this.audit(c, ended, 'REJECTED', 'system', { channel: 'system', ip: null });
+      return ended;
+    });
+    for (const id of ids)
+      void this.rowById(id)
+        .then((row) => {
+          if (row)
+            this.localEvents.emit('event', {
+              event: { type: 'decided', approval: toApproval(row) },
+              tenantId: row.tenant_id,
+            } satisfies Scoped);
+        })
+        .catch(() => undefined);
+    return ids.length;
+  }
+
   /** Marks every due PENDING request (or only these) EXPIRED, audited, and tells every replica. */
   async expireDue(ids?: string[]): Promise<number> {
     if (this.closed) return 0;

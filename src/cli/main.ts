@@ -126,7 +126,7 @@ async function main(argv: string[]): Promise<number> {
   for (const [verb, fn, help] of [
     ['status', 'workshopStatus', 'show one workshop'],
     ['stop', 'stopWorkshop', 'suspend a workshop (its processes are frozen, nothing is lost)'],
-    ['resume', 'resumeWorkshop', 'resume a suspended workshop exactly as it was'],
+    ['resume', 'resumeWorkshop', 'resume a suspended workshop exactly as it was, or start a dead one again (files kept)'],
   ] as const) {
     ws.command(`${verb} <id>`)
       .description(help)

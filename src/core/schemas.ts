@@ -1,7 +1,7 @@
 import { z } from 'zod';
 
 /** Workshop lifecycle states, as shown by `atelier workshops status`. */
-export const WORKSHOP_STATUSES = ['Building', 'Running', 'Suspended', 'Failed', 'Deleting'] as const;
+export const WORKSHOP_STATUSES = ['Building', 'Running', 'Suspended', 'Dead', 'Failed', 'Deleting'] as const;
 export type WorkshopStatus = (typeof WORKSHOP_STATUSES)[number];
 
 const envName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'environment variable names are letters, digits and _');

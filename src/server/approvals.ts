@@ -14,37 +14,6 @@ export interface ApprovalsRuntime extends Omit<Approvals, 'start'> {
   start(workshops: WorkshopService): Promise<void>;
 }
 
-/** `*` matches anything; everything else literally; the whole text must match. */
-function globRegExp(pattern: string): RegExp {
-  return new RegExp(
-    `^${pattern
-      .split('*')
-      .map((p) => p.replace(/[\\^$.*+?()[\]{}|/]/g, '\\$&'))
-      .join('.*')}$`,
-    's',
-  );
-}
-
-const SHELLS = new Set(['sh', 'bash', 'dash', 'zsh', 'ash', 'ksh']);
-
-/**
- * The first pattern an exec matches: its arguments joined by spaces, and for `sh -c SCRIPT`
- * also the script and each of its `;`/`&&`/`||`/newline-separated parts.
- */
-export function matchCommand(patterns: string[], command: string[]): string | undefined {
-  const texts = [command.join(' ')];
-  const shell = command[0]?.split('/').pop() ?? '';
-  const c = command.indexOf('-c');
-  if (SHELLS.has(shell) && c > 0 && command[c + 1] !== undefined) {
-    const script = command[c + 1]!;
-    texts.push(script.trim(), ...script.split(/;|&&|\|\||\n/).map((x) => x.trim()));
-  }
-  return patterns.find((p) => {
-    const re = globRegExp(p);
-    return texts.some((t) => re.test(t));
-  });
-}
-
 /** The allowlist entry an approval adds: the bare host for the default ports (80, 443), else host:port. */
 function entryFor(host: CanonicalHost, port: number | undefined): string {
   const h = hostForAuthority(host);
@@ -67,7 +36,6 @@ export function createApprovals(opts: {
     pool: opts.pool,
     databaseUrl: opts.databaseUrl,
     log: opts.logger,
-    matchCommand,
   });
   return {
     ...approvals,

@@ -341,6 +341,8 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       sealer: masterKey,
       execGate: approvals.execGate,
       secretEnv: (id) => approvals.secrets.envFor(id),
+      // Nothing waits for a dead workshop's requests any more: they end, saying why.
+      onDied: (id, reason) => approvals.service.endPendingForWorkshop(id, `the workshop's sandbox died: ${reason}`),
     });
     // A deleted workshop's in-workshop MCP endpoint and its token go with it.
     workshops.events.on('deleted', ({ id }) => mcpGateway.forget(id));

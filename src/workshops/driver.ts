@@ -57,6 +57,8 @@ export interface WorkshopDriver {
   start(req: StartRequest): Promise<SandboxHandle>;
   alive(handle: SandboxHandle): boolean;
   frozen(handle: SandboxHandle): boolean;
+  /** How many processes the kernel's OOM killer killed in the workshop (undefined: the driver cannot tell). */
+  oomKills(handle: SandboxHandle): number | undefined;
   canSuspend(): boolean;
   suspend(handle: SandboxHandle): Promise<void>;
   resume(handle: SandboxHandle): Promise<void>;

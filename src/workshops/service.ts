@@ -78,6 +78,8 @@ export interface ServiceOptions {
   execGate?: ExecGate;
   /** Variables of granted secrets (approved SECRET_REQUESTs) for new execs of a workshop. */
   secretEnv?: (workshopId: string) => Promise<Record<string, string>>;
+  /** Called once a workshop is marked Dead (its sandbox died), with the reason: its pending approvals end. */
+  onDied?: (workshopId: string, reason: string) => Promise<unknown>;
 }
 
 export type ExecGate = (
@@ -175,6 +177,16 @@ function toWorkshop(r: WorkshopRow): Workshop {
   };
 }
 
+/** When the host booted (btime of /proc/stat), undefined if unreadable. */
+function hostBootTime(): Date | undefined {
+  try {
+    const m = /^btime (\d+)$/m.exec(readFileSync('/proc/stat', 'utf8'));
+    return m ? new Date(Number(m[1]) * 1000) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /**
  * Resolves when `stream` ends, or once it has been idle (no data, not paused by a slow reader)
  * for 100 ms, which means a background process holds the pipe: it is then closed on our side.
@@ -205,12 +217,31 @@ function drainAfterExit(stream: Readable): Promise<void> {
   });
 }
 
+/** A sandbox this server watches for death, its memory cgroup's OOM kills at the last look, and when that count last grew. */
+interface Watched {
+  handle: SandboxHandle;
+  oomKills: number | undefined;
+  /** performance.now() of the look that saw the count grow (the OOM killer ran in it then). */
+  oomSeenAt: number | undefined;
+}
+
+/**
+ * An OOM kill seen this long before a death is taken as its cause: the killer may have killed
+ * the init's child a moment before the init itself exited, between two looks.
+ */
+const OOM_DEATH_WINDOW_MS = 3000;
+/** How often the sandboxes of this server are looked at: "Dead within seconds" at ~70 µs per sandbox per look. */
+const DEATH_CHECK_MS = 1000;
+
 /** Workshops: the product's core noun. Every entry point (CLI, REST, MCP) goes through here. */
 export class WorkshopService {
   private readonly locks = new Map<string, Promise<unknown>>();
   private readonly running = new Map<string, Set<RunningExec>>();
   /** Lifecycle events (`deleting`, `stopped`, `deleted`) for the rooms that hold something per workshop. */
   readonly events: WorkshopEvents;
+  /** Running and suspended sandboxes of this server (only the node that runs a sandbox decides it died). */
+  private readonly watched = new Map<string, Watched>();
+  private deathTimer: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly pool: Pool,
@@ -335,7 +366,94 @@ export class WorkshopService {
       await this.driver.stop(row.id, handle).catch(() => undefined);
       throw err;
     }
-    return this.setStatus(row.id, 'Running', reason, handle);
+    const started = await this.setStatus(row.id, 'Running', reason, handle);
+    this.watch(row.id, handle);
+    return started;
+  }
+
+  // --- Death: a sandbox whose init ended is Dead, with the reason, until it is resumed ----------
+
+  private watch(id: string, handle: SandboxHandle): void {
+    this.watched.set(id, { handle, oomKills: this.driver.oomKills(handle), oomSeenAt: undefined });
+  }
+
+  /**
+   * Every second (DEATH_CHECK_MS): one /proc read per sandbox of this server, and its OOM counter;
+   * the database is touched only for one that died. The timer never keeps the process alive.
+   */
+  private startDeathWatch(): void {
+    if (this.deathTimer) return;
+    this.deathTimer = setInterval(() => {
+      for (const [id, w] of this.watched) {
+        if (this.driver.alive(w.handle)) {
+          const kills = this.driver.oomKills(w.handle);
+          if (kills !== undefined && kills > (w.oomKills ?? 0)) {
+            w.oomKills = kills;
+            w.oomSeenAt = performance.now();
+          }
+          continue;
+        }
+        this.watched.delete(id);
+        void this.noticeDeath(id, w, this.oomDeath(w));
+      }
+    }, DEATH_CHECK_MS);
+    this.deathTimer.unref();
+  }
+
+  /** True when the OOM killer ran in the sandbox's memory cgroup since the last look, or in the few seconds before it died. */
+  private oomDeath(w: Watched): boolean {
+    const now = this.driver.oomKills(w.handle);
+    if (now !== undefined && now > (w.oomKills ?? 0)) return true;
+    return w.oomSeenAt !== undefined && performance.now() - w.oomSeenAt < OOM_DEATH_WINDOW_MS;
+  }
+
+  /** Why a sandbox died: out of memory (see oomDeath), else killed. */
+  private deathReason(row: WorkshopRow, handle: SandboxHandle, oom: boolean): string {
+    const now = this.driver.oomKills(handle);
+    const resume = `run \`atelier workshops resume ${row.id}\` to start it again (its files are kept)`;
+    if (oom)
+      return `out of memory: the kernel's OOM killer killed its processes at its ${Math.round(Number(row.memory_bytes) / 2 ** 20)}m memory limit (memory.oom_control oom_kill ${now ?? '?'}); ${resume}, with more --memory if it needs it`;
+    return `killed: its init process ended (a process inside killed it, e.g. \`kill -9 -1\`, or it was killed from the host); ${resume}`;
+  }
+
+  /** Marks a workshop Dead if its sandbox is gone (under its lock, so a concurrent resume or delete wins). */
+  private async noticeDeath(id: string, known?: Watched, oom?: boolean): Promise<void> {
+    // Found by an exec before the watcher's look: what the watcher knew, read now.
+    const seen = known ?? this.watched.get(id);
+    const oomNow = oom ?? (seen !== undefined && this.oomDeath(seen));
+    try {
+      await this.locked(id, async () => {
+        const [row] = await queryRows<WorkshopRow>(this.pool, 'SELECT * FROM workshops WHERE id = $1', [id]);
+        if (!row || row.node_id !== this.opts.nodeId || !row.sandbox) return;
+        if (row.status !== 'Running' && row.status !== 'Suspended') return;
+        if (this.driver.alive(row.sandbox)) {
+          // Started afresh meanwhile: watch the new one.
+          if (!this.watched.has(id)) this.watch(id, row.sandbox);
+          return;
+        }
+        const same = seen && seen.handle.pid === row.sandbox.pid && seen.handle.startTime === row.sandbox.startTime;
+        await this.markDead(row, this.deathReason(row, row.sandbox, !!same && oomNow));
+      });
+    } catch (err) {
+      this.opts.log.error({ workshop: id, err: String(err) }, 'could not record a dead workshop');
+    }
+  }
+
+  /** Releases what a dead sandbox held (listeners, simulators, cgroups), then records it Dead with the reason. */
+  private async markDead(row: WorkshopRow, reason: string): Promise<void> {
+    this.watched.delete(row.id);
+    this.opts.log.warn({ workshop: row.id, reason }, 'workshop died');
+    await this.opts.simulators.stopAll(row.id).catch(() => undefined);
+    this.opts.internal.close(row.id);
+    await this.opts.egress.proxy.close(row.id).catch(() => undefined);
+    // After the reason is read: its cgroups (and their counters) go with the rest.
+    await this.driver.stop(row.id, row.sandbox).catch(() => undefined);
+    await this.setStatus(row.id, 'Dead', reason, null);
+    await this.opts
+      .onDied?.(row.id, reason)
+      .catch((err: unknown) =>
+        this.opts.log.warn({ workshop: row.id, err: String(err) }, 'could not end the approvals of a dead workshop'),
+      );
   }
 
   private context(row: WorkshopRow, sandbox: SandboxHandle): WorkshopContext {
@@ -517,7 +635,9 @@ export class WorkshopService {
           );
         }
       }
-      return toWorkshop(await this.setStatus(id, 'Running', null));
+      const built = await this.setStatus(id, 'Running', null);
+      this.watch(id, handle!);
+      return toWorkshop(built);
     } catch (err) {
       const reason = err instanceof Error ? err.message : String(err);
       this.opts.log.warn({ workshop: id, err: reason }, 'workshop build failed');
@@ -603,6 +723,12 @@ export class WorkshopService {
     return this.locked(id, async () => {
       const row = await this.row(id, { actor, action: 'operate' });
       if (row.status === 'Running') return toWorkshop(row);
+      if (row.status === 'Dead') {
+        this.opts.log.info({ workshop: id, was: row.status_reason }, 'starting a dead workshop again');
+        return toWorkshop(
+          await this.restartSandbox(row, `started again, files kept; it had died: ${row.status_reason ?? 'no reason recorded'}`),
+        );
+      }
       if (row.status !== 'Suspended')
         throw new AtelierError(
           'WORKSHOP_NOT_RUNNING',
@@ -628,6 +754,7 @@ export class WorkshopService {
     await this.killExecs(id);
     await this.locked(id, async () => {
       const row = await this.row(id);
+      this.watched.delete(id);
       await this.setStatus(id, 'Deleting', null);
       await this.opts.simulators.removeAll(id);
       await this.opts.egress.proxy.close(id);
@@ -725,9 +852,13 @@ export class WorkshopService {
       );
     }
     if (!this.driver.alive(row.sandbox)) {
-      throw new AtelierError('WORKSHOP_NOT_RUNNING', `workshop ${id} lost its processes; restart the server to recover it, or delete it`, {
-        id,
-      });
+      // Found before the watcher's next look: recorded now (outside this caller's lock).
+      setImmediate(() => void this.noticeDeath(id));
+      throw new AtelierError(
+        'WORKSHOP_NOT_RUNNING',
+        `workshop ${id} died (its sandbox's processes are gone): run \`atelier workshops resume ${id}\` to start it again, files kept`,
+        { id, status: 'Dead' },
+      );
     }
     return row as WorkshopRow & { sandbox: SandboxHandle };
   }
@@ -817,6 +948,9 @@ export class WorkshopService {
 
   /** Kills the commands this server process started and still waits for (at shutdown). */
   async close(): Promise<void> {
+    if (this.deathTimer) clearInterval(this.deathTimer);
+    this.deathTimer = undefined;
+    this.watched.clear();
     this.opts.simulators.stopWatchdog();
     this.opts.internal.closeAll();
     await this.killExecs();
@@ -1046,6 +1180,15 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
     return source.kind === 'remote' ? source.url : source.path;
   }
 
+  /** Why a sandbox found gone at start is gone: the host restarted since it was last seen, or it died while the server was down. */
+  private lostReason(row: WorkshopRow): string {
+    const resume = `run \`atelier workshops resume ${row.id}\` to start it again (its files are kept)`;
+    const boot = hostBootTime();
+    if (boot !== undefined && row.updated_at.getTime() < boot.getTime())
+      return `host restarted: its processes were gone when the server started (the host booted at ${boot.toISOString()}); ${resume}`;
+    return `killed: its processes ended while the server was not running; ${resume}`;
+  }
+
   /** One workshop of reconcile(): never throws (a workshop that cannot be recovered ends Failed). */
   private async reconcileOne(row: WorkshopRow): Promise<void> {
     const id = row.id;
@@ -1059,6 +1202,7 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
       } else if (row.status === 'Running' || row.status === 'Suspended') {
         const alive = row.sandbox !== null && this.driver.alive(row.sandbox);
         if (alive) {
+          this.watch(id, row.sandbox!);
           await this.openEgress(row, row.sandbox!);
           await this.opts.simulators.recover(this.context(row, row.sandbox!));
           const orphans = this.driver.killOrphanExecs(row.sandbox!);
@@ -1066,9 +1210,12 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
           const frozen = this.driver.frozen(row.sandbox!);
           if (frozen && row.status === 'Running') await this.setStatus(id, 'Suspended', null);
           if (!frozen && row.status === 'Suspended') await this.setStatus(id, 'Running', null);
-        } else if (row.status === 'Running') {
-          await this.restartSandbox(row, 'its processes had stopped (host restart?): started afresh, files kept');
+        } else {
+          await this.markDead(row, this.lostReason(row));
         }
+      } else if (row.status === 'Dead' && row.sandbox) {
+        await this.driver.stop(id, row.sandbox);
+        await this.setStatus(id, 'Dead', row.status_reason, null);
       } else if (row.status === 'Failed' && row.sandbox) {
         await this.driver.stop(id, row.sandbox);
         await this.setStatus(id, 'Failed', row.status_reason, null);
@@ -1102,6 +1249,7 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
     };
     await Promise.all(Array.from({ length: Math.min(8, queue.length) }, worker));
     this.opts.simulators.startWatchdog(() => this.runningContexts());
+    this.startDeathWatch();
     const known = new Set((await queryRows<{ id: string }>(this.pool, 'SELECT id FROM workshops')).map((r) => r.id));
     for (const id of this.driver.localIds()) {
       if (known.has(id)) continue;

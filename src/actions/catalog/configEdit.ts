@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import type { z } from 'zod';
 import { AtelierError } from '../../core/index.js';
 import { unifiedDiff } from '../diff.js';
-import { redact } from '../redact.js';
+import { redact, scrubText, secretsOf, secretsOfYaml } from '../redact.js';
 import {
   fileState,
   JOURNAL_FILE,
@@ -140,7 +140,20 @@ export function keyEditAction<P>(def: KeyEditDefinition<P>): ActionSpec<P> {
         afterSha256,
       };
       return {
-        effects: [{ kind: 'file', path: PROJECT_FILE, key, beforeSha256, afterSha256, diff: unifiedDiff(PROJECT_FILE, before, edit.text) }],
+        // The diff hides what the parameters hide (env values), in the old text and the new.
+        effects: [
+          {
+            kind: 'file',
+            path: PROJECT_FILE,
+            key,
+            beforeSha256,
+            afterSha256,
+            diff: scrubText(
+              unifiedDiff(PROJECT_FILE, before, edit.text),
+              secretsOfYaml(edit.text, secretsOfYaml(before, secretsOf(params))),
+            ),
+          },
+        ],
         inputs: { [PROJECT_FILE]: beforeSha256 ?? 'absent' },
         inverse,
         data: { after: edit.text, value: r.value },

@@ -155,6 +155,20 @@ export class LocalDriver implements WorkshopDriver {
     return isSandboxAlive(handle);
   }
 
+  /**
+   * How many processes the kernel's OOM killer killed in the workshop's memory cgroup
+   * (cgroup v1 `memory.oom_control`, line `oom_kill`); undefined without a memory cgroup.
+   */
+  oomKills(handle: SandboxHandle): number | undefined {
+    if (!handle.cgroups) return undefined;
+    try {
+      const m = /^oom_kill (\d+)$/m.exec(readFileSync(join(handle.cgroups.memory, 'memory.oom_control'), 'utf8'));
+      return m ? Number(m[1]) : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
   frozen(handle: SandboxHandle): boolean {
     return handle.cgroups !== null && isFrozen(handle.cgroups);
   }

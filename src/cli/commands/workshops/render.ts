@@ -14,7 +14,8 @@ export function workshopTable(items: Workshop[]): string {
   return table(items, [
     { header: 'ID', get: (w) => w.id },
     { header: 'NAME', get: (w) => w.name },
-    { header: 'STATUS', get: (w) => w.status },
+    // A dead or failed workshop says why at a glance (the reason's first words: killed, out of memory, …).
+    { header: 'STATUS', get: (w) => (w.status === 'Dead' && w.statusReason ? `Dead (${w.statusReason.split(':')[0]})` : w.status) },
     { header: 'AGE', get: (w) => age(w.createdAt) },
     { header: 'REPO', get: (w) => w.repo },
   ]);

@@ -1,0 +1,204 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { gateCommand, matchCommand } from './commandGate.js';
+
+const PATTERNS = ['git push*', 'rm -rf *'];
+const sh = (script: string): string[] => ['sh', '-c', script];
+
+/** Spellings that run `git push` or `rm -rf`: each must be gated. */
+export const GATED: string[][] = [
+  ['git', 'push'],
+  ['git', 'push', 'origin', 'main'],
+  ['git', 'push', '--force'],
+  ['/usr/bin/git', 'push'],
+  ['env', 'git', 'push'],
+  ['env', '-i', 'FOO=1', 'git', 'push'],
+  ['env', '-u', 'HOME', '--', 'git', 'push'],
+  ['env', '-S', 'git push'],
+  ['command', 'git', 'push'],
+  ['nice', '-n', '10', 'git', 'push'],
+  ['nice', '-5', 'git', 'push'],
+  ['time', '-p', 'git', 'push'],
+  ['nohup', 'git', 'push'],
+  ['timeout', '-s', 'KILL', '30', 'git', 'push'],
+  ['setsid', '-f', 'git', 'push'],
+  ['stdbuf', '-oL', 'git', 'push'],
+  ['xargs', 'git', 'push'],
+  ['git', '-C', '.', 'push'],
+  ['git', '-C.', 'push'],
+  ['git', '-c', 'user.name=x', 'push'],
+  ['git', '--git-dir=.git', '--work-tree', '.', 'push'],
+  ['git', '--no-pager', '-P', 'push'],
+  ['git', '-c', 'alias.p=push', 'p'],
+  ['/usr/lib/git-core/git-push', 'origin'],
+  ['rm', '-rf', '/workspace/x'],
+  ['rm', '-r', '-f', '/workspace/x'],
+  ['rm', '-fr', '/workspace/x'],
+  ['rm', '-Rf', '/workspace/x'],
+  ['rm', '-rfv', '/workspace/x'],
+  ['rm', '-r', '-v', '-f', '/workspace/x'],
+  ['rm', '--recursive', '--force', '/workspace/x'],
+  ['rm', '/workspace/x', '-rf'],
+  ['/bin/rm', '-rf', 'x'],
+  ['busybox', 'rm', '-rf', 'x'],
+  ['find', '.', '-name', 'x', '-exec', 'rm', '-rf', '{}', ';'],
+  sh('git  push'),
+  sh('git\tpush'),
+  sh(' git push '),
+  sh('echo hi; git push'),
+  sh('true && git push'),
+  sh('false || git push'),
+  sh('ls | git push'),
+  sh('(cd /workspace && git push)'),
+  sh('{ git push; }'),
+  sh('echo $(git push)'),
+  sh('echo `git push`'),
+  sh('echo "$(git push)"'),
+  sh('cat <(git push)'),
+  sh("'git' push"),
+  sh('g"it" pu\\sh'),
+  sh('\\git push'),
+  sh('GIT_TRACE=1 git push'),
+  sh('if true; then git push; fi'),
+  sh('while true; do rm -rf /tmp/x; done'),
+  sh('for f in a b; do rm -r -f "$f"; done'),
+  sh('case x in x) git push;; esac'),
+  sh('f() { git push; }; f'),
+  sh('exec git push'),
+  sh('eval git push'),
+  sh('eval "git push"'),
+  sh('trap "git push" EXIT'),
+  sh('git push 2>&1 >/dev/null'),
+  sh('x=$(git push)'),
+  sh('sh -c "bash -c \'git push\'"'),
+  sh('git push &'),
+  sh('! git push'),
+  sh('echo ok\ngit push'),
+  ['bash', '-lc', 'git push'],
+  ['bash', '-e', '-c', 'git push'],
+  ['/bin/dash', '-c', 'rm -rf /'],
+  ['command', '-p', 'git', 'push'],
+  ['ionice', '-c', '3', 'git', 'push'],
+  ['chrt', '-f', '10', 'git', 'push'],
+  ['taskset', '-c', '0', 'git', 'push'],
+  ['flock', '/tmp/l', 'git', 'push'],
+  ['flock', '/tmp/l', '-c', 'git push'],
+  ['sudo', '-u', 'root', 'rm', '-rf', 'x'],
+  ['xargs', '-I{}', 'rm', '-rf', '{}'],
+  ['find', '.', '-execdir', 'rm', '-rf', '{}', '+'],
+  ['env', '--split-string=git push'],
+  ['sh', '-c', 'git push', 'arg0'],
+  sh('exec -a name git push'),
+  sh('GIT_DIR=x exec env -i nice git push'),
+  sh('echo "a $(rm -rf x) b"'),
+  sh('cat list | xargs rm -rf'),
+  sh('[[ -n x ]] && git push'),
+  sh("sh -c 'rm -rf x'"),
+];
+
+/** Similar commands that run neither: never gated. */
+export const FREE: string[][] = [
+  ['git', 'status'],
+  ['git', 'log', '--', 'push'],
+  ['git', 'commit', '-m', 'git push later'],
+  ['echo', 'git', 'push'],
+  ['rm', 'file'],
+  ['rm', '-r', 'dir'],
+  ['rm', '-f', 'file'],
+  ['rm', '--', '-rf'],
+  ['grep', '-rf', 'patterns', '.'],
+  ['env'],
+  ['env', 'FOO=1', 'ls'],
+  sh('echo "git push"'),
+  sh("echo 'rm -rf /'"),
+  sh('git status && git log'),
+  sh('cat <<EOF\ngit push\nEOF'),
+  sh('# git push\nls'),
+  sh('echo $HOME'),
+  ['bash', '-c', 'ls -la'],
+  ['timeout', '5', 'git', 'fetch'],
+  ['xargs', 'echo'],
+];
+
+describe('command gate', () => {
+  it('gates every spelling that runs a gated command', () => {
+    const missed = GATED.filter((c) => matchCommand(PATTERNS, c) === undefined).map((c) => JSON.stringify(c));
+    assert.deepEqual(missed, []);
+  });
+
+  it('lets similar commands that run none of them through', () => {
+    const gated = FREE.map((c) => [JSON.stringify(c), gateCommand(PATTERNS, c)] as const).filter(([, m]) => m !== undefined);
+    assert.deepEqual(gated, []);
+  });
+
+  it('names the pattern that matched and the command as read', () => {
+    assert.deepEqual(gateCommand(PATTERNS, sh('cd /x && nice -n 5 /usr/bin/git -C /x push origin')), {
+      pattern: 'git push*',
+      command: 'git push origin',
+    });
+    assert.equal(gateCommand(PATTERNS, ['rm', '-f', '-r', 'x'])?.pattern, 'rm -rf *');
+  });
+
+  it('gates what it cannot read, saying why, and only for the patterns concerned', () => {
+    for (const c of [
+      sh('$GIT push'),
+      sh('"$(echo git)" push'),
+      sh('eval "$CMD"'),
+      sh('. ./script.sh'),
+      ['bash', 'script.sh'],
+      sh('echo git push | sh'),
+      sh('alias g=git; g push'),
+    ]) {
+      const m = gateCommand(PATTERNS, c);
+      assert.ok(m?.uncertain, `${JSON.stringify(c)} was not gated as unreadable: ${JSON.stringify(m)}`);
+    }
+    // A git alias or extension is unknowable for git patterns only.
+    assert.match(gateCommand(PATTERNS, ['git', 'lg'])?.uncertain ?? '', /not one of git's own/);
+    assert.equal(gateCommand(['rm -rf *'], ['git', 'lg']), undefined);
+    assert.match(gateCommand(PATTERNS, ['git', '-c', 'alias.p=!git push', 'p'])?.uncertain ?? '', /shell command/);
+  });
+
+  it('never throws on malformed or hostile scripts, and gates what nests too deep', () => {
+    for (const script of [
+      '$('.repeat(5000),
+      '`'.repeat(3001),
+      '"'.repeat(7),
+      "'unterminated",
+      'a &&& b ||| c',
+      '<<',
+      'case',
+      'for',
+      '(((',
+      '))))',
+      '\\',
+    ]) {
+      assert.doesNotThrow(() => gateCommand(PATTERNS, sh(script)), script.slice(0, 20));
+    }
+    const deep = Array.from({ length: 20 }).reduce<string>((inner) => `sh -c ${JSON.stringify(inner)}`, 'echo hi');
+    assert.match(gateCommand(PATTERNS, sh(deep))?.uncertain ?? '', /nested too deeply/);
+  });
+
+  it('reads a shell script given on stdin', () => {
+    assert.equal(matchCommand(PATTERNS, ['sh'], { stdin: 'echo a\ngit push\n' }), 'git push*');
+    assert.equal(matchCommand(PATTERNS, ['bash', '-s'], { stdin: 'ls\n' }), undefined);
+  });
+
+  it('keeps the glob meaning of patterns: whole text, * anywhere, literal otherwise', () => {
+    assert.equal(matchCommand(['npm publish'], ['npm', 'publish']), 'npm publish');
+    assert.equal(matchCommand(['npm publish'], ['npm', 'publish', '--tag', 'x']), undefined);
+    assert.equal(matchCommand(['npm publish*'], ['npm', 'publish', '--tag', 'x']), 'npm publish*');
+    assert.equal(matchCommand(['touch /workspace/gated*'], ['touch', '/workspace/gated-1']), 'touch /workspace/gated*');
+    assert.equal(matchCommand(['touch /workspace/gated*'], ['touch', '/workspace/free']), undefined);
+    assert.equal(matchCommand(['*'], ['anything', 'at', 'all']), '*');
+    assert.equal(matchCommand(['/usr/bin/git push*'], ['git', 'push']), '/usr/bin/git push*');
+    assert.equal(matchCommand(['git push *'], ['git', 'push']), 'git push *');
+    assert.equal(matchCommand(['git push *'], ['git', 'status']), undefined);
+    // `git push*` is a glob: it also names `git pushx`; with `git push *` that one is not git's
+    // own command (an alias or a git-pushx program, unknowable): gated as unreadable.
+    assert.equal(gateCommand(['git push*'], ['git', 'pushx'])?.uncertain, undefined);
+    assert.match(gateCommand(['git push *'], ['git', 'pushx'])?.uncertain ?? '', /not one of git's own/);
+    assert.equal(matchCommand(['git push *'], ['git', 'pull']), undefined);
+    assert.equal(matchCommand([], ['git', 'push']), undefined);
+    assert.equal(matchCommand(PATTERNS, []), undefined);
+  });
+});
