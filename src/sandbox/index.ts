@@ -28,4 +28,6 @@ export type { ExecSpec, SandboxHandle, SandboxLayout, SandboxSpec } from './laun
 export { listenInSandbox, listenInSandboxMany, SandboxConnectError, type SandboxPort } from './netns.js';
 export { inspectIsolation } from './privileges.js';
 export { hostsFile } from './rootfs.js';
+export { checkSeccomp, SECCOMP_EXEC, seccompLoaderPath, seccompWrap, seccompWrapOnHost } from './seccomp.js';
+export type { SeccompSummary } from './seccomp.js';
 export type { IsolationReport } from './privileges.js';

@@ -3,6 +3,7 @@ import { existsSync, mkdirSync, openSync, closeSync, readFileSync, writeFileSync
 import { join } from 'node:path';
 import { procsFiles, destroyCgroups, type CgroupPaths } from './cgroups.js';
 import { identityFiles, mountPlan, type MountStep } from './rootfs.js';
+import { SECCOMP_EXEC, seccompWrap } from './seccomp.js';
 
 /**
  * Inside the workshop, the egress proxy is at 127.0.0.1:EGRESS_PORT (HTTP, CONNECT and SOCKS5 on
@@ -124,8 +125,9 @@ function bwrapArgs(spec: SandboxSpec, plan: MountStep[]): string[] {
   }
   args.push('--chdir', '/workspace', '--info-fd', '3');
   // bwrap runs as root to build the namespaces (no user namespace), then setpriv drops to the
-  // workshop's own host uid with no capabilities, an empty bounding set and no_new_privs.
-  args.push('--', ...dropPrivileges(spec.uid), 'sleep', 'infinity');
+  // workshop's own host uid with no capabilities, an empty bounding set and no_new_privs, under
+  // the system-call filter installed just before (seccomp.ts says why not bwrap's --seccomp).
+  args.push('--', ...seccompWrap(dropPrivileges(spec.uid)), 'sleep', 'infinity');
   return args;
 }
 
@@ -162,7 +164,7 @@ mkdir "$R/.oldroot"; cd "$R"; pivot_root . .oldroot; umount -l /.oldroot; rmdir 
 # The root and /dev are ours (uid 0 of this namespace): make them read-only, as bwrap's are to the workshop uid.
 mount -o remount,bind,ro /dev; mount -o remount,bind,ro /
 cd /workspace
-exec perl -e '$SIG{CHLD} = sub { 1 while waitpid(-1, 1) > 0 }; sleep while 1'`;
+exec ${SECCOMP_EXEC} perl -e '$SIG{CHLD} = sub { 1 while waitpid(-1, 1) > 0 }; sleep while 1'`;
 
 function rootlessArgs(spec: SandboxSpec, layout: SandboxLayout, plan: MountStep[]): string[] {
   const triples: string[] = [];
@@ -376,7 +378,9 @@ export function sandboxArgv(handle: SandboxHandle, spec: ExecSpec): string[] {
   // The sandbox's PID 1 sits in /workspace: `-w` starts there with no extra shell to cd.
   const inWorkspace = spec.cwd === '/workspace';
   if (inWorkspace) ns.push('-w');
-  ns.push('--', ...dropPrivileges(handle.rootless ? null : handle.uid));
+  // The system-call filter first, while still privileged: no process of the workshop's uid ever
+  // runs without it (nothing entered with nsenter inherits the filter of the sandbox's init).
+  ns.push('--', ...seccompWrap(dropPrivileges(handle.rootless ? null : handle.uid)));
   // The workshop's environment is applied only after the privilege drop: everything before
   // runs privileged with a fixed environment (no PATH or LD_PRELOAD of the workshop's choosing;
   // the handed-over variables all carry the prefix, which nothing privileged reads).

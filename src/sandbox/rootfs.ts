@@ -1,5 +1,6 @@
 import { existsSync, lstatSync, readlinkSync } from 'node:fs';
 import { join } from 'node:path';
+import { SECCOMP_EXEC, seccompLoaderPath } from './seccomp.js';
 
 /**
  * The sandbox root is built from this list, never from `/`: whatever is not named here
@@ -100,6 +101,8 @@ export function mountPlan(own: { workspace: string; tmp: string; home: string; e
     { kind: 'tmpfs', dest: '/run' },
     // Written by the server only: hosts, simulators.json (connection details of the workshop's services).
     { kind: 'ro', src: own.run, dest: '/run/atelier' },
+    // The system-call filter's loader, run on every entry (seccomp.ts).
+    { kind: 'ro', src: seccompLoaderPath(), dest: SECCOMP_EXEC },
     { kind: 'dir', dest: '/var' },
     { kind: 'link', target: '../tmp', dest: '/var/tmp' },
   );

@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import type { Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
-import { nsenterArgs, SandboxConnectError, type SandboxHandle } from '../../sandbox/index.js';
+import { nsenterArgs, SandboxConnectError, seccompWrapOnHost, type SandboxHandle } from '../../sandbox/index.js';
 
 const HELPER = fileURLToPath(new URL('./netns-connector.py', import.meta.url));
 /** A connector nobody used for this long exits (it holds the workshop's network namespace). */
@@ -25,10 +25,14 @@ class Connector {
   gone = false;
 
   constructor(handle: SandboxHandle, onGone: () => void) {
-    this.child = spawn('/usr/bin/nsenter', [...nsenterArgs(handle, ['-n']), '--', '/usr/bin/python3', '-I', '-S', HELPER], {
-      stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
-      env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C.UTF-8' },
-    });
+    this.child = spawn(
+      '/usr/bin/nsenter',
+      [...nsenterArgs(handle, ['-n']), '--', ...seccompWrapOnHost(['/usr/bin/python3', '-I', '-S', HELPER])],
+      {
+        stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
+        env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C.UTF-8' },
+      },
+    );
     this.child.stderr!.on('data', (c: Buffer) => (this.stderr = (this.stderr + c.toString()).slice(-2000)));
     this.child.on('message', (m: unknown, socket?: Socket) => this.answer(m, socket));
     const end = (): void => {
