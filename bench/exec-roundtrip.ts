@@ -3,13 +3,23 @@
  * beside a bare `bwrap … true` spawned from this process. Two reference lines split Atelier's
  * time: an authenticated GET of the same workshop (HTTP + token check + one query, no process),
  * and `true` spawned directly (no sandbox: the floor of a Node child process).
+ *
+ * The system-call filter's share: the very command line an exec runs (sandboxArgv: nsenter,
+ * loader, setpriv, environment) into a real workshop sandbox started by the launcher, with and
+ * without the loader, alternated run by run; and bare bwrap with and without it.
  */
-import { goalLine, heading, line, ratioLine, statLine, summarize, timedSpawn, type BenchServer } from './lib.js';
-import { bwrapAvailable, runBareBwrap } from './peers.js';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import type * as Sandbox from '../src/sandbox/index.js';
+import { alternate, goalLine, heading, line, ms, ratioLine, REPO_ROOT, statLine, summarize, timedSpawn, type BenchServer } from './lib.js';
+import { bareBwrapArgs, bwrapAvailable, runBareBwrap } from './peers.js';
 
 const RUNS = 200;
 const WARMUP = 20;
 const GOAL_P50_MS = 15;
+/** issue 17: the filter may add at most 1 ms to the exec round trip (p50). */
+const FILTER_GOAL_MS = 1;
 
 export async function execRoundTrip(server: BenchServer): Promise<Record<string, unknown>> {
   heading(`2. exec round trip of \`true\` through the API (${RUNS} runs; goal p50 < ${GOAL_P50_MS} ms)`);
@@ -61,8 +71,75 @@ export async function execRoundTrip(server: BenchServer): Promise<Record<string,
     statLine('(ref)', '`true` spawned directly, no sandbox', ds, ['p50', 'p99']);
     result.direct = ds;
     goalLine(`exec round trip p50 < ${GOAL_P50_MS} ms`, s.p50, GOAL_P50_MS);
+    if (!noBwrap && process.getuid?.() === 0) result.filter = await filterShare();
+    else line('filter   skipped: needs root and bwrap (it starts a sandbox with the launcher)');
   } finally {
     await server.deleteWorkshop(ws.id);
   }
   return result;
+}
+
+async function filterShare(): Promise<Record<string, unknown>> {
+  const sandbox = (await import(pathToFileURL(join(REPO_ROOT, 'dist', 'sandbox', 'index.js')).href)) as typeof Sandbox;
+  const root = mkdtempSync('/tmp/atelier-bench-seccomp-');
+  const spec = { root, hostname: 'bench-seccomp', uid: 64_999, rootless: false, cgroups: null };
+  const layout = sandbox.prepareLayout(spec);
+  mkdirSync(layout.workspace, { mode: 0o755 });
+  const handle = await sandbox.startSandbox(spec);
+  try {
+    const exec = { command: ['true'], cwd: '/workspace', env: { PATH: '/usr/bin:/bin' } };
+    const withFilter = sandbox.sandboxArgv(handle, exec);
+    const without = withFilter.filter((a) => a !== sandbox.SECCOMP_EXEC);
+    const env = sandbox.privilegedEnv(exec);
+    // CPU time of the whole chain (its waited-for processes add to ours): what the filter costs
+    // whatever the machine's load, which inflates wall times on a busy machine.
+    const cpu = new Map<string[], number>();
+    const once = async (argv: string[]): Promise<number> => {
+      const c0 = childCpuMs();
+      const r = await timedSpawn(argv[0]!, argv.slice(1), { env });
+      cpu.set(argv, (cpu.get(argv) ?? 0) + childCpuMs() - c0);
+      if (r.code !== 0) throw new Error(`${argv.join(' ')} exited ${r.code ?? r.signal}: ${r.stderr.trim().slice(0, 300)}`);
+      return r.ms;
+    };
+    const [a, b] = await alternate(
+      RUNS,
+      WARMUP,
+      () => once(withFilter),
+      () => once(without),
+    );
+    const sa = summarize(a);
+    const sb = summarize(b);
+    statLine('atelier', 'exec chain into a workshop sandbox, with the filter', sa, ['p50', 'p99']);
+    statLine('(ref)', 'the same chain without the loader', sb, ['p50', 'p99']);
+    const perRun = (argv: string[]): number => (cpu.get(argv) ?? 0) / (RUNS + WARMUP);
+    const cpuWith = perRun(withFilter);
+    const cpuWithout = perRun(without);
+    line(`CPU time per exec chain: ${ms(cpuWith)} with the filter, ${ms(cpuWithout)} without (+${ms(cpuWith - cpuWithout)})`);
+
+    const loader = sandbox.seccompLoaderPath();
+    const bwrapWith = ['--ro-bind', loader, sandbox.SECCOMP_EXEC, ...bareBwrapArgs(sandbox.seccompWrap(['true']))];
+    const [c, d] = await alternate(
+      RUNS,
+      WARMUP,
+      () => once(['bwrap', ...bwrapWith]),
+      () => runBareBwrap(),
+    );
+    const sc = summarize(c);
+    const sd = summarize(d);
+    statLine('bwrap', 'bare `bwrap … seccomp-exec true`', sc, ['p50', 'p99']);
+    statLine('bwrap', 'bare `bwrap … true`', sd, ['p50', 'p99']);
+    goalLine(`the filter adds at most ${FILTER_GOAL_MS} ms to an exec (p50, chain with − without)`, sa.p50 - sb.p50, FILTER_GOAL_MS);
+    return { chainWithFilter: sa, chainWithout: sb, cpuMsWith: cpuWith, cpuMsWithout: cpuWithout, bwrapWithFilter: sc, bwrapWithout: sd };
+  } finally {
+    await sandbox.killSandbox(handle);
+    rmSync(root, { recursive: true, force: true });
+  }
+}
+
+/** CPU time (user + system) of this process's waited-for children so far, from /proc/self/stat (in clock ticks of 10 ms). */
+function childCpuMs(): number {
+  const stat = readFileSync('/proc/self/stat', 'utf8');
+  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  // cutime and cstime: fields 16 and 17 of stat(5), 14th and 15th after the command name.
+  return (Number(f[13]) + Number(f[14])) * 10;
 }

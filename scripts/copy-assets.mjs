@@ -18,6 +18,8 @@ cpSync('src/core/node_ipc.py', 'dist/core/node_ipc.py');
 cpSync('src/simulators/spawner.py', 'dist/simulators/spawner.py');
 // The process that holds an agent session's PTY (it outlives the server).
 cpSync('src/terminals/session-holder.py', 'dist/terminals/session-holder.py');
+// The system-call filter's loader, with the profile compiled in (scripts/build-seccomp.mjs).
+await import('./build-seccomp.mjs');
 rmSync('dist/bundle', { recursive: true, force: true });
 await build({
   entryPoints: ['dist/cli/main.js'],

@@ -30,5 +30,7 @@ export type { ExecSpec, SandboxHandle, SandboxLayout, SandboxSpec } from './laun
 export { listenInSandbox, listenInSandboxMany, SandboxConnectError, type SandboxPort } from './netns.js';
 export { inspectIsolation } from './privileges.js';
 export { hostsFile } from './rootfs.js';
+export { checkSeccomp, SECCOMP_EXEC, seccompLoaderPath, seccompWrap, seccompWrapOnHost } from './seccomp.js';
+export type { SeccompSummary } from './seccomp.js';
 export type { IsolationReport } from './privileges.js';
 export { simulatorSandboxArgv, type SimulatorMount, type SimulatorSandboxSpec } from './simulatorSandbox.js';

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import type { Writable } from 'node:stream';
 import { procsFiles, destroyCgroups, type CgroupPaths } from './cgroups.js';
 import { identityFiles, mountPlan, type MountStep } from './rootfs.js';
+import { installLoader, SECCOMP_EXEC, seccompWrap } from './seccomp.js';
 
 /**
  * Inside the workshop, the egress proxy is at 127.0.0.1:EGRESS_PORT (HTTP, CONNECT and SOCKS5 on
@@ -23,6 +24,8 @@ export interface SandboxLayout {
   /** Empty mount point for the rootless sandbox's root. */
   rootfs: string;
   log: string;
+  /** The system-call filter's loader, copied onto the workshop's own filesystem (seccomp.ts) and bound at SECCOMP_EXEC. */
+  loader: string;
 }
 
 export function sandboxLayout(root: string): SandboxLayout {
@@ -35,6 +38,7 @@ export function sandboxLayout(root: string): SandboxLayout {
     run: join(root, 'run'),
     rootfs: join(root, 'rootfs'),
     log: join(root, 'sandbox.log'),
+    loader: join(root, 'seccomp-exec'),
   };
 }
 
@@ -125,8 +129,9 @@ function bwrapArgs(spec: SandboxSpec, plan: MountStep[]): string[] {
   }
   args.push('--chdir', '/workspace', '--info-fd', '3');
   // bwrap runs as root to build the namespaces (no user namespace), then setpriv drops to the
-  // workshop's own host uid with no capabilities, an empty bounding set and no_new_privs.
-  args.push('--', ...dropPrivileges(spec.uid), 'sleep', 'infinity');
+  // workshop's own host uid with no capabilities, an empty bounding set and no_new_privs, under
+  // the system-call filter installed just before (seccomp.ts says why not bwrap's --seccomp).
+  args.push('--', ...seccompWrap(dropPrivileges(spec.uid)), 'sleep', 'infinity');
   return args;
 }
 
@@ -163,7 +168,7 @@ mkdir "$R/.oldroot"; cd "$R"; pivot_root . .oldroot; umount -l /.oldroot; rmdir 
 # The root and /dev are ours (uid 0 of this namespace): make them read-only, as bwrap's are to the workshop uid.
 mount -o remount,bind,ro /dev; mount -o remount,bind,ro /
 cd /workspace
-exec perl -e '$SIG{CHLD} = sub { 1 while waitpid(-1, 1) > 0 }; sleep while 1'`;
+exec ${SECCOMP_EXEC} perl -e '$SIG{CHLD} = sub { 1 while waitpid(-1, 1) > 0 }; sleep while 1'`;
 
 function rootlessArgs(spec: SandboxSpec, layout: SandboxLayout, plan: MountStep[]): string[] {
   const triples: string[] = [];
@@ -220,6 +225,7 @@ function logTail(log: string): string {
 /** Starts the sandbox detached from the server: it outlives a server restart or `kill -9`. */
 export async function startSandbox(spec: SandboxSpec): Promise<SandboxHandle> {
   const layout = sandboxLayout(spec.root);
+  installLoader(layout.loader);
   const plan = mountPlan(layout);
   // bwrap reads its options from fd 4 (--args): its command line, which the sandbox's PID 1 keeps
   // and every process inside can read in /proc/1/cmdline, then names no host path.
@@ -393,7 +399,9 @@ export function sandboxArgv(handle: SandboxHandle, spec: ExecSpec): string[] {
   // The sandbox's PID 1 sits in /workspace: `-w` starts there with no extra shell to cd.
   const inWorkspace = spec.cwd === '/workspace';
   if (inWorkspace) ns.push('-w');
-  ns.push('--', ...dropPrivileges(handle.rootless ? null : handle.uid));
+  // The system-call filter first, while still privileged: no process of the workshop's uid ever
+  // runs without it (nothing entered with nsenter inherits the filter of the sandbox's init).
+  ns.push('--', ...seccompWrap(dropPrivileges(handle.rootless ? null : handle.uid)));
   // The workshop's environment is applied only after the privilege drop: everything before
   // runs privileged with a fixed environment (no PATH or LD_PRELOAD of the workshop's choosing;
   // the handed-over variables all carry the prefix, which nothing privileged reads).

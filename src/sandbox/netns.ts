@@ -3,6 +3,7 @@ import type { Server } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { pythonLibEnv } from '../core/index.js';
 import { nsenterArgs, type SandboxHandle } from './launcher.js';
+import { seccompWrapOnHost } from './seccomp.js';
 
 const HELPER = fileURLToPath(new URL('./netns-listen.py', import.meta.url));
 
@@ -24,7 +25,11 @@ export function listenInSandboxMany(handle: SandboxHandle, ports: readonly Sandb
   if (ports.length === 0) return Promise.resolve([]);
   const child = spawn(
     '/usr/bin/nsenter',
-    [...nsenterArgs(handle, ['-n']), '--', '/usr/bin/python3', '-I', '-S', HELPER, ...ports.map((p) => `${p.address}:${p.port}`)],
+    [
+      ...nsenterArgs(handle, ['-n']),
+      '--',
+      ...seccompWrapOnHost(['/usr/bin/python3', '-I', '-S', HELPER, ...ports.map((p) => `${p.address}:${p.port}`)]),
+    ],
     { stdio: ['ignore', 'ignore', 'pipe', 'ipc'], env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C.UTF-8', ...pythonLibEnv() } },
   );
   let stderr = '';

@@ -1,5 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { cgroupSupport } from './cgroups.js';
+import { checkSeccomp } from './seccomp.js';
 
 /** How strongly this host can isolate workshops, and what is missing, in plain words. */
 export interface IsolationReport {
@@ -7,6 +8,8 @@ export interface IsolationReport {
   cgroups: boolean;
   /** Protections this host cannot give, each a sentence for the start-up log. */
   missing: string[];
+  /** Protections applied to every workshop, each a sentence for the start-up log. */
+  applied: string[];
   /** Missing system tools. */
   missingTools: string[];
 }
@@ -23,7 +26,8 @@ function hasCommand(name: string): boolean {
 /**
  * Inspects the host once at server start; what is missing is printed at start. As root each
  * workshop gets a host uid and cgroups of its own; as an ordinary user (rootless) workshops are
- * user namespaces mapped to the server's uid, without limits or suspend.
+ * user namespaces mapped to the server's uid, without limits or suspend. Throws when the
+ * system-call filter cannot be applied: no workshop runs without it.
  */
 export function inspectIsolation(isRoot: boolean): IsolationReport {
   const missing: string[] = [];
@@ -35,12 +39,15 @@ export function inspectIsolation(isRoot: boolean): IsolationReport {
   }
   const cg = isRoot ? cgroupSupport() : { ok: false, reason: undefined };
   if (!cg.ok && cg.reason) missing.push(cg.reason);
-  missing.push('no seccomp filter yet: the kernel system-call surface is the default one');
+  const filter = checkSeccomp();
+  const applied = [
+    `system-call filter: ${filter.profile} (${filter.arch}), ${filter.rules} rules (${filter.allowed} allowed, ${filter.byArgument} by argument, ${filter.refused} refused: namespaces, mounts, keyring, bpf, perf, userfaultfd, io_uring, kexec, modules, …), applied to every workshop and simulator process`,
+  ];
   // python3 opens each workshop's egress listener in its namespace (sandbox/netns.ts); ip brings
   // up a rootless sandbox's loopback.
   const tools = isRoot
     ? ['bwrap', 'nsenter', 'setpriv', 'git', 'python3']
     : ['unshare', 'nsenter', 'setpriv', 'git', 'perl', 'mount', 'pivot_root', 'ip', 'python3'];
   const missingTools = tools.filter((t) => !hasCommand(t));
-  return { rootless: !isRoot, cgroups: cg.ok, missing, missingTools };
+  return { rootless: !isRoot, cgroups: cg.ok, missing, applied, missingTools };
 }

@@ -1,5 +1,6 @@
 import { existsSync, lstatSync, readlinkSync } from 'node:fs';
 import { join } from 'node:path';
+import { SECCOMP_EXEC } from './seccomp.js';
 
 /**
  * The sandbox root is built from this list, never from `/`: whatever is not named here
@@ -56,7 +57,7 @@ export type MountStep =
   | { kind: 'dir' | 'tmpfs' | 'proc' | 'dev'; dest: string };
 
 /** The whole root of a workshop: curated read-only system, identity files, and its own writable dirs. */
-export function mountPlan(own: { workspace: string; tmp: string; home: string; etc: string; run: string }): MountStep[] {
+export function mountPlan(own: { workspace: string; tmp: string; home: string; etc: string; run: string; loader: string }): MountStep[] {
   const plan: MountStep[] = [
     { kind: 'dir', dest: '/etc' },
     { kind: 'dir', dest: '/home' },
@@ -100,6 +101,9 @@ export function mountPlan(own: { workspace: string; tmp: string; home: string; e
     { kind: 'tmpfs', dest: '/run' },
     // Written by the server only: hosts, simulators.json (connection details of the workshop's services).
     { kind: 'ro', src: own.run, dest: '/run/atelier' },
+    // The system-call filter's loader, run on every entry (seccomp.ts): a copy on the workshop's
+    // own filesystem, so that mountinfo names no host path for it.
+    { kind: 'ro', src: own.loader, dest: SECCOMP_EXEC },
     { kind: 'dir', dest: '/var' },
     { kind: 'link', target: '../tmp', dest: '/var/tmp' },
   );

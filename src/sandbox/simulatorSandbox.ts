@@ -1,6 +1,7 @@
 import { existsSync, lstatSync, mkdirSync, readlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { procsFiles, type CgroupPaths } from './cgroups.js';
+import { installLoader, SECCOMP_EXEC, seccompWrap } from './seccomp.js';
 
 /**
  * The sandbox every simulator runs in (a simulator is as untrusted as the agent that configures
@@ -114,7 +115,7 @@ function parents(dest: string, made: Set<string>, out: string[]): void {
 }
 
 /** bwrap's options (namespaces, root, mounts), written to the options file. */
-function bwrapOptions(spec: SimulatorSandboxSpec, files: Record<string, string>): string[] {
+function bwrapOptions(spec: SimulatorSandboxSpec, files: Record<string, string>, loader: string): string[] {
   const args = [
     ...(spec.runAs ? [] : ['--unshare-user']),
     '--unshare-pid',
@@ -128,6 +129,7 @@ function bwrapOptions(spec: SimulatorSandboxSpec, files: Record<string, string>)
     ...baseRoot(),
   ];
   for (const [name, path] of Object.entries(files)) args.push('--ro-bind', path, `/etc/${name}`);
+  args.push('--perms', '0755', '--dir', '/run', '--ro-bind', loader, SECCOMP_EXEC);
   args.push('--proc', '/proc', '--dev', '/dev');
   args.push('--perms', '1777', '--size', String(TMPFS_BYTES), '--tmpfs', '/tmp');
   args.push('--perms', '1777', '--size', String(TMPFS_BYTES), '--tmpfs', '/dev/shm');
@@ -169,16 +171,19 @@ export function simulatorSandboxArgv(spec: SimulatorSandboxSpec): string[] {
     writeFileSync(path, content, { mode: 0o644 });
     files[name] = path;
   }
+  // The system-call filter's loader: a copy in the simulator's own (server-only) directory.
+  const loader = join(spec.stateDir, 'seccomp-exec');
+  installLoader(loader);
   const optionsFile = join(spec.stateDir, 'bwrap.args');
   writeFileSync(
     optionsFile,
-    bwrapOptions(spec, files)
+    bwrapOptions(spec, files, loader)
       .map((a) => `${a}\0`)
       .join(''),
     { mode: 0o600 },
   );
   const procs = spec.cgroupProcs ?? (spec.cgroups ? procsFiles(spec.cgroups) : []);
-  // seccomp: the lead wires seccompWrap() here
+  // The same system-call filter as a workshop's, installed before the privilege drop (seccomp.ts).
   const program = spec.argv;
   return [
     '/bin/sh',
@@ -192,7 +197,6 @@ export function simulatorSandboxArgv(spec: SimulatorSandboxSpec): string[] {
     '--args',
     '3',
     '--',
-    ...(spec.runAs ? dropPrivileges(spec.runAs) : []),
-    ...program,
+    ...seccompWrap([...(spec.runAs ? dropPrivileges(spec.runAs) : []), ...program]),
   ];
 }

@@ -248,6 +248,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
         `missing system tools: ${isolation.missingTools.join(', ')}: run \`sudo apt-get install -y bubblewrap util-linux mount git perl iproute2 python3\``,
       );
     }
+    for (const m of isolation.applied) opts.say(`isolation: ${m}`);
     for (const m of isolation.missing) opts.say(`isolation: ${m}`);
 
     let embedded: EmbeddedPostgres | undefined;

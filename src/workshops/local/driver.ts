@@ -19,6 +19,7 @@ import {
   privilegedEnv,
   sandboxArgv,
   sandboxLayout,
+  seccompWrapOnHost,
   startSandbox,
   thaw,
   workshopCgroups,
@@ -202,7 +203,7 @@ export class LocalDriver implements WorkshopDriver {
   }
 
   netnsEntry(handle: SandboxHandle, argv: string[]): SandboxEntry {
-    return { argv: ['/usr/bin/nsenter', ...nsenterArgs(handle, ['-n']), '--', ...argv], env: { ...HELPER_ENV } };
+    return { argv: ['/usr/bin/nsenter', ...nsenterArgs(handle, ['-n']), '--', ...seccompWrapOnHost(argv)], env: { ...HELPER_ENV } };
   }
 
   /** Kills the sandbox and any stray process that names its directories, removes its cgroups. */
