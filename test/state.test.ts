@@ -1,7 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { chownSync, cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { chownSync, cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import pg from 'pg';
 import { REPO_ROOT, TestServer, makeRepo } from './helpers/server.js';
@@ -25,6 +25,16 @@ const argv = (pid: string): string[] => {
   }
 };
 
+/** True when the process names the workshop's directory: on its command line, or as its standard output (the sandbox's log; bwrap reads its options from a pipe). */
+function names(pid: string, a: string[], marker: string): boolean {
+  if (a.some((x) => x.includes(marker))) return true;
+  try {
+    return readlinkSync(`/proc/${pid}/fd/1`).startsWith(`${marker}/`);
+  } catch {
+    return false;
+  }
+}
+
 /**
  * Host pid of a workshop's PID 1: as root, the bwrap process naming its directory whose parent
  * is the outer bwrap; rootless, the first child of the `unshare` naming it.
@@ -33,11 +43,11 @@ function sandboxInit(dataDir: string, id: string): number {
   const marker = join(dataDir, 'workshops', id);
   for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
     const a = argv(pid);
-    if (a[0] === 'unshare' && a.some((x) => x.includes(marker))) {
+    if (a[0] === 'unshare' && names(pid, a, marker)) {
       const kids = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/);
       if (kids[0]) return Number(kids[0]);
     }
-    if (!a[0]?.endsWith('bwrap') || !a.some((x) => x.includes(marker))) continue;
+    if (!a[0]?.endsWith('bwrap') || !names(pid, a, marker)) continue;
     let stat: string;
     try {
       stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
