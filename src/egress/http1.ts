@@ -195,6 +195,35 @@ interface Fields {
   http2Settings: boolean;
 }
 
+/** The error for a field line whose name is missing or not a token (the line starts at `start`). */
+function badFieldName(buf: Buffer, start: number, bad: 400 | 502): HttpFramingError {
+  const eol = buf.indexOf(0x0d, start);
+  const colon = buf.indexOf(0x3a, start);
+  if (colon < 0 || colon > eol || colon === start)
+    return new HttpFramingError(
+      bad,
+      `a header line without a name: ${JSON.stringify(buf.toString('latin1', start, Math.min(eol, start + 40)))}`,
+    );
+  return new HttpFramingError(bad, `an invalid header name: ${JSON.stringify(buf.toString('latin1', start, Math.min(colon, start + 40)))}`);
+}
+
+/** A Content-Length value (bytes `from`..`to`): 1*15 DIGIT, no sign, no list, no spaces inside. */
+function contentLength(buf: Buffer, from: number, to: number, bad: 400 | 502): number {
+  let v = 0;
+  let ok = to - from >= 1 && to - from <= 15;
+  for (let j = from; ok && j < to; j++) {
+    const b = buf[j]!;
+    if (b < 0x30 || b > 0x39) ok = false;
+    else v = v * 10 + (b - 0x30);
+  }
+  if (!ok)
+    throw new HttpFramingError(
+      bad,
+      `Content-Length is not a number: ${JSON.stringify(buf.toString('latin1', from, Math.min(to, from + 20)))}`,
+    );
+  return v;
+}
+
 /**
  * The field lines of a head, from `at` (the first field line) to `end` (after the empty line),
  * checked byte by byte: token names, no obs-fold, no controls in values, at most MAX_FIELDS.
@@ -220,19 +249,7 @@ function parseFields(buf: Buffer, at: number, end: number, bad: 400 | 502): Fiel
     const first = buf[i]!;
     if (first === 0x20 || first === 0x09) throw new HttpFramingError(bad, 'a folded header line (obs-fold) is not accepted');
     while (TOKEN[buf[i]!] === 1) i++;
-    if (buf[i] !== 0x3a || i === start) {
-      const eol = buf.indexOf(0x0d, start);
-      const colon = buf.indexOf(0x3a, start);
-      if (colon < 0 || colon > eol || colon === start)
-        throw new HttpFramingError(
-          bad,
-          `a header line without a name: ${JSON.stringify(buf.toString('latin1', start, Math.min(eol, start + 40)))}`,
-        );
-      throw new HttpFramingError(
-        bad,
-        `an invalid header name: ${JSON.stringify(buf.toString('latin1', start, Math.min(colon, start + 40)))}`,
-      );
-    }
+    if (buf[i] !== 0x3a || i === start) throw badFieldName(buf, start, bad);
     const nameEnd = i;
     i++;
     while (buf[i] === 0x20 || buf[i] === 0x09) i++;
@@ -289,25 +306,7 @@ function parseFields(buf: Buffer, at: number, end: number, bad: 400 | 502): Fiel
     }
   }
   if (clCount > 1) throw new HttpFramingError(bad, 'more than one Content-Length');
-  let cl: number | undefined;
-  if (clCount === 1) {
-    // 1*15 DIGIT: no sign, no list, no spaces inside.
-    const from = spans[clAt + 2]!;
-    const to = spans[clAt + 3]!;
-    let v = 0;
-    let ok = to - from >= 1 && to - from <= 15;
-    for (let j = from; ok && j < to; j++) {
-      const b = buf[j]!;
-      if (b < 0x30 || b > 0x39) ok = false;
-      else v = v * 10 + (b - 0x30);
-    }
-    if (!ok)
-      throw new HttpFramingError(
-        bad,
-        `Content-Length is not a number: ${JSON.stringify(buf.toString('latin1', from, Math.min(to, from + 20)))}`,
-      );
-    cl = v;
-  }
+  const cl = clCount === 1 ? contentLength(buf, spans[clAt + 2]!, spans[clAt + 3]!, bad) : undefined;
   let chunked = false;
   if (te && te.length === 1) {
     const s = te[0]!;
