@@ -5,6 +5,7 @@ import { AtelierError } from '../../core/index.js';
 import type { ActionService, Actor, ProjectRegistry } from '../../actions/index.js';
 import type { Principal, RouteAccess } from '../../identity/index.js';
 import { parse, principalOf } from './common.js';
+import { queryOf } from './query.js';
 
 export interface ActionRoutesDeps {
   actions: ActionService;
@@ -64,10 +65,11 @@ function actorOf(p: Principal): Actor {
   return { userId: p.userId, userName: p.userName, tenantId: p.tenantId };
 }
 
-function projectParam(value: unknown): string {
-  if (typeof value !== 'string' || value === '')
-    throw new AtelierError('INVALID_ARGUMENT', 'query parameter project is required, once', { field: 'project' });
-  return value;
+function projectParam(query: unknown): string {
+  const q = queryOf(query);
+  const project = q.requiredString('project');
+  q.done();
+  return project;
 }
 
 function cookie(header: string | undefined, name: string): string | undefined {
@@ -140,12 +142,12 @@ export function actionRoutes(app: FastifyInstance, deps: ActionRoutesDeps): void
   });
 
   app.get('/api/workspace/actions', { config: { access: READ } }, async (request) => {
-    const project = projectParam((request.query as Record<string, unknown>).project);
+    const project = projectParam(request.query);
     return { project, items: await actions.catalog(actorOf(principalOf(request)), project) };
   });
 
   app.get('/api/workspace/actions/journal', { config: { access: READ } }, async (request) =>
-    actions.journal(actorOf(principalOf(request)), projectParam((request.query as Record<string, unknown>).project)),
+    actions.journal(actorOf(principalOf(request)), projectParam(request.query)),
   );
 
   app.get<{ Params: { planId: string } }>('/api/workspace/actions/plans/:planId', { config: { access: READ } }, async (request) =>
