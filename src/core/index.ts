@@ -38,3 +38,6 @@ export type { RelayEnd, RelayedPair, TunnelOutcome } from './tunnelStream.js';
 export { syncDir, writeFileAtomic } from './files.js';
 export type { AtomicWriteOptions } from './files.js';
 export { spliceRelay, SpliceRelay, type RelayOptions, type SpliceResult } from './splice.js';
+export * from './api.js';
+export { ROUTES, ROUTES_OUTSIDE_TABLE, pathParamNames, routeUrl } from './routes.js';
+export type { PathParams, RouteBody, RouteDef, RouteName, RouteParams, RouteQuery, RouteResponse, Routes } from './routes.js';
