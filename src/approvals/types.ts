@@ -90,7 +90,6 @@ export const PAYLOADS = {
   }),
 } as const satisfies Record<ApprovalCategory, z.ZodType>;
 
-
 /** Parses `15m`, `30s`, `2h`, `900` into seconds; undefined when malformed. */
 export function parseDuration(value: string): number | undefined {
   const m = /^\s*(\d{1,7})\s*([smhd]?)\s*$/.exec(value);

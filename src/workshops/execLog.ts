@@ -16,7 +16,6 @@ const FLUSH_MS = 50;
 const FLUSH_BYTES = 64 << 10;
 const PRUNE_EVERY_MS = 60 * 60 * 1000;
 
-
 export type ExecStatus = 'Running' | 'Exited' | 'Failed' | 'Lost';
 
 /** A piece of output: `offset` is its byte position in the command's combined output, `data` base64. */
