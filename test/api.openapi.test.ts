@@ -1,5 +1,6 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { Validator } from '@seriousme/openapi-schema-validator';
 import { ROUTES, ROUTES_OUTSIDE_TABLE, type RouteDef } from '../src/core/index.js';
 import { TestServer } from './helpers/server.js';
 
@@ -43,5 +44,45 @@ describe('route table', () => {
     const access = new Map(served.map((r) => [`${r.method} ${r.url}`, r.access]));
     const wrong = table.filter((r) => (access.get(`${r.method} ${r.path}`) === 'public') !== (r.auth === 'public')).map((r) => r.path);
     assert.deepEqual(wrong, []);
+  });
+
+  it('serves an OpenAPI 3.1 document, without a token, that a validator accepts', async () => {
+    const res = await fetch(`${server.url}/v1/openapi.json`);
+    assert.equal(res.status, 200);
+    const doc = (await res.json()) as {
+      openapi: string;
+      info: { version: string };
+      paths: Record<string, Record<string, { operationId: string }>>;
+    };
+    assert.equal(doc.openapi, '3.1.0');
+    const validator = new Validator();
+    const r = await validator.validate(doc);
+    assert.deepEqual(r.errors ?? [], [], 'the OpenAPI validator refused the document');
+    assert.equal(r.valid, true);
+    assert.equal(validator.version, '3.1');
+  });
+
+  it('documents exactly the routes the server serves (outside the listed exceptions)', async () => {
+    const doc = (await (await fetch(`${server.url}/v1/openapi.json`)).json()) as {
+      paths: Record<string, Record<string, { operationId: string; security?: unknown[] }>>;
+    };
+    const documented = Object.entries(doc.paths)
+      .flatMap(([path, ops]) => Object.keys(ops).map((m) => `${m.toUpperCase()} ${path.replace(/\{([^}]+)\}/g, ':$1')}`))
+      .sort();
+    const outside = new Set(ROUTES_OUTSIDE_TABLE.map((r) => `${r.method} ${r.path}`));
+    const live = served
+      .map((r) => `${r.method} ${r.url}`)
+      .filter((k) => !outside.has(k))
+      .sort();
+    assert.deepEqual(documented, live);
+    // Public routes say so (no security), and only they.
+    const access = new Map(served.map((r) => [`${r.method} ${r.url}`, r.access]));
+    for (const [path, ops] of Object.entries(doc.paths))
+      for (const [m, op] of Object.entries(ops)) {
+        const key = `${m.toUpperCase()} ${path.replace(/\{([^}]+)\}/g, ':$1')}`;
+        assert.equal(op.security?.length === 0, access.get(key) === 'public', key);
+      }
+    const ids = Object.values(doc.paths).flatMap((ops) => Object.values(ops).map((o) => o.operationId));
+    assert.equal(new Set(ids).size, ids.length, 'operationIds are unique');
   });
 });

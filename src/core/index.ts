@@ -41,3 +41,4 @@ export { spliceRelay, SpliceRelay, type RelayOptions, type SpliceResult } from '
 export * from './api.js';
 export { ROUTES, ROUTES_OUTSIDE_TABLE, pathParamNames, routeUrl } from './routes.js';
 export type { PathParams, RouteBody, RouteDef, RouteName, RouteParams, RouteQuery, RouteResponse, Routes } from './routes.js';
+export { openApiDocument } from './openapi.js';

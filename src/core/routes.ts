@@ -108,6 +108,14 @@ export const ROUTES = {
     auth: 'public',
     response: Health,
   },
+  openapi: {
+    method: 'GET',
+    path: '/v1/openapi.json',
+    summary: 'this API as an OpenAPI 3.1 document',
+    tag: 'server',
+    auth: 'public',
+    response: z.looseObject({ openapi: z.string() }),
+  },
   listRoutes: {
     method: 'GET',
     path: '/v1/admin/routes',
