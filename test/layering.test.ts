@@ -17,6 +17,7 @@ const LAYER: Record<string, number> = {
   workshops: 3,
   server: 4,
   mcp: 4,
+  sdk: 1,
   cli: 5,
 };
 
