@@ -480,11 +480,7 @@ async function main(argv: string[]): Promise<number> {
     .action(async (flags: { category: string; payload: string; workshop?: string; wait?: boolean; timeout?: string }) => {
       const c = ctx();
       const { requestApproval, requireApproved, approvalDetail } = await import('./commands/approvals/manage.js');
-      const { call } = await import('./client.js');
-      const a = await requestApproval(c, flags, async () => {
-        const w = await call<{ workshopId: string | null }>(await c.target(), { method: 'GET', path: '/v1/auth/whoami' });
-        return w.workshopId;
-      });
+      const a = await requestApproval(c, flags, async () => (await (await c.api()).call('whoami')).workshopId);
       await render(c.output, a, () => approvalDetail(a));
       if (flags.wait) requireApproved(a);
     });

@@ -190,17 +190,19 @@ export const ExecView = z.object({
 });
 export type ExecView = z.infer<typeof ExecView>;
 
-export const EgressRecord = z.looseObject({
+export const EgressRecord = z.object({
   id: z.number(),
   at: time,
   protocol: z.string(),
-  target: z.string(),
   host: z.string(),
   port: z.number(),
   allowed: z.boolean(),
-  outcome: z.enum(['allowed', 'denied', 'unknown']),
+  outcome: z.string(),
   reason: z.string(),
   message: z.string(),
+  entry: z.string().nullable(),
+  address: z.string().nullable(),
+  approvalId: z.string().nullable(),
 });
 export type EgressRecord = z.infer<typeof EgressRecord>;
 
@@ -236,7 +238,7 @@ export const Whoami = z.object({
   role: z.enum(ROLES),
   kind: z.enum(['user', 'agent']),
   workshopId: z.string().nullable(),
-  via: z.string(),
+  via: z.enum(['api-token', 'oidc']),
   tokenId: z.string().nullable(),
   expiresAt: time.nullable(),
   tenants: z.array(z.object({ name: z.string(), role: z.string() })),
@@ -287,17 +289,43 @@ export type SecretInfo = z.infer<typeof SecretInfo>;
 export const ProjectView = z.object({ id: z.string(), name: z.string(), path: z.string(), tenantId: z.string(), createdAt: time });
 export type ProjectView = z.infer<typeof ProjectView>;
 
-// Actions carry nested effects and preconditions whose shape belongs to each catalog entry.
-const effects = z.array(z.looseObject({ kind: z.string() }));
-const preconditions = z.array(z.looseObject({}));
+const ACTION_CLASS = z.enum(['A', 'B', 'C']);
+const preconditions = z.array(z.object({ name: z.string(), ok: z.boolean(), reason: z.string() }));
+const effects = z.array(
+  z.discriminatedUnion('kind', [
+    z.object({
+      kind: z.literal('file'),
+      path: z.string(),
+      key: z.string(),
+      beforeSha256: z.string().nullable(),
+      afterSha256: z.string(),
+      diff: z.string(),
+    }),
+    z.object({ kind: z.literal('command'), argv: z.array(z.string()), copy: z.string(), network: z.boolean(), runsHere: z.literal(false) }),
+    z.object({
+      kind: z.literal('service'),
+      stack: z.string(),
+      operation: z.enum(['start', 'stop', 'restart', 'recreate']),
+      argv: z.array(z.string()),
+      network: z.boolean(),
+    }),
+  ]),
+);
+const observedEffects = z.array(
+  z.discriminatedUnion('kind', [
+    z.object({ kind: z.literal('file'), path: z.string(), beforeSha256: z.string().nullable(), afterSha256: z.string() }),
+    z.object({ kind: z.literal('service'), stack: z.string(), operation: z.string(), pid: z.number().optional(), detail: z.string() }),
+  ]),
+);
+const verification = z.object({ ok: z.boolean(), checks: z.array(z.object({ name: z.string(), ok: z.boolean(), detail: z.string() })) });
 
 export const CatalogItemSchema = z.object({
   id: z.string(),
-  class: z.string(),
+  class: ACTION_CLASS,
   title: z.string(),
-  parameters: z.array(z.looseObject({})),
+  parameters: z.array(z.object({ name: z.string(), type: z.string(), required: z.boolean(), description: z.string() })),
   preconditions,
-  effectKinds: z.array(z.string()),
+  effectKinds: z.array(z.enum(['file', 'command', 'service'])),
   inverse: z.string(),
   applicable: z.boolean(),
 });
@@ -306,7 +334,7 @@ export type CatalogItemView = z.infer<typeof CatalogItemSchema>;
 export const ActionPlanSchema = z.object({
   planId: z.string(),
   actionId: z.string(),
-  class: z.string(),
+  class: ACTION_CLASS,
   project: z.string(),
   parameters: z.record(z.string(), z.unknown()),
   fingerprint: z.string(),
@@ -327,17 +355,30 @@ export const ActionExecutionSchema = z.object({
   actionId: z.string(),
   project: z.string(),
   status: z.enum(['applied', 'failed', 'rolled_back', 'rollback_failed']),
-  effects,
-  verification: z.looseObject({}),
+  effects: observedEffects,
+  verification,
   rollbackOffered: z.boolean(),
   message: z.string(),
 });
 export type ActionExecutionView = z.infer<typeof ActionExecutionSchema>;
 
+export const ExecutionSummarySchema = z.object({
+  executionId: z.string(),
+  planId: z.string(),
+  actionId: z.string(),
+  class: z.string(),
+  status: z.string(),
+  startedAt: time,
+  endedAt: time.nullable(),
+  verification: z.looseObject({}).nullable(),
+  inverse: z.looseObject({}).nullable(),
+  rollbackOffered: z.boolean(),
+});
+
 export const ActionJournal = z.object({
   project: z.string(),
   entries: z.array(z.looseObject({ event: z.string() })),
-  executions: z.array(z.looseObject({})),
+  executions: z.array(ExecutionSummarySchema),
   tornLastLine: z.boolean(),
   unreadableLines: z.array(z.number()),
 });

@@ -21,6 +21,7 @@ import {
   CsrfToken,
   DecideApprovalRequest,
   EgressRecord,
+  ExecutionSummarySchema,
   ExecResultSchema,
   ExecView,
   FileWritten,
@@ -464,7 +465,7 @@ export const ROUTES = {
     auth: 'bearer',
     body: StartSessionRequest,
     status: 201,
-    response: SessionInfo,
+    response: SessionInfo.extend({ resumed: z.boolean().describe('the workshop was suspended and has been resumed') }),
   },
   listSessions: {
     method: 'GET',
@@ -643,10 +644,10 @@ export const ROUTES = {
   getExecution: {
     method: 'GET',
     path: '/api/workspace/actions/executions/:executionId',
-    summary: 'one execution',
+    summary: 'one execution, as the journal records it',
     tag: 'actions',
     auth: 'bearer',
-    response: ActionExecutionSchema,
+    response: ExecutionSummarySchema.extend({ project: z.string() }),
   },
   planAction: {
     method: 'POST',
