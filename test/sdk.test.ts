@@ -168,6 +168,7 @@ export function typeChecks(atelier: AtelierClient): void {
   void atelier.call('nope');
   void atelier.call('listWorkshops').then((r) => {
     // @ts-expect-error items are workshops
-    r.items[0]?.nothing;
+    const nothing: unknown = r.items[0]?.nothing;
+    return nothing;
   });
 }
