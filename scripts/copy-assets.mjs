@@ -39,7 +39,8 @@ await build({
     {
       name: 'server-stays-unbundled',
       setup(b) {
-        b.onResolve({ filter: /\/server\/index\.js$/ }, () => ({ path: '../server/index.js', external: true }));
+        // src/server's index (reached as ../…/server/index.js), not the CLI's own commands/server/index.js.
+        b.onResolve({ filter: /^(\.\.\/)+server\/index\.js$/ }, () => ({ path: '../server/index.js', external: true }));
       },
     },
   ],

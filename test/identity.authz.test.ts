@@ -119,6 +119,7 @@ const TABLE: Record<string, Row> = {
   'POST /oidc/interaction/:uid/password': { expect: all(403), call: () => interactionPost('password') },
   'POST /oidc/interaction/:uid/consent': { expect: all(403), call: () => interactionPost('consent') },
   'POST /oidc/interaction/:uid/abort': { expect: all(403), call: () => interactionPost('abort') },
+  'GET /v1/openapi.json': { expect: all(200), call: () => ({ method: 'GET', path: '/v1/openapi.json' }) },
   'GET /v1/auth/config': { expect: all(200), call: () => ({ method: 'GET', path: '/v1/auth/config' }) },
   'POST /v1/auth/device/code': { expect: all(200), call: () => form('/v1/auth/device/code', 'client_id=atelier-cli&scope=openid') },
   'POST /v1/auth/device/token': {

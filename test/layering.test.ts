@@ -25,6 +25,7 @@ const LAYERS: Readonly<Record<string, number>> = {
   terminals: 4,
   mcp: 5,
   server: 6,
+  sdk: 1,
   cli: 7,
 };
 

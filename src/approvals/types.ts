@@ -1,8 +1,10 @@
 import { z } from 'zod';
 
-export const APPROVAL_STATUSES = ['PENDING', 'APPROVED', 'REJECTED', 'EXPIRED'] as const;
+import { APPROVAL_CATEGORIES, APPROVAL_STATUSES, CreateApprovalRequest, DecideApprovalRequest } from '../core/index.js';
+
+// The statuses, categories and request bodies are the wire contract's (core), re-exported here.
+export { APPROVAL_CATEGORIES, APPROVAL_STATUSES, CreateApprovalRequest, DecideApprovalRequest };
 export type ApprovalStatus = (typeof APPROVAL_STATUSES)[number];
-export const APPROVAL_CATEGORIES = ['ALLOWLIST_EXPANSION', 'SECRET_REQUEST', 'PR_GATEWAY', 'SHELL_COMMAND'] as const;
 export type ApprovalCategory = (typeof APPROVAL_CATEGORIES)[number];
 /** Where a decision came from (kept in the audit). */
 export type ApprovalChannel = 'cli' | 'slack' | 'dashboard' | 'api' | 'system';
@@ -87,20 +89,6 @@ export const PAYLOADS = {
     justification,
   }),
 } as const satisfies Record<ApprovalCategory, z.ZodType>;
-
-export const CreateApprovalRequest = z.strictObject({
-  category: z.enum(APPROVAL_CATEGORIES, { message: `category must be one of ${APPROVAL_CATEGORIES.join(', ')}` }),
-  payload: z.record(z.string(), z.unknown(), { message: 'payload must be an object with a justification' }),
-  /** Shorter than the category's TTL only (a request never outlives what the admin configured). */
-  ttlSeconds: z.number().int().min(1).max(86400).optional(),
-});
-export type CreateApprovalRequest = z.infer<typeof CreateApprovalRequest>;
-
-export const DecideApprovalRequest = z.strictObject({
-  decision: z.enum(['APPROVE', 'REJECT'], { message: 'decision must be APPROVE or REJECT' }),
-  reason: z.string().trim().min(1, 'reason is required: say why').max(4000).refine(noNul, 'may not contain NUL bytes'),
-});
-export type DecideApprovalRequest = z.infer<typeof DecideApprovalRequest>;
 
 /** Parses `15m`, `30s`, `2h`, `900` into seconds; undefined when malformed. */
 export function parseDuration(value: string): number | undefined {

@@ -4,6 +4,7 @@ import { mkdirSync, rmdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type * as OpenIdClient from 'openid-client';
 import { AtelierError, isErrorCode, readClientConfig, type Config, type Credential } from '../core/index.js';
+import { createClient, type AtelierClient } from '../sdk/index.js';
 import { createSecretStore, type SecretStore } from './secrets.js';
 
 /** Where the CLI talks to, resolved from --context, ATELIER_CONTEXT, ATELIER_URL/TOKEN or config.yaml. */
@@ -206,6 +207,21 @@ export async function call<T>(target: Target, opts: RequestOptions): Promise<T> 
   await raiseFor(res, target);
   const text = (await readBody(res)).toString('utf8');
   return (text ? JSON.parse(text) : undefined) as T;
+}
+
+/**
+ * The SDK over this CLI's transport (the context's credential, refreshed OIDC tokens, login
+ * hints on a 401): every command names its route from the route table, never a path.
+ */
+export function sdkFor(target: Target): AtelierClient {
+  return createClient({
+    json: (req) => call<unknown>(target, req),
+    async bytes(req) {
+      const res = await request(target, req);
+      await raiseFor(res, target);
+      return readBody(res);
+    },
+  });
 }
 
 // ---- OIDC tokens: shared by `auth login`, `auth logout` and the silent refresh ----

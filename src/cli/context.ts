@@ -1,5 +1,6 @@
 import type { Config } from '../core/index.js';
-import { resolveTarget, type Target } from './client.js';
+import type { AtelierClient } from '../sdk/index.js';
+import { resolveTarget, sdkFor, type Target } from './client.js';
 import type { OutputFormat } from './output.js';
 
 /** What every command receives from main(): config, output format and the server to talk to. */
@@ -9,9 +10,12 @@ export interface CommandContext {
   /** `--context NAME` as given on the command line. */
   contextFlag: string | undefined;
   target(): Promise<Target>;
+  /** The SDK client for that server. */
+  api(): Promise<AtelierClient>;
 }
 
 export function createCommandContext(config: Config, output: OutputFormat, contextFlag: string | undefined): CommandContext {
   let cached: Promise<Target> | undefined;
-  return { config, output, contextFlag, target: () => (cached ??= resolveTarget(config, contextFlag)) };
+  const target = (): Promise<Target> => (cached ??= resolveTarget(config, contextFlag));
+  return { config, output, contextFlag, target, api: async () => sdkFor(await target()) };
 }

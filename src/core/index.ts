@@ -32,3 +32,7 @@ export type { TerminalEvent, TunnelOutcome } from './terminals.js';
 export { syncDir, writeFileAtomic } from './files.js';
 export type { AtomicWriteOptions } from './files.js';
 export { PYTHON_LIB_VARIABLE, pythonLibDir, pythonLibEnv } from './python.js';
+export * from './api.js';
+export { ROUTES, ROUTES_OUTSIDE_TABLE, pathParamNames, routeUrl } from './routes.js';
+export type { PathParams, RouteBody, RouteDef, RouteName, RouteParams, RouteQuery, RouteResponse, Routes } from './routes.js';
+export { openApiDocument } from './openapi.js';

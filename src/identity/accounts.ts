@@ -1,38 +1,11 @@
-import { z } from 'zod';
-import { AtelierError, hashToken, newApiToken, newId } from '../core/index.js';
+import { AddUserRequest, AtelierError, CreateTokenRequest, TENANT_NAME, USER_NAME, hashToken, newApiToken, newId } from '../core/index.js';
 import { asDatabaseError, queryRows, withTransaction, type Pool } from '../db/index.js';
 import { generatePassword, hashPassword } from './passwords.js';
 import { PLATFORM_TENANT_ID, type Principal } from './policy.js';
-import { ROLES, atLeast, isRole, weaker, type Role } from './roles.js';
+import { atLeast, isRole, weaker, type Role } from './roles.js';
 
-export const USER_NAME = /^[a-zA-Z0-9][a-zA-Z0-9._@-]{0,62}$/;
-export const TENANT_NAME = /^[a-z0-9][a-z0-9-]{0,62}$/;
-
-export const AddUserRequest = z.strictObject({
-  name: z.string().regex(USER_NAME, 'use 1-63 letters, digits, dots, dashes, underscores or @, starting with a letter or digit'),
-  role: z.enum(ROLES).default('member'),
-  tenant: z.string().regex(TENANT_NAME, 'use lowercase letters, digits and dashes').optional(),
-});
-export type AddUserRequest = z.infer<typeof AddUserRequest>;
-
-export const CreateTokenRequest = z.strictObject({
-  name: z.string().min(1).max(100).optional(),
-  role: z.enum(ROLES).optional(),
-  /** null: never expires. Absent: 30 days. */
-  expiresInSeconds: z
-    .number()
-    .int()
-    .min(60)
-    .max(10 * 365 * 86400)
-    .nullable()
-    .optional(),
-  workshopId: z.string().min(1).optional(),
-  /** For another user of the tenant (a service account): admins only. */
-  user: z.string().min(1).max(200).optional(),
-  /** Another tenant the caller belongs to (default: the caller's current one). */
-  tenant: z.string().regex(TENANT_NAME, 'use lowercase letters, digits and dashes').optional(),
-});
-export type CreateTokenRequest = z.infer<typeof CreateTokenRequest>;
+// The request bodies are the wire contract's (core), re-exported for this room's callers.
+export { AddUserRequest, CreateTokenRequest, TENANT_NAME, USER_NAME };
 
 const DEFAULT_TOKEN_TTL_SECONDS = 30 * 86400;
 

@@ -1,5 +1,7 @@
 /** The four roles, weakest first. A role includes every right of the roles before it. */
-export const ROLES = ['viewer', 'member', 'maintainer', 'admin'] as const;
+import { ROLES } from '../core/index.js';
+
+export { ROLES };
 export type Role = (typeof ROLES)[number];
 
 export function isRole(value: unknown): value is Role {

@@ -1,7 +1,7 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import websocket from '@fastify/websocket';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import { AtelierError, newRequestId } from '../core/index.js';
+import { AtelierError, newRequestId, openApiDocument } from '../core/index.js';
 import type { Pool } from '../db/index.js';
 import { ExecLog, type SecretStore, type WorkshopService } from '../workshops/index.js';
 import { createTerminals } from '../terminals/index.js';
@@ -156,6 +156,9 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   app.get('/metrics', PUBLIC, async (_request, reply) => reply.header('content-type', registry.contentType).send(await registry.metrics()));
 
   app.get('/v1/admin/routes', { config: { access: { role: 'admin' } } }, async () => ({ items: catalog }));
+  // Public: it describes the open-source API, nothing of this server's data (as /healthz says its version).
+  let openapi: object | undefined;
+  app.get('/v1/openapi.json', PUBLIC, async () => (openapi ??= openApiDocument({ version: deps.version })));
 
   workshopRoutes(app, deps.workshops, deps.approvals);
   simulatorRoutes(app, deps.workshops);

@@ -1,6 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { z } from 'zod';
-import { AtelierError, ExecRequest } from '../core/index.js';
+import { AtelierError, MAX_EXEC_WAIT_SECONDS, StartExecRequest } from '../core/index.js';
 import { queryRows, type Pool } from '../db/index.js';
 import type { Principal } from '../identity/index.js';
 import type { RunningExec, WorkshopService } from './service.js';
@@ -9,22 +8,13 @@ import type { RunningExec, WorkshopService } from './service.js';
 export const MAX_EXEC_OUTPUT_BYTES = 1 << 20;
 /** Ended commands and their output are deleted this long after they end (and with their workshop). */
 export const EXEC_RETENTION_DAYS = 7;
-/** Longest a request may wait for a command to end before answering with the output so far. */
-export const MAX_EXEC_WAIT_SECONDS = 60;
+// The longest wait and the request body are the wire contract's (core), re-exported here.
+export { MAX_EXEC_WAIT_SECONDS, StartExecRequest };
 
 // Output is written in batches: at most this long after it was produced, or this large.
 const FLUSH_MS = 50;
 const FLUSH_BYTES = 64 << 10;
 const PRUNE_EVERY_MS = 60 * 60 * 1000;
-
-const waitSeconds = z
-  .number()
-  .min(0)
-  .max(MAX_EXEC_WAIT_SECONDS, `waitSeconds is at most ${MAX_EXEC_WAIT_SECONDS}: ask again with GET /v1/execs/ID`);
-
-/** `POST /v1/workshops/:id/execs`: an exec request, and how long to wait for it to end before answering. */
-export const StartExecRequest = ExecRequest.extend({ waitSeconds: waitSeconds.optional() }).strict();
-export type StartExecRequest = z.infer<typeof StartExecRequest>;
 
 export type ExecStatus = 'Running' | 'Exited' | 'Failed' | 'Lost';
 

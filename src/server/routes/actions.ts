@@ -1,10 +1,10 @@
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { z } from 'zod';
-import { AtelierError } from '../../core/index.js';
+import { AddProjectRequest, ApplyPlanRequest, AtelierError, PlanActionRequest, RollbackRequest } from '../../core/index.js';
 import type { ActionService, Actor, ProjectRegistry } from '../../actions/index.js';
 import type { Principal, RouteAccess } from '../../identity/index.js';
 import { parse, principalOf } from './common.js';
+import { queryOf } from './query.js';
 
 export interface ActionRoutesDeps {
   actions: ActionService;
@@ -51,23 +51,15 @@ const READ: RouteAccess = { role: 'viewer' };
 // D3: acting on a project's infrastructure is a maintainer's right; agent tokens never.
 const MAINTAIN: RouteAccess = { role: 'maintainer' };
 
-const AddProject = z.strictObject({ path: z.string().min(1).max(4096), name: z.string().min(1).max(63).optional() });
-const PlanBody = z.strictObject({
-  project: z.string().min(1).max(200),
-  action_id: z.string().min(1).max(100).optional(),
-  parameters: z.record(z.string(), z.unknown()).default({}),
-});
-const ApplyBody = z.strictObject({ plan_id: z.string().min(1).max(100), fingerprint: z.string().min(1).max(200) });
-const RollbackBody = z.strictObject({ execution_id: z.string().min(1).max(100) });
-
 function actorOf(p: Principal): Actor {
   return { userId: p.userId, userName: p.userName, tenantId: p.tenantId };
 }
 
-function projectParam(value: unknown): string {
-  if (typeof value !== 'string' || value === '')
-    throw new AtelierError('INVALID_ARGUMENT', 'query parameter project is required, once', { field: 'project' });
-  return value;
+function projectParam(query: unknown): string {
+  const q = queryOf(query);
+  const project = q.requiredString('project');
+  q.done();
+  return project;
 }
 
 function cookie(header: string | undefined, name: string): string | undefined {
@@ -120,7 +112,7 @@ export function actionRoutes(app: FastifyInstance, deps: ActionRoutesDeps): void
   const { actions, projects } = deps;
 
   app.post('/v1/projects', { config: { access: MAINTAIN } }, async (request, reply) => {
-    const body = parse(AddProject, request.body);
+    const body = parse(AddProjectRequest, request.body);
     return reply.status(201).send(await projects.add(actorOf(principalOf(request)), body.path, body.name));
   });
   app.get('/v1/projects', { config: { access: READ } }, async (request) => ({ items: await projects.list(actorOf(principalOf(request))) }));
@@ -140,12 +132,12 @@ export function actionRoutes(app: FastifyInstance, deps: ActionRoutesDeps): void
   });
 
   app.get('/api/workspace/actions', { config: { access: READ } }, async (request) => {
-    const project = projectParam((request.query as Record<string, unknown>).project);
+    const project = projectParam(request.query);
     return { project, items: await actions.catalog(actorOf(principalOf(request)), project) };
   });
 
   app.get('/api/workspace/actions/journal', { config: { access: READ } }, async (request) =>
-    actions.journal(actorOf(principalOf(request)), projectParam((request.query as Record<string, unknown>).project)),
+    actions.journal(actorOf(principalOf(request)), projectParam(request.query)),
   );
 
   app.get<{ Params: { planId: string } }>('/api/workspace/actions/plans/:planId', { config: { access: READ } }, async (request) =>
@@ -159,7 +151,7 @@ export function actionRoutes(app: FastifyInstance, deps: ActionRoutesDeps): void
   );
 
   app.post<ActionParams>('/api/workspace/actions/:id/plan', { config: { access: MAINTAIN } }, async (request, reply) => {
-    const body = parse(PlanBody, request.body);
+    const body = parse(PlanActionRequest, request.body);
     if (body.action_id !== undefined && body.action_id !== request.params.id)
       throw new AtelierError('INVALID_ARGUMENT', `action_id ${body.action_id} does not match the route's ${request.params.id}`, {
         field: 'action_id',
@@ -168,13 +160,13 @@ export function actionRoutes(app: FastifyInstance, deps: ActionRoutesDeps): void
   });
 
   app.post<ActionParams>('/api/workspace/actions/:id/apply', { config: { access: MAINTAIN } }, async (request) => {
-    const body = parse(ApplyBody, request.body);
+    const body = parse(ApplyPlanRequest, request.body);
     writeGuard(request, deps, `atelier actions apply ${body.plan_id}`);
     return actions.apply(actorOf(principalOf(request)), request.params.id, body.plan_id, body.fingerprint);
   });
 
   app.post<ActionParams>('/api/workspace/actions/:id/rollback', { config: { access: MAINTAIN } }, async (request) => {
-    const body = parse(RollbackBody, request.body);
+    const body = parse(RollbackRequest, request.body);
     writeGuard(request, deps, `atelier actions rollback ${body.execution_id}`);
     return actions.rollback(actorOf(principalOf(request)), request.params.id, body.execution_id);
   });

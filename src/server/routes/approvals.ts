@@ -4,8 +4,8 @@ import {
   CreateApprovalRequest,
   DecideApprovalRequest,
   eventVisibleTo,
-  isApprovalCategory,
-  isApprovalStatus,
+  APPROVAL_CATEGORIES,
+  APPROVAL_STATUSES,
   type ApprovalChannel,
   type ApprovalEvent,
   type ApprovalService,
@@ -14,6 +14,7 @@ import {
 } from '../../approvals/index.js';
 import type { RouteAccess } from '../../identity/index.js';
 import { parse, principalOf } from './common.js';
+import { queryOf } from './query.js';
 
 // Reading and waiting: any member of the tenant, and the workshop's own agent token. Filing:
 // whoever may operate the workshop (checked by the service). Deciding: people only (the service
@@ -31,13 +32,6 @@ function originOf(request: FastifyRequest): CallOrigin {
   const h = request.headers['x-atelier-channel'];
   const channel: ApprovalChannel = h === 'cli' || h === 'dashboard' ? h : 'api';
   return { channel, ip: request.ip ?? null };
-}
-
-function oneQuery(value: unknown, name: string): string | undefined {
-  if (value === undefined) return undefined;
-  if (typeof value !== 'string' || value === '')
-    throw new AtelierError('INVALID_ARGUMENT', `query parameter ${name} must be given once, not empty`, { field: name });
-  return value;
 }
 
 /** REST and WebSocket routes for approval requests. */
@@ -61,19 +55,13 @@ export function approvalRoutes(app: FastifyInstance, service: ApprovalService, s
     return reply.status(201).send(a);
   });
 
-  app.get<{ Querystring: Record<string, unknown> }>('/v1/approvals', { config: { access: READ } }, async (request) => {
-    const status = oneQuery(request.query.status, 'status');
-    const category = oneQuery(request.query.category, 'category');
-    const workshopId = oneQuery(request.query.workshop, 'workshop');
-    const limitText = oneQuery(request.query.limit, 'limit');
-    if (status !== undefined && !isApprovalStatus(status))
-      throw new AtelierError('INVALID_ARGUMENT', 'status must be PENDING, APPROVED, REJECTED or EXPIRED', { field: 'status' });
-    if (category !== undefined && !isApprovalCategory(category))
-      throw new AtelierError('INVALID_ARGUMENT', 'category must be ALLOWLIST_EXPANSION, SECRET_REQUEST, PR_GATEWAY or SHELL_COMMAND', {
-        field: 'category',
-      });
-    const limit = limitText === undefined ? 100 : /^\d{1,4}$/.test(limitText) ? Number(limitText) : NaN;
-    if (!(limit >= 1 && limit <= 1000)) throw new AtelierError('INVALID_ARGUMENT', 'limit must be 1 to 1000', { field: 'limit' });
+  app.get('/v1/approvals', { config: { access: READ } }, async (request) => {
+    const q = queryOf(request.query);
+    const status = q.oneOf('status', APPROVAL_STATUSES);
+    const category = q.oneOf('category', APPROVAL_CATEGORIES);
+    const workshopId = q.string('workshop');
+    const limit = q.int('limit', { min: 1, max: 1000 }) ?? 100;
+    q.done();
     return {
       items: await service.list(principalOf(request), {
         ...(status !== undefined ? { status } : {}),
@@ -88,22 +76,17 @@ export function approvalRoutes(app: FastifyInstance, service: ApprovalService, s
     service.get(request.params.id, principalOf(request)),
   );
 
-  app.get<IdParams & { Querystring: { timeout?: unknown } }>(
-    '/v1/approvals/:id/wait',
-    { config: { access: READ } },
-    async (request, reply) => {
-      const t = oneQuery(request.query.timeout, 'timeout') ?? '30';
-      const seconds = /^\d{1,6}(\.\d{1,3})?$/.test(t) ? Number(t) : NaN;
-      if (!(seconds >= 0 && seconds <= MAX_WAIT_SECONDS))
-        throw new AtelierError('INVALID_ARGUMENT', `timeout must be 0 to ${MAX_WAIT_SECONDS} seconds`, { field: 'timeout' });
-      const actor = principalOf(request);
-      // A token that expires sooner ends the wait sooner: the client asks again and is refused.
-      const tokenLeft = actor.expiresAt ? Math.max(0, Date.parse(actor.expiresAt) - Date.now()) : Infinity;
-      const gone = new AbortController();
-      reply.raw.on('close', () => gone.abort());
-      return service.wait(request.params.id, actor, Math.min(seconds * 1000, tokenLeft), gone.signal);
-    },
-  );
+  app.get<IdParams>('/v1/approvals/:id/wait', { config: { access: READ } }, async (request, reply) => {
+    const q = queryOf(request.query);
+    const seconds = q.number('timeout', { min: 0, max: MAX_WAIT_SECONDS }) ?? 30;
+    q.done();
+    const actor = principalOf(request);
+    // A token that expires sooner ends the wait sooner: the client asks again and is refused.
+    const tokenLeft = actor.expiresAt ? Math.max(0, Date.parse(actor.expiresAt) - Date.now()) : Infinity;
+    const gone = new AbortController();
+    reply.raw.on('close', () => gone.abort());
+    return service.wait(request.params.id, actor, Math.min(seconds * 1000, tokenLeft), gone.signal);
+  });
 
   app.post<IdParams>('/v1/approvals/:id/decision', { config: { access: DECIDE } }, async (request) => {
     const body = parse(DecideApprovalRequest, request.body);

@@ -1,6 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import { z } from 'zod';
-import { AtelierError } from '../../core/index.js';
+import { AtelierError, ConsoleRequest } from '../../core/index.js';
 import type { RouteAccess } from '../../identity/index.js';
 import { ALLOWED, runConsoleCommand } from '../console.js';
 import { parse, principalOf } from './common.js';
@@ -19,20 +18,6 @@ export interface ConsoleRoutesDeps {
  */
 const READ: RouteAccess = { role: 'viewer' };
 
-const Body = z.strictObject({
-  argv: z
-    .array(
-      z
-        .string()
-        .min(1)
-        .max(256)
-        .regex(/^[^\0\r\n]*$/, 'no NUL or line breaks'),
-    )
-    .min(1)
-    .max(16),
-  output: z.enum(['table', 'json', 'yaml']).default('table'),
-});
-
 const PER_USER = 2;
 const PER_SERVER = 4;
 
@@ -50,7 +35,7 @@ export function consoleRoutes(app: FastifyInstance, deps: ConsoleRoutesDeps): vo
   }));
 
   app.post('/api/workspace/console', { config: { access: READ } }, async (request) => {
-    const body = parse(Body, request.body);
+    const body = parse(ConsoleRequest, request.body);
     const p = principalOf(request);
     const token = /^Bearer\s+(\S+)$/i.exec(request.headers.authorization ?? '')?.[1];
     const url = deps.url();

@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import { z } from 'zod';
+import { SetSecretRequest } from '../../core/index.js';
 import type { RouteAccess } from '../../identity/index.js';
 import type { SecretStore } from '../../workshops/index.js';
 import { parse, principalOf } from './common.js';
@@ -10,15 +10,13 @@ import { parse, principalOf } from './common.js';
 const LIST: RouteAccess = { role: 'member', agent: true };
 const WRITE: RouteAccess = { role: 'maintainer' };
 
-const SetSecret = z.strictObject({ value: z.string({ message: 'value must be a string (the CLI reads it from stdin)' }) });
-
 type NameParams = { Params: { name: string } };
 
 export function secretRoutes(app: FastifyInstance, secrets: SecretStore): void {
   app.get('/v1/secrets', { config: { access: LIST } }, async (request) => ({ items: await secrets.list(principalOf(request)) }));
 
   app.put<NameParams>('/v1/secrets/:name', { config: { access: WRITE } }, async (request) => {
-    const body = parse(SetSecret, request.body);
+    const body = parse(SetSecretRequest, request.body);
     return secrets.set(principalOf(request), request.params.name, body.value);
   });
 

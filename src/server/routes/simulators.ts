@@ -1,8 +1,9 @@
 import type { FastifyInstance } from 'fastify';
-import { AtelierError, SimulatorRequest } from '../../core/index.js';
+import { SimulatorRequest } from '../../core/index.js';
 import type { RouteAccess } from '../../identity/index.js';
 import type { WorkshopService } from '../../workshops/index.js';
 import { parse, principalOf } from './common.js';
+import { queryOf } from './query.js';
 
 // Route-level rules; the per-workshop rule (tenant, owner, agent's own workshop) is the service's.
 // An agent asks for simulators for its own workshop (request_simulator).
@@ -12,14 +13,11 @@ const OPERATE: RouteAccess = { role: 'member', agent: true };
 type Params = { Params: { id: string; name: string } };
 
 /** `?tail=` bytes of log, once, 1 B – 1 MiB. */
-function tailParam(value: unknown): number | undefined {
-  if (value === undefined) return undefined;
-  const n = typeof value === 'string' && /^\d{1,8}$/.test(value) ? Number(value) : NaN;
-  if (!(n >= 1 && n <= 1 << 20))
-    throw new AtelierError('INVALID_ARGUMENT', 'query parameter tail must be a number of bytes from 1 to 1048576, given once', {
-      field: 'tail',
-    });
-  return n;
+function tailParam(query: unknown): number | undefined {
+  const q = queryOf(query);
+  const tail = q.int('tail', { min: 1, max: 1 << 20 });
+  q.done();
+  return tail;
 }
 
 /** A workshop's simulators: list, live request, logs, reset. */
@@ -34,14 +32,10 @@ export function simulatorRoutes(app: FastifyInstance, service: WorkshopService):
     return reply.status(201).send(view);
   });
 
-  app.get<Params & { Querystring: { tail?: unknown } }>(
-    '/v1/workshops/:id/simulators/:name/logs',
-    { config: { access: READ } },
-    async (request, reply) => {
-      const text = await service.simulatorLogs(request.params.id, request.params.name, principalOf(request), tailParam(request.query.tail));
-      return reply.type('text/plain; charset=utf-8').send(text);
-    },
-  );
+  app.get<Params>('/v1/workshops/:id/simulators/:name/logs', { config: { access: READ } }, async (request, reply) => {
+    const text = await service.simulatorLogs(request.params.id, request.params.name, principalOf(request), tailParam(request.query));
+    return reply.type('text/plain; charset=utf-8').send(text);
+  });
 
   app.post<Params>('/v1/workshops/:id/simulators/:name/reset', { config: { access: OPERATE } }, async (request) =>
     service.resetSimulator(request.params.id, request.params.name, principalOf(request)),

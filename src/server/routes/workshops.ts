@@ -5,29 +5,20 @@ import type { RouteAccess } from '../../identity/index.js';
 import type { WorkshopService } from '../../workshops/index.js';
 import type { ApprovalEvent, ApprovalService } from '../../approvals/index.js';
 import { parse, principalOf } from './common.js';
+import { queryOf } from './query.js';
 
 /** `?path=` given once, as a string (a repeated parameter arrives as an array). */
-function pathParam(value: unknown): string {
-  if (typeof value !== 'string' || value === '')
-    throw new AtelierError('INVALID_ARGUMENT', 'query parameter path is required, once', { field: 'path' });
-  return value;
+function pathParam(query: unknown): string {
+  const q = queryOf(query);
+  const path = q.requiredString('path');
+  q.done();
+  return path;
 }
 
 type IdParams = { Params: { id: string } };
 
 const FOLLOW_POLL_MS = 250;
 const FOLLOW_MAX_MS = 60_000;
-
-/** An optional integer query parameter, given once, within bounds. */
-function intParam(value: unknown, name: string, min: number, max: number): number | undefined {
-  if (value === undefined) return undefined;
-  const n = typeof value === 'string' && /^\d{1,16}$/.test(value) ? Number(value) : NaN;
-  if (!Number.isSafeInteger(n) || n < min || n > max)
-    throw new AtelierError('INVALID_ARGUMENT', `query parameter ${name} must be an integer from ${min} to ${max}, given once`, {
-      field: name,
-    });
-  return n;
-}
 
 // Route-level rules; the per-workshop rule (tenant, owner, agent's own workshop) is the service's.
 const READ: RouteAccess = { role: 'viewer', agent: true };
@@ -164,21 +155,17 @@ export function workshopRoutes(app: FastifyInstance, service: WorkshopService, a
     return reply.header('content-type', 'application/x-ndjson').header('cache-control', 'no-store').send(stream);
   });
 
-  app.get<IdParams & { Querystring: { path?: unknown } }>(
-    '/v1/workshops/:id/files',
-    { config: { access: READ } },
-    async (request, reply) => {
-      const path = pathParam(request.query.path);
-      const data = await service.readFile(request.params.id, path, principalOf(request));
-      return reply.header('content-type', 'application/octet-stream').send(data);
-    },
-  );
+  app.get<IdParams>('/v1/workshops/:id/files', { config: { access: READ } }, async (request, reply) => {
+    const path = pathParam(request.query);
+    const data = await service.readFile(request.params.id, path, principalOf(request));
+    return reply.header('content-type', 'application/octet-stream').send(data);
+  });
 
-  app.put<IdParams & { Querystring: { path?: unknown } }>(
+  app.put<IdParams>(
     '/v1/workshops/:id/files',
     { bodyLimit: 16 << 20, config: { access: OPERATE } },
-    async (request: FastifyRequest<IdParams & { Querystring: { path?: unknown } }>) => {
-      const path = pathParam(request.query.path);
+    async (request: FastifyRequest<IdParams>) => {
+      const path = pathParam(request.query);
       const body = request.body;
       const data = Buffer.isBuffer(body)
         ? body
@@ -192,63 +179,58 @@ export function workshopRoutes(app: FastifyInstance, service: WorkshopService, a
     },
   );
 
-  app.get<IdParams & { Querystring: { after?: unknown; limit?: unknown; follow?: unknown } }>(
-    '/v1/workshops/:id/egress',
-    { config: { access: READ } },
-    async (request, reply) => {
-      const actor = principalOf(request);
-      const id = request.params.id;
-      const after = intParam(request.query.after, 'after', 0, Number.MAX_SAFE_INTEGER);
-      const limit = intParam(request.query.limit, 'limit', 1, 1000) ?? 100;
-      const f = request.query.follow;
-      if (f !== undefined && f !== 'true' && f !== 'false' && f !== '1' && f !== '0')
-        throw new AtelierError('INVALID_ARGUMENT', 'query parameter follow must be true or false, given once', { field: 'follow' });
-      const follow = f === 'true' || f === '1';
-      // Watched from the start: a client gone during the first query stops everything.
-      let stopped = false;
-      reply.raw.on('close', () => (stopped = true));
-      const first = await service.egressLog(id, actor, { ...(after !== undefined ? { afterId: after } : {}), limit });
-      if (!follow) return { items: first };
-      if (stopped || request.raw.destroyed) return reply.hijack();
-      // NDJSON: what there is, then each new decision as it is recorded. A stream lasts at most
-      // FOLLOW_MAX_MS (and never past the token's expiry): the CLI reconnects with `after`, which
-      // authenticates again, so a revoked or expired token stops a follower within a minute.
-      const stream = new PassThrough();
-      const stop = (): void => {
-        stopped = true;
-        stream.end();
-      };
-      reply.raw.on('close', stop);
-      const tokenEnds = actor.expiresAt ? Date.parse(actor.expiresAt) : Infinity;
-      const ends = Math.min(Date.now() + FOLLOW_MAX_MS, tokenEnds);
-      let last = first.at(-1)?.id ?? after ?? 0;
-      const send = async (items: { id: number }[]): Promise<void> => {
-        for (const d of items) {
-          // Backpressure: a client that does not read is not buffered for without limit.
-          if (!stream.write(`${JSON.stringify(d)}\n`)) await new Promise((r) => stream.once('drain', r).once('close', r));
-          if (stopped) return;
+  app.get<IdParams>('/v1/workshops/:id/egress', { config: { access: READ } }, async (request, reply) => {
+    const actor = principalOf(request);
+    const id = request.params.id;
+    const q = queryOf(request.query);
+    const after = q.int('after', { min: 0, max: Number.MAX_SAFE_INTEGER });
+    const limit = q.int('limit', { min: 1, max: 1000 }) ?? 100;
+    const follow = q.boolean('follow') ?? false;
+    q.done();
+    // Watched from the start: a client gone during the first query stops everything.
+    let stopped = false;
+    reply.raw.on('close', () => (stopped = true));
+    const first = await service.egressLog(id, actor, { ...(after !== undefined ? { afterId: after } : {}), limit });
+    if (!follow) return { items: first };
+    if (stopped || request.raw.destroyed) return reply.hijack();
+    // NDJSON: what there is, then each new decision as it is recorded. A stream lasts at most
+    // FOLLOW_MAX_MS (and never past the token's expiry): the CLI reconnects with `after`, which
+    // authenticates again, so a revoked or expired token stops a follower within a minute.
+    const stream = new PassThrough();
+    const stop = (): void => {
+      stopped = true;
+      stream.end();
+    };
+    reply.raw.on('close', stop);
+    const tokenEnds = actor.expiresAt ? Date.parse(actor.expiresAt) : Infinity;
+    const ends = Math.min(Date.now() + FOLLOW_MAX_MS, tokenEnds);
+    let last = first.at(-1)?.id ?? after ?? 0;
+    const send = async (items: { id: number }[]): Promise<void> => {
+      for (const d of items) {
+        // Backpressure: a client that does not read is not buffered for without limit.
+        if (!stream.write(`${JSON.stringify(d)}\n`)) await new Promise((r) => stream.once('drain', r).once('close', r));
+        if (stopped) return;
+      }
+    };
+    const tick = async (): Promise<void> => {
+      await send(first);
+      while (!stopped && Date.now() < ends) {
+        await new Promise((r) => setTimeout(r, FOLLOW_POLL_MS));
+        if (stopped) return;
+        try {
+          const next = await service.egressLog(id, actor, { afterId: last, limit: 500 });
+          await send(next);
+          last = next.at(-1)?.id ?? last;
+        } catch (err) {
+          if (err instanceof AtelierError && err.code === 'DATABASE_UNAVAILABLE') continue;
+          break;
         }
-      };
-      const tick = async (): Promise<void> => {
-        await send(first);
-        while (!stopped && Date.now() < ends) {
-          await new Promise((r) => setTimeout(r, FOLLOW_POLL_MS));
-          if (stopped) return;
-          try {
-            const next = await service.egressLog(id, actor, { afterId: last, limit: 500 });
-            await send(next);
-            last = next.at(-1)?.id ?? last;
-          } catch (err) {
-            if (err instanceof AtelierError && err.code === 'DATABASE_UNAVAILABLE') continue;
-            break;
-          }
-        }
-        stop();
-      };
-      void tick();
-      return reply.header('content-type', 'application/x-ndjson').header('cache-control', 'no-store').send(stream);
-    },
-  );
+      }
+      stop();
+    };
+    void tick();
+    return reply.header('content-type', 'application/x-ndjson').header('cache-control', 'no-store').send(stream);
+  });
 
   app.get<IdParams>('/v1/workshops/:id/git/diff', { config: { access: READ } }, async (request) =>
     service.gitDiff(request.params.id, principalOf(request)),

@@ -1,4 +1,5 @@
-import type { ActionExecution, ActionPlan, CatalogItem, JournalRead } from '../../../actions/index.js';
+import type { ActionExecution, ActionPlan, CatalogItem } from '../../../actions/index.js';
+import type { ActionJournalView } from '../../../core/index.js';
 import { keyValues, table } from '../../output.js';
 
 export function catalogTable(items: CatalogItem[]): string {
@@ -60,7 +61,7 @@ export function executionText(x: ActionExecution): string {
   return lines.join('\n');
 }
 
-export function journalText(j: JournalRead & { project: string }): string {
+export function journalText(j: ActionJournalView): string {
   const out: string[] = [];
   if (j.executions.length === 0) out.push(`No executions in the journal of ${j.project} yet.`);
   else

@@ -1,9 +1,6 @@
-import type { ActionExecution, ActionPlan, CatalogItem, ExecutionSummary, JournalRead } from '../../../actions/index.js';
-import { AtelierError } from '../../../core/index.js';
-import { call } from '../../client.js';
+import type { ActionExecution, ActionPlan, CatalogItem } from '../../../actions/index.js';
+import { AtelierError, type ActionJournalView, type RouteResponse } from '../../../core/index.js';
 import type { CommandContext } from '../../context.js';
-
-const BASE = '/api/workspace/actions';
 
 /** `--param k=v` (repeatable): a value starting with [ or { is JSON (lists, objects); anything else is a string. */
 export function parseParams(pairs: string[]): Record<string, unknown> {
@@ -26,47 +23,37 @@ export function parseParams(pairs: string[]): Record<string, unknown> {
 
 /** `atelier actions list --project P`: the catalog with its preconditions evaluated now. */
 export async function listActions(ctx: CommandContext, project: string): Promise<CatalogItem[]> {
-  return (await call<{ items: CatalogItem[] }>(await ctx.target(), { method: 'GET', path: `${BASE}?${new URLSearchParams({ project })}` }))
-    .items;
+  return (await (await ctx.api()).call('listActions', { query: { project } })).items;
 }
 
 /** `atelier actions plan ACTION --project P --param k=v…`: nothing is written but the journal's plan line. */
 export async function planAction(ctx: CommandContext, action: string, project: string, params: string[]): Promise<ActionPlan> {
-  return call(await ctx.target(), {
-    method: 'POST',
-    path: `${BASE}/${encodeURIComponent(action)}/plan`,
-    body: { project, action_id: action, parameters: parseParams(params) },
-  });
+  const body = { project, action_id: action, parameters: parseParams(params) };
+  return await (await ctx.api()).call('planAction', { params: { id: action }, body });
 }
 
 export async function getPlan(ctx: CommandContext, planId: string): Promise<ActionPlan> {
-  return call(await ctx.target(), { method: 'GET', path: `${BASE}/plans/${encodeURIComponent(planId)}` });
+  return await (await ctx.api()).call('getPlan', { params: { planId } });
 }
 
 /** Applies exactly the plan shown (its id and fingerprint). */
 export async function applyPlan(ctx: CommandContext, plan: ActionPlan): Promise<ActionExecution> {
-  return call(await ctx.target(), {
-    method: 'POST',
-    path: `${BASE}/${encodeURIComponent(plan.actionId)}/apply`,
-    body: { plan_id: plan.planId, fingerprint: plan.fingerprint },
-  });
+  const body = { plan_id: plan.planId, fingerprint: plan.fingerprint };
+  return await (await ctx.api()).call('applyPlan', { params: { id: plan.actionId }, body });
 }
 
-export async function getExecution(ctx: CommandContext, executionId: string): Promise<ExecutionSummary & { project: string }> {
-  return call(await ctx.target(), { method: 'GET', path: `${BASE}/executions/${encodeURIComponent(executionId)}` });
+export async function getExecution(ctx: CommandContext, executionId: string): Promise<RouteResponse<'getExecution'>> {
+  return await (await ctx.api()).call('getExecution', { params: { executionId } });
 }
 
 /** `atelier actions rollback EXECUTION_ID`: applies the recorded inverse and verifies it. */
 export async function rollbackExecution(ctx: CommandContext, executionId: string): Promise<ActionExecution> {
   const ex = await getExecution(ctx, executionId);
-  return call(await ctx.target(), {
-    method: 'POST',
-    path: `${BASE}/${encodeURIComponent(ex.actionId)}/rollback`,
-    body: { execution_id: executionId },
-  });
+  const body = { execution_id: executionId };
+  return await (await ctx.api()).call('rollbackExecution', { params: { id: ex.actionId }, body });
 }
 
 /** `atelier actions journal --project P`. */
-export async function readActionJournal(ctx: CommandContext, project: string): Promise<JournalRead & { project: string }> {
-  return call(await ctx.target(), { method: 'GET', path: `${BASE}/journal?${new URLSearchParams({ project })}` });
+export async function readActionJournal(ctx: CommandContext, project: string): Promise<ActionJournalView> {
+  return await (await ctx.api()).call('actionJournal', { query: { project } });
 }

@@ -1,6 +1,5 @@
 import { AtelierError } from '../../../core/index.js';
 import { APPROVAL_CATEGORIES, APPROVAL_STATUSES, type ApprovalRequest } from '../../../approvals/index.js';
-import { call } from '../../client.js';
 import type { CommandContext } from '../../context.js';
 import { keyValues, table } from '../../output.js';
 
@@ -14,25 +13,20 @@ function pick<T extends string>(value: string | undefined, allowed: readonly T[]
   return v as T;
 }
 
-const path = (id: string, rest = ''): string => `/v1/approvals/${encodeURIComponent(id)}${rest}`;
-
 /** `atelier approvals list [--status S] [--workshop ID] [--category C]`: newest first. */
 export async function listApprovals(
   ctx: CommandContext,
   flags: { status?: string; workshop?: string; category?: string; all?: boolean },
 ): Promise<ApprovalRequest[]> {
-  const q = new URLSearchParams();
   // Without --status the list shows what waits for someone (the usual question); --all shows everything.
   const status = pick(flags.status, APPROVAL_STATUSES, '--status') ?? (flags.all ? undefined : 'PENDING');
-  if (status) q.set('status', status);
   const category = pick(flags.category, APPROVAL_CATEGORIES, '--category');
-  if (category) q.set('category', category);
-  if (flags.workshop) q.set('workshop', flags.workshop);
-  return (await call<{ items: ApprovalRequest[] }>(await ctx.target(), { method: 'GET', path: `/v1/approvals?${q.toString()}` })).items;
+  const query = { status, category, ...(flags.workshop ? { workshop: flags.workshop } : {}) };
+  return (await (await ctx.api()).call('listApprovals', { query })).items;
 }
 
 export async function showApproval(ctx: CommandContext, id: string): Promise<ApprovalRequest> {
-  return call<ApprovalRequest>(await ctx.target(), { method: 'GET', path: path(id) });
+  return (await ctx.api()).call('getApproval', { params: { id } });
 }
 
 /** `atelier approvals approve|reject ID --reason …` (and the alias `atelier approve ID`). */
@@ -44,7 +38,7 @@ export async function decideApproval(
 ): Promise<ApprovalRequest> {
   const r = reason ?? (decision === 'APPROVE' ? 'approved from the CLI' : undefined);
   if (!r) throw new AtelierError('INVALID_ARGUMENT', 'say why with --reason "…" (required to reject)', { field: 'reason' });
-  return call<ApprovalRequest>(await ctx.target(), { method: 'POST', path: path(id, '/decision'), body: { decision, reason: r } });
+  return (await ctx.api()).call('decideApproval', { params: { id }, body: { decision, reason: r } });
 }
 
 /**
@@ -73,12 +67,9 @@ export async function requestApproval(
   const workshop = flags.workshop ?? (await whoami());
   if (!workshop)
     throw new AtelierError('INVALID_ARGUMENT', '--workshop ID is required (an agent token names its own)', { field: 'workshop' });
-  const target = await ctx.target();
-  let a = await call<ApprovalRequest>(target, {
-    method: 'POST',
-    path: `/v1/workshops/${encodeURIComponent(workshop)}/approvals`,
-    body: { category, payload },
-  });
+  const api = await ctx.api();
+  // Anything but an object is the server's to refuse, saying what a payload must hold.
+  let a = await api.call('createApproval', { params: { id: workshop }, body: { category, payload: payload as Record<string, unknown> } });
   if (!flags.wait) return a;
   const limit = flags.timeout === undefined ? Infinity : Number(flags.timeout) * 1000;
   if (!(limit > 0)) throw new AtelierError('INVALID_ARGUMENT', '--timeout must be a number of seconds', { field: 'timeout' });
@@ -88,7 +79,7 @@ export async function requestApproval(
   while (a.status === 'PENDING' && Date.now() < until) {
     const seconds = Math.max(1, Math.min(60, Math.ceil((until - Date.now()) / 1000)));
     try {
-      a = await call<ApprovalRequest>(target, { method: 'GET', path: path(a.id, `/wait?timeout=${seconds}`) });
+      a = await api.call('waitApproval', { params: { id: a.id }, query: { timeout: seconds } });
     } catch (err) {
       if (err instanceof AtelierError && (err.code === 'UNAVAILABLE' || err.code === 'DATABASE_UNAVAILABLE')) {
         await new Promise((r) => setTimeout(r, 1000));

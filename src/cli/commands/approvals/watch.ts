@@ -1,5 +1,5 @@
 import WebSocket from 'ws';
-import { AtelierError } from '../../../core/index.js';
+import { AtelierError, ROUTES } from '../../../core/index.js';
 import type { ApprovalEvent } from '../../../approvals/index.js';
 import { bearerOf } from '../../client.js';
 import type { CommandContext } from '../../context.js';
@@ -12,7 +12,7 @@ import type { CommandContext } from '../../context.js';
 export async function watchApprovals(ctx: CommandContext, print: (e: ApprovalEvent) => void, opts: { once?: boolean } = {}): Promise<void> {
   for (;;) {
     const target = await ctx.target();
-    const url = new URL('/v1/approvals/stream', target.url);
+    const url = new URL(ROUTES.approvalStream.path, target.url);
     url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
     const headers: Record<string, string> = { 'x-atelier-channel': 'cli' };
     const bearer = bearerOf(target.credential);

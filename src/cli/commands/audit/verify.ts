@@ -1,10 +1,9 @@
 import type { AuditVerification } from '../../../approvals/index.js';
-import { call } from '../../client.js';
 import type { CommandContext } from '../../context.js';
 
 /** `atelier audit verify`: the server recomputes the approvals audit chain (admin of the default tenant). */
 export async function verifyAudit(ctx: CommandContext): Promise<AuditVerification> {
-  return call<AuditVerification>(await ctx.target(), { method: 'GET', path: '/v1/audit/verify' });
+  return (await ctx.api()).call('verifyAudit');
 }
 
 export function verificationText(v: AuditVerification): string {

@@ -1,8 +1,7 @@
 import { spawn } from 'node:child_process';
 import { AtelierError, readClientConfig, writeClientConfig } from '../../../core/index.js';
-import { call, credentialFromTokens, oidcConfiguration, oidcError, openIdClient, type Target } from '../../client.js';
+import { credentialFromTokens, oidcConfiguration, oidcError, openIdClient, sdkFor, type Target } from '../../client.js';
 import type { CommandContext } from '../../context.js';
-import type { Whoami } from './status.js';
 
 /** GET /v1/auth/config: how this server's users log in (the relay endpoints are the server's own). */
 export interface AuthConfig {
@@ -89,7 +88,7 @@ export async function login(ctx: CommandContext, opts: LoginOptions): Promise<Lo
       'INVALID_ARGUMENT',
       'ATELIER_TOKEN is set and would override the login: unset it, then run `atelier auth login`',
     );
-  const ac = await call<AuthConfig>(target, { method: 'GET', path: '/v1/auth/config', anonymous: true });
+  const ac = await sdkFor(target).call('authConfig');
   const oc = await openIdClient();
   const cfg = oidcConfiguration(oc, {
     issuer: ac.issuer,
@@ -151,7 +150,7 @@ export async function login(ctx: CommandContext, opts: LoginOptions): Promise<Lo
     });
     // The server must accept the token before anything is saved.
     const probe: Target = { ...target, credential, store: undefined, auth: 'oidc' };
-    const me = await call<Whoami>(probe, { method: 'GET', path: '/v1/auth/whoami' });
+    const me = await sdkFor(probe).call('whoami');
     if (cancel.signal.aborted) return 'cancelled';
     target.store?.set(target.context, credential);
     const cc = await readClientConfig(ctx.config.configDir);

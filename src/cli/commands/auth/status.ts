@@ -1,18 +1,10 @@
-import { call } from '../../client.js';
+import type { Whoami } from '../../../core/index.js';
+import { sdkFor } from '../../client.js';
 import type { CommandContext } from '../../context.js';
 import { keyValues } from '../../output.js';
 
 /** GET /v1/auth/whoami */
-export interface Whoami {
-  user: { id: string; name: string };
-  tenant: { id: string; name: string };
-  role: string;
-  kind: 'user' | 'agent';
-  workshopId: string | null;
-  via: 'api-token' | 'oidc';
-  expiresAt: string | null;
-  tenants: { name: string; role: string }[];
-}
+export type { Whoami };
 
 export interface AuthStatus extends Whoami {
   context: string;
@@ -22,7 +14,7 @@ export interface AuthStatus extends Whoami {
 /** `atelier auth status`: who the server says we are, in which tenant, with which role, until when. */
 export async function authStatus(ctx: CommandContext): Promise<AuthStatus> {
   const target = await ctx.target();
-  const me = await call<Whoami>(target, { method: 'GET', path: '/v1/auth/whoami' });
+  const me = await sdkFor(target).call('whoami');
   // A silent refresh may have happened: report the expiry of the token now in use.
   const local = target.credential?.kind === 'oidc' ? target.credential.expiresAt : undefined;
   return { context: target.context, url: target.url, ...me, expiresAt: local ?? me.expiresAt };

@@ -1,8 +1,8 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { AtelierError, writeFileAtomic, type Workshop } from '../../../core/index.js';
-import { call } from '../../client.js';
+import { AtelierError, writeFileAtomic } from '../../../core/index.js';
+import { sdkFor } from '../../client.js';
 import type { CommandContext } from '../../context.js';
 
 const BEGIN = '# --- BEGIN ATELIER (managed by `atelier config-ssh`; edit outside this block) ---';
@@ -101,20 +101,16 @@ export async function configSsh(ctx: CommandContext, flags: { remove?: boolean }
   const target = await ctx.target();
   const key = ensureKey(ctx);
   const publicKey = readFileSync(`${key}.pub`, 'utf8').trim();
-  await call(target, { method: 'POST', path: '/v1/ssh/keys', body: { publicKey } });
-  const workshops = (await call<{ items: Workshop[] }>(target, { method: 'GET', path: '/v1/workshops' })).items.filter(
-    (w) => w.status === 'Running' || w.status === 'Suspended',
-  );
+  const api = sdkFor(target);
+  await api.call('addSshKey', { body: { publicKey } });
+  const workshops = (await api.call('listWorkshops')).items.filter((w) => w.status === 'Running' || w.status === 'Suspended');
   const knownHosts = join(sshDir(ctx), 'known_hosts');
   const known: string[] = [];
   const entries: string[] = [];
   // A context from ATELIER_URL/ATELIER_TOKEN is passed on through the environment ssh gives its ProxyCommand.
   const contextName = target.auth === 'env' ? null : target.context;
   for (const w of workshops) {
-    const info = await call<{ hostAlias: string; hostKey: string }>(target, {
-      method: 'GET',
-      path: `/v1/workshops/${encodeURIComponent(w.id)}/ssh`,
-    });
+    const info = await api.call('workshopSsh', { params: { id: w.id } });
     known.push(`${info.hostAlias} ${info.hostKey}`);
     entries.push(
       [

@@ -1,4 +1,4 @@
-import { AtelierError, isErrorCode, loadYaml, type ExecFrame, type ExecResult } from '../../../core/index.js';
+import { AtelierError, isErrorCode, loadYaml, type ExecFrame, type ExecRequest, type ExecResult } from '../../../core/index.js';
 import { ndjsonLines, raiseFor, request } from '../../client.js';
 import type { CommandContext } from '../../context.js';
 
@@ -28,13 +28,13 @@ export async function execCommand(ctx: CommandContext, id: string, command: stri
     if (i <= 0) throw new AtelierError('INVALID_ARGUMENT', `--env ${pair} must be KEY=VALUE`, { field: 'env' });
     env[pair.slice(0, i)] = pair.slice(i + 1);
   }
-  const body: Record<string, unknown> = { command };
+  const body: ExecRequest = { command };
   if (flags.cwd !== undefined) body.cwd = flags.cwd;
   if (Object.keys(env).length > 0) body.env = env;
   if (flags.timeout !== undefined) body.timeoutSeconds = Number(flags.timeout);
   if (flags.interactive) body.stdin = (await readStdin()).toString('base64');
   const target = await ctx.target();
-  const path = `/v1/workshops/${encodeURIComponent(id)}/exec`;
+  const { path } = (await ctx.api()).request('exec', { params: { id }, body });
   if (ctx.output !== 'table') {
     const res = await request(target, { method: 'POST', path, body, accept: 'application/json' });
     await raiseFor(res);

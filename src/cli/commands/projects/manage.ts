@@ -1,6 +1,5 @@
 import { resolve } from 'node:path';
 import type { Project } from '../../../actions/index.js';
-import { call } from '../../client.js';
 import type { CommandContext } from '../../context.js';
 import { table } from '../../output.js';
 
@@ -12,20 +11,16 @@ export async function addProject(
   path: string,
   flags: { name?: string },
 ): Promise<{ project: Project; created: boolean }> {
-  return call(await ctx.target(), {
-    method: 'POST',
-    path: '/v1/projects',
-    body: { path: resolve(path), ...(flags.name ? { name: flags.name } : {}) },
-  });
+  return (await ctx.api()).call('addProject', { body: { path: resolve(path), ...(flags.name ? { name: flags.name } : {}) } });
 }
 
 export async function listProjects(ctx: CommandContext): Promise<Project[]> {
-  return (await call<{ items: Project[] }>(await ctx.target(), { method: 'GET', path: '/v1/projects' })).items;
+  return (await (await ctx.api()).call('listProjects')).items;
 }
 
 /** `atelier projects remove P`: forgets the project; its files stay as they are. */
 export async function removeProject(ctx: CommandContext, ref: string): Promise<{ project: Project; removed: boolean }> {
-  return call(await ctx.target(), { method: 'DELETE', path: `/v1/projects/${encodeURIComponent(ref)}` });
+  return (await ctx.api()).call('removeProject', { params: { project: ref } });
 }
 
 export function projectTable(items: Project[]): string {

@@ -1,5 +1,5 @@
-import { AtelierError } from '../../../core/index.js';
-import { call } from '../../client.js';
+import { AtelierError, ROUTES, routeUrl, type StartSessionRequest } from '../../../core/index.js';
+import { sdkFor } from '../../client.js';
 import type { CommandContext } from '../../context.js';
 import { openTerminalSocket, sayResumed } from '../../socket.js';
 import { createWorkshop } from '../workshops/create.js';
@@ -14,14 +14,6 @@ export interface RunFlags {
   resume: boolean;
 }
 
-interface SessionInfo {
-  name: string;
-  command: string[];
-  running: boolean;
-  exitCode: number | null;
-  resumed: boolean;
-}
-
 const say = (line: string): void => void process.stderr.write(`atelier: ${line}\n`);
 
 /**
@@ -31,10 +23,7 @@ const say = (line: string): void => void process.stderr.write(`atelier: ${line}\
 export async function attachSession(ctx: CommandContext, id: string, flags: { session?: string; resume: boolean }): Promise<number> {
   const target = await ctx.target();
   const name = flags.session ?? 'agent';
-  const socket = await openTerminalSocket(
-    target,
-    `/v1/workshops/${encodeURIComponent(id)}/sessions/${encodeURIComponent(name)}/attach?resume=${flags.resume}`,
-  );
+  const socket = await openTerminalSocket(target, routeUrl(ROUTES.attachSession.path, { id, name }, { resume: flags.resume }));
   sayResumed(id, socket.first);
   if (process.stdin.isTTY) say(`attached to session ${name} of ${id}: Ctrl-] detaches (the agent keeps running)`);
   // The session's size follows this terminal while attached.
@@ -67,13 +56,13 @@ export async function runAgent(ctx: CommandContext, idArg: string | undefined, c
   const target = await ctx.target();
   const name = flags.session ?? 'agent';
   if (!flags.attach) {
-    const body: Record<string, unknown> = { name, resume: flags.resume };
+    const body: StartSessionRequest = { name, resume: flags.resume };
     if (command.length > 0) body.command = command;
     if (process.stdout.isTTY) {
       body.cols = process.stdout.columns || 80;
       body.rows = process.stdout.rows || 24;
     }
-    const s = await call<SessionInfo>(target, { method: 'POST', path: `/v1/workshops/${encodeURIComponent(id)}/sessions`, body });
+    const s = await sdkFor(target).call('startSession', { params: { id }, body });
     if (s.resumed) say(`workshop ${id} was suspended: resumed it (use --no-resume to refuse)`);
     say(`session ${s.name} ${s.running ? 'running' : 'ended'} in ${id}: ${s.command.join(' ')}`);
     if (flags.detach) {

@@ -1,5 +1,4 @@
 import { AtelierError } from '../../../core/index.js';
-import { call } from '../../client.js';
 import type { CommandContext } from '../../context.js';
 import { table } from '../../output.js';
 
@@ -8,8 +7,6 @@ export interface SecretInfo {
   setBy: string;
   setAt: string;
 }
-
-const path = (name: string): string => `/v1/secrets/${encodeURIComponent(name)}`;
 
 /**
  * The value, from stdin only (never an argument: it would sit in the shell's history and in
@@ -59,15 +56,15 @@ export async function setSecret(ctx: CommandContext, name: string, value: string
         field: 'value',
       },
     );
-  return call<SecretInfo>(await ctx.target(), { method: 'PUT', path: path(name), body: { value } });
+  return (await ctx.api()).call('setSecret', { params: { name }, body: { value } });
 }
 
 export async function listSecrets(ctx: CommandContext): Promise<SecretInfo[]> {
-  return (await call<{ items: SecretInfo[] }>(await ctx.target(), { method: 'GET', path: '/v1/secrets' })).items;
+  return (await (await ctx.api()).call('listSecrets')).items;
 }
 
 export async function deleteSecret(ctx: CommandContext, name: string): Promise<void> {
-  await call(await ctx.target(), { method: 'DELETE', path: path(name) });
+  await (await ctx.api()).call('deleteSecret', { params: { name } });
 }
 
 export function secretTable(items: SecretInfo[]): string {

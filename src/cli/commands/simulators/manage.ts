@@ -1,18 +1,14 @@
-import { AtelierError } from '../../../core/index.js';
-import type { SimulatorView } from '../../../workshops/index.js';
-import { call, raiseFor, readBody, request } from '../../client.js';
+import { AtelierError, type SimulatorRequest, type SimulatorView } from '../../../core/index.js';
 import type { CommandContext } from '../../context.js';
 import { table } from '../../output.js';
 
 export type { SimulatorView };
 
-const base = (id: string): string => `/v1/workshops/${encodeURIComponent(id)}/simulators`;
-
 /**
  * `--simulator TYPE[:ARG]` of `workshops create`: `postgres`, `postgres:15` (a version),
  * `wiremock:./tests/mocks` (wiremock's ARG is its stubs directory in the repository).
  */
-export function parseSimulatorFlag(value: string): Record<string, unknown> {
+export function parseSimulatorFlag(value: string): SimulatorRequest {
   const m = /^([a-z][a-z0-9-]*)(?::(.+))?$/.exec(value);
   if (!m)
     throw new AtelierError(
@@ -40,7 +36,7 @@ function pairs(flag: string, values: string[] | undefined): Record<string, strin
 }
 
 export async function listSimulators(ctx: CommandContext, id: string): Promise<SimulatorView[]> {
-  return (await call<{ items: SimulatorView[] }>(await ctx.target(), { method: 'GET', path: base(id) })).items;
+  return (await (await ctx.api()).call('listSimulators', { params: { id } })).items;
 }
 
 export interface RequestFlags {
@@ -54,7 +50,7 @@ export interface RequestFlags {
 
 /** `atelier simulators request ID TYPE`: starts one more simulator in a running workshop. */
 export async function requestSimulator(ctx: CommandContext, id: string, type: string, flags: RequestFlags): Promise<SimulatorView> {
-  const body: Record<string, unknown> = { type };
+  const body: SimulatorRequest = { type };
   if (flags.name !== undefined) body.name = flags.name;
   if (flags.version !== undefined) body.version = flags.version;
   const env = pairs('env', flags.env);
@@ -67,19 +63,16 @@ export async function requestSimulator(ctx: CommandContext, id: string, type: st
       .map((s) => s.trim())
       .filter(Boolean);
   if (flags.stubs !== undefined) body.stubsDirectory = flags.stubs;
-  return call<SimulatorView>(await ctx.target(), { method: 'POST', path: base(id), body });
+  return (await ctx.api()).call('requestSimulator', { params: { id }, body });
 }
 
 export async function resetSimulator(ctx: CommandContext, id: string, name: string): Promise<SimulatorView> {
-  return call<SimulatorView>(await ctx.target(), { method: 'POST', path: `${base(id)}/${encodeURIComponent(name)}/reset` });
+  return (await ctx.api()).call('resetSimulator', { params: { id, name } });
 }
 
 export async function simulatorLogs(ctx: CommandContext, id: string, name: string, tail?: string): Promise<string> {
-  const q = tail === undefined ? '' : `?tail=${encodeURIComponent(tail)}`;
-  const target = await ctx.target();
-  const res = await request(target, { method: 'GET', path: `${base(id)}/${encodeURIComponent(name)}/logs${q}`, accept: 'text/plain' });
-  await raiseFor(res, target);
-  return (await readBody(res)).toString('utf8');
+  const logs = await (await ctx.api()).bytes('simulatorLogs', { params: { id, name }, query: { tail } });
+  return logs.toString('utf8');
 }
 
 function size(bytes: number | null): string {

@@ -1,5 +1,4 @@
-import { AtelierError } from '../../../core/index.js';
-import { call } from '../../client.js';
+import { AtelierError, type CreateTokenRequest } from '../../../core/index.js';
 import type { CommandContext } from '../../context.js';
 import { keyValues, table } from '../../output.js';
 import { checkRole } from '../users/manage.js';
@@ -41,29 +40,30 @@ export async function createToken(
   flags: { name?: string; scope?: string; expires?: string; workshop?: string; user?: string; tenant?: string },
 ): Promise<ApiToken & { token: string }> {
   checkRole(flags.scope, '--scope');
-  const body: Record<string, unknown> = {};
+  const body: CreateTokenRequest = {};
   if (flags.name !== undefined) body.name = flags.name;
-  if (flags.scope !== undefined) body.role = flags.scope;
+  // checkRole refused anything but a role.
+  if (flags.scope !== undefined) body.role = flags.scope as NonNullable<CreateTokenRequest['role']>;
   if (flags.expires !== undefined) body.expiresInSeconds = parseExpiry(flags.expires);
   if (flags.workshop !== undefined) body.workshopId = flags.workshop;
   if (flags.user !== undefined) body.user = flags.user;
   if (flags.tenant !== undefined) body.tenant = flags.tenant;
-  return call(await ctx.target(), { method: 'POST', path: '/v1/tokens', body });
+  return (await ctx.api()).call('createToken', { body });
 }
 
 /** `atelier server rotate-keys`: a new signing key for the embedded issuer; nobody is logged out. */
 export async function rotateKeys(ctx: CommandContext): Promise<{ kid: string }> {
-  return call(await ctx.target(), { method: 'POST', path: '/v1/admin/signing-keys/rotate' });
+  return (await ctx.api()).call('rotateSigningKeys');
 }
 
 /** `atelier tokens list` */
 export async function listTokens(ctx: CommandContext): Promise<ApiToken[]> {
-  return (await call<{ items: ApiToken[] }>(await ctx.target(), { method: 'GET', path: '/v1/tokens' })).items;
+  return (await (await ctx.api()).call('listTokens')).items;
 }
 
 /** `atelier tokens revoke ID` */
 export async function revokeToken(ctx: CommandContext, id: string): Promise<{ id: string; revoked: true }> {
-  return call(await ctx.target(), { method: 'DELETE', path: `/v1/tokens/${encodeURIComponent(id)}` });
+  return (await ctx.api()).call('revokeToken', { params: { id } });
 }
 
 export function tokenTable(tokens: ApiToken[]): string {

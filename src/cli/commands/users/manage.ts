@@ -1,5 +1,4 @@
-import { AtelierError } from '../../../core/index.js';
-import { call } from '../../client.js';
+import { AtelierError, type AddUserRequest } from '../../../core/index.js';
 import type { CommandContext } from '../../context.js';
 import { keyValues, table } from '../../output.js';
 
@@ -30,20 +29,21 @@ export async function addUser(
   flags: { role?: string; tenant?: string },
 ): Promise<{ user: User; temporaryPassword: string | null }> {
   checkRole(flags.role, '--role');
-  const body: Record<string, string> = { name };
-  if (flags.role) body.role = flags.role;
+  // The role is the server's default (member) unless given; checkRole refused anything but a role.
+  const body: Partial<AddUserRequest> & { name: string } = { name };
+  if (flags.role) body.role = flags.role as AddUserRequest['role'];
   if (flags.tenant) body.tenant = flags.tenant;
-  return call(await ctx.target(), { method: 'POST', path: '/v1/users', body });
+  return (await ctx.api()).call('addUser', { body });
 }
 
 /** `atelier users list` */
 export async function listUsers(ctx: CommandContext): Promise<User[]> {
-  return (await call<{ items: User[] }>(await ctx.target(), { method: 'GET', path: '/v1/users' })).items;
+  return (await (await ctx.api()).call('listUsers')).items;
 }
 
 /** `atelier users disable NAME`: the user can no longer log in, and their sessions stop refreshing. */
 export async function disableUser(ctx: CommandContext, name: string): Promise<User> {
-  return call<User>(await ctx.target(), { method: 'POST', path: `/v1/users/${encodeURIComponent(name)}/disable` });
+  return (await ctx.api()).call('disableUser', { params: { user: name } });
 }
 
 const roles = (u: User): string => u.memberships.map((m) => `${m.tenant}:${m.role}`).join(', ');

@@ -1,7 +1,6 @@
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { AtelierError, type Workshop } from '../../../core/index.js';
-import { call } from '../../client.js';
+import { AtelierError, type CreateWorkshopRequest, type Workshop } from '../../../core/index.js';
 import type { CommandContext } from '../../context.js';
 import { parseSimulatorFlag } from '../simulators/manage.js';
 
@@ -30,7 +29,7 @@ export async function createWorkshop(ctx: CommandContext, flags: CreateFlags): P
   const repo = isUrl ? flags.repo : resolve(flags.repo);
   if (!isUrl && !existsSync(repo))
     throw new AtelierError('REPO_NOT_FOUND', `repo ${flags.repo} does not exist on this machine`, { field: 'repo' });
-  const body: Record<string, unknown> = { repo };
+  const body: CreateWorkshopRequest = { repo };
   if (flags.name !== undefined) body.name = flags.name;
   if (flags.devcontainer !== undefined) body.devcontainer = flags.devcontainer;
   const budget = number('budget', flags.budget);
@@ -42,5 +41,5 @@ export async function createWorkshop(ctx: CommandContext, flags: CreateFlags): P
   if (pids !== undefined) body.pids = pids;
   if (flags.disk !== undefined) body.disk = flags.disk;
   if (flags.simulator && flags.simulator.length > 0) body.simulators = flags.simulator.map(parseSimulatorFlag);
-  return call<Workshop>(await ctx.target(), { method: 'POST', path: '/v1/workshops', body });
+  return (await ctx.api()).call('createWorkshop', { body });
 }

@@ -1,20 +1,16 @@
-import type { EgressRecord } from '../../../egress/index.js';
-import { call, ndjsonLines, raiseFor, request } from '../../client.js';
+import type { EgressRecord } from '../../../core/index.js';
+import { ndjsonLines, raiseFor, request } from '../../client.js';
 import type { CommandContext } from '../../context.js';
 import { table } from '../../output.js';
 
 /** One decision of a workshop's egress proxy (GET /v1/workshops/:id/egress), as the server records it. */
 export type { EgressRecord };
 
-function path(id: string, q: Record<string, string>): string {
-  return `/v1/workshops/${encodeURIComponent(id)}/egress?${new URLSearchParams(q).toString()}`;
-}
-
 /** `atelier workshops egress ID [--limit N]`: the last decisions, oldest first. */
 export async function listEgress(ctx: CommandContext, id: string, flags: { limit?: string }): Promise<EgressRecord[]> {
   const q: Record<string, string> = {};
   if (flags.limit !== undefined) q.limit = flags.limit;
-  return (await call<{ items: EgressRecord[] }>(await ctx.target(), { method: 'GET', path: path(id, q) })).items;
+  return (await (await ctx.api()).call('egressLog', { params: { id }, query: q })).items;
 }
 
 /**
@@ -33,7 +29,8 @@ export async function followEgress(
     const q: Record<string, string> = { follow: 'true' };
     if (last !== undefined) q.after = String(last);
     else if (flags.limit !== undefined) q.limit = flags.limit;
-    const res = await request(await ctx.target(), { method: 'GET', path: path(id, q), accept: 'application/x-ndjson' });
+    const req = (await ctx.api()).request('egressLog', { params: { id }, query: q, accept: 'application/x-ndjson' });
+    const res = await request(await ctx.target(), req);
     await raiseFor(res);
     for await (const line of ndjsonLines(res)) {
       if (!line) continue;

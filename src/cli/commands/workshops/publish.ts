@@ -1,6 +1,5 @@
 import { isAbsolute, resolve } from 'node:path';
 import type { ApprovalRequest } from '../../../approvals/index.js';
-import { call } from '../../client.js';
 import type { CommandContext } from '../../context.js';
 
 /**
@@ -24,9 +23,5 @@ export async function publishWorkshop(
     ...(flags.title !== undefined ? { title: flags.title } : {}),
     justification: flags.justification ?? `publish the workspace as branch ${flags.branch}`,
   };
-  return call<ApprovalRequest>(await ctx.target(), {
-    method: 'POST',
-    path: `/v1/workshops/${encodeURIComponent(id)}/approvals`,
-    body: { category: 'PR_GATEWAY', payload },
-  });
+  return (await ctx.api()).call('createApproval', { params: { id }, body: { category: 'PR_GATEWAY', payload } });
 }

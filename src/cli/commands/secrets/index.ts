@@ -1,0 +1,36 @@
+import type { Command } from 'commander';
+import type { Cli } from '../../cli.js';
+
+/** `atelier secrets …`: its commands, each loading its code only when it runs. */
+export function register(program: Command, cli: Cli): void {
+  const secrets = program.command('secrets').description("the tenant's secrets, granted to a workshop only by an approved SECRET_REQUEST");
+  secrets
+    .command('set <name>')
+    .description('set (or replace) a secret; the value is read from stdin, never from an argument (maintainers)')
+    .action(async (name: string) => {
+      const c = cli.ctx();
+      const { readValue, setSecret } = await import('./manage.js');
+      const s = await setSecret(c, name, await readValue());
+      await cli.render(c.output, s, () => `secret ${s.name} set`);
+    });
+  secrets
+    .command('list')
+    .alias('ls')
+    .description('names of the secrets, who set them and when (never values)')
+    .action(async () => {
+      const c = cli.ctx();
+      const { listSecrets, secretTable } = await import('./manage.js');
+      const items = await listSecrets(c);
+      await cli.render(c.output, items, () => secretTable(items));
+    });
+  secrets
+    .command('delete <name>')
+    .alias('rm')
+    .description('delete a secret; workshops holding a grant of it lose it at once (maintainers)')
+    .action(async (name: string) => {
+      const c = cli.ctx();
+      const { deleteSecret } = await import('./manage.js');
+      await deleteSecret(c, name);
+      await cli.render(c.output, { deleted: name }, () => `secret ${name} deleted`);
+    });
+}

@@ -1,0 +1,43 @@
+import type { Command } from 'commander';
+import type { Cli } from '../../cli.js';
+
+/** `atelier server …`: its commands, each loading its code only when it runs. */
+export function register(program: Command, cli: Cli): void {
+  const server = program.command('server').description('run the Atelier server on this machine');
+  server
+    .command('start')
+    .description('run the server in the foreground (embedded PostgreSQL unless --database-url)')
+    .option(
+      '--data-dir <dir>',
+      'data directory (default: ATELIER_DATA_DIR, then $XDG_DATA_HOME/atelier, or /var/lib/atelier as root without XDG_DATA_HOME)',
+    )
+    .option('--listen <host:port>', 'address to listen on (default 127.0.0.1:7878)')
+    .option('--database-url <url>', 'external PostgreSQL (default: embedded)')
+    .option(
+      '--public-url <url>',
+      'URL browsers and CLIs use to reach this server (default: ATELIER_PUBLIC_URL, then http://<listen address>)',
+    )
+    .option(
+      '--identity-config <file>',
+      'YAML file naming an external OIDC issuer and its group mapping (default: ATELIER_IDENTITY_CONFIG, else the embedded issuer)',
+    )
+    .option(
+      '--allow-repo-root <dir...>',
+      'directories local repositories may be cloned from (default: your home and the current directory)',
+    )
+    .action(async (flags) => {
+      const { serverStart } = await import('./start.js');
+      // Exit as soon as the shutdown is done, whatever handle a library may still hold.
+      process.exit(await serverStart(cli.config, flags as object, cli.version));
+    });
+
+  server
+    .command('rotate-keys')
+    .description("rotate the embedded issuer's signing key (admin of the default tenant); nobody is logged out")
+    .action(async () => {
+      const c = cli.ctx();
+      const { rotateKeys } = await import('../tokens/manage.js');
+      const r = await rotateKeys(c);
+      await cli.render(c.output, r, () => `new signing key ${r.kid}; tokens signed with the previous one stay valid until they expire`);
+    });
+}

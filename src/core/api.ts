@@ -1,0 +1,432 @@
+import { z } from 'zod';
+import { ExecRequest, WORKSHOP_STATUSES } from './schemas.js';
+
+/**
+ * The request and response bodies of the HTTP API that the route table (`routes.ts`) names.
+ * Request schemas are what the server parses (the rooms re-export the ones they own); response
+ * schemas describe what a client gets back, for the OpenAPI document and the SDK's types.
+ */
+
+// ---- shared vocabulary ----
+
+/** The four roles, weakest first. A role includes every right of the roles before it. */
+export const ROLES = ['viewer', 'member', 'maintainer', 'admin'] as const;
+
+export const USER_NAME = /^[a-zA-Z0-9][a-zA-Z0-9._@-]{0,62}$/;
+export const TENANT_NAME = /^[a-z0-9][a-z0-9-]{0,62}$/;
+
+export const APPROVAL_STATUSES = ['PENDING', 'APPROVED', 'REJECTED', 'EXPIRED'] as const;
+export const APPROVAL_CATEGORIES = ['ALLOWLIST_EXPANSION', 'SECRET_REQUEST', 'PR_GATEWAY', 'SHELL_COMMAND'] as const;
+
+/** Longest a request may wait for a command to end before answering with the output so far. */
+export const MAX_EXEC_WAIT_SECONDS = 60;
+
+const noNul = (s: string): boolean => !s.includes('\0');
+const time = z.string().describe('ISO 8601 date-time');
+
+// ---- requests ----
+
+export const AddUserRequest = z.strictObject({
+  name: z.string().regex(USER_NAME, 'use 1-63 letters, digits, dots, dashes, underscores or @, starting with a letter or digit'),
+  role: z.enum(ROLES).default('member'),
+  tenant: z.string().regex(TENANT_NAME, 'use lowercase letters, digits and dashes').optional(),
+});
+export type AddUserRequest = z.infer<typeof AddUserRequest>;
+
+export const CreateTokenRequest = z.strictObject({
+  name: z.string().min(1).max(100).optional(),
+  role: z.enum(ROLES).optional(),
+  /** null: never expires. Absent: 30 days. */
+  expiresInSeconds: z
+    .number()
+    .int()
+    .min(60)
+    .max(10 * 365 * 86400)
+    .nullable()
+    .optional(),
+  workshopId: z.string().min(1).optional(),
+  /** For another user of the tenant (a service account): admins only. */
+  user: z.string().min(1).max(200).optional(),
+  /** Another tenant the caller belongs to (default: the caller's current one). */
+  tenant: z.string().regex(TENANT_NAME, 'use lowercase letters, digits and dashes').optional(),
+});
+export type CreateTokenRequest = z.infer<typeof CreateTokenRequest>;
+
+export const CreateApprovalRequest = z.strictObject({
+  category: z.enum(APPROVAL_CATEGORIES, { message: `category must be one of ${APPROVAL_CATEGORIES.join(', ')}` }),
+  payload: z.record(z.string(), z.unknown(), { message: 'payload must be an object with a justification' }),
+  /** Shorter than the category's TTL only (a request never outlives what the admin configured). */
+  ttlSeconds: z.number().int().min(1).max(86400).optional(),
+});
+export type CreateApprovalRequest = z.infer<typeof CreateApprovalRequest>;
+
+export const DecideApprovalRequest = z.strictObject({
+  decision: z.enum(['APPROVE', 'REJECT'], { message: 'decision must be APPROVE or REJECT' }),
+  reason: z.string().trim().min(1, 'reason is required: say why').max(4000).refine(noNul, 'may not contain NUL bytes'),
+});
+export type DecideApprovalRequest = z.infer<typeof DecideApprovalRequest>;
+
+const waitSeconds = z
+  .number()
+  .min(0)
+  .max(MAX_EXEC_WAIT_SECONDS, `waitSeconds is at most ${MAX_EXEC_WAIT_SECONDS}: ask again with GET /v1/execs/ID`);
+
+/** `POST /v1/workshops/:id/execs`: an exec request, and how long to wait for it to end before answering. */
+export const StartExecRequest = ExecRequest.extend({ waitSeconds: waitSeconds.optional() }).strict();
+export type StartExecRequest = z.infer<typeof StartExecRequest>;
+
+export const SetSecretRequest = z.strictObject({ value: z.string({ message: 'value must be a string (the CLI reads it from stdin)' }) });
+export type SetSecretRequest = z.infer<typeof SetSecretRequest>;
+
+export const AddProjectRequest = z.strictObject({ path: z.string().min(1).max(4096), name: z.string().min(1).max(63).optional() });
+export type AddProjectRequest = z.infer<typeof AddProjectRequest>;
+
+export const PlanActionRequest = z.strictObject({
+  project: z.string().min(1).max(200),
+  action_id: z.string().min(1).max(100).optional(),
+  parameters: z.record(z.string(), z.unknown()).default({}),
+});
+export type PlanActionRequest = z.input<typeof PlanActionRequest>;
+
+export const ApplyPlanRequest = z.strictObject({ plan_id: z.string().min(1).max(100), fingerprint: z.string().min(1).max(200) });
+export type ApplyPlanRequest = z.infer<typeof ApplyPlanRequest>;
+
+export const RollbackRequest = z.strictObject({ execution_id: z.string().min(1).max(100) });
+export type RollbackRequest = z.infer<typeof RollbackRequest>;
+
+export const ConsoleRequest = z.strictObject({
+  argv: z
+    .array(
+      z
+        .string()
+        .min(1)
+        .max(256)
+        .regex(/^[^\0\r\n]*$/, 'no NUL or line breaks'),
+    )
+    .min(1)
+    .max(16),
+  output: z.enum(['table', 'json', 'yaml']).default('table'),
+});
+export type ConsoleRequest = z.input<typeof ConsoleRequest>;
+
+// The terminals room parses these two itself; they are written here as the wire contract says.
+export const AddSshKeyRequest = z.strictObject({
+  publicKey: z
+    .string()
+    .min(1)
+    .max(16 << 10),
+});
+export type AddSshKeyRequest = z.infer<typeof AddSshKeyRequest>;
+
+export const StartSessionRequest = z.strictObject({
+  name: z
+    .string()
+    .regex(/^[a-z0-9][a-z0-9-]{0,39}$/)
+    .optional(),
+  command: z
+    .array(z.string().max(64 << 10))
+    .min(1)
+    .max(4096)
+    .optional(),
+  cols: z.number().int().min(1).max(1000).optional(),
+  rows: z.number().int().min(1).max(1000).optional(),
+  resume: z.boolean().optional(),
+});
+export type StartSessionRequest = z.infer<typeof StartSessionRequest>;
+
+// ---- responses ----
+
+export const WorkshopSchema = z.object({
+  id: z.string(),
+  name: z.string(),
+  status: z.enum(WORKSHOP_STATUSES),
+  statusReason: z.string().nullable(),
+  repo: z.string(),
+  limits: z.object({ cpus: z.number(), memoryBytes: z.number(), pids: z.number() }),
+  budgetUsd: z.number().nullable(),
+  forwardPorts: z.array(z.number()),
+  egress: z.object({ allow: z.array(z.string()), deny: z.array(z.string()), askHoldSeconds: z.number() }),
+  warnings: z.array(z.string()),
+  createdAt: time,
+  updatedAt: time,
+});
+
+export const SimulatorView = z.object({
+  name: z.string(),
+  type: z.string(),
+  version: z.string().nullable(),
+  status: z.string(),
+  statusReason: z.string().nullable(),
+  endpoint: z.object({ host: z.string(), port: z.number() }).nullable(),
+  env: z.record(z.string(), z.string()),
+  restarts: z.number(),
+  memoryBytes: z.number().nullable(),
+  processes: z.number().nullable(),
+  createdAt: time,
+});
+export type SimulatorView = z.infer<typeof SimulatorView>;
+
+export const ExecResultSchema = z.object({
+  exitCode: z.number(),
+  signal: z.string().nullable(),
+  stdout: z.string(),
+  stderr: z.string(),
+  truncated: z.boolean(),
+});
+
+export const ExecView = z.object({
+  id: z.string(),
+  workshopId: z.string(),
+  command: z.array(z.string()),
+  status: z.enum(['Running', 'Exited', 'Failed', 'Lost']),
+  exitCode: z.number().nullable(),
+  signal: z.string().nullable(),
+  error: z.object({ code: z.string(), message: z.string() }).nullable(),
+  startedAt: time,
+  endedAt: time.nullable(),
+  chunks: z.array(z.object({ stream: z.enum(['stdout', 'stderr']), offset: z.number(), data: z.string() })),
+  nextOffset: z.number(),
+  truncated: z.boolean(),
+});
+export type ExecView = z.infer<typeof ExecView>;
+
+export const EgressRecord = z.object({
+  id: z.number(),
+  at: time,
+  protocol: z.string(),
+  host: z.string(),
+  port: z.number(),
+  allowed: z.boolean(),
+  outcome: z.string(),
+  reason: z.string(),
+  message: z.string(),
+  entry: z.string().nullable(),
+  address: z.string().nullable(),
+  approvalId: z.string().nullable(),
+});
+export type EgressRecord = z.infer<typeof EgressRecord>;
+
+export const GitDiff = z.object({ diff: z.string(), untracked: z.array(z.string()), truncated: z.boolean() });
+export const FileWritten = z.object({ path: z.string(), bytes: z.number() });
+
+export const ApprovalRequestSchema = z.object({
+  id: z.string(),
+  workshopId: z.string(),
+  category: z.enum(APPROVAL_CATEGORIES),
+  requestedBy: z.string(),
+  payload: z.record(z.string(), z.unknown()),
+  status: z.enum(APPROVAL_STATUSES),
+  decidedBy: z.string().nullable(),
+  decisionReason: z.string().nullable(),
+  createdAt: time,
+  expiresAt: time,
+  decidedAt: time.nullable(),
+  effect: z.object({ appliedAt: time.nullable(), error: z.string().nullable() }),
+});
+export type ApprovalRequestView = z.infer<typeof ApprovalRequestSchema>;
+
+export const AuditVerification = z.object({
+  ok: z.boolean(),
+  rows: z.number(),
+  problems: z.array(z.object({ seq: z.number().nullable(), requestId: z.string().nullable(), problem: z.string() })),
+});
+export type AuditVerification = z.infer<typeof AuditVerification>;
+
+export const Whoami = z.object({
+  user: z.object({ id: z.string(), name: z.string() }),
+  tenant: z.object({ id: z.string(), name: z.string() }),
+  role: z.enum(ROLES),
+  kind: z.enum(['user', 'agent']),
+  workshopId: z.string().nullable(),
+  via: z.enum(['api-token', 'oidc']),
+  tokenId: z.string().nullable(),
+  expiresAt: time.nullable(),
+  tenants: z.array(z.object({ name: z.string(), role: z.string() })),
+});
+export type Whoami = z.infer<typeof Whoami>;
+
+export const AuthConfig = z.object({
+  kind: z.enum(['embedded', 'external']),
+  issuer: z.string(),
+  clientId: z.string(),
+  scope: z.string(),
+  deviceAuthorizationEndpoint: z.string(),
+  tokenEndpoint: z.string(),
+  revocationEndpoint: z.string(),
+  idTokenAlg: z.string().optional(),
+});
+export type AuthConfig = z.infer<typeof AuthConfig>;
+
+export const UserView = z.object({
+  id: z.string(),
+  name: z.string(),
+  issuer: z.string(),
+  email: z.string().nullable(),
+  disabled: z.boolean(),
+  mustChangePassword: z.boolean(),
+  memberships: z.array(z.object({ tenant: z.string(), role: z.enum(ROLES) })),
+  createdAt: time,
+});
+export type UserView = z.infer<typeof UserView>;
+
+export const TokenView = z.object({
+  id: z.string(),
+  name: z.string(),
+  user: z.string(),
+  role: z.enum(ROLES),
+  tenant: z.string(),
+  workshopId: z.string().nullable(),
+  expiresAt: time.nullable(),
+  createdAt: time,
+  lastUsedAt: time.nullable(),
+  revoked: z.boolean(),
+});
+export type TokenView = z.infer<typeof TokenView>;
+
+export const SecretInfo = z.object({ name: z.string(), setBy: z.string(), setAt: time });
+export type SecretInfo = z.infer<typeof SecretInfo>;
+
+export const ProjectView = z.object({ id: z.string(), name: z.string(), path: z.string(), tenantId: z.string(), createdAt: time });
+export type ProjectView = z.infer<typeof ProjectView>;
+
+const ACTION_CLASS = z.enum(['A', 'B', 'C']);
+const preconditions = z.array(z.object({ name: z.string(), ok: z.boolean(), reason: z.string() }));
+const effects = z.array(
+  z.discriminatedUnion('kind', [
+    z.object({
+      kind: z.literal('file'),
+      path: z.string(),
+      key: z.string(),
+      beforeSha256: z.string().nullable(),
+      afterSha256: z.string(),
+      diff: z.string(),
+    }),
+    z.object({ kind: z.literal('command'), argv: z.array(z.string()), copy: z.string(), network: z.boolean(), runsHere: z.literal(false) }),
+    z.object({
+      kind: z.literal('service'),
+      stack: z.string(),
+      operation: z.enum(['start', 'stop', 'restart', 'recreate']),
+      argv: z.array(z.string()),
+      network: z.boolean(),
+    }),
+  ]),
+);
+const observedEffects = z.array(
+  z.discriminatedUnion('kind', [
+    z.object({ kind: z.literal('file'), path: z.string(), beforeSha256: z.string().nullable(), afterSha256: z.string() }),
+    z.object({ kind: z.literal('service'), stack: z.string(), operation: z.string(), pid: z.number().optional(), detail: z.string() }),
+  ]),
+);
+const verification = z.object({ ok: z.boolean(), checks: z.array(z.object({ name: z.string(), ok: z.boolean(), detail: z.string() })) });
+
+export const CatalogItemSchema = z.object({
+  id: z.string(),
+  class: ACTION_CLASS,
+  title: z.string(),
+  parameters: z.array(z.object({ name: z.string(), type: z.string(), required: z.boolean(), description: z.string() })),
+  preconditions,
+  effectKinds: z.array(z.enum(['file', 'command', 'service'])),
+  inverse: z.string(),
+  applicable: z.boolean(),
+});
+export type CatalogItemView = z.infer<typeof CatalogItemSchema>;
+
+export const ActionPlanSchema = z.object({
+  planId: z.string(),
+  actionId: z.string(),
+  class: ACTION_CLASS,
+  project: z.string(),
+  parameters: z.record(z.string(), z.unknown()),
+  fingerprint: z.string(),
+  createdAt: time,
+  expiresAt: time,
+  summary: z.string(),
+  preconditions,
+  effects,
+  inverse: z.string(),
+  applyCommand: z.string().nullable(),
+  executionId: z.string().nullable(),
+});
+export type ActionPlanView = z.infer<typeof ActionPlanSchema>;
+
+export const ActionExecutionSchema = z.object({
+  executionId: z.string(),
+  planId: z.string(),
+  actionId: z.string(),
+  project: z.string(),
+  status: z.enum(['applied', 'failed', 'rolled_back', 'rollback_failed']),
+  effects: observedEffects,
+  verification,
+  rollbackOffered: z.boolean(),
+  message: z.string(),
+});
+export type ActionExecutionView = z.infer<typeof ActionExecutionSchema>;
+
+export const ExecutionSummarySchema = z.object({
+  executionId: z.string(),
+  planId: z.string(),
+  actionId: z.string(),
+  class: z.string(),
+  status: z.string(),
+  startedAt: time,
+  endedAt: time.nullable(),
+  verification: z.looseObject({}).nullable(),
+  inverse: z.looseObject({}).nullable(),
+  rollbackOffered: z.boolean(),
+});
+
+export const ActionJournal = z.object({
+  project: z.string(),
+  entries: z.array(z.looseObject({ event: z.string() })),
+  executions: z.array(ExecutionSummarySchema),
+  tornLastLine: z.boolean(),
+  unreadableLines: z.array(z.number()),
+});
+export type ActionJournalView = z.infer<typeof ActionJournal>;
+
+export const SshKeyView = z.object({ fingerprint: z.string(), publicKey: z.string() });
+export type SshKeyView = z.infer<typeof SshKeyView>;
+export const WorkshopSshInfo = z.object({ workshop: z.string(), hostAlias: z.string(), hostKey: z.string(), port: z.number() });
+export type WorkshopSshInfo = z.infer<typeof WorkshopSshInfo>;
+
+export const SessionInfo = z.object({
+  name: z.string(),
+  command: z.array(z.string()),
+  startedAt: time,
+  attached: z.number(),
+  exitCode: z.number().nullable(),
+  running: z.boolean(),
+});
+export type SessionInfo = z.infer<typeof SessionInfo>;
+
+export const TunnelOutcomeSchema = z.object({
+  id: z.string(),
+  workshop: z.string(),
+  state: z.enum(['open', 'closed', 'reset', 'cut', 'unknown']),
+  code: z.string().optional(),
+  message: z.string(),
+});
+
+export const ConsoleResult = z.object({
+  argv: z.array(z.string()),
+  exitCode: z.number().nullable(),
+  stdout: z.string(),
+  stderr: z.string(),
+  truncated: z.boolean(),
+  timedOut: z.boolean(),
+});
+export const ConsoleCatalog = z.object({
+  allowed: z.array(z.object({ command: z.string(), arguments: z.array(z.string()), flags: z.array(z.string()) })),
+});
+export const CsrfToken = z.object({ token: z.string(), header: z.string(), cookie: z.string(), expiresAt: time });
+
+export const RouteCatalog = z.object({
+  items: z.array(z.object({ method: z.string(), url: z.string(), access: z.unknown() })),
+});
+
+export const Health = z.object({ status: z.enum(['ok', 'unavailable']), version: z.string(), code: z.string().optional() });
+
+/** `{ items: [...] }`: how every list is answered. */
+export function itemsOf<T extends z.ZodType>(item: T): z.ZodObject<{ items: z.ZodArray<T> }> {
+  return z.object({ items: z.array(item) });
+}
