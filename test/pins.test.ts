@@ -319,7 +319,6 @@ const PINNED_EXPORTS: Record<string, readonly string[]> = {
   relay: [
     'SpliceRelay',
     'nodeRelay',
-    'relayPair',
     'relaySpliced',
     'resetSocket',
     'spliceRelay',

@@ -4,7 +4,6 @@
 // port-forward; it depends on nothing but Node (the wire contract of tunnels stays in core).
 
 /** Relays two connected sockets until both ways end: first bytes in Node, then the splice relay. */
-export { relayPair } from './pairs.js';
 /** Relays two connected sockets through the splice relay at once (in Node when it cannot). */
 export { relaySpliced } from './pairs.js';
 /** Relays two connected sockets in Node (backpressure, half-close, a reset passed on). */

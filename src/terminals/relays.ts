@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Socket } from 'node:net';
 import { TUNNEL_CUT_MESSAGE, TUNNEL_RESET_INSIDE_MESSAGE, type ErrorCode, type TunnelOutcome } from '../core/index.js';
-import { relayPair, resetSocket, type RelayEnd } from '../relay/index.js';
+import { relaySpliced, resetSocket, type RelayEnd } from '../relay/index.js';
 
 /** How long (and how many) ended tunnels are remembered for a client asking why. */
 const REMEMBER_MS = 10 * 60_000;
@@ -43,7 +43,7 @@ export class TunnelRelays {
    * are done (`fromClient`: bytes the client sent right behind its request).
    */
   relay(id: string, workshop: string, client: Socket, inside: Socket, fromClient: Buffer): void {
-    const r = relayPair(client, inside, { tag: id, fromA: fromClient });
+    const r = relaySpliced(client, inside, { tag: id, fromA: fromClient });
     this.track(id, workshop, r.done, () => r.cut());
   }
 

@@ -2,7 +2,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import net from 'node:net';
 import { join } from 'node:path';
 import { writeFileAtomic } from '../core/index.js';
-import { relayPair, spliceRelay } from '../relay/index.js';
+import { relaySpliced, spliceRelay } from '../relay/index.js';
 import { INTERNAL_SUFFIX, type EgressProxy, type InternalTarget } from '../egress/index.js';
 import { hostsFile, listenInSandboxMany, type SandboxHandle, type SandboxLayout } from '../sandbox/index.js';
 
@@ -181,7 +181,7 @@ export class InternalNetwork {
     n.sockets.add(b);
     a.once('close', () => n.sockets.delete(a));
     b.once('close', () => n.sockets.delete(b));
-    // Until the target answers, a failure on either side ends both; then relayPair takes the
+    // Until the target answers, a failure on either side ends both; then relaySpliced takes the
     // pair (zero copy when it can), cut with the workshop's other connections by close().
     const fail = (): void => {
       a.destroy();
@@ -193,7 +193,7 @@ export class InternalNetwork {
       a.off('error', fail);
       b.off('error', fail);
       if (a.destroyed) b.destroy();
-      else relayPair(a, b, { tag: `internal:${n.id}` });
+      else relaySpliced(a, b, { tag: `internal:${n.id}` });
     });
   }
 

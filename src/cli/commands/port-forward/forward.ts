@@ -2,7 +2,7 @@ import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync
 import { createServer, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { AtelierError, type Workshop } from '../../../core/index.js';
-import { relayPair } from '../../../relay/index.js';
+import { relaySpliced } from '../../../relay/index.js';
 import { call, type Target } from '../../client.js';
 import type { CommandContext } from '../../context.js';
 import { sayResumed } from '../../socket.js';
@@ -147,7 +147,7 @@ export async function portForward(ctx: CommandContext, id: string, specTexts: st
 
   /** Relays a local connection through its tunnel. */
   const relay = (state: ForwardState, local: Socket, tunnel: Tunnel): void => {
-    void relayPair(local, tunnel.socket, { tag: tunnel.id, fromB: tunnel.head }).done.then(async (end) => {
+    void relaySpliced(local, tunnel.socket, { tag: tunnel.id, fromB: tunnel.head }).done.then(async (end) => {
       state.connections--;
       // A reset from the tunnel's side (passed on to the local client as a reset): ask the server why.
       if (end.error === undefined || end.failed !== 'b') return;
