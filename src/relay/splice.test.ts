@@ -59,6 +59,11 @@ async function send(s: Socket, data: Buffer): Promise<void> {
 
 const sha = (b: Buffer): string => createHash('sha256').update(b).digest('hex');
 
+/** Resolves once both sockets were handed to the relay's child (the parent's duplicates are then destroyed). */
+async function handedOver(a: Socket, b: Socket): Promise<void> {
+  while (!a.destroyed || !b.destroyed) await new Promise((r) => setTimeout(r, 5));
+}
+
 describe('SpliceRelay (zero-copy tunnels through splice-relay.py)', () => {
   it('carries 20 MB each way at once with identical checksums, half-close both ways, and counts the bytes', async () => {
     const t = await tunnel();
@@ -112,9 +117,12 @@ describe('SpliceRelay (zero-copy tunnels through splice-relay.py)', () => {
     const t = await tunnel();
     const result = relay.relay(t.a, t.b);
     const outerError = new Promise<string>((r) => t.outer.once('error', (e: NodeJS.ErrnoException) => r(e.code ?? '')));
-    t.outer.on('data', () => {});
+    const through = new Promise((r) => t.outer.once('data', r));
     t.inner.write('x');
-    await new Promise((r) => setTimeout(r, 20));
+    await through;
+    // Reset once the child relays the pair (this process's descriptors are closed after the
+    // hand-over), not while it is still being handed over: on a busy machine 20 ms was not enough.
+    await handedOver(t.a, t.b);
     t.inner.resetAndDestroy();
     const r = await result;
     assert.equal(r.error, 'ECONNRESET', `the pair ended on a reset: ${JSON.stringify(r)}`);
@@ -232,7 +240,8 @@ describe('SpliceRelay cuts and deaths', () => {
       const dial = () => new Promise((r) => { const s = connect({ port: ${port}, host: '127.0.0.1', allowHalfOpen: true }, () => r(s)); });
       const [a, b] = [await dial(), await dial()];
       void new SpliceRelay().relay(a, b);
-      setTimeout(() => process.stdout.write('relaying\\n'), 200);
+      // Once the child holds both sockets (this process's duplicates are destroyed after the hand-over).
+      const handed = setInterval(() => { if (a.destroyed && b.destroyed) { clearInterval(handed); process.stdout.write('relaying\\n'); } }, 5);
       setInterval(() => {}, 1000);
     `;
     const parent = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
