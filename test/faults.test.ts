@@ -67,6 +67,9 @@ describe('faults', () => {
     const dataDir = join(disk, 'data');
     mkdirSync(dataDir);
     const server = new TestServer(dataDir, ['--database-url', db.url]);
+    // The data dir's own filesystem fills up (a server without disk quotas, as rootless ones are):
+    // with quotas, a workshop's own filesystem fills instead (test/quota.test.ts).
+    server.serverEnv = { ATELIER_DISK_QUOTA: 'off', ATELIER_DISK_RESERVE: '0' };
     await server.boot();
     cleanups.push(() => server.dispose());
 

@@ -89,7 +89,7 @@ describe('atelier mcp serve (stdio, SDK client)', () => {
     const exec = tools.find((t) => t.name === 'atelier_exec_in_sandbox')!;
     assert.deepEqual([...(exec.inputSchema.required ?? [])].sort(), ['command', 'workshop_id']);
     const create = tools.find((t) => t.name === 'atelier_create_sandbox')!;
-    assert.deepEqual(Object.keys(create.inputSchema.properties ?? {}).sort(), ['devcontainer_path', 'max_budget_usd', 'repo_url']);
+    assert.deepEqual(Object.keys(create.inputSchema.properties ?? {}).sort(), ['devcontainer_path', 'disk', 'max_budget_usd', 'repo_url']);
     assert.deepEqual(create.inputSchema.required, ['repo_url']);
   });
 

@@ -142,7 +142,10 @@ describe('disk quotas (root: a filesystem of its own per workshop)', () => {
     assert.deepEqual(mountsUnder(server.dataDir), []);
     server.serverEnv = { ...server.serverEnv, ATELIER_DISK_RESERVE: '1g' };
     await server.boot();
-    // The server starts lost sandboxes again at boot (files kept).
+    // A sandbox lost while the server was away is shown Dead at boot; resume starts it again, files kept.
+    const dead = await server.api<{ status: string }>('GET', `/v1/workshops/${small}`);
+    assert.equal(dead.body.status, 'Dead');
+    assert.equal((await server.api('POST', `/v1/workshops/${small}/resume`)).status, 200);
     assert.ok(mountsUnder(server.dataDir).includes(root), mountsUnder(server.dataDir).join(' '));
     const r = await server.exec(small, [
       'sh',
