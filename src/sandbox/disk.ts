@@ -64,10 +64,12 @@ export function isMountPoint(path: string): boolean {
 
 async function makeImage(image: string, bytes: number): Promise<void> {
   rmSync(image, { force: true });
-  // Sparse: the host gives blocks only as the workshop writes. No reserved blocks (the workshop
-  // gets all of it); no resize inode (never grown); inode tables and journal left for lazy init.
+  // Sparse: the host gives blocks only as the workshop writes. 1 % reserved for root: the workshop
+  // (never root) fills the rest, and the server's own writes at a start (the filter's loader, a
+  // simulator's state) still succeed on a full disk, so a full workshop can start again. No resize
+  // inode (never grown); inode tables and journal left for lazy init.
   await run('truncate', ['-s', String(bytes), image]);
-  await run('mkfs.ext4', ['-q', '-F', '-m', '0', '-O', '^resize_inode', '-E', 'lazy_itable_init=1,lazy_journal_init=1,nodiscard', image]);
+  await run('mkfs.ext4', ['-q', '-F', '-m', '1', '-O', '^resize_inode', '-E', 'lazy_itable_init=1,lazy_journal_init=1,nodiscard', image]);
 }
 
 async function mountImage(image: string, at: string): Promise<void> {
@@ -188,8 +190,14 @@ export class WorkshopDisks {
       }
     }
     this.refill();
-    await makeImage(image, bytes);
-    await mountImage(image, root);
+    try {
+      await makeImage(image, bytes);
+      await mountImage(image, root);
+    } catch (err) {
+      // No half-made image left behind: it would count as this workshop's quota.
+      rmSync(image, { force: true });
+      throw err;
+    }
   }
 
   /** Mounts the workshop's image again if it is not (the host rebooted). False: it has none. */

@@ -309,10 +309,18 @@ function findProcesses(match: (argv: string[], pid: number) => boolean): number[
   return out;
 }
 
-/** Whether a chain's command line carries the mark of `enter(…, { outlivesServer: true })`: the label as its shell's `$0`. */
+/**
+ * Whether a chain's command line carries the mark of `enter(…, { outlivesServer: true })`: the
+ * label as `$0` of the chain's own environment step (sandboxArgv's `sh -c APPLY_ENV LABEL …`).
+ * Only the first such step counts: it is ours and comes before the workshop's own command, which
+ * could otherwise carry the label itself (`sh -c 'sleep 1e9' atelier-outlives-server`).
+ */
 function outlivesServer(argv: string[]): boolean {
-  return argv.some((a, i) => a === OUTLIVES_SERVER_LABEL && argv[i - 2] === '-c');
+  const step = argv.findIndex((a, i) => argv[i - 1] === '-c' && a.startsWith(APPLY_ENV_START));
+  return step > 0 && argv[step + 1] === OUTLIVES_SERVER_LABEL;
 }
+/** How sandboxArgv's environment step begins (src/sandbox/launcher.ts, APPLY_ENV). */
+const APPLY_ENV_START = 'n=$1; shift; unset PATH LANG;';
 
 /**
  * Removes a workshop's files whatever the agent made of them: trees deeper than PATH_MAX
