@@ -551,7 +551,16 @@ async function copyTemplate(instance: SimulatorInstance, template: Template): Pr
     }, REFILL_FALLBACK_MS).unref();
   } else if (!existsSync(data)) {
     const t0 = performance.now();
-    renameSync(await waitForCopy(pool), data);
+    const copy = await waitForCopy(pool);
+    try {
+      renameSync(copy, data);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EXDEV') throw err;
+      // The instance is on another file system than the pool (its workshop's own): the copy goes
+      // back to the pool as a spare and the instance gets a copy of its own.
+      renameSync(copy, join(pool.dir, `spare-${copy.slice(-8)}`));
+      await run('cp', ['-a', template.data, data]);
+    }
     waited = performance.now() - t0;
   }
   // The data directory only (see openInside): what is inside is reachable through it alone.
