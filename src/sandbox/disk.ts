@@ -31,6 +31,12 @@ export interface WorkshopDisksOptions {
   defaultBytes: number;
   /** How many formatted, mounted spares to keep ready. */
   spares: number;
+  /**
+   * Fills a new spare's filesystem (mounted at `root`) before it is offered, e.g. with copies a
+   * workshop's first steps would otherwise make (the simulators' spares). Its files count
+   * against the quota of the workshop that takes the spare. A failure leaves the spare empty.
+   */
+  prepareSpare?: (root: string) => Promise<void>;
   log: { warn(obj: object, msg?: string): void };
 }
 
@@ -144,6 +150,11 @@ export class WorkshopDisks {
           mkdirSync(at, { mode: 0o700 });
           await makeImage(`${at}.img`, this.opts.defaultBytes);
           await mountImage(`${at}.img`, at);
+          // Before it is offered: a spare moved onto a workshop while being filled would have
+          // its files written through paths that no longer exist.
+          await this.opts
+            .prepareSpare?.(at)
+            .catch((err: unknown) => this.opts.log.warn({ err: String(err) }, 'could not prepare the contents of a spare workshop disk'));
           this.ready.push(name);
         } catch (err) {
           this.opts.log.warn({ err: String(err) }, 'could not prepare a spare workshop disk (new workshops make theirs on demand)');

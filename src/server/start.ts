@@ -268,11 +268,14 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const masterKey = MasterKey.loadOrCreate(config.masterKeyFile ?? join(dataDir, 'master.key'));
 
     const nodeId = nodeIdOf(dataDir);
+    // The spare workshop disks get the simulators' spares (SimulatorManager, made below).
+    const spareDisks: { prepare?: (root: string) => Promise<void> } = {};
     const driver = new LocalDriver(dataDir, nodeId, isolation.rootless, isolation.cgroups, {
       quota: config.diskQuota,
       defaultBytes: config.defaultDiskBytes,
       spares: config.diskSpares,
       reserveBytes: config.diskReserveBytes,
+      prepareSpare: async (root) => spareDisks.prepare?.(root),
       log: logger,
     });
     cleanups.push(() => driver.closeDisks());
@@ -316,6 +319,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       ],
       log: logger,
     });
+    spareDisks.prepare = (root) => simulators.seedSpares(root);
     mkdirSync(join(dataDir, 'simulators'), { recursive: true, mode: 0o711 });
     chmodSync(join(dataDir, 'simulators'), 0o711);
     if (config.simulatorsWarm) {
