@@ -10,6 +10,7 @@ import {
   readFileSync,
   renameSync,
   rmSync,
+  statfsSync,
   statSync,
   writeFileSync,
 } from 'node:fs';
@@ -540,6 +541,9 @@ function waitForCopy(pool: SparePool): Promise<string> {
 // mount per instance on the host, to undo at every stop, reset and server restart, for ~100 ms
 // that a background copy already hides.
 
+/** About what a copy of the template takes (~35 MB), to leave a workshop near its quota alone. */
+const SPARE_BYTES = 40 << 20;
+
 /** The pool of the workshop holding `instanceDir`, or undefined when it shares the template's filesystem. */
 function workshopPool(instanceDir: string, template: Template): SparePool | undefined {
   const simulatorsDir = dirname(instanceDir);
@@ -568,6 +572,9 @@ function refillWorkshopSpare(pool: SparePool): Promise<void> {
       if (entry.startsWith('.copy-') && !pool.copying.size) rmSync(path, { recursive: true, force: true });
     }
     if (spares(pool).length > 0) return;
+    // A workshop close to its quota gets no spare: it would take the room its own writes need.
+    const fs = statfsSync(pool.dir);
+    if (fs.bavail * fs.bsize < 2 * SPARE_BYTES + 0.1 * fs.blocks * fs.bsize) return;
     const copy = await copyOnce(pool);
     if (spares(pool).length > 0) rmSync(copy, { recursive: true, force: true });
     else renameSync(copy, join(pool.dir, `spare-${copy.slice(-8)}`));
@@ -581,11 +588,11 @@ function refillWorkshopSpare(pool: SparePool): Promise<void> {
 
 /**
  * The instance's data from its workshop's pool: the spare renamed, or the copy in progress
- * waited for (it is ahead of a new one), or else a copy of its own. How long it waited.
+ * waited for (it is ahead of a new one), or else a copy of its own. Returns 0: the wait is not a
+ * burst of the shared pool (what `waitedForCopyMs` warns about); the start's prepareMs shows it.
  */
 async function fromWorkshopPool(pool: SparePool, data: string): Promise<number> {
   if (takeSpare(pool, data)) return 0;
-  const t0 = performance.now();
   if (pool.job) {
     for (const pid of pool.copying) {
       try {
@@ -595,10 +602,10 @@ async function fromWorkshopPool(pool: SparePool, data: string): Promise<number> 
       }
     }
     await pool.job;
-    if (takeSpare(pool, data)) return performance.now() - t0;
+    if (takeSpare(pool, data)) return 0;
   }
   await run('cp', ['-a', pool.template.data, data]);
-  return performance.now() - t0;
+  return 0;
 }
 
 /**
@@ -614,7 +621,10 @@ export async function seedPostgresSpare(opts: { simulatorsDir: string; cacheDir:
   if (!template) return;
   mkdirSync(opts.simulatorsDir, { recursive: true, mode: 0o711 });
   const pool = workshopPool(join(opts.simulatorsDir, 'postgres'), template);
-  if (pool) await refillWorkshopSpare(pool);
+  if (!pool) return;
+  await refillWorkshopSpare(pool);
+  // A spare disk moves onto a workshop under another path: its pool is looked up afresh there.
+  pools.delete(pool.dir);
 }
 
 /** Removes the postgres spares of a workshop that does not use postgres (its quota gets the room back). */

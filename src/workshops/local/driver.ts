@@ -27,7 +27,7 @@ import {
   type SandboxHandle,
   type SandboxLayout,
 } from '../../sandbox/index.js';
-import { AtelierError, formatSize, type WorkshopDisk, type WorkshopLimits } from '../../core/index.js';
+import { AtelierError, formatSize, type WorkshopDisk } from '../../core/index.js';
 import type { EnterSpec, SandboxEntry, StartRequest, WorkshopDriver } from '../driver.js';
 
 /** Disk quotas (see sandbox/disk.ts): off in rootless mode, which cannot loop-mount. */
