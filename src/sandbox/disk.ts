@@ -32,11 +32,14 @@ export interface WorkshopDisksOptions {
   /** How many formatted, mounted spares to keep ready. */
   spares: number;
   /**
-   * Fills a new spare's filesystem (mounted at `root`) before it is offered, e.g. with copies a
+   * Fills a new spare's filesystem (mounted at `root`) in the background, e.g. with copies a
    * workshop's first steps would otherwise make (the simulators' spares). Its files count
-   * against the quota of the workshop that takes the spare. A failure leaves the spare empty.
+   * against the quota of the workshop that takes the spare. The spare is offered at once: a
+   * create that takes it meanwhile aborts `signal` and waits for the promise to settle before
+   * moving it (what is half-made stays, for the one who made it to clean up). A failure leaves
+   * the spare empty.
    */
-  prepareSpare?: (root: string) => Promise<void>;
+  prepareSpare?: (root: string, signal: AbortSignal) => Promise<void>;
   log: { warn(obj: object, msg?: string): void };
 }
 
@@ -96,6 +99,8 @@ async function unmount(at: string): Promise<void> {
 /** The images of one server's workshops and its spares. */
 export class WorkshopDisks {
   private readonly ready: string[] = [];
+  /** Spares being filled by prepareSpare: name → how to stop it and its end. */
+  private readonly preparing = new Map<string, { abort: AbortController; done: Promise<void> }>();
   private refilling: Promise<void> | null = null;
   private closed = false;
 
@@ -127,7 +132,27 @@ export class WorkshopDisks {
     this.refill();
   }
 
+  /** Starts filling a ready spare (prepareSpare), stopped by whoever takes or drops it. */
+  private prepare(name: string, at: string): void {
+    const fill = this.opts.prepareSpare;
+    if (!fill) return;
+    const abort = new AbortController();
+    const done = fill(at, abort.signal)
+      .catch((err: unknown) => this.opts.log.warn({ err: String(err) }, 'could not prepare the contents of a spare workshop disk'))
+      .finally(() => this.preparing.delete(name));
+    this.preparing.set(name, { abort, done });
+  }
+
+  /** Stops the filling of a spare, if it runs: its writers use paths that a move or unmount ends. */
+  private async stopPreparing(name: string): Promise<void> {
+    const p = this.preparing.get(name);
+    if (!p) return;
+    p.abort.abort();
+    await p.done;
+  }
+
   private async dropSpare(name: string): Promise<void> {
+    await this.stopPreparing(name);
     const at = join(this.opts.dir, name);
     await unmount(at).catch(() => undefined);
     rmSync(`${at}.img`, { force: true });
@@ -150,12 +175,8 @@ export class WorkshopDisks {
           mkdirSync(at, { mode: 0o700 });
           await makeImage(`${at}.img`, this.opts.defaultBytes);
           await mountImage(`${at}.img`, at);
-          // Before it is offered: a spare moved onto a workshop while being filled would have
-          // its files written through paths that no longer exist.
-          await this.opts
-            .prepareSpare?.(at)
-            .catch((err: unknown) => this.opts.log.warn({ err: String(err) }, 'could not prepare the contents of a spare workshop disk'));
           this.ready.push(name);
+          this.prepare(name, at);
         } catch (err) {
           this.opts.log.warn({ err: String(err) }, 'could not prepare a spare workshop disk (new workshops make theirs on demand)');
           await this.dropSpare(name);
@@ -180,6 +201,7 @@ export class WorkshopDisks {
     if (spare) {
       const at = join(this.opts.dir, spare);
       try {
+        await this.stopPreparing(spare);
         renameSync(`${at}.img`, image);
         await run('mount', ['--move', at, root]);
         rmdirSync(at);

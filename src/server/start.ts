@@ -269,13 +269,13 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
 
     const nodeId = nodeIdOf(dataDir);
     // The spare workshop disks get the simulators' spares (SimulatorManager, made below).
-    const spareDisks: { prepare?: (root: string) => Promise<void> } = {};
+    const spareDisks: { prepare?: (root: string, signal: AbortSignal) => Promise<void> } = {};
     const driver = new LocalDriver(dataDir, nodeId, isolation.rootless, isolation.cgroups, {
       quota: config.diskQuota,
       defaultBytes: config.defaultDiskBytes,
       spares: config.diskSpares,
       reserveBytes: config.diskReserveBytes,
-      prepareSpare: async (root) => spareDisks.prepare?.(root),
+      prepareSpare: async (root, signal) => spareDisks.prepare?.(root, signal),
       log: logger,
     });
     cleanups.push(() => driver.closeDisks());
@@ -319,7 +319,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       ],
       log: logger,
     });
-    spareDisks.prepare = (root) => simulators.seedSpares(root);
+    spareDisks.prepare = (root, signal) => simulators.seedSpares(root, signal);
     mkdirSync(join(dataDir, 'simulators'), { recursive: true, mode: 0o711 });
     chmodSync(join(dataDir, 'simulators'), 0o711);
     if (config.simulatorsWarm) {

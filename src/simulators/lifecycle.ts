@@ -304,7 +304,12 @@ export async function warmSimulators(opts: { cacheDir: string; runAs?: RunAs | u
  * start renames (a copy from the shared pool cannot be renamed across filesystems). Nothing where
  * the workshop shares the server's filesystem. Counts against the workshop's disk quota.
  */
-export async function seedSimulatorSpares(opts: { simulatorsDir: string; cacheDir: string }): Promise<void> {
+export async function seedSimulatorSpares(opts: {
+  simulatorsDir: string;
+  cacheDir: string;
+  /** Stops the copy at once (its half-made files are left for the next refill or drop to remove). */
+  signal?: AbortSignal | undefined;
+}): Promise<void> {
   await seedPostgresSpare(opts);
 }
 

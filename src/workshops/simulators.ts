@@ -205,8 +205,8 @@ export class SimulatorManager {
    * with the simulators' spares (one copy of the PostgreSQL template): the first postgres start
    * of the workshop that takes it renames that copy instead of copying ~35 MB.
    */
-  async seedSpares(root: string): Promise<void> {
-    await seedSimulatorSpares({ simulatorsDir: join(root, 'simulators'), cacheDir: this.cacheDir });
+  async seedSpares(root: string, signal?: AbortSignal): Promise<void> {
+    await seedSimulatorSpares({ simulatorsDir: join(root, 'simulators'), cacheDir: this.cacheDir, signal });
   }
 
   /** Where servers before this one kept a workshop's simulators (removed with the workshop). */

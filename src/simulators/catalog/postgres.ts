@@ -392,6 +392,8 @@ interface SparePool {
   waiters: Array<{ resolve: (copy: string) => void; reject: (err: Error) => void }>;
   /** The running refill loop, if any. */
   job: Promise<void> | undefined;
+  /** Its filesystem is being moved away (a spare disk taken): copies in progress are killed. */
+  abandoned?: boolean;
 }
 
 const pools = new Map<string, SparePool>();
@@ -434,20 +436,34 @@ function takeSpare(pool: SparePool, dest: string): boolean {
   return false;
 }
 
+function killQuietly(pid: number): void {
+  try {
+    process.kill(pid, 'SIGKILL');
+  } catch {
+    // ended meanwhile
+  }
+}
+
 /** One copy of the template into the pool directory, at the lowest CPU priority unless someone waits for it. */
 function copyOnce(pool: SparePool): Promise<string> {
   const copy = join(pool.dir, `.copy-${randomBytes(4).toString('hex')}`);
   const urgent = pool.waiters.length > 0;
   const argv = [...(urgent ? [] : ['/usr/bin/nice', '-n', '19']), '/usr/bin/cp', '-a', pool.template.data, copy];
   const failed = (err: Error): never => {
-    rmSync(copy, { recursive: true, force: true });
+    // An abandoned copy (its spare disk is being taken) is left for the workshop's next refill or
+    // drop to remove: the create waiting for the copy's end should not wait for a removal too.
+    if (!pool.abandoned) rmSync(copy, { recursive: true, force: true });
     throw err;
+  };
+  const track = (pid: number): void => {
+    pool.copying.add(pid);
+    if (pool.abandoned) killQuietly(pid);
   };
   // Through the spawner when it runs (a fork of the server would stop its event loop meanwhile).
   const viaHelper = spawnViaHelper({ argv, cwd: '/', env: SIMULATOR_ENV, detached: false, awaited: true });
   if (viaHelper) {
     return viaHelper.then(async ({ pid, exit }) => {
-      pool.copying.add(pid);
+      track(pid);
       const code = await exit.finally(() => pool.copying.delete(pid));
       return code === 0 ? copy : failed(new Error(`copying the PostgreSQL template failed (cp: ${code})`));
     });
@@ -458,7 +474,7 @@ function copyOnce(pool: SparePool): Promise<string> {
       if (err) reject(err);
       else resolve(copy);
     });
-    if (child.pid !== undefined) pool.copying.add(child.pid);
+    if (child.pid !== undefined) track(child.pid);
   }).catch(failed);
 }
 
@@ -571,7 +587,7 @@ function refillWorkshopSpare(pool: SparePool): Promise<void> {
       const path = join(pool.dir, entry);
       if (entry.startsWith('.copy-') && !pool.copying.size) rmSync(path, { recursive: true, force: true });
     }
-    if (spares(pool).length > 0) return;
+    if (spares(pool).length > 0 || pool.abandoned) return;
     // A workshop close to its quota gets no spare: it would take the room its own writes need.
     const fs = statfsSync(pool.dir);
     if (fs.bavail * fs.bsize < 2 * SPARE_BYTES + 0.1 * fs.blocks * fs.bsize) return;
@@ -613,7 +629,11 @@ async function fromWorkshopPool(pool: SparePool, data: string): Promise<number> 
  * `simulatorsDir` (`<workshop root>/simulators`). Nothing when that directory shares the
  * template's filesystem (the shared pool serves it) or the template is not made yet. Never rejects.
  */
-export async function seedPostgresSpare(opts: { simulatorsDir: string; cacheDir: string }): Promise<void> {
+export async function seedPostgresSpare(opts: {
+  simulatorsDir: string;
+  cacheDir: string;
+  signal?: AbortSignal | undefined;
+}): Promise<void> {
   const newest = (await installations().catch(() => []))[0];
   if (!newest) return;
   const dir = templateDir(opts.cacheDir, newest);
@@ -621,8 +641,14 @@ export async function seedPostgresSpare(opts: { simulatorsDir: string; cacheDir:
   if (!template) return;
   mkdirSync(opts.simulatorsDir, { recursive: true, mode: 0o711 });
   const pool = workshopPool(join(opts.simulatorsDir, 'postgres'), template);
-  if (!pool) return;
+  if (!pool || opts.signal?.aborted) return;
+  const stop = (): void => {
+    pool.abandoned = true;
+    for (const pid of pool.copying) killQuietly(pid);
+  };
+  opts.signal?.addEventListener('abort', stop, { once: true });
   await refillWorkshopSpare(pool);
+  opts.signal?.removeEventListener('abort', stop);
   // A spare disk moves onto a workshop under another path: its pool is looked up afresh there.
   pools.delete(pool.dir);
 }

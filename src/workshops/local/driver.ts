@@ -38,7 +38,7 @@ export interface DiskSettings {
   /** Room kept free on the data dir's filesystem for the server's own database. */
   reserveBytes: number;
   /** Fills a spare disk before a workshop takes it (WorkshopDisksOptions.prepareSpare). */
-  prepareSpare?: (root: string) => Promise<void>;
+  prepareSpare?: (root: string, signal: AbortSignal) => Promise<void>;
   log: { warn(obj: object, msg?: string): void };
 }
 
