@@ -31,6 +31,15 @@ export interface WorkshopDisksOptions {
   defaultBytes: number;
   /** How many formatted, mounted spares to keep ready. */
   spares: number;
+  /**
+   * Fills a new spare's filesystem (mounted at `root`) in the background, e.g. with copies a
+   * workshop's first steps would otherwise make (the simulators' spares). Its files count
+   * against the quota of the workshop that takes the spare. The spare is offered at once: a
+   * create that takes it meanwhile aborts `signal` and waits for the promise to settle before
+   * moving it (what is half-made stays, for the one who made it to clean up). A failure leaves
+   * the spare empty.
+   */
+  prepareSpare?: (root: string, signal: AbortSignal) => Promise<void>;
   log: { warn(obj: object, msg?: string): void };
 }
 
@@ -92,6 +101,8 @@ async function unmount(at: string): Promise<void> {
 /** The images of one server's workshops and its spares. */
 export class WorkshopDisks {
   private readonly ready: string[] = [];
+  /** Spares being filled by prepareSpare: name → how to stop it and its end. */
+  private readonly preparing = new Map<string, { abort: AbortController; done: Promise<void> }>();
   private refilling: Promise<void> | null = null;
   private closed = false;
 
@@ -123,7 +134,27 @@ export class WorkshopDisks {
     this.refill();
   }
 
+  /** Starts filling a ready spare (prepareSpare), stopped by whoever takes or drops it. */
+  private prepare(name: string, at: string): void {
+    const fill = this.opts.prepareSpare;
+    if (!fill) return;
+    const abort = new AbortController();
+    const done = fill(at, abort.signal)
+      .catch((err: unknown) => this.opts.log.warn({ err: String(err) }, 'could not prepare the contents of a spare workshop disk'))
+      .finally(() => this.preparing.delete(name));
+    this.preparing.set(name, { abort, done });
+  }
+
+  /** Stops the filling of a spare, if it runs: its writers use paths that a move or unmount ends. */
+  private async stopPreparing(name: string): Promise<void> {
+    const p = this.preparing.get(name);
+    if (!p) return;
+    p.abort.abort();
+    await p.done;
+  }
+
   private async dropSpare(name: string): Promise<void> {
+    await this.stopPreparing(name);
     const at = join(this.opts.dir, name);
     await unmount(at).catch(() => undefined);
     rmSync(`${at}.img`, { force: true });
@@ -147,6 +178,7 @@ export class WorkshopDisks {
           await makeImage(`${at}.img`, this.opts.defaultBytes);
           await mountImage(`${at}.img`, at);
           this.ready.push(name);
+          this.prepare(name, at);
         } catch (err) {
           this.opts.log.warn({ err: String(err) }, 'could not prepare a spare workshop disk (new workshops make theirs on demand)');
           await this.dropSpare(name);
@@ -171,6 +203,7 @@ export class WorkshopDisks {
     if (spare) {
       const at = join(this.opts.dir, spare);
       try {
+        await this.stopPreparing(spare);
         renameSync(`${at}.img`, image);
         await run('mount', ['--move', at, root]);
         rmdirSync(at);

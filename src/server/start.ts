@@ -269,11 +269,14 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const masterKey = MasterKey.loadOrCreate(config.masterKeyFile ?? join(dataDir, 'master.key'));
 
     const nodeId = nodeIdOf(dataDir);
+    // The spare workshop disks get the simulators' spares (SimulatorManager, made below).
+    const spareDisks: { prepare?: (root: string, signal: AbortSignal) => Promise<void> } = {};
     const driver = new LocalDriver(dataDir, nodeId, isolation.rootless, isolation.cgroups, {
       quota: config.diskQuota,
       defaultBytes: config.defaultDiskBytes,
       spares: config.diskSpares,
       reserveBytes: config.diskReserveBytes,
+      prepareSpare: async (root, signal) => spareDisks.prepare?.(root, signal),
       log: logger,
     });
     cleanups.push(() => driver.closeDisks());
@@ -317,6 +320,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       ],
       log: logger,
     });
+    spareDisks.prepare = (root, signal) => simulators.seedSpares(root, signal);
     mkdirSync(join(dataDir, 'simulators'), { recursive: true, mode: 0o711 });
     chmodSync(join(dataDir, 'simulators'), 0o711);
     if (config.simulatorsWarm) {

@@ -1,8 +1,10 @@
 export {
   isAlive,
   redactSimulatorEnv,
+  dropSimulatorSpares,
   removeSimulator,
   resetSimulator,
+  seedSimulatorSpares,
   simulatorLogs,
   simulatorPort,
   startSimulator,

@@ -4,7 +4,7 @@ import { isAbsolute, join } from 'node:path';
 import { AtelierError } from '../core/index.js';
 import { isFinal, SANDBOX_SOCKETS, type CatalogEntry, type SimulatorInstance } from './catalog/entry.js';
 import { localstack } from './catalog/localstack.js';
-import { postgres, warmPostgresTemplate } from './catalog/postgres.js';
+import { dropPostgresSpares, postgres, seedPostgresSpare, warmPostgresTemplate } from './catalog/postgres.js';
 import { redis } from './catalog/redis.js';
 import { wiremock } from './catalog/wiremock.js';
 import { processStartTime, readTail, sandboxProgram, spawnDetached, stopGroup, type Started } from './process.js';
@@ -296,4 +296,24 @@ export function simulatorLogs(handle: SimulatorHandle, opts: { tailBytes?: numbe
  */
 export async function warmSimulators(opts: { cacheDir: string; runAs?: RunAs | undefined }): Promise<void> {
   await warmPostgresTemplate(opts);
+}
+
+/**
+ * Prepares, in a workshop's own filesystem (`simulatorsDir` = `<workshop root>/simulators`),
+ * what makes its first simulator start fast: one spare copy of the PostgreSQL template, which a
+ * start renames (a copy from the shared pool cannot be renamed across filesystems). Nothing where
+ * the workshop shares the server's filesystem. Counts against the workshop's disk quota.
+ */
+export async function seedSimulatorSpares(opts: {
+  simulatorsDir: string;
+  cacheDir: string;
+  /** Stops the copy at once (its half-made files are left for the next refill or drop to remove). */
+  signal?: AbortSignal | undefined;
+}): Promise<void> {
+  await seedPostgresSpare(opts);
+}
+
+/** Removes what seedSimulatorSpares made, for a workshop that runs no PostgreSQL simulator. */
+export async function dropSimulatorSpares(simulatorsDir: string): Promise<void> {
+  await dropPostgresSpares(simulatorsDir);
 }

@@ -5,8 +5,10 @@ import { queryRows, type Pool } from '../db/index.js';
 import { INTERNAL_SUFFIX } from '../egress/index.js';
 import { childCgroups, procsFiles, simulatorSandboxArgv, type SandboxHandle, type SandboxLayout } from '../sandbox/index.js';
 import {
+  dropSimulatorSpares,
   isAlive,
   processTree,
+  seedSimulatorSpares,
   redactSimulatorEnv,
   removeSimulator,
   resetSimulator,
@@ -198,6 +200,15 @@ export class SimulatorManager {
     return join(layout.root, 'simulators');
   }
 
+  /**
+   * Fills a workshop filesystem not yet given to a workshop (a spare disk mounted at `root`)
+   * with the simulators' spares (one copy of the PostgreSQL template): the first postgres start
+   * of the workshop that takes it renames that copy instead of copying ~35 MB.
+   */
+  async seedSpares(root: string, signal?: AbortSignal): Promise<void> {
+    await seedSimulatorSpares({ simulatorsDir: join(root, 'simulators'), cacheDir: this.cacheDir, signal });
+  }
+
   /** Where servers before this one kept a workshop's simulators (removed with the workshop). */
   private legacyDir(id: string): string {
     return join(this.opts.dataDir, 'simulators', id);
@@ -366,6 +377,12 @@ export class SimulatorManager {
       names.add(spec.name);
     }
     checkCount(names.size, 'simulators');
+    // A workshop created without postgres gives the spare its disk came with back to its quota
+    // (a live request later copies the template once, then keeps a spare like any user of it).
+    if (!live && !specs.some((s) => s.spec?.type === 'postgres'))
+      void dropSimulatorSpares(this.workshopDir(ctx.layout)).catch((err: unknown) =>
+        this.opts.log.warn({ workshop: ctx.id, err: String(err) }, 'could not remove the spare simulator data of a workshop'),
+      );
     if (specs.length === 0) {
       await this.publish(ctx);
       return [];

@@ -58,18 +58,37 @@ export function assertSandboxed(h: SimulatorHandle): number {
 }
 
 /**
+ * Where `dir` (a host directory) is inside its filesystem: the device (major:minor) and the path
+ * from that filesystem's root, which is what mountinfo shows of a bind from it (a workshop with a
+ * disk quota is a filesystem of its own: its binds show `/simulators/…`, not the host path).
+ */
+function fsPath(dir: string): { device: string; path: string } {
+  let best: { device: string; path: string; mountPoint: string } | undefined;
+  for (const line of readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
+    const [, , device, root, mountPoint] = line.split(' ');
+    if (!device || !root || !mountPoint) continue;
+    if (dir !== mountPoint && !dir.startsWith(mountPoint === '/' ? '/' : `${mountPoint}/`)) continue;
+    if (best && best.mountPoint.length >= mountPoint.length) continue;
+    const rest = dir.slice(mountPoint === '/' ? 0 : mountPoint.length);
+    best = { device, mountPoint, path: root === '/' ? rest || '/' : `${root}${rest}` };
+  }
+  return best ? { device: best.device, path: best.path } : { device: '', path: dir };
+}
+
+/**
  * Live processes that have `dir` (a host directory) mounted: the members of the sandboxes it
  * was given to, whatever their command line says (a sandboxed program names only its inside paths).
  */
 export function processesMounting(dir: string): number[] {
+  const { device, path } = fsPath(dir);
   const out: number[] = [];
   for (const e of readdirSync('/proc')) {
     if (!/^\d+$/.test(e)) continue;
     try {
       if (/^State:\s+[ZX]/m.test(readFileSync(`/proc/${e}/status`, 'utf8'))) continue;
       for (const line of readFileSync(`/proc/${e}/mountinfo`, 'utf8').split('\n')) {
-        const root = line.split(' ')[3];
-        if (root === dir || root?.startsWith(`${dir}/`)) {
+        const [, , dev, root] = line.split(' ');
+        if (dev === device && (root === path || root?.startsWith(`${path}/`))) {
           out.push(Number(e));
           break;
         }

@@ -10,11 +10,13 @@ import {
   readFileSync,
   renameSync,
   rmSync,
+  statfsSync,
   statSync,
   writeFileSync,
 } from 'node:fs';
+import { rm } from 'node:fs/promises';
 import { setPriority } from 'node:os';
-import { join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import pg from 'pg';
 import { AtelierError } from '../../core/index.js';
 import { assertReachable, chownTree, run, SIMULATOR_ENV } from '../process.js';
@@ -390,11 +392,16 @@ interface SparePool {
   waiters: Array<{ resolve: (copy: string) => void; reject: (err: Error) => void }>;
   /** The running refill loop, if any. */
   job: Promise<void> | undefined;
+  /** Its filesystem is being moved away (a spare disk taken): copies in progress are killed. */
+  abandoned?: boolean;
 }
 
 const pools = new Map<string, SparePool>();
-/** Instance directory → the pool it took a spare from, refilled once the instance answered. */
-const afterStart = new Map<string, SparePool>();
+/**
+ * Instance directory → the refill of the pool it took a spare from, run once the instance
+ * answered (`urgent`: the pool it took from is empty, with starts perhaps waiting).
+ */
+const afterStart = new Map<string, { refill: () => void; urgent: () => boolean }>();
 
 function poolOf(template: Template): SparePool {
   const dir = `${template.dir}.spares`;
@@ -429,20 +436,34 @@ function takeSpare(pool: SparePool, dest: string): boolean {
   return false;
 }
 
+function killQuietly(pid: number): void {
+  try {
+    process.kill(pid, 'SIGKILL');
+  } catch {
+    // ended meanwhile
+  }
+}
+
 /** One copy of the template into the pool directory, at the lowest CPU priority unless someone waits for it. */
 function copyOnce(pool: SparePool): Promise<string> {
   const copy = join(pool.dir, `.copy-${randomBytes(4).toString('hex')}`);
   const urgent = pool.waiters.length > 0;
   const argv = [...(urgent ? [] : ['/usr/bin/nice', '-n', '19']), '/usr/bin/cp', '-a', pool.template.data, copy];
   const failed = (err: Error): never => {
-    rmSync(copy, { recursive: true, force: true });
+    // An abandoned copy (its spare disk is being taken) is left for the workshop's next refill or
+    // drop to remove: the create waiting for the copy's end should not wait for a removal too.
+    if (!pool.abandoned) rmSync(copy, { recursive: true, force: true });
     throw err;
+  };
+  const track = (pid: number): void => {
+    pool.copying.add(pid);
+    if (pool.abandoned) killQuietly(pid);
   };
   // Through the spawner when it runs (a fork of the server would stop its event loop meanwhile).
   const viaHelper = spawnViaHelper({ argv, cwd: '/', env: SIMULATOR_ENV, detached: false, awaited: true });
   if (viaHelper) {
     return viaHelper.then(async ({ pid, exit }) => {
-      pool.copying.add(pid);
+      track(pid);
       const code = await exit.finally(() => pool.copying.delete(pid));
       return code === 0 ? copy : failed(new Error(`copying the PostgreSQL template failed (cp: ${code})`));
     });
@@ -453,7 +474,7 @@ function copyOnce(pool: SparePool): Promise<string> {
       if (err) reject(err);
       else resolve(copy);
     });
-    if (child.pid !== undefined) pool.copying.add(child.pid);
+    if (child.pid !== undefined) track(child.pid);
   }).catch(failed);
 }
 
@@ -524,6 +545,125 @@ function waitForCopy(pool: SparePool): Promise<string> {
   return copy;
 }
 
+// Workshop pools: a workshop with a disk quota has a filesystem of its own (sandbox/disk.ts), so
+// a spare of the shared pool cannot be renamed into its simulators' directory (EXDEV) and a copy
+// on the path of the start costs 100 ms idle, 1–2 s busy. Such a workshop keeps at most ONE
+// spare of its own, in `<workshop root>/simulators/.spares/<template>/` (a simulator's name
+// never starts with a dot), on its filesystem: a start renames it. It is made when its disk is
+// prepared (the server's spare disks: before anyone waits) and again after each postgres start
+// in that workshop, so only workshops that use postgres keep one (one without postgres among its
+// simulators at create drops it). It is a file of the workshop: it counts against its quota
+// (~35 MB), and is gone with it. Why not an overlay on the shared template (no copy at all): a
+// mount per instance on the host, to undo at every stop, reset and server restart, for ~100 ms
+// that a background copy already hides.
+
+/** About what a copy of the template takes (~35 MB), to leave a workshop near its quota alone. */
+const SPARE_BYTES = 40 << 20;
+
+/** The pool of the workshop holding `instanceDir`, or undefined when it shares the template's filesystem. */
+function workshopPool(instanceDir: string, template: Template): SparePool | undefined {
+  const simulatorsDir = dirname(instanceDir);
+  try {
+    if (statSync(simulatorsDir).dev === statSync(template.dir).dev) return undefined;
+  } catch {
+    return undefined;
+  }
+  const dir = join(simulatorsDir, '.spares', basename(template.dir));
+  let pool = pools.get(dir);
+  if (!pool) {
+    pool = { dir, template, burstUntil: 0, copying: new Set(), waiters: [], job: undefined };
+    pools.set(dir, pool);
+  }
+  return pool;
+}
+
+/** Makes the workshop's one spare if it has none; one copy at a time per workshop; never rejects. */
+function refillWorkshopSpare(pool: SparePool): Promise<void> {
+  pool.job ??= (async () => {
+    // The simulators' directory is entered by their uids (0711), the spares only by the server.
+    mkdirSync(dirname(dirname(pool.dir)), { recursive: true, mode: 0o711 });
+    mkdirSync(pool.dir, { recursive: true, mode: 0o700 });
+    for (const entry of readdirSync(pool.dir)) {
+      const path = join(pool.dir, entry);
+      if (entry.startsWith('.copy-') && !pool.copying.size) rmSync(path, { recursive: true, force: true });
+    }
+    if (spares(pool).length > 0 || pool.abandoned) return;
+    // A workshop close to its quota gets no spare: it would take the room its own writes need.
+    const fs = statfsSync(pool.dir);
+    if (fs.bavail * fs.bsize < 2 * SPARE_BYTES + 0.1 * fs.blocks * fs.bsize) return;
+    const copy = await copyOnce(pool);
+    if (spares(pool).length > 0) rmSync(copy, { recursive: true, force: true });
+    else renameSync(copy, join(pool.dir, `spare-${copy.slice(-8)}`));
+  })()
+    .catch(() => undefined) // the workshop's disk is full: its next start copies
+    .finally(() => {
+      pool.job = undefined;
+    });
+  return pool.job;
+}
+
+/**
+ * The instance's data from its workshop's pool: the spare renamed, or the copy in progress
+ * waited for (it is ahead of a new one), or else a copy of its own. Returns 0: the wait is not a
+ * burst of the shared pool (what `waitedForCopyMs` warns about); the start's prepareMs shows it.
+ */
+async function fromWorkshopPool(pool: SparePool, data: string): Promise<number> {
+  if (takeSpare(pool, data)) return 0;
+  if (pool.job) {
+    for (const pid of pool.copying) {
+      try {
+        setPriority(pid, 0);
+      } catch {
+        // not root: the copy finishes at its pace
+      }
+    }
+    await pool.job;
+    if (takeSpare(pool, data)) return 0;
+  }
+  await run('cp', ['-a', pool.template.data, data]);
+  return 0;
+}
+
+/**
+ * Prepares the one spare copy of the newest PostgreSQL template on the workshop filesystem of
+ * `simulatorsDir` (`<workshop root>/simulators`). Nothing when that directory shares the
+ * template's filesystem (the shared pool serves it) or the template is not made yet. Never rejects.
+ */
+export async function seedPostgresSpare(opts: {
+  simulatorsDir: string;
+  cacheDir: string;
+  signal?: AbortSignal | undefined;
+}): Promise<void> {
+  const newest = (await installations().catch(() => []))[0];
+  if (!newest) return;
+  const dir = templateDir(opts.cacheDir, newest);
+  const template = await (templates.get(dir)?.catch(() => undefined) ?? readTemplate(dir));
+  if (!template) return;
+  mkdirSync(opts.simulatorsDir, { recursive: true, mode: 0o711 });
+  const pool = workshopPool(join(opts.simulatorsDir, 'postgres'), template);
+  if (!pool || opts.signal?.aborted) return;
+  const stop = (): void => {
+    pool.abandoned = true;
+    for (const pid of pool.copying) killQuietly(pid);
+  };
+  opts.signal?.addEventListener('abort', stop, { once: true });
+  await refillWorkshopSpare(pool);
+  opts.signal?.removeEventListener('abort', stop);
+  // A spare disk moves onto a workshop under another path: its pool is looked up afresh there.
+  pools.delete(pool.dir);
+}
+
+/** Removes the postgres spares of a workshop that does not use postgres (its quota gets the room back). */
+export async function dropPostgresSpares(simulatorsDir: string): Promise<void> {
+  const root = join(simulatorsDir, '.spares');
+  for (const [dir, pool] of pools) {
+    if (!dir.startsWith(`${root}/`)) continue;
+    await pool.job;
+    pools.delete(dir);
+  }
+  await rm(root, { recursive: true, force: true });
+}
+
 /**
  * Replaces the instance's data with a fresh copy of the template. Returns how long it waited
  * for a copy (0 when a spare was ready).
@@ -531,6 +671,37 @@ function waitForCopy(pool: SparePool): Promise<string> {
 async function copyTemplate(instance: SimulatorInstance, template: Template): Promise<number> {
   const data = dataDir(instance);
   rmSync(data, { recursive: true, force: true });
+  const local = workshopPool(instance.dir, template);
+  const waited = local ? await fromWorkshopPool(local, data) : await fromSharedPool(instance, template, data);
+  if (local)
+    refillAfterStart(
+      instance,
+      () => void refillWorkshopSpare(local),
+      () => false,
+    );
+  // The data directory only (see openInside): what is inside is reachable through it alone.
+  if (instance.runAs) chownSync(data, instance.runAs.uid, instance.runAs.gid);
+  chmodSync(data, 0o700);
+  writeFileSync(adminPasswordFile(instance), `${template.adminPassword}\n`, { mode: 0o600 });
+  return waited;
+}
+
+/**
+ * Refilled once this start has answered (setUp), or in a while if it never does: the refill's
+ * fork and its writes would otherwise compete with this very start.
+ */
+function refillAfterStart(instance: SimulatorInstance, refill: () => void, urgent: () => boolean): void {
+  const entry = { refill, urgent };
+  afterStart.set(instance.dir, entry);
+  setTimeout(() => {
+    if (afterStart.get(instance.dir) !== entry) return;
+    afterStart.delete(instance.dir);
+    refill();
+  }, REFILL_FALLBACK_MS).unref();
+}
+
+/** The instance's data from the shared pool beside the template; how long it waited for a copy. */
+async function fromSharedPool(instance: SimulatorInstance, template: Template, data: string): Promise<number> {
   const pool = poolOf(template);
   let waited = 0;
   let took = false;
@@ -541,23 +712,26 @@ async function copyTemplate(instance: SimulatorInstance, template: Template): Pr
     // The instance is on another file system than the cache: a copy of its own.
     await run('cp', ['-a', template.data, data]);
   }
-  if (took) {
-    // Refilled once this start has answered (setUp), or in a while if it never does: the
-    // refill's fork and its writes would otherwise compete with this very start.
-    afterStart.set(instance.dir, pool);
-    setTimeout(() => {
-      if (afterStart.get(instance.dir) === pool) afterStart.delete(instance.dir);
-      void refillSpares(template);
-    }, REFILL_FALLBACK_MS).unref();
-  } else if (!existsSync(data)) {
+  if (took)
+    refillAfterStart(
+      instance,
+      () => void refillSpares(template),
+      () => spares(pool).length === 0,
+    );
+  else if (!existsSync(data)) {
     const t0 = performance.now();
-    renameSync(await waitForCopy(pool), data);
+    const copy = await waitForCopy(pool);
+    try {
+      renameSync(copy, data);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EXDEV') throw err;
+      // The instance is on another file system than the pool (its workshop's own): the copy goes
+      // back to the pool as a spare and the instance gets a copy of its own.
+      renameSync(copy, join(pool.dir, `spare-${copy.slice(-8)}`));
+      await run('cp', ['-a', template.data, data]);
+    }
     waited = performance.now() - t0;
   }
-  // The data directory only (see openInside): what is inside is reachable through it alone.
-  if (instance.runAs) chownSync(data, instance.runAs.uid, instance.runAs.gid);
-  chmodSync(data, 0o700);
-  writeFileSync(adminPasswordFile(instance), `${template.adminPassword}\n`, { mode: 0o600 });
   return waited;
 }
 
@@ -668,13 +842,13 @@ async function setUp(client: pg.Client, handle: SimulatorHandle): Promise<void> 
     }
     await client.query(statements.join(';\n'));
     writeFileSync(adminPasswordFile(handle), `${admin}\n`, { mode: 0o600 });
-    const pool = afterStart.get(handle.dir);
-    if (pool) {
+    const after = afterStart.get(handle.dir);
+    if (after) {
       afterStart.delete(handle.dir);
       // The client's first query comes right after this answer: the refill (a fork of the server
       // and ~35 MB of writes) leaves it REFILL_DELAY_MS, unless the pool is empty now.
-      if (spares(pool).length === 0) void refillSpares(pool.template);
-      else setTimeout(() => void refillSpares(pool.template), REFILL_DELAY_MS).unref();
+      if (after.urgent()) after.refill();
+      else setTimeout(after.refill, REFILL_DELAY_MS).unref();
     }
     if (s.database === 'postgres') {
       // The spare database is not needed: dropped after the start has answered (a DROP DATABASE

@@ -38,6 +38,8 @@ export interface DiskSettings {
   spares: number;
   /** Room kept free on the data dir's filesystem for the server's own database. */
   reserveBytes: number;
+  /** Fills a spare disk before a workshop takes it (WorkshopDisksOptions.prepareSpare). */
+  prepareSpare?: (root: string, signal: AbortSignal) => Promise<void>;
   log: { warn(obj: object, msg?: string): void };
 }
 
@@ -77,7 +79,13 @@ export class LocalDriver implements WorkshopDriver {
         : 'not enforced: disk quotas are off (ATELIER_DISK_QUOTA=off)';
     this.disks =
       this.diskNote === null
-        ? new WorkshopDisks({ dir: join(dataDir, 'disks'), defaultBytes: disk.defaultBytes, spares: disk.spares, log: disk.log })
+        ? new WorkshopDisks({
+            dir: join(dataDir, 'disks'),
+            defaultBytes: disk.defaultBytes,
+            spares: disk.spares,
+            log: disk.log,
+            ...(disk.prepareSpare ? { prepareSpare: disk.prepareSpare } : {}),
+          })
         : null;
     this.disks?.init();
   }
