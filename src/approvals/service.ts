@@ -195,18 +195,33 @@ export class ApprovalService {
     const event = type === 'created' || type === 'decided' || type === 'expired';
     if (!event && !this.waiters.has(id)) return;
     // One read after the notification serves every waiter of this request and the event stream.
-    void this.rowById(id)
+    // A request's notifications are read one after the other, so its events keep their order
+    // (created before decided), and a `created` event shows the request as it was filed even when
+    // the read comes after its decision.
+    const read = (this.reads.get(id) ?? Promise.resolve())
+      .then(() => this.rowById(id))
       .then((row) => {
         for (const wake of this.waiters.get(id) ?? []) wake(row);
         if (!row || !event) return;
-        const approval = toApproval(row);
+        const current = toApproval(row);
+        const approval: ApprovalRequest =
+          type === 'created' && current.status !== 'PENDING'
+            ? { ...current, status: 'PENDING', decidedBy: null, decisionReason: null, decidedAt: null }
+            : current;
         this.events.emit('event', { event: { type, approval }, tenantId: row.tenant_id } satisfies Scoped);
-        if (approval.status === 'APPROVED' && approval.effect.appliedAt === null) void this.applyEffect(approval);
+        if (current.status === 'APPROVED' && current.effect.appliedAt === null) void this.applyEffect(current);
       })
       .catch(() => {
         for (const wake of this.waiters.get(id) ?? []) wake();
       });
+    this.reads.set(id, read);
+    void read.then(() => {
+      if (this.reads.get(id) === read) this.reads.delete(id);
+    });
   }
+
+  /** The read in progress of each request's last notification (see onNotify). */
+  private readonly reads = new Map<string, Promise<void>>();
 
   private subscribe(id: string, wake: (row?: Row) => void): () => void {
     let set = this.waiters.get(id);
