@@ -1,6 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { gateCommand, matchCommand } from './commandGate.js';
+import { execInputs, gateCommand, matchCommand } from './commandGate.js';
+import { PAYLOADS } from './types.js';
 
 const PATTERNS = ['git push*', 'rm -rf *'];
 const sh = (script: string): string[] => ['sh', '-c', script];
@@ -285,6 +286,23 @@ describe('command gate', () => {
       assert.doesNotThrow(() => gateCommand(PATTERNS, sh('<<'.repeat(50000))));
       assert.equal(matchCommand(PATTERNS, ['sh'], { stdin: 'cat <<-EOF\n\tgit push\n\tEOF\ngit push\n' }), 'git push*');
       free(sh('cat <<EOF\ngit push\nEOF'));
+    });
+
+    it('8: an approval records digests of the exec stdin and env, so it cannot be reused with another', () => {
+      const b64 = (t: string): string => Buffer.from(t).toString('base64');
+      const a = execInputs(b64('git push\n'), { A: '1' });
+      assert.notEqual(a.stdinSha256, execInputs(b64('rm -rf /\n'), { A: '1' }).stdinSha256);
+      assert.notEqual(a.envSha256, execInputs(b64('git push\n'), { A: '2' }).envSha256);
+      assert.notEqual(a.envSha256, execInputs(b64('git push\n'), { A: '1', B: '1' }).envSha256);
+      assert.equal(a.envSha256, execInputs(b64('x'), { A: '1' }).envSha256);
+      assert.deepEqual(execInputs(undefined, undefined), { stdinSha256: null, envSha256: null, payload: {} });
+      assert.deepEqual(execInputs(undefined, {}).envSha256, null);
+      assert.equal(a.payload.stdinPreview, 'git push\n');
+      assert.deepEqual(Object.keys(a.payload.env as object), ['A']);
+      assert.ok(!JSON.stringify(a.payload).includes('"1"'), 'env values are not recorded');
+      // The payload passes the category's schema (a NUL in stdin is not shown as one).
+      const p = { command: ['sh'], justification: 'x', ...execInputs(b64('a\0b'), { A: '1' }).payload };
+      assert.equal(PAYLOADS.SHELL_COMMAND.safeParse(p).success, true);
     });
 
     it('ordinary commands stay ungated; programs in other languages run from a file (node app.js, python3 script.py) are not read, and not gated', () => {

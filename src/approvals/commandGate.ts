@@ -1,3 +1,5 @@
+import { createHash } from 'node:crypto';
+
 /**
  * Command gating (atelier.yaml `approvals.commands`) on what runs, not on how it is spelled.
  *
@@ -998,4 +1000,33 @@ export function matchCommand(
   opts: { stdin?: string; env?: Record<string, string> } = {},
 ): string | undefined {
   return gateCommand(patterns, command, opts)?.pattern;
+}
+
+// --- What an approval is for ---------------------------------------------------------------
+
+const sha256 = (data: Buffer | string): string => createHash('sha256').update(data).digest('hex');
+
+/**
+ * An exec's stdin and env as an approval records them: digests (`stdinSha256`; `env`: each
+ * variable's name with a digest of its value; `envSha256`: one digest of them all), and the first
+ * characters of stdin for the human. Null digests: no stdin, no env.
+ */
+export function execInputs(
+  stdinBase64: string | undefined,
+  env: Record<string, string> | undefined,
+): { stdinSha256: string | null; envSha256: string | null; payload: Record<string, unknown> } {
+  const stdin = stdinBase64 === undefined ? undefined : Buffer.from(stdinBase64, 'base64');
+  const stdinSha256 = stdin === undefined ? null : sha256(stdin);
+  const names = Object.keys(env ?? {}).sort();
+  const envDigests = Object.fromEntries(names.map((n) => [n, sha256(env![n]!)]));
+  const envSha256 = names.length === 0 ? null : sha256(JSON.stringify(names.map((n) => [n, envDigests[n]])));
+  const preview = stdin === undefined ? undefined : stdin.subarray(0, 200).toString('utf8').replace(/\0/g, '\uFFFD');
+  return {
+    stdinSha256,
+    envSha256,
+    payload: {
+      ...(stdin === undefined ? {} : { stdinSha256, stdinBytes: stdin.length, stdinPreview: preview }),
+      ...(envSha256 === null ? {} : { env: envDigests, envSha256 }),
+    },
+  };
 }
