@@ -278,6 +278,8 @@ describe('command gate', () => {
       free(['/usr/bin/git', 'status']);
       free(['/bin/ls']);
       free(['/usr/local/bin/node', 'app.js']);
+      free(['/usr/lib/git-core/git-status']);
+      assert.equal(gateCommand(PATTERNS, ['/usr/lib/git-core/git-push'])?.uncertain, undefined);
     });
 
     it('7: hostile nesting is capped (uncertain), never a stack overflow', () => {

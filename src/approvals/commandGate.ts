@@ -69,7 +69,7 @@ const RESERVED = new Set([
 const DANGEROUS_ENV =
   /^(BASH_ENV|ENV|BASH_FUNC_.*|SHELLOPTS|BASHOPTS|PS4|PROMPT_COMMAND|LD_.*|GIT_.*|PAGER|EDITOR|VISUAL|NODE_OPTIONS|PERL5OPT|PYTHONSTARTUP)$/;
 /** Directories of system programs: a path elsewhere is a program (or script) the gate cannot read. */
-const SYSTEM_DIRS = new Set(['/usr/bin', '/bin', '/usr/sbin', '/sbin', '/usr/local/bin']);
+const SYSTEM_DIRS = new Set(['/usr/bin', '/bin', '/usr/sbin', '/sbin', '/usr/local/bin', '/usr/lib/git-core', '/usr/libexec/git-core']);
 /** git `-c` keys that cannot make git run a program (compared in lower case; `*`: a prefix). */
 const GIT_SAFE_CONFIG = ['user.name', 'user.email', 'color.*', 'core.quotepath', 'advice.*', 'init.defaultbranch', 'safe.directory'];
 /** Interpreters whose inline program (`-e`/`-c` …) can run anything. */
