@@ -233,6 +233,9 @@ describe('command gate', () => {
       gated(['ls'], { env: { LD_PRELOAD: '/x.so' } }, ['rm -rf *']);
       free(['ls'], { env: { FOO: '1', HOME: '/home/me' } });
       free(sh('FOO=1 ls'));
+      gated(sh('export GIT_SSH_COMMAND="sh -c x"; git fetch'));
+      gated(sh('declare -x LD_PRELOAD=/x.so; ls'));
+      free(sh('export FOO=1; ls'));
     });
 
     it('4: git -c KEY=VALUE outside aliases and a short safe list (and --config-env) is uncertain, for any pattern', () => {

@@ -524,6 +524,15 @@ function argvOf(argv: string[], depth: number, found: Found, dynamic: boolean[] 
       case 'coproc':
         drop(1);
         continue;
+      case 'export':
+      case 'declare':
+      case 'typeset':
+      case 'local':
+      case 'readonly':
+        // `export GIT_SSH_COMMAND=…` sets what later commands see.
+        for (const x of a.slice(1)) if (!x.startsWith('-')) dangerousEnv(x.split('=')[0]!, found);
+        found.commands.push(a);
+        return false;
       case 'script': {
         // script [opts] -c CMD [file]: CMD is run by a shell.
         for (let i = 1; i < a.length; i++) {
