@@ -1,5 +1,6 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, request, type Server } from 'node:http';
 import { join } from 'node:path';
@@ -419,6 +420,83 @@ describe('approvals', () => {
       for (const r of await Promise.all(calls)) assert.equal(r.status, 403, JSON.stringify(r.body));
       for (let i = 1; i <= 7; i++)
         assert.equal((await server.exec(id, ['test', '-d', `/workspace/v${i}`])).exitCode, 0, `v${i} is still there after the rejections`);
+      await as('owner', 'DELETE', `/v1/workshops/${id}`);
+    } finally {
+      rmSync(guarded, { recursive: true, force: true });
+    }
+  });
+
+  it('an approval for one stdin and env is not used by an exec with another', async () => {
+    const guarded = makeRepo({ 'atelier.yaml': 'approvals:\n  commands: ["rm -rf *"]\n' });
+    try {
+      const w = await as<{ id: string; status: string; statusReason: string }>('owner', 'POST', '/v1/workshops', {
+        repo: guarded,
+        name: 'inputs',
+      });
+      assert.equal(w.body.status, 'Running', w.body.statusReason);
+      const id = w.body.id;
+      const agentToken = (await as<{ token: string }>('owner', 'POST', '/v1/tokens', { workshopId: id, expiresInSeconds: 600 })).body.token;
+      const agent = { authorization: `Bearer ${agentToken}` };
+      const b64 = (t: string): string => Buffer.from(t).toString('base64');
+      const approvedStdin = 'rm -rf /workspace/a1\n';
+      const filed = await server.api<Approval>(
+        'POST',
+        `/v1/workshops/${id}/approvals`,
+        {
+          category: 'SHELL_COMMAND',
+          payload: { command: ['sh'], justification: 'clean a1', stdinSha256: createHash('sha256').update(approvedStdin).digest('hex') },
+        },
+        agent,
+      );
+      assert.equal(filed.status, 201, JSON.stringify(filed.body));
+      assert.equal((await cliAs('owner', ['approve', filed.body.id, '--reason', 'ok'])).code, 0);
+      for (const d of ['a1', 'a2']) assert.equal((await server.exec(id, ['mkdir', `/workspace/${d}`])).exitCode, 0);
+      // Another stdin: the approval is not used; a new request waits (rejected here).
+      const other = server.api<{ code: string }>(
+        'POST',
+        `/v1/workshops/${id}/exec`,
+        { command: ['sh'], stdin: b64('rm -rf /workspace/a2\n') },
+        agent,
+      );
+      let pending: Approval | undefined;
+      const until = Date.now() + 30_000;
+      while (!pending && Date.now() < until) {
+        const l = await as<{ items: Approval[] }>('owner', 'GET', `/v1/approvals?status=PENDING&category=SHELL_COMMAND&workshop=${id}`);
+        pending = l.body.items[0];
+        if (!pending) await new Promise((r) => setTimeout(r, 100));
+      }
+      assert.ok(pending, 'an exec with another stdin filed its own request');
+      assert.equal(pending.payload.stdinPreview, 'rm -rf /workspace/a2\n');
+      assert.match(String(pending.payload.stdinSha256), /^[0-9a-f]{64}$/);
+      assert.equal((await cliAs('owner', ['approvals', 'reject', pending.id, '--reason', 'no'])).code, 0);
+      assert.equal((await other).status, 403);
+      assert.equal((await server.exec(id, ['test', '-d', '/workspace/a2'])).exitCode, 0);
+      // The approved stdin, with an env added: not the approved exec either.
+      const withEnv = server.api(
+        'POST',
+        `/v1/workshops/${id}/exec`,
+        { command: ['sh'], stdin: b64(approvedStdin), env: { FOO: '1' } },
+        agent,
+      );
+      let second: Approval | undefined;
+      while (!second && Date.now() < until + 30_000) {
+        const l = await as<{ items: Approval[] }>('owner', 'GET', `/v1/approvals?status=PENDING&category=SHELL_COMMAND&workshop=${id}`);
+        second = l.body.items[0];
+        if (!second) await new Promise((r) => setTimeout(r, 100));
+      }
+      assert.ok(second, 'an exec with an env filed its own request');
+      assert.deepEqual(Object.keys(second.payload.env as object), ['FOO']);
+      assert.equal((await cliAs('owner', ['approvals', 'reject', second.id, '--reason', 'no'])).code, 0);
+      assert.equal((await withEnv).status, 403);
+      // The approved stdin and no env: runs at once, using the approval.
+      const ok = await server.api<{ exitCode: number }>(
+        'POST',
+        `/v1/workshops/${id}/exec`,
+        { command: ['sh'], stdin: b64(approvedStdin) },
+        agent,
+      );
+      assert.equal(ok.status, 200, JSON.stringify(ok.body));
+      assert.equal((await server.exec(id, ['test', '-d', '/workspace/a1'])).exitCode, 1);
       await as('owner', 'DELETE', `/v1/workshops/${id}`);
     } finally {
       rmSync(guarded, { recursive: true, force: true });

@@ -1,6 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { gateCommand, matchCommand } from './commandGate.js';
+import { execInputs, gateCommand, matchCommand } from './commandGate.js';
+import { PAYLOADS } from './types.js';
 
 const PATTERNS = ['git push*', 'rm -rf *'];
 const sh = (script: string): string[] => ['sh', '-c', script];
@@ -200,5 +201,127 @@ describe('command gate', () => {
     assert.equal(matchCommand(['git push *'], ['git', 'pull']), undefined);
     assert.equal(matchCommand([], ['git', 'push']), undefined);
     assert.equal(matchCommand(PATTERNS, []), undefined);
+  });
+  describe('security review', () => {
+    const gated = (c: string[], opts: { stdin?: string; env?: Record<string, string> } = {}, patterns = PATTERNS): void =>
+      assert.ok(gateCommand(patterns, c, opts), `${JSON.stringify(c)} ${JSON.stringify(opts)} was not gated`);
+    const free = (c: string[], opts: { stdin?: string; env?: Record<string, string> } = {}): void =>
+      assert.equal(gateCommand(PATTERNS, c, opts), undefined, `${JSON.stringify(c)} was gated`);
+
+    it('1: a case inside $(…) or backquotes is uncertain (its pattern ) would end the substitution)', () => {
+      assert.match(gateCommand(PATTERNS, sh('echo $(case a in a) git push -f;; esac)'))?.uncertain ?? '', /case inside a substitution/);
+      gated(sh('echo `case a in a) git push -f;; esac`'));
+      gated(sh('echo "$(case a in a) rm -rf /;; esac)"'), {}, ['rm -rf *']);
+      free(sh('case a in a) echo hi;; esac'));
+    });
+
+    it('2: coproc runs its command', () => {
+      assert.equal(matchCommand(PATTERNS, ['bash', '-c', 'coproc git push']), 'git push*');
+      assert.equal(matchCommand(PATTERNS, ['bash', '-c', 'coproc P { git push; }']), 'git push*');
+      assert.equal(matchCommand(PATTERNS, ['coproc', 'git', 'push']), 'git push*');
+    });
+
+    it('3: BASH_ENV, ENV, GIT_*, LD_PRELOAD, PROMPT_COMMAND as assignments or in the exec env are uncertain', () => {
+      gated(['sh', '-c', 'BASH_ENV=/workspace/x bash -c :']);
+      gated(sh('ENV=/workspace/x sh -i'));
+      gated(sh('GIT_SSH_COMMAND="sh -c x" git fetch'));
+      gated(['env', 'GIT_CONFIG_COUNT=1', 'git', 'fetch']);
+      gated(['env', 'LD_PRELOAD=/workspace/x.so', 'ls']);
+      gated(sh('PROMPT_COMMAND="git push" bash -i'));
+      gated(['bash', '-c', ':'], { env: { BASH_ENV: '/workspace/x' } });
+      gated(['git', 'status'], { env: { GIT_CONFIG_PARAMETERS: "'core.pager=sh'" } });
+      gated(['ls'], { env: { LD_PRELOAD: '/x.so' } }, ['rm -rf *']);
+      free(['ls'], { env: { FOO: '1', HOME: '/home/me' } });
+      free(sh('FOO=1 ls'));
+      gated(sh('export GIT_SSH_COMMAND="sh -c x"; git fetch'));
+      gated(sh('declare -x LD_PRELOAD=/x.so; ls'));
+      free(sh('export FOO=1; ls'));
+    });
+
+    it('4: git -c KEY=VALUE outside aliases and a short safe list (and --config-env) is uncertain, for any pattern', () => {
+      gated(['git', '-c', 'core.pager=sh -c "git push -f"', 'log']);
+      gated(['git', '-c', 'core.fsmonitor=/workspace/x', 'status']);
+      gated(['git', '-c', 'core.sshCommand=sh -c "rm -rf /"', 'fetch'], {}, ['rm -rf *']);
+      gated(['git', '-c', 'core.hooksPath=/workspace/h', 'commit', '-m', 'x']);
+      gated(['git', '--config-env=core.pager=X', 'log']);
+      gated(sh('git -c core.pager=\'sh -c "git push -f"\' log'));
+      free(['git', '-c', 'user.name=x', '-c', 'user.email=x@y', '-c', 'color.ui=never', 'log']);
+      free(['git', '-c', 'core.quotePath=false', '-c', 'advice.detachedHead=false', '-c', 'init.defaultBranch=main', 'status']);
+      free(['git', '-c', 'safe.directory=*', 'status']);
+    });
+
+    it('5: script -c, su -c, runuser -c and watch are read; inline programs and awk with system() are uncertain', () => {
+      assert.equal(matchCommand(PATTERNS, ['script', '-qc', 'git push', '/dev/null']), 'git push*');
+      assert.equal(matchCommand(PATTERNS, ['script', '-q', '-c', 'rm -rf /x']), 'rm -rf *');
+      assert.equal(matchCommand(PATTERNS, ['su', '-c', 'git push', 'me']), 'git push*');
+      assert.equal(matchCommand(PATTERNS, ['runuser', '-u', 'me', '--', 'git', 'push']), 'git push*');
+      assert.equal(matchCommand(PATTERNS, ['runuser', '-l', 'me', '-c', 'git push']), 'git push*');
+      assert.equal(matchCommand(PATTERNS, ['watch', '-n', '1', 'git', 'push']), 'git push*');
+      assert.equal(matchCommand(PATTERNS, ['watch', 'git push; ls']), 'git push*');
+      gated(['su', 'me']);
+      for (const c of [
+        ['awk', 'BEGIN { system("git push") }'],
+        ['awk', 'BEGIN { print | "sh" }'],
+        ['awk', '-f', 'prog.awk'],
+        ['perl', '-e', 'system "git push"'],
+        ['perl', '-ne', 'print'],
+        ['python3', '-c', 'import os'],
+        ['node', '-e', 'require("child_process")'],
+        ['ruby', '-e', 'system "x"'],
+      ])
+        gated(c, {}, ['rm -rf *']);
+      free(['awk', '{ print $1 }', 'file']);
+    });
+
+    it('6: an executable path outside the system directories is uncertain, like `sh x`', () => {
+      gated(['./x']);
+      gated(['/workspace/x.sh'], {}, ['rm -rf *']);
+      gated(sh('./git push'));
+      gated(['/usr/bin/../../workspace/x']);
+      free(['/usr/bin/git', 'status']);
+      free(['/bin/ls']);
+      free(['/usr/local/bin/node', 'app.js']);
+      free(['/usr/lib/git-core/git-status']);
+      assert.equal(gateCommand(PATTERNS, ['/usr/lib/git-core/git-push'])?.uncertain, undefined);
+    });
+
+    it('7: hostile nesting is capped (uncertain), never a stack overflow', () => {
+      assert.match(gateCommand(PATTERNS, sh('${'.repeat(20000)))?.uncertain ?? '', /too deeply/);
+      assert.doesNotThrow(() => gateCommand(PATTERNS, sh('<<-'.repeat(50000))));
+      assert.doesNotThrow(() => gateCommand(PATTERNS, sh('<<'.repeat(50000))));
+      assert.equal(matchCommand(PATTERNS, ['sh'], { stdin: 'cat <<-EOF\n\tgit push\n\tEOF\ngit push\n' }), 'git push*');
+      free(sh('cat <<EOF\ngit push\nEOF'));
+    });
+
+    it('8: an approval records digests of the exec stdin and env, so it cannot be reused with another', () => {
+      const b64 = (t: string): string => Buffer.from(t).toString('base64');
+      const a = execInputs(b64('git push\n'), { A: '1' });
+      assert.notEqual(a.stdinSha256, execInputs(b64('rm -rf /\n'), { A: '1' }).stdinSha256);
+      assert.notEqual(a.envSha256, execInputs(b64('git push\n'), { A: '2' }).envSha256);
+      assert.notEqual(a.envSha256, execInputs(b64('git push\n'), { A: '1', B: '1' }).envSha256);
+      assert.equal(a.envSha256, execInputs(b64('x'), { A: '1' }).envSha256);
+      assert.deepEqual(execInputs(undefined, undefined), { stdinSha256: null, envSha256: null, payload: {} });
+      assert.deepEqual(execInputs(undefined, {}).envSha256, null);
+      assert.equal(a.payload.stdinPreview, 'git push\n');
+      assert.deepEqual(Object.keys(a.payload.env as object), ['A']);
+      assert.ok(!JSON.stringify(a.payload).includes('"1"'), 'env values are not recorded');
+      // The payload passes the category's schema (a NUL in stdin is not shown as one).
+      const p = { command: ['sh'], justification: 'x', ...execInputs(b64('a\0b'), { A: '1' }).payload };
+      assert.equal(PAYLOADS.SHELL_COMMAND.safeParse(p).success, true);
+    });
+
+    it('ordinary commands stay ungated; programs in other languages run from a file (node app.js, python3 script.py) are not read, and not gated', () => {
+      for (const c of [
+        ['git', 'status'],
+        ['git', 'log'],
+        ['rm', 'file'],
+        ['npm', 'test'],
+        ['node', 'app.js'],
+        ['python3', 'script.py'],
+        ['python3', '-m', 'pytest'],
+        sh('npm test && git log --oneline'),
+      ])
+        free(c);
+    });
   });
 });

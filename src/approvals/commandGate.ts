@@ -1,3 +1,5 @@
+import { createHash } from 'node:crypto';
+
 /**
  * Command gating (atelier.yaml `approvals.commands`) on what runs, not on how it is spelled.
  *
@@ -61,7 +63,28 @@ const RESERVED = new Set([
   'esac',
   'function',
   'select',
+  'coproc',
 ]);
+/** Variables that make a shell, git or the dynamic loader run code of their choosing. */
+const DANGEROUS_ENV =
+  /^(BASH_ENV|ENV|BASH_FUNC_.*|SHELLOPTS|BASHOPTS|PS4|PROMPT_COMMAND|LD_.*|GIT_.*|PAGER|EDITOR|VISUAL|NODE_OPTIONS|PERL5OPT|PYTHONSTARTUP)$/;
+/** Directories of system programs: a path elsewhere is a program (or script) the gate cannot read. */
+const SYSTEM_DIRS = new Set(['/usr/bin', '/bin', '/usr/sbin', '/sbin', '/usr/local/bin', '/usr/lib/git-core', '/usr/libexec/git-core']);
+/** git `-c` keys that cannot make git run a program (compared in lower case; `*`: a prefix). */
+const GIT_SAFE_CONFIG = ['user.name', 'user.email', 'color.*', 'core.quotepath', 'advice.*', 'init.defaultbranch', 'safe.directory'];
+/** Interpreters whose inline program (`-e`/`-c` …) can run anything. */
+const INLINE_PROGRAM: Record<string, string[]> = {
+  perl: ['-e', '-E'],
+  python: ['-c'],
+  node: ['-e', '--eval', '-p', '--print'],
+  nodejs: ['-e', '--eval', '-p', '--print'],
+  ruby: ['-e'],
+  php: ['-r'],
+  lua: ['-e'],
+  bun: ['-e', '--eval', '-p', '--print'],
+  deno: ['eval'],
+};
+const AWKS = new Set(['awk', 'gawk', 'mawk', 'nawk', 'busybox-awk']);
 /** Git's own commands (porcelain and the usual plumbing): any other subcommand is an alias or an extension. */
 const GIT_COMMANDS = new Set(
   (
@@ -98,8 +121,19 @@ class Lexer {
   private heredocs: { delimiter: string; strip: boolean }[] = [];
   /** Scripts found in `$(…)`, backquotes and `<(…)`/`>(…)` (their commands run too). */
   readonly substitutions: string[] = [];
+  /** What the lexer could not read (too deep, a `case` inside a substitution). */
+  readonly doubts: string[] = [];
 
-  constructor(private readonly s: string) {}
+  constructor(
+    private readonly s: string,
+    private readonly depth = 0,
+  ) {}
+
+  /** A substitution's script: a `case` in it may end it early at a pattern's `)`, so it is not trusted. */
+  private substitution(inner: string): void {
+    if (/(^|[\s;&|(`])case[\s]/.test(inner)) this.doubts.push('a case inside a substitution');
+    this.substitutions.push(inner);
+  }
 
   tokens(): Token[] {
     const out: Token[] = [];
@@ -140,7 +174,7 @@ class Lexer {
     }
     if ((c === '<' || c === '>') && s[this.i + 1] === '(') {
       this.i += 2;
-      this.substitutions.push(this.until(')'));
+      this.substitution(this.until(')'));
       return { kind: 'word', word: { text: '/dev/fd/63', dynamic: true } };
     }
     if (';&|()<>'.includes(c)) {
@@ -191,14 +225,19 @@ class Lexer {
       if (s[this.i] === ')') this.i++;
     } else if (s[this.i] === '(') {
       this.i++;
-      this.substitutions.push(this.until(')'));
+      this.substitution(this.until(')'));
     } else if (s[this.i] === '{') {
       this.i++;
       const inner = this.until('}');
       // ${x:-$(cmd)} and friends run code too.
-      const sub = new Lexer(inner);
+      if (this.depth >= MAX_DEPTH) {
+        this.doubts.push('expansions nested too deeply to read');
+        return;
+      }
+      const sub = new Lexer(inner, this.depth + 1);
       sub.tokens();
       this.substitutions.push(...sub.substitutions);
+      this.doubts.push(...sub.doubts);
     } else if (s[this.i] === "'") {
       // $'…' (ANSI-C quoting): read as a single-quoted string with escapes; dynamic enough.
       this.i++;
@@ -224,7 +263,7 @@ class Lexer {
       } else inner += s[this.i++];
     }
     this.i++;
-    this.substitutions.push(inner);
+    this.substitution(inner);
   }
 
   private word(): Word {
@@ -280,11 +319,12 @@ class Lexer {
     return { text, dynamic };
   }
 
+  /** The delimiter word after `<<`/`<<-` (read here, not through next(), which would recurse on `<<-<<-…`). */
   private announceHeredoc(strip: boolean): void {
-    const save = this.i;
-    const t = this.next();
-    if (t?.kind === 'word') this.heredocs.push({ delimiter: t.word.text, strip });
-    else this.i = save;
+    while (this.i < this.s.length && (this.s[this.i] === ' ' || this.s[this.i] === '\t')) this.i++;
+    const c = this.s[this.i];
+    if (c === undefined || ' \t\n;&|()<>'.includes(c)) return;
+    this.heredocs.push({ delimiter: this.word().text, strip });
   }
 
   private readHeredocs(): void {
@@ -309,8 +349,9 @@ function readScript(script: string, depth: number, found: Found): void {
     found.uncertain.push({ reason: 'commands nested too deeply to read' });
     return;
   }
-  const lexer = new Lexer(script);
+  const lexer = new Lexer(script, depth);
   const tokens = lexer.tokens();
+  for (const reason of lexer.doubts) found.uncertain.push({ reason });
   let current: Word[] = [];
   const flush = (): void => {
     if (current.length > 0) commandOf(current, depth, found);
@@ -353,6 +394,11 @@ function readScript(script: string, depth: number, found: Found): void {
       // Reserved words in command position introduce the command that follows.
       if (RESERVED.has(w.text)) {
         if (w.text === 'function' && tokens[k + 1]?.kind === 'word') k++;
+        // `coproc NAME { …; }` / `coproc NAME ( … )`: NAME is not a command.
+        if (w.text === 'coproc' && tokens[k + 1]?.kind === 'word') {
+          const after = tokens[k + 2];
+          if ((after?.kind === 'word' && after.word.text === '{') || (after?.kind === 'op' && after.op === '(')) k++;
+        }
         continue;
       }
       if (w.text === 'case') {
@@ -394,6 +440,11 @@ function base(program: string): string {
   return b === '' ? program : b;
 }
 
+/** A variable that makes the program run code of its choosing: the gate cannot tell what runs. */
+function dangerousEnv(name: string, found: Found): void {
+  if (DANGEROUS_ENV.test(name)) found.uncertain.push({ reason: `${name} is set, which can make the program run another command` });
+}
+
 /** Splits a string on blanks (for `env -S`, `xargs`-like strings): no shell rules. */
 function splitBlanks(s: string): string[] {
   return s.split(/\s+/).filter(Boolean);
@@ -421,7 +472,10 @@ function skipOptions(argv: string[], from: number, withValue: Set<string>): numb
 function commandOf(words: Word[], depth: number, found: Found): boolean {
   // Leading assignments (FOO=bar cmd) are not the program.
   let i = 0;
-  while (i < words.length && /^[A-Za-z_][A-Za-z0-9_]*\+?=/.test(words[i]!.text) && !words[i]!.text.startsWith('=')) i++;
+  while (i < words.length && /^[A-Za-z_][A-Za-z0-9_]*\+?=/.test(words[i]!.text) && !words[i]!.text.startsWith('=')) {
+    dangerousEnv(words[i]!.text.slice(0, words[i]!.text.search(/\+?=/)), found);
+    i++;
+  }
   const rest = words.slice(i);
   if (rest.length === 0) return false;
   if (rest[0]!.dynamic) {
@@ -451,13 +505,80 @@ function argvOf(argv: string[], depth: number, found: Found, dynamic: boolean[] 
     a = a.slice(n);
     dyn = dyn.slice(n);
   };
+  const readAsScript = (script: string): false => {
+    readScript(script, depth + 1, found);
+    return false;
+  };
   for (let guard = 0; guard < 64 && a.length > 0; guard++) {
     if (dyn[0]) {
       found.uncertain.push({ reason: `the program is an expansion (${a[0] || '$…'})` });
       return false;
     }
-    const prog = base(a[0]!);
+    const path = a[0]!;
+    if (path.includes('/') && !SYSTEM_DIRS.has(path.slice(0, path.lastIndexOf('/')))) {
+      found.uncertain.push({ reason: `${path} is a program outside the system's directories, which the gate cannot read` });
+      return false;
+    }
+    const prog = base(path);
     switch (prog) {
+      case 'coproc':
+        drop(1);
+        continue;
+      case 'export':
+      case 'declare':
+      case 'typeset':
+      case 'local':
+      case 'readonly':
+        // `export GIT_SSH_COMMAND=…` sets what later commands see.
+        for (const x of a.slice(1)) if (!x.startsWith('-')) dangerousEnv(x.split('=')[0]!, found);
+        found.commands.push(a);
+        return false;
+      case 'script': {
+        // script [opts] -c CMD [file]: CMD is run by a shell.
+        for (let i = 1; i < a.length; i++) {
+          const x = a[i]!;
+          if (x === '-c' || x === '--command') return readAsScript(a[i + 1] ?? '');
+          if (x.startsWith('--command=')) return readAsScript(x.slice(10));
+          if (/^-[A-Za-z]*c$/.test(x)) return readAsScript(a[i + 1] ?? '');
+          if (/^-[A-Za-z]*c./.test(x)) return readAsScript(x.slice(x.indexOf('c') + 1));
+        }
+        found.commands.push(a);
+        return false;
+      }
+      case 'su':
+      case 'runuser': {
+        // su/runuser [opts] [-c CMD] [user]: CMD is run by the user's shell; no -c: a login shell (or runuser -u USER CMD…).
+        for (let i = 1; i < a.length; i++) {
+          const x = a[i]!;
+          if (x === '-c' || x === '--command' || x === '-C' || x === '--session-command') return readAsScript(a[i + 1] ?? '');
+          if (x.startsWith('--command=') || x.startsWith('--session-command=')) return readAsScript(x.slice(x.indexOf('=') + 1));
+          if ((x === '-u' || x === '--user') && prog === 'runuser') {
+            const j = a[i + 2] === '--' ? i + 3 : i + 2;
+            if (j < a.length) return argvOf(a.slice(j), depth + 1, found, dyn.slice(j));
+          }
+        }
+        found.uncertain.push({ reason: `${prog} runs a shell the gate cannot read` });
+        return false;
+      }
+      case 'watch': {
+        // watch [opts] CMD…: the words are joined and run by sh -c (with -x/--exec: run as an argv).
+        let i = 1;
+        let execArgv = false;
+        while (i < a.length && a[i]!.startsWith('-')) {
+          const x = a[i]!;
+          if (x === '--') {
+            i++;
+            break;
+          }
+          if (x === '-x' || x === '--exec') execArgv = true;
+          if (['-n', '--interval', '-q', '--equexit'].includes(x)) i++;
+          i++;
+        }
+        if (i >= a.length) return false;
+        if (execArgv) return argvOf(a.slice(i), depth + 1, found, dyn.slice(i));
+        readScript(a.slice(i).join(' '), depth + 1, found);
+        return false;
+      }
       case 'env': {
         let i = 1;
         while (i < a.length) {
@@ -475,7 +596,10 @@ function argvOf(argv: string[], depth: number, found: Found, dynamic: boolean[] 
           else if (x.startsWith('-')) i++;
           else break;
         }
-        while (i < a.length && /^[A-Za-z_][A-Za-z0-9_]*=/.test(a[i]!)) i++;
+        while (i < a.length && /^[A-Za-z_][A-Za-z0-9_]*=/.test(a[i]!)) {
+          dangerousEnv(a[i]!.slice(0, a[i]!.indexOf('=')), found);
+          i++;
+        }
         if (i >= a.length) return false;
         drop(i);
         continue;
@@ -618,6 +742,35 @@ function argvOf(argv: string[], depth: number, found: Found, dynamic: boolean[] 
         break;
     }
     if (SHELLS.has(prog)) return shellOf(a, depth, found, stdin);
+    const interp = /^(python|perl|ruby|node|nodejs|php|lua|bun|deno)[\d.]*$/.exec(prog)?.[1];
+    if (interp !== undefined) {
+      const flags = INLINE_PROGRAM[interp]!;
+      const inline = (x: string): boolean =>
+        flags.includes(x) ||
+        (/^-[A-Za-z]+/.test(x) &&
+          flags.some(
+            (f) =>
+              /^-[A-Za-z]$/.test(f) &&
+              x
+                .slice(1)
+                .replace(/[^A-Za-z].*$/, '')
+                .includes(f[1]!),
+          ));
+      if ((interp === 'deno' && a[1] === 'eval') || a.slice(1).some(inline))
+        found.uncertain.push({ reason: `${prog} runs an inline program, which can run any command` });
+    }
+    if (AWKS.has(prog)) {
+      let i = 1;
+      let file = false;
+      while (i < a.length && a[i]!.startsWith('-') && a[i] !== '--') {
+        if (a[i] === '-f' || a[i]!.startsWith('--file')) file = true;
+        i += ['-F', '-v', '-f', '--file', '--assign', '--field-separator'].includes(a[i]!) ? 2 : 1;
+      }
+      if (a[i] === '--') i++;
+      const program = a[i] ?? '';
+      if (file || /system|\||getline|@load|ENVIRON/.test(program) || dyn[i])
+        found.uncertain.push({ reason: `${prog}'s program can run a command` });
+    }
     found.commands.push(a);
     return false;
   }
@@ -687,7 +840,13 @@ function splitFlags(args: string[]): string[] {
  * global options removed (its `-c alias.*` aliases followed), flags split, rm's long flags
  * mapped. `uncertain` is set when git runs a subcommand that is not one of its own.
  */
-function normalise(argv: string[], forPattern = false): { words: string[]; uncertain?: string } {
+/** A `-c KEY=VALUE` whose key cannot make git run a program. */
+function gitSafeConfig(setting: string): boolean {
+  const key = setting.split('=')[0]!.toLowerCase();
+  return GIT_SAFE_CONFIG.some((k) => (k.endsWith('*') ? key.startsWith(k.slice(0, -1)) : key === k));
+}
+
+function normalise(argv: string[], forPattern = false): { words: string[]; uncertain?: string; anyProgram?: boolean } {
   let words = [base(argv[0]!), ...argv.slice(1)];
   const core = /^git-([a-z-]+)$/.exec(words[0]!);
   if (core && GIT_COMMANDS.has(core[1]!)) words = ['git', core[1]!, ...words.slice(1)];
@@ -708,16 +867,20 @@ function normalise(argv: string[], forPattern = false): { words: string[]; uncer
         else if (x.includes('=')) value = x.slice(x.indexOf('=') + 1);
         i += 1;
       }
-      if (name === '-c' && value) {
+      if (name === '-c' && value !== undefined) {
         const m = /^alias\.([^=]+)=(.*)$/is.exec(value);
         if (m) aliases.set(m[1]!.toLowerCase(), m[2]!);
+        else if (!forPattern && !gitSafeConfig(value))
+          return { words, uncertain: `git -c ${value.split('=')[0]} can make git run another command`, anyProgram: true };
       }
+      if (name === '--config-env' && !forPattern)
+        return { words, uncertain: `git --config-env sets configuration the gate cannot read`, anyProgram: true };
     }
     const sub = words[i];
     if (!forPattern && sub !== undefined) {
       const alias = aliases.get(sub.toLowerCase());
       if (alias !== undefined) {
-        if (alias.startsWith('!')) return { words, uncertain: `git alias ${sub} runs a shell command` };
+        if (alias.startsWith('!')) return { words, uncertain: `git alias ${sub} runs a shell command`, anyProgram: true };
         // The alias's words replace it (the global options before it are gone, so this ends).
         return normalise(['git', ...splitBlanks(alias), ...words.slice(i + 1)]);
       }
@@ -816,14 +979,19 @@ function matches(p: CompiledPattern, words: string[]): boolean {
  * file; an exec the gate cannot read is matched by the first pattern, with the reason.
  * `stdin`: the exec's standard input (a shell with no script runs it).
  */
-export function gateCommand(patterns: string[], command: string[], opts: { stdin?: string } = {}): CommandGateMatch | undefined {
+export function gateCommand(
+  patterns: string[],
+  command: string[],
+  opts: { stdin?: string; env?: Record<string, string> } = {},
+): CommandGateMatch | undefined {
   if (patterns.length === 0 || command.length === 0) return undefined;
   const found: Found = { commands: [], uncertain: [] };
+  for (const name of Object.keys(opts.env ?? {})) dangerousEnv(name, found);
   argvOf(command, 0, found, [], opts.stdin);
   const compiled = patterns.map(compile);
   for (const c of found.commands) {
     const n = normalise(c);
-    if (n.uncertain) found.uncertain.push({ reason: n.uncertain, program: n.words[0] });
+    if (n.uncertain) found.uncertain.push({ reason: n.uncertain, ...(n.anyProgram ? {} : { program: n.words[0] }) });
     const p = compiled.find((x) => matches(x, n.words));
     if (p) return { pattern: p.source, command: n.words.join(' ') };
   }
@@ -835,6 +1003,39 @@ export function gateCommand(patterns: string[], command: string[], opts: { stdin
 }
 
 /** The first pattern an exec matches (see gateCommand), or undefined when it may run at once. */
-export function matchCommand(patterns: string[], command: string[], opts: { stdin?: string } = {}): string | undefined {
+export function matchCommand(
+  patterns: string[],
+  command: string[],
+  opts: { stdin?: string; env?: Record<string, string> } = {},
+): string | undefined {
   return gateCommand(patterns, command, opts)?.pattern;
+}
+
+// --- What an approval is for ---------------------------------------------------------------
+
+const sha256 = (data: Buffer | string): string => createHash('sha256').update(data).digest('hex');
+
+/**
+ * An exec's stdin and env as an approval records them: digests (`stdinSha256`; `env`: each
+ * variable's name with a digest of its value; `envSha256`: one digest of them all), and the first
+ * characters of stdin for the human. Null digests: no stdin, no env.
+ */
+export function execInputs(
+  stdinBase64: string | undefined,
+  env: Record<string, string> | undefined,
+): { stdinSha256: string | null; envSha256: string | null; payload: Record<string, unknown> } {
+  const stdin = stdinBase64 === undefined ? undefined : Buffer.from(stdinBase64, 'base64');
+  const stdinSha256 = stdin === undefined ? null : sha256(stdin);
+  const names = Object.keys(env ?? {}).sort();
+  const envDigests = Object.fromEntries(names.map((n) => [n, sha256(env![n]!)]));
+  const envSha256 = names.length === 0 ? null : sha256(JSON.stringify(names.map((n) => [n, envDigests[n]])));
+  const preview = stdin === undefined ? undefined : stdin.subarray(0, 200).toString('utf8').replace(/\0/g, '\uFFFD');
+  return {
+    stdinSha256,
+    envSha256,
+    payload: {
+      ...(stdin === undefined ? {} : { stdinSha256, stdinBytes: stdin.length, stdinPreview: preview }),
+      ...(envSha256 === null ? {} : { env: envDigests, envSha256 }),
+    },
+  };
 }

@@ -3,7 +3,7 @@ import type { Pool } from '../db/index.js';
 import { SlackNotifier, type SlackConfig } from './notifiers/slack.js';
 import { ApprovalService, type ApprovalServiceOptions } from './service.js';
 import { parseTtls, type ApprovalActor, type ApprovalRequest } from './types.js';
-import { gateCommand } from './commandGate.js';
+import { execInputs, gateCommand } from './commandGate.js';
 
 /**
  * What the categories' effects act on. The rooms that own these things (workshops, egress) sit
@@ -53,7 +53,7 @@ export type AllowlistAsk = (
 export type CommandGate = (
   workshopId: string,
   patterns: string[],
-  req: { command: string[]; cwd?: string | undefined; stdin?: string | undefined },
+  req: { command: string[]; cwd?: string | undefined; stdin?: string | undefined; env?: Record<string, string> | undefined },
   actor: ApprovalActor,
   opts: { onApproval?: (approvalId: string) => void; signal?: AbortSignal },
 ) => Promise<void>;
@@ -96,15 +96,24 @@ export function createApprovals(opts: ApprovalsOptions): Approvals {
   };
 
   const execGate: CommandGate = async (workshopId, patterns, req, actor, gateOpts) => {
-    const match = gateCommand(
-      patterns,
-      req.command,
-      req.stdin === undefined ? {} : { stdin: Buffer.from(req.stdin, 'base64').toString('utf8') },
-    );
+    const stdinText = req.stdin === undefined ? undefined : Buffer.from(req.stdin, 'base64').toString('utf8');
+    const match = gateCommand(patterns, req.command, {
+      ...(stdinText === undefined ? {} : { stdin: stdinText }),
+      ...(req.env === undefined ? {} : { env: req.env }),
+    });
     if (match === undefined) return;
     const pattern = match.pattern;
-    // Approved beforehand (`atelier approvals request --category SHELL_COMMAND`): used once.
-    const before = await service.findApprovedUnused(workshopId, 'SHELL_COMMAND', { command: req.command });
+    // What else the approval is for: the exact stdin and environment (digests, a short preview),
+    // so that an approval for one stdin or env cannot be used by an exec with another.
+    const inputs = execInputs(req.stdin, req.env);
+    // Approved beforehand (`atelier approvals request --category SHELL_COMMAND`): used once. A
+    // payload without stdinSha256/envSha256 is for an exec with no stdin and no env.
+    const before = await service.findApprovedUnused(
+      workshopId,
+      'SHELL_COMMAND',
+      { command: req.command },
+      (payload) => (payload.stdinSha256 ?? null) === inputs.stdinSha256 && (payload.envSha256 ?? null) === inputs.envSha256,
+    );
     if (before && (await service.consume(before.id))) return;
     const a = await service.create(
       workshopId,
@@ -113,6 +122,7 @@ export function createApprovals(opts: ApprovalsOptions): Approvals {
         payload: {
           command: req.command,
           ...(req.cwd !== undefined ? { cwd: req.cwd } : {}),
+          ...inputs.payload,
           pattern,
           justification: match.uncertain
             ? `an exec through the API runs what the gate cannot read (${match.uncertain}): approvals.commands in atelier.yaml may name it`

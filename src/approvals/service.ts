@@ -710,13 +710,16 @@ export class ApprovalService {
     workshopId: string,
     category: ApprovalCategory,
     match: Record<string, unknown>,
+    accept?: (payload: Record<string, unknown>) => boolean,
   ): Promise<ApprovalRequest | undefined> {
-    const [row] = await queryRows<Row>(
+    const rows = await queryRows<Row>(
       this.pool,
       `${SELECT} WHERE r.workshop_id = $1 AND r.category = $2 AND r.status = 'APPROVED' AND c.effect_applied_at IS NULL
-         AND r.payload @> $3::jsonb ORDER BY r.decided_at LIMIT 1`,
+         AND r.payload @> $3::jsonb ORDER BY r.decided_at${accept ? '' : ' LIMIT 1'}`,
       [workshopId, category, JSON.stringify(match)],
     );
+    // `accept`: a further test of the payload (one that containment cannot say: a key's absence).
+    const row = accept ? rows.find((r) => accept(toApproval(r).payload)) : rows[0];
     return row ? toApproval(row) : undefined;
   }
 

@@ -70,6 +70,19 @@ export const PAYLOADS = {
     cwd: z.string().max(4096).refine(noNul, 'may not contain NUL bytes').optional(),
     /** The atelier.yaml `approvals.commands` entry it matched (filled in by the server). */
     pattern: z.string().max(500).optional(),
+    /** The exec's stdin: its sha256 (hex), size and first characters; absent: no stdin. */
+    stdinSha256: z
+      .string()
+      .regex(/^[0-9a-f]{64}$/, 'payload.stdinSha256: a sha256 in hex')
+      .optional(),
+    stdinBytes: z.number().int().min(0).optional(),
+    stdinPreview: z.string().max(1000).refine(noNul, 'may not contain NUL bytes').optional(),
+    /** The exec's env: each variable's name with the sha256 of its value, and one sha256 of them all (see execInputs). */
+    env: z.record(z.string().max(256), z.string().regex(/^[0-9a-f]{64}$/)).optional(),
+    envSha256: z
+      .string()
+      .regex(/^[0-9a-f]{64}$/, 'payload.envSha256: a sha256 in hex')
+      .optional(),
     justification,
   }),
   PR_GATEWAY: z.strictObject({
