@@ -1,3 +1,4 @@
+import { assertSocket } from '../socketGuard.js';
 import {
   chmodSync,
   copyFileSync,
@@ -264,6 +265,11 @@ function javaHome(): { java: string; conf: string[] } {
 function admin(handle: SimulatorHandle, method: string, path: string): Promise<{ status: number; body: string }> {
   // Handles recorded before simulators were sandboxed listened on a host loopback port.
   const target = handle.tcp ? { host: '127.0.0.1', port: handle.tcp.port } : { socketPath: handle.socket };
+  try {
+    if (!handle.tcp) assertSocket(handle.socket);
+  } catch (err) {
+    return Promise.reject(err as Error);
+  }
   return new Promise((resolve, reject) => {
     const req = request({ ...target, method, path, timeout: 2000 }, (res) => {
       const chunks: Buffer[] = [];
