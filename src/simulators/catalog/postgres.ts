@@ -552,7 +552,15 @@ async function copyTemplate(instance: SimulatorInstance, template: Template): Pr
     }, REFILL_FALLBACK_MS).unref();
   } else if (!existsSync(data)) {
     const t0 = performance.now();
-    renameSync(await waitForCopy(pool), data);
+    const copy = await waitForCopy(pool);
+    try {
+      renameSync(copy, data);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EXDEV') throw err;
+      // The instance is on another file system than the cache (as takeSpare's fallback above).
+      rmSync(copy, { recursive: true, force: true });
+      await run('cp', ['-a', template.data, data]);
+    }
     waited = performance.now() - t0;
   }
   // The data directory only (see openInside): what is inside is reachable through it alone.
