@@ -1,8 +1,20 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import {
+  existsSync,
+  lstatSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { createServer, type Server } from 'node:net';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { TestServer, makeRepo } from './helpers/server.js';
 
@@ -247,7 +259,7 @@ describe('simulator escape battery (as the agent, from inside a workshop)', () =
 
   it("no other workshop's simulator is reachable: not by name, not through the proxy, not by its host path", async () => {
     const sims = (await server.api<{ items: Sim[] }>('GET', `/v1/workshops/${other}/simulators`)).body.items;
-    assert.equal(sims[0]?.status, 'Running');
+    assert.equal(sims[0]?.status, 'Running', sims[0]?.statusReason ?? '');
     const sock = join(server.dataDir, 'workshops', other, 'simulators', '.sock', 'victimdb', '.s.PGSQL.5432');
     assert.ok(existsSync(sock));
     const r = await sh(
@@ -267,6 +279,90 @@ describe('simulator escape battery (as the agent, from inside a workshop)', () =
     // The socket's directory is closed to every other host user.
     const mode = (await import('node:fs')).statSync(join(sock, '..')).mode & 0o777;
     assert.equal(mode, 0o700);
+    stayedInside();
+  });
+  it('postgres superuser: its socket swapped for a link to a host socket is never dialled by the server', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'atelier-escape-sock-'));
+    const path = join(dir, 'target.sock');
+    let unixHits = 0;
+    const target = createServer((s) => {
+      unixHits++;
+      s.destroy();
+    });
+    await new Promise<void>((r) => target.listen(path, r));
+    const sockDir = join(server.dataDir, 'workshops', ws, 'simulators', '.sock', 'postgres');
+    const sock = join(sockDir, '.s.PGSQL.5432');
+    try {
+      // From inside: the directory is no longer the simulator's once it is ready.
+      await sql('CREATE TABLE swap (line text)');
+      const swap = `(rm -f /sim/sock/.s.PGSQL.5432 && ln -s ${path} /sim/sock/.s.PGSQL.5432 && echo swapped) 2>&1 || echo refused`;
+      assert.ok((await sql(`COPY swap FROM PROGRAM '${swap}'`)).ok);
+      assert.match((await sql("SELECT string_agg(line, ' ') FROM swap")).out, /refused/);
+      assert.equal(statSync(sockDir).uid, 0, 'the socket directory is root-owned once the simulator is ready');
+      assert.ok(lstatSync(sock).isSocket());
+      assert.deepEqual(await sql('SELECT 1'), { ok: true, out: '1' });
+      // The same link put there behind its back (as a rootless simulator could): refused, not followed.
+      renameSync(sock, `${sock}.aside`);
+      symlinkSync(path, sock);
+      const r = await sql('SELECT 1');
+      assert.equal(r.ok, false, 'the workshop connected through the link');
+      rmSync(sock);
+      renameSync(`${sock}.aside`, sock);
+      assert.deepEqual(await sql('SELECT 1'), { ok: true, out: '1' });
+      assert.equal(unixHits, 0, "the server connected to the test's unix socket through the link");
+    } finally {
+      if (existsSync(`${sock}.aside`)) {
+        rmSync(sock, { force: true });
+        renameSync(`${sock}.aside`, sock);
+      }
+      target.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+    stayedInside();
+  });
+
+  it('wiremock stubs: a link to a host file or a FIFO, even swapped in during a reset, is never read', async () => {
+    const secretDir = mkdtempSync(join(tmpdir(), 'atelier-escape-secret-'));
+    const secret = join(secretDir, 'secret.txt');
+    const content = `host-secret-${randomBytes(8).toString('hex')}`;
+    writeFileSync(secret, content, { mode: 0o600 });
+    const reset = (): Promise<{ status: number }> => server.api('POST', `/v1/workshops/${ws}/simulators/mock/reset`);
+    const get = async (): Promise<string> => (await sh('curl -sS --max-time 5 http://mock.atelier.internal:8080/leak; echo')).stdout;
+    try {
+      const mapping = JSON.stringify({ request: { url: '/leak' }, response: { bodyFileName: 'leak.txt' } });
+      const cwd = '/workspace';
+      const w = await sh(
+        `cd ${cwd} && mkdir -p mocks/__files && echo '${mapping}' > mocks/mappings/leak.json && echo safe > mocks/__files/leak.txt`,
+      );
+      assert.equal(w.exitCode, 0, w.stderr);
+      // Plainly a link, then plainly a FIFO: refused, the server answering all along.
+      assert.equal((await sh(`cd ${cwd} && ln -sf ${secret} mocks/__files/leak.txt`)).exitCode, 0);
+      assert.notEqual((await reset()).status, 200);
+      assert.doesNotMatch(await get(), new RegExp(content));
+      assert.equal((await sh(`cd ${cwd} && rm -f mocks/__files/leak.txt && mkfifo mocks/__files/leak.txt`)).exitCode, 0);
+      const started = Date.now();
+      assert.notEqual((await reset()).status, 200);
+      assert.ok(Date.now() - started < 10_000, 'the reset blocked on a FIFO');
+      assert.equal((await fetch(`${server.url}/healthz`, { signal: AbortSignal.timeout(5000) })).status, 200);
+      // Swapped back and forth while resets run: whatever a reset took, it is never the host file.
+      const loop =
+        `cd ${cwd}/mocks/__files && end=$((SECONDS+8)); while [ $SECONDS -lt $end ]; do ` +
+        `echo safe > a.tmp && mv -f a.tmp leak.txt; ln -sf ${secret} l.tmp && mv -Tf l.tmp leak.txt; rm -f f.tmp; mkfifo f.tmp && mv -Tf f.tmp leak.txt; done; rm -f leak.txt; echo safe > leak.txt`;
+      const racing = sh(loop);
+      for (let i = 0; i < 12; i++) {
+        await reset();
+        assert.doesNotMatch(await get(), new RegExp(content), 'the host file was served');
+        assert.equal((await fetch(`${server.url}/healthz`, { signal: AbortSignal.timeout(5000) })).status, 200);
+      }
+      await racing;
+      assert.equal((await reset()).status, 200);
+      assert.match(await get(), /safe/);
+      const copy = join(server.dataDir, 'workshops', ws, 'simulators', 'mock', 'root', '__files', 'leak.txt');
+      assert.ok(lstatSync(copy).isFile());
+      assert.doesNotMatch(readFileSync(copy, 'utf8'), new RegExp(content));
+    } finally {
+      rmSync(secretDir, { recursive: true, force: true });
+    }
     stayedInside();
   });
 });

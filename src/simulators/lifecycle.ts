@@ -1,4 +1,4 @@
-import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, lstatSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
 import { isAbsolute, join } from 'node:path';
 import { AtelierError } from '../core/index.js';
@@ -7,6 +7,7 @@ import { localstack } from './catalog/localstack.js';
 import { dropPostgresSpares, postgres, seedPostgresSpare, warmPostgresTemplate } from './catalog/postgres.js';
 import { redis } from './catalog/redis.js';
 import { wiremock } from './catalog/wiremock.js';
+import { isSocket, lockSocketDirs } from './socketGuard.js';
 import { processStartTime, readTail, sandboxProgram, spawnDetached, stopGroup, type Started } from './process.js';
 import {
   SIMULATOR_TYPES,
@@ -86,7 +87,8 @@ function checkSpec(spec: SimulatorSpec): CatalogEntry {
 
 /** True when something accepts connections on the unix socket `path`. */
 function socketAnswers(path: string): Promise<boolean> {
-  if (!existsSync(path)) return Promise.resolve(false);
+  // Only a socket itself: never through a link the simulator left there (socketGuard.ts).
+  if (!isSocket(path)) return Promise.resolve(false);
   return new Promise((resolve) => {
     const s = connect(path);
     s.once('connect', () => {
@@ -120,9 +122,9 @@ async function assertNameFree(sockDir: string, name: string): Promise<void> {
  * simulator, not one socket file per simulator in `socketDir`: two postgres simulators of a
  * workshop would both want `.s.PGSQL.5432` (PostgreSQL names its socket after the port).
  *
- * Who can reach the sockets: the directory is 0700, owned by the simulator's uid (root mode:
- * the workshop's own; rootless: the server's), so no other host user and no other workshop's
- * uid can connect; the server's relay (root, or that same user) dials them on the workshop's
+ * Who can reach the sockets: the directory is 0700, owned by the simulator's uid while it starts
+ * (root mode: the workshop's own; rootless: the server's), then root's once it is ready (root
+ * mode, socketGuard.ts), so no other host user and no other workshop's uid can connect; the server's relay (root, or that same user) dials them on the workshop's
  * behalf. Other workshops' sandboxes do not have the host path at all.
  */
 async function prepareSocketDir(socketDir: string, sockDir: string, runAs: RunAs | undefined): Promise<void> {
@@ -217,6 +219,9 @@ async function launch(
       await entry.initialise(handle);
       mark('initialiseMs');
     }
+    // Ready: its socket directories are taken from it until it is started again (socketGuard.ts).
+    lockSocketDirs([join(instance.socketDir, instance.name), ...(entry.extraSocketDirs?.(instance) ?? [])], instance.runAs);
+    mark('lockMs');
     return handle;
   } catch (err) {
     if (started?.startTime !== undefined) await stopGroup(started.pid, started.startTime, 'SIGKILL', 0).catch(() => undefined);
@@ -255,6 +260,24 @@ export function isAlive(handle: SimulatorHandle): boolean {
 export async function stopSimulator(handle: SimulatorHandle, opts: { graceMs?: number } = {}): Promise<void> {
   const program = isAlive(handle) ? sandboxProgram(handle.pid) : undefined;
   await stopGroup(handle.pid, handle.startTime, CATALOG[handle.type].stopSignal, opts.graceMs ?? DEFAULT_STOP_GRACE_MS, program);
+  // A simulator whose socket directory was taken from it once ready (socketGuard.ts) could not
+  // remove its sockets and lock files as it stopped: the server does (never a directory, so
+  // nothing is walked; a link is removed, not followed).
+  const sockDir = join(handle.socketDir, handle.name);
+  let entries: string[] = [];
+  try {
+    entries = readdirSync(sockDir);
+  } catch {
+    return;
+  }
+  for (const entry of entries) {
+    const path = join(sockDir, entry);
+    try {
+      if (!lstatSync(path).isDirectory()) rmSync(path, { force: true });
+    } catch {
+      // Gone meanwhile.
+    }
+  }
 }
 
 /**

@@ -1,4 +1,5 @@
 import { connect } from 'node:net';
+import { assertSocket } from './socketGuard.js';
 
 /** A reply of the Redis protocol (RESP2), as far as readiness and reset need it. */
 export type RespReply = string | number | null | Error | RespReply[];
@@ -49,6 +50,11 @@ function parse(buf: Buffer, at: number): { value: RespReply; next: number } | un
  * RESP instead of a client library: readiness and reset need only PING and FLUSHALL.
  */
 export function respCommand(path: string, args: string[], timeoutMs = 2000): Promise<RespReply> {
+  try {
+    assertSocket(path);
+  } catch (err) {
+    return Promise.reject(err as Error);
+  }
   return new Promise((resolve, reject) => {
     const socket = connect(path);
     let buf = Buffer.alloc(0);

@@ -3,6 +3,7 @@ import net from 'node:net';
 import { join } from 'node:path';
 import { writeFileAtomic } from '../core/index.js';
 import { relaySpliced, spliceRelay } from '../relay/index.js';
+import { isSocket } from '../simulators/socketGuard.js';
 import { INTERNAL_SUFFIX, type EgressProxy, type InternalTarget } from '../egress/index.js';
 import { hostsFile, listenInSandboxMany, type SandboxHandle, type SandboxLayout } from '../sandbox/index.js';
 
@@ -170,7 +171,10 @@ export class InternalNetwork {
 
   private relay(n: WorkshopNet, l: Listening, a: net.Socket): void {
     const t = l.target;
-    if (!t) {
+    // A simulator's socket is dialled only if it is a socket itself: never through a link the
+    // simulator put in its place (the server is root in the host mount namespace; see
+    // simulators/socketGuard.ts, which also says why root mode is safe from a swap after this check).
+    if (!t || ('path' in t && !isSocket(t.path))) {
       a.destroy();
       return;
     }

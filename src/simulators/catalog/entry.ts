@@ -57,6 +57,11 @@ export interface CatalogEntry {
   resetInPlace?(handle: SimulatorHandle): Promise<void>;
   /** Puts fresh state in place while the instance is stopped (postgres: a new copy of the template). */
   refresh?(instance: SimulatorInstance): Promise<void>;
+  /**
+   * Host directories other than its socket directory where the simulator creates sockets the
+   * server dials (localstack's control socket): locked with it once it is ready (socketGuard.ts).
+   */
+  extraSocketDirs?(instance: SimulatorInstance): string[];
 }
 
 /** Marks an error of `readyAndInitialise` as not worth retrying (the server answered, and refused). */

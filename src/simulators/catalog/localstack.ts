@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { AtelierError } from '../../core/index.js';
 import { chownTree } from '../process.js';
 import { AWS_SERVICES, type AwsService, type SimulatorHandle, type SimulatorMount, type SimulatorSpec } from '../types.js';
+import { assertSocket } from '../socketGuard.js';
 import { checkKeys, checkSocketPath, invalid, SANDBOX_SOCKETS, type CatalogEntry, type SimulatorProgram } from './entry.js';
 
 /**
@@ -129,6 +130,11 @@ function call(
   socketPath: string,
   opts: { method: string; path: string; headers: Record<string, string>; body?: string },
 ): Promise<{ status: number; body: string }> {
+  try {
+    assertSocket(socketPath);
+  } catch (err) {
+    return Promise.reject(err as Error);
+  }
   return new Promise((resolve, reject) => {
     const req = request({ socketPath, method: opts.method, path: opts.path, headers: opts.headers, timeout: 2000 }, (res) => {
       const chunks: Buffer[] = [];
@@ -276,6 +282,10 @@ export const localstack: CatalogEntry = {
         },
       );
     }
+  },
+
+  extraSocketDirs(instance) {
+    return [join(instance.dir, 'run')];
   },
 
   async refresh(instance) {

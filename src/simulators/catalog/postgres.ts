@@ -1,5 +1,6 @@
 import { execFile } from 'node:child_process';
 import { createHash, createHmac, pbkdf2, randomBytes } from 'node:crypto';
+import { assertSocket } from '../socketGuard.js';
 import {
   appendFileSync,
   chmodSync,
@@ -774,6 +775,8 @@ function preparePasswords(instance: SimulatorInstance): void {
 }
 
 function adminClient(handle: SimulatorHandle): pg.Client {
+  // Every caller connects right away (same tick): the socket is checked here (socketGuard.ts).
+  assertSocket(join(handle.socketDir, handle.name, `.s.PGSQL.${PORT}`));
   const client = new pg.Client({
     host: join(handle.socketDir, handle.name),
     port: PORT,

@@ -1,19 +1,25 @@
+import { assertSocket } from '../socketGuard.js';
 import {
   chmodSync,
-  copyFileSync,
+  closeSync,
+  constants as fsConstants,
   existsSync,
+  fstatSync,
   lstatSync,
   mkdirSync,
+  openSync,
   readdirSync,
   readFileSync,
+  readSync,
   renameSync,
   readlinkSync,
   realpathSync,
   rmSync,
+  writeSync,
 } from 'node:fs';
 import { request } from 'node:http';
 import { createRequire } from 'node:module';
-import { basename, dirname, isAbsolute, join, relative } from 'node:path';
+import { basename, dirname, isAbsolute, join } from 'node:path';
 import { AtelierError } from '../../core/index.js';
 import { chownTree, run, SIMULATOR_ENV } from '../process.js';
 import type { SimulatorHandle, SimulatorSpec } from '../types.js';
@@ -126,55 +132,144 @@ function bad(spec: { name: string }, message: string, file?: string): AtelierErr
   return invalid(`wiremock simulator ${spec.name}: ${message}`, { field: 'stubsDirectory', ...(file ? { file } : {}) });
 }
 
-/** Checks that `root` is a WireMock root whose mapping files all parse; throws naming the first bad file. */
-function checkStubs(spec: { name: string }, root: string): void {
+/**
+ * Opens `name` in the directory open as `dirFd` without following a link at any step: the path
+ * goes through `/proc/self/fd/<dirFd>` (the very directory opened, whatever its path has become
+ * since: openat's semantics), O_NOFOLLOW refuses a link as the last step, O_NONBLOCK keeps a FIFO
+ * from blocking the server's event loop, O_NOCTTY a terminal from becoming its own. The caller
+ * fstats the fd: only what it expects (a regular file, a directory) is used.
+ */
+function openIn(dirFd: number, name: string, flags: number): number {
+  const { O_RDONLY, O_NOFOLLOW, O_NONBLOCK, O_NOCTTY } = fsConstants;
+  return openSync(`/proc/self/fd/${dirFd}/${name}`, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | flags);
+}
+
+/**
+ * Opens the stubs directory itself, `root` (the real path it had when the simulator was created,
+ * inside its workspace), refusing it unless it still is that very path: no component of it may
+ * have become a link since (realpath before the open, the opened directory's own path after it:
+ * a parent swapped for a link in between shows as another path). Checked at every start and
+ * reset, not only at creation.
+ */
+function openStubsRoot(spec: { name: string }, root: string): number {
   if (!isAbsolute(root)) throw bad(spec, `stubsDirectory ${root} must be an absolute path`);
-  let st;
+  let real: string;
   try {
-    st = lstatSync(root);
+    real = realpathSync(root);
   } catch {
     throw bad(spec, `the stubs directory ${root} does not exist: create it with a mappings/ folder, or leave stubsDirectory out`);
   }
-  if (!st.isDirectory()) throw bad(spec, `the stubs directory ${root} is not a directory`);
-  const mappings = join(root, 'mappings');
-  if (!existsSync(mappings) && !existsSync(join(root, '__files'))) {
-    throw bad(spec, `${root} has neither a mappings/ nor a __files/ folder: put the stub mappings (JSON) in ${mappings}/`);
+  if (real !== root) throw bad(spec, `the stubs directory ${root} has become a link (to ${real}): stubs are read from the repository only`);
+  let fd: number;
+  try {
+    fd = openSync(root, fsConstants.O_RDONLY | fsConstants.O_DIRECTORY | fsConstants.O_NOFOLLOW | fsConstants.O_NONBLOCK);
+  } catch {
+    throw bad(spec, `the stubs directory ${root} is not a directory`);
   }
-  // Every entry of the root: links and special files are refused (the copy takes regular files
-  // only), JSON files under mappings/ must be stub mappings, and the whole stays small.
-  let bytes = 0;
-  let files = 0;
-  const walk = (dir: string, inMappings: boolean): void => {
-    for (const entry of readdirSync(dir, { withFileTypes: true })) {
-      const path = join(dir, entry.name);
-      if (entry.isFile()) {
-        bytes += lstatSync(path).size;
-        files++;
-        if (bytes > MAX_STUB_BYTES || files > MAX_STUB_FILES) {
-          throw bad(
-            spec,
-            `the stubs directory ${root} holds more than ${MAX_STUB_FILES} files or ${MAX_STUB_BYTES / 2 ** 20} MiB: it is copied at each start and reset, keep only the stubs there`,
-          );
-        }
-      }
-      if (entry.isDirectory()) walk(path, inMappings || (dir === root && entry.name === 'mappings'));
-      else if (!entry.isFile()) {
-        throw bad(
-          spec,
-          `${relative(root, path)} in ${root} is a ${entry.isSymbolicLink() ? 'symbolic link' : 'special file'}: stubs are copied as regular files only, replace it with the file itself`,
-          relative(root, path),
-        );
-      } else if (inMappings && entry.name.toLowerCase().endsWith('.json')) checkMapping(spec, root, path);
-    }
-  };
-  walk(root, false);
+  try {
+    if (readlinkSync(`/proc/self/fd/${fd}`) !== root) throw bad(spec, `the stubs directory ${root} moved while it was opened: try again`);
+    if (!fstatSync(fd).isDirectory()) throw bad(spec, `the stubs directory ${root} is not a directory`);
+  } catch (err) {
+    closeSync(fd);
+    throw err;
+  }
+  return fd;
 }
 
-function checkMapping(spec: { name: string }, root: string, path: string): void {
-  const name = relative(root, path);
+const CHUNK = 1 << 16;
+
+/**
+ * Checks and copies a WireMock root in one pass, never through a link and never blocking:
+ * every entry is opened relative to its parent's fd (openIn), fstat'ed (regular files and
+ * directories only: links, FIFOs, sockets, devices are refused, naming them), and what is
+ * copied is what was read from that fd, so nothing can be swapped between the check and the
+ * copy. JSON files under mappings/ must parse as stub mappings; the whole stays under
+ * MAX_STUB_FILES files and MAX_STUB_BYTES bytes (counted as read, not as stat'ed). With no
+ * `to`, only checks.
+ */
+function copyStubsSafely(spec: { name: string }, root: string, to: string | undefined): void {
+  const rootFd = openStubsRoot(spec, root);
+  let bytes = 0;
+  let files = 0;
+  const tooBig = (): AtelierError =>
+    bad(
+      spec,
+      `the stubs directory ${root} holds more than ${MAX_STUB_FILES} files or ${MAX_STUB_BYTES / 2 ** 20} MiB: it is copied at each start and reset, keep only the stubs there`,
+    );
+  const refuse = (rel: string, what: string): AtelierError =>
+    bad(spec, `${rel} in ${root} is a ${what}: stubs are copied as regular files only, replace it with the file itself`, rel);
+  const copyFile = (fd: number, rel: string, dst: string | undefined, keep: boolean): Buffer | undefined => {
+    const kept: Buffer[] = [];
+    const out = dst === undefined ? undefined : openSync(dst, 'wx', 0o600);
+    try {
+      const buf = Buffer.allocUnsafe(CHUNK);
+      for (;;) {
+        let n: number;
+        try {
+          n = readSync(fd, buf, 0, CHUNK, null);
+        } catch (err) {
+          if ((err as NodeJS.ErrnoException).code === 'EAGAIN') throw refuse(rel, 'special file');
+          throw err;
+        }
+        if (n === 0) break;
+        bytes += n;
+        if (bytes > MAX_STUB_BYTES) throw tooBig();
+        if (out !== undefined) writeSync(out, buf, 0, n);
+        if (keep) kept.push(Buffer.from(buf.subarray(0, n)));
+      }
+    } finally {
+      if (out !== undefined) closeSync(out);
+    }
+    return keep ? Buffer.concat(kept) : undefined;
+  };
+  const walk = (dirFd: number, rel: string, dst: string | undefined, inMappings: boolean): void => {
+    if (dst !== undefined) mkdirSync(dst, { recursive: true, mode: 0o700 });
+    for (const entry of readdirSync(`/proc/self/fd/${dirFd}`, { withFileTypes: true })) {
+      const relPath = rel ? `${rel}/${entry.name}` : entry.name;
+      let fd: number;
+      try {
+        fd = openIn(dirFd, entry.name, 0);
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code;
+        if (code === 'ELOOP' || code === 'EMLINK') throw refuse(relPath, 'symbolic link');
+        if (code === 'ENXIO' || code === 'EOPNOTSUPP') throw refuse(relPath, 'special file');
+        throw bad(spec, `${relPath} in ${root} cannot be read (${code ?? (err as Error).message})`, relPath);
+      }
+      try {
+        const st = fstatSync(fd);
+        const childDst = dst === undefined ? undefined : join(dst, entry.name);
+        if (st.isDirectory()) walk(fd, relPath, childDst, inMappings || (rel === '' && entry.name === 'mappings'));
+        else if (st.isFile()) {
+          if (++files > MAX_STUB_FILES) throw tooBig();
+          const isMapping = inMappings && entry.name.toLowerCase().endsWith('.json');
+          const content = copyFile(fd, relPath, childDst, isMapping);
+          if (content) checkMapping(spec, relPath, content);
+        } else throw refuse(relPath, 'special file');
+      } finally {
+        closeSync(fd);
+      }
+    }
+  };
+  try {
+    const names = readdirSync(`/proc/self/fd/${rootFd}`);
+    if (!names.includes('mappings') && !names.includes('__files')) {
+      throw bad(spec, `${root} has neither a mappings/ nor a __files/ folder: put the stub mappings (JSON) in ${join(root, 'mappings')}/`);
+    }
+    walk(rootFd, '', to, false);
+  } finally {
+    closeSync(rootFd);
+  }
+}
+
+/** Checks that `root` is a WireMock root whose mapping files all parse; throws naming the first bad file. */
+function checkStubs(spec: { name: string }, root: string): void {
+  copyStubsSafely(spec, root, undefined);
+}
+
+function checkMapping(spec: { name: string }, name: string, content: Buffer): void {
   let doc: unknown;
   try {
-    doc = JSON.parse(readFileSync(path, 'utf8'));
+    doc = JSON.parse(content.toString('utf8'));
   } catch (err) {
     throw bad(spec, `the mapping file ${name} is not valid JSON (${(err as Error).message}): fix it or remove it`, name);
   }
@@ -193,24 +288,6 @@ function checkMapping(spec: { name: string }, root: string, path: string): void 
   }
 }
 
-/** Copies regular files and folders of `from` to `to`; refuses links and special files, naming them. */
-function copyStubs(spec: { name: string }, from: string, to: string): void {
-  mkdirSync(to, { recursive: true, mode: 0o700 });
-  for (const entry of readdirSync(from, { withFileTypes: true })) {
-    const src = join(from, entry.name);
-    const dst = join(to, entry.name);
-    if (entry.isDirectory()) copyStubs(spec, src, dst);
-    else if (entry.isFile()) copyFileSync(src, dst);
-    else {
-      throw bad(
-        spec,
-        `${src} is a ${entry.isSymbolicLink() ? 'symbolic link' : 'special file'}: stubs are copied as regular files only, replace it with the file itself`,
-        src,
-      );
-    }
-  }
-}
-
 /** Puts a fresh copy of the stubs (or an empty root) at `<dir>/root`, owned by the simulator's user. */
 async function placeStubs(instance: Pick<SimulatorInstance, 'name' | 'dir' | 'runAs' | 'settings'>): Promise<void> {
   const target = join(instance.dir, STUBS);
@@ -219,8 +296,7 @@ async function placeStubs(instance: Pick<SimulatorInstance, 'name' | 'dir' | 'ru
   const source = instance.settings.stubsDirectory;
   try {
     if (source) {
-      checkStubs(instance, source);
-      copyStubs(instance, source, next);
+      copyStubsSafely(instance, source, next);
     }
     for (const sub of ['mappings', '__files']) mkdirSync(join(next, sub), { recursive: true, mode: 0o700 });
     await chownTree(next, instance.runAs);
@@ -264,6 +340,11 @@ function javaHome(): { java: string; conf: string[] } {
 function admin(handle: SimulatorHandle, method: string, path: string): Promise<{ status: number; body: string }> {
   // Handles recorded before simulators were sandboxed listened on a host loopback port.
   const target = handle.tcp ? { host: '127.0.0.1', port: handle.tcp.port } : { socketPath: handle.socket };
+  try {
+    if (!handle.tcp) assertSocket(handle.socket);
+  } catch (err) {
+    return Promise.reject(err as Error);
+  }
   return new Promise((resolve, reject) => {
     const req = request({ ...target, method, path, timeout: 2000 }, (res) => {
       const chunks: Buffer[] = [];
