@@ -311,7 +311,18 @@ async function placeStubs(instance: Pick<SimulatorInstance, 'name' | 'dir' | 'ru
     renameSync(next, target);
     return;
   }
-  for (const entry of readdirSync(target)) rmSync(join(target, entry), { recursive: true, force: true });
+  // The stubs in use are WireMock's to change (it runs as the workshop's uid): they are removed
+  // as that uid, so a directory swapped for a link meanwhile can never make root delete a host
+  // file (rootless: the server's own uid, as everything of a rootless server).
+  const old = readdirSync(target).map((entry) => join(target, entry));
+  if (old.length > 0 && instance.runAs) {
+    const { uid, gid } = instance.runAs;
+    await run(
+      '/usr/bin/setpriv',
+      [`--reuid=${uid}`, `--regid=${gid}`, '--clear-groups', '--', '/bin/rm', '-rf', '--one-file-system', '--', ...old],
+      { env: SIMULATOR_ENV },
+    );
+  } else for (const path of old) rmSync(path, { recursive: true, force: true });
   for (const entry of readdirSync(next)) renameSync(join(next, entry), join(target, entry));
   rmSync(next, { recursive: true, force: true });
 }
