@@ -311,18 +311,11 @@ async function placeStubs(instance: Pick<SimulatorInstance, 'name' | 'dir' | 'ru
     renameSync(next, target);
     return;
   }
-  // The stubs in use are WireMock's to change (it runs as the workshop's uid): they are removed
-  // as that uid, so a directory swapped for a link meanwhile can never make root delete a host
-  // file (rootless: the server's own uid, as everything of a rootless server).
+  // The stubs in use are WireMock's to change (it runs as the workshop's uid, and may swap a
+  // directory for a link at any moment): GNU rm removes them, which walks with fd-relative calls
+  // and never follows a link (Node's recursive rmSync checks, then acts, by path).
   const old = readdirSync(target).map((entry) => join(target, entry));
-  if (old.length > 0 && instance.runAs) {
-    const { uid, gid } = instance.runAs;
-    await run(
-      '/usr/bin/setpriv',
-      [`--reuid=${uid}`, `--regid=${gid}`, '--clear-groups', '--', '/bin/rm', '-rf', '--one-file-system', '--', ...old],
-      { env: SIMULATOR_ENV },
-    );
-  } else for (const path of old) rmSync(path, { recursive: true, force: true });
+  if (old.length > 0) await run('/bin/rm', ['-rf', '--one-file-system', '--', ...old], { env: SIMULATOR_ENV });
   for (const entry of readdirSync(next)) renameSync(join(next, entry), join(target, entry));
   rmSync(next, { recursive: true, force: true });
 }
