@@ -406,6 +406,7 @@ const PINNED_EXPORTS: Record<string, readonly string[]> = {
     'SIMULATOR_TYPES',
     'dropSimulatorSpares',
     'isAlive',
+    'isSocket',
     'processTree',
     'redactSimulatorEnv',
     'removeSimulator',

@@ -3,7 +3,7 @@ import net from 'node:net';
 import { join } from 'node:path';
 import { writeFileAtomic } from '../core/index.js';
 import { relaySpliced, spliceRelay } from '../relay/index.js';
-import { isSocket } from '../simulators/socketGuard.js';
+import { isSocket } from '../simulators/index.js';
 import { INTERNAL_SUFFIX, type EgressProxy, type InternalTarget } from '../egress/index.js';
 import { hostsFile, listenInSandboxMany, type SandboxHandle, type SandboxLayout } from '../sandbox/index.js';
 
