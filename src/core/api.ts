@@ -109,7 +109,7 @@ export const ConsoleRequest = z.strictObject({
 });
 export type ConsoleRequest = z.input<typeof ConsoleRequest>;
 
-// The terminals room parses these two itself; they are written here as the wire contract says.
+// Parsed by the terminals' routes (src/server/routes/terminals.ts).
 export const AddSshKeyRequest = z.strictObject({
   publicKey: z
     .string()

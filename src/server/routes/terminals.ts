@@ -1,10 +1,11 @@
 import type { Socket } from 'node:net';
 import { createWebSocketStream, type RawData, type WebSocket } from 'ws';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { z } from 'zod';
 import {
+  AddSshKeyRequest,
   AtelierError,
   PtyStart,
+  StartSessionRequest,
   TUNNEL_ID_HEADER,
   TUNNEL_MODE_HEADER,
   TUNNEL_MODE_RAW,
@@ -90,27 +91,6 @@ function firstMessage(ws: WebSocket, timeoutMs: number): Promise<RawData | undef
     });
   });
 }
-
-const AddKeyRequest = z.strictObject({
-  publicKey: z
-    .string()
-    .min(1)
-    .max(16 << 10),
-});
-const StartSessionRequest = z.strictObject({
-  name: z
-    .string()
-    .regex(/^[a-z0-9][a-z0-9-]{0,39}$/)
-    .optional(),
-  command: z
-    .array(z.string().max(64 << 10))
-    .min(1)
-    .max(4096)
-    .optional(),
-  cols: z.number().int().min(1).max(1000).optional(),
-  rows: z.number().int().min(1).max(1000).optional(),
-  resume: z.boolean().optional(),
-});
 
 /**
  * Terminals and tunnels over HTTP: PTY and TCP-tunnel WebSockets into a workshop, the raw tunnel
@@ -238,7 +218,7 @@ export function terminalRoutes(app: FastifyInstance, terminals: Terminals): void
   );
 
   app.post('/v1/ssh/keys', { config: { access: USER } }, async (request, reply) => {
-    const body = parse(AddKeyRequest, request.body);
+    const body = parse(AddSshKeyRequest, request.body);
     const key = await terminals.addSshKey(principalOf(request).userId, body.publicKey);
     if (!key)
       throw new AtelierError(
