@@ -17,7 +17,8 @@ import struct
 
 
 class Closed(Exception):
-    """The other end (the Node parent) closed the channel."""
+    """The other end (the Node parent) closed the channel, or died: a read, a send or an
+    acknowledgement that finds it gone raises this, never an OSError."""
 
 
 class Channel:
@@ -42,6 +43,8 @@ class Channel:
         self.sock.setblocking(True)
         try:
             self.sock.sendall(data)
+        except (BrokenPipeError, ConnectionResetError):
+            raise Closed()
         finally:
             self.sock.setblocking(blocking)
 
@@ -55,6 +58,8 @@ class Channel:
         try:
             socket.send_fds(self.sock, [line.encode()], [fd])
             self.wait_ack()
+        except (BrokenPipeError, ConnectionResetError):
+            raise Closed()
         finally:
             self.sock.setblocking(blocking)
 
@@ -82,6 +87,10 @@ class Channel:
             data, anc, _flags, _addr = self.sock.recvmsg(65536, socket.CMSG_SPACE(16 * 4))
         except BlockingIOError:
             return []
+        except ConnectionResetError:
+            # The parent died with bytes of ours unread (kill -9 between two acknowledgements):
+            # the same end of the channel as a clean close.
+            raise Closed()
         if not data:
             raise Closed()
         for level, kind, payload in anc:

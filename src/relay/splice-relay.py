@@ -225,18 +225,22 @@ def message(m):
             p.end("ECANCELED", None)
 
 
+def parent_gone():
+    """The server died: every pair it relayed is reset, as its own sockets would have been."""
+    socks = [s for p in pairs.values() for s in p.socks]
+    socks += [s for half in halves.values() for s, _ in half.values()]
+    for s in socks:
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()
+        except OSError:
+            pass
+    raise SystemExit(0)
+
+
 def read_channel():
     while True:
-        try:
-            messages = channel.receive()
-        except Closed:
-            for p in list(pairs.values()):
-                for s in p.socks:
-                    try:
-                        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                    except OSError:
-                        pass
-            raise SystemExit(0)
+        messages = channel.receive()
         if not messages:
             return
         for m in messages:
@@ -249,16 +253,24 @@ def sweep():
         p.end("ETIMEDOUT", None)
 
 
-last_sweep = time.monotonic()
-while True:
-    timed = any(p.idle is not None for p in pairs.values())
-    if timed and time.monotonic() - last_sweep >= 1:
-        last_sweep = time.monotonic()
-        sweep()
-    for fd, ev in ep.poll(1.0 if timed else -1):
-        if fd == channel.fileno():
-            read_channel()
-            continue
-        owner = by_fd.get(fd)
-        if owner:
-            owner[0].event(owner[1], ev)
+def main():
+    last_sweep = time.monotonic()
+    while True:
+        timed = any(p.idle is not None for p in pairs.values())
+        if timed and time.monotonic() - last_sweep >= 1:
+            last_sweep = time.monotonic()
+            sweep()
+        for fd, ev in ep.poll(1.0 if timed else -1):
+            if fd == channel.fileno():
+                read_channel()
+                continue
+            owner = by_fd.get(fd)
+            if owner:
+                owner[0].event(owner[1], ev)
+
+
+try:
+    main()
+except Closed:
+    # Read, sent or acknowledged: whichever first found the server gone.
+    parent_gone()
