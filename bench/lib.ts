@@ -640,7 +640,7 @@ export class BenchServer {
       return [];
     }
     const usual =
-      /^atelier: (isolation: no seccomp|creating the embedded|the CLI on this machine|the CLI now uses this server|server ready|admin credentials|create a workshop|SIGTERM: stopping)/;
+      /^atelier: (isolation: |creating the embedded|the CLI on this machine|the CLI now uses this server|the CLI has a new context|server ready|admin credentials|create a workshop|SIGTERM: stopping)/;
     return text
       .split('\n')
       .filter((l) => l.trim() && !usual.test(l) && !/^\{"level":(10|20|30),/.test(l))

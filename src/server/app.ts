@@ -47,6 +47,8 @@ export interface AppDeps {
   approvals?: ApprovalService;
   slack?: SlackNotifier;
   secrets?: SecretStore;
+  /** True until the server can serve every route (its issuer ready, the CLI context written). */
+  starting?: () => boolean;
   /** The master key: seals what the database must not hold in clear (SSH host keys). */
   sealer: { encrypt(plain: string, context: string): string; decrypt(sealed: string, context: string): Buffer };
   /** Where agent sessions' holders listen (DATA_DIR/sessions): they outlive the server. */
@@ -119,6 +121,12 @@ export function buildApp(deps: AppDeps): FastifyInstance {
 
   app.addHook('onRequest', async (request, reply) => {
     void reply.header('x-request-id', String(request.id));
+    if (deps.starting?.()) {
+      void reply.header('retry-after', '1');
+      if (request.routeOptions.url === '/healthz')
+        return reply.status(503).send({ status: 'starting', code: 'UNAVAILABLE', version: deps.version });
+      throw new AtelierError('UNAVAILABLE', 'the server is starting: try again in a second');
+    }
     // Decided on the route the router matched, never on the raw URL (percent-encoding, absolute
     // form): each route's declared access rule; unknown URLs get a 404.
     const access = request.routeOptions.config.access;

@@ -164,9 +164,12 @@ async function firstAdmin(pool: Pool, save: (first: FirstAdmin) => void): Promis
 }
 
 /**
- * When the CLI has no context yet, adds and selects `local` for this server. When `local`
- * already holds a token of this server, its URL follows the server (a new port). Done for the
- * CLI config of the user running the server and, under sudo, of the user who ran sudo.
+ * Gives the CLI a context for this server, and never repoints one that names another server:
+ * - a context holding a token of this server follows the server (a new port);
+ * - at the first start, a CLI with no context gets `local`, selected; a CLI that already has
+ *   contexts (another server's `local`, a team server) gets a new one (`local-2`, `local-3`, …),
+ *   not selected, and the start says how to use it.
+ * Done for the CLI config of the user running the server and, under sudo, of the user who ran sudo.
  */
 async function ensureLocalContext(
   config: Config,
@@ -182,26 +185,44 @@ async function ensureLocalContext(
     try {
       // Reading may migrate an older config (files rewritten as root): hand them over below too.
       const cc = await readClientConfig(dir, { notice: say });
-      const local = cc.contexts.find((c) => c.name === 'local');
-      if (local) {
-        if (local.url === url) continue;
-        const stored = readToken(dir, 'local');
-        if (!stored) continue;
-        const mine = await pool.query('SELECT 1 FROM api_tokens WHERE token_hash = $1 AND revoked_at IS NULL', [hashToken(stored)]);
-        if (mine.rowCount === 0) continue;
-        local.url = url;
+      const ours = await contextsOfThisServer(pool, dir, cc.contexts);
+      if (ours.length > 0) {
+        if (ours.some((c) => c.url === url)) continue;
+        ours[0]!.url = url;
       } else {
-        if (cc.contexts.length > 0 || !token) continue;
-        cc.contexts.push({ name: 'local', url, auth: 'token' });
-        cc.currentContext = 'local';
-        writeToken(dir, 'local', token);
-        say(`the CLI now uses this server (context "local" in ${join(dir, 'config.yaml')})`);
+        if (!token) continue;
+        const names = new Set(cc.contexts.map((c) => c.name));
+        let name = 'local';
+        for (let n = 2; names.has(name); n++) name = `local-${n}`;
+        cc.contexts.push({ name, url, auth: 'token' });
+        writeToken(dir, name, token);
+        if (cc.currentContext === null || !names.has(cc.currentContext)) {
+          cc.currentContext = name;
+          say(`the CLI now uses this server (context "${name}" in ${join(dir, 'config.yaml')})`);
+        } else {
+          say(
+            `the CLI has a new context "${name}" for this server in ${join(dir, 'config.yaml')}; ` +
+              `it still uses "${cc.currentContext}": \`atelier context use ${name}\` to switch`,
+          );
+        }
       }
       await writeClientConfig(dir, cc);
     } finally {
       if (owner) for (const p of [join(dir, '..'), dir, ...clientConfigFiles(dir)]) chownIfOurs(p, owner);
     }
   }
+}
+
+/** The contexts whose stored API token is a live token of this server (its database says so). */
+async function contextsOfThisServer<C extends { name: string }>(pool: Pool, dir: string, contexts: C[]): Promise<C[]> {
+  const out: C[] = [];
+  for (const c of contexts) {
+    const stored = readToken(dir, c.name);
+    if (!stored) continue;
+    const r = await pool.query('SELECT 1 FROM api_tokens WHERE token_hash = $1 AND revoked_at IS NULL', [hashToken(stored)]);
+    if ((r.rowCount ?? 0) > 0) out.push(c);
+  }
+  return out;
 }
 
 function homeOf(uid: number): string | undefined {
@@ -364,6 +385,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const publicOrigin: { value?: string } = {};
     // The server's own URL, for the Console's child CLI (known once it listens).
     const localUrl: { value?: string } = {};
+    const starting = { value: true };
     const stacks = selectStackBackend(config.stacksBackend, join(dataDir, 'stacks'));
     logger.info({ backend: stacks.kind }, 'local stacks backend');
     const projects = createProjectRegistry({
@@ -381,6 +403,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       validateEgress: (allow, deny) => void createEgressPolicy({ allow, deny }),
     });
     const app = buildApp({
+      starting: () => starting.value,
       pool,
       workshops,
       authenticator,
@@ -438,8 +461,11 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       cleanups.push(async () => clearInterval(timer));
     }
 
-    const credentialsPath = writeCredentials(dataDir, url, first);
     await ensureLocalContext(config, pool, url, token, sudoHome, opts.say);
+    // Ready means ready: every route can be served and the CLI's context is written. Until now
+    // every request, /healthz included, was answered 503 (UNAVAILABLE, Retry-After: 1).
+    starting.value = false;
+    const credentialsPath = writeCredentials(dataDir, url, first);
     return { url, credentialsPath, close: closeAll };
   } catch (err) {
     await closeAll();
