@@ -9,7 +9,7 @@ import { REPO_ROOT, TestServer, makeRepo } from './helpers/server.js';
 const LOOK = [
   'sh',
   '-c',
-  'echo "== cmdline"; tr "\\0" " " < /proc/1/cmdline; echo; echo "== mountinfo"; cat /proc/self/mountinfo; echo "== cgroup"; cat /proc/self/cgroup; echo "== env"; env',
+  'echo "== cmdline"; tr "\\0" " " < /proc/1/cmdline; echo; echo "== mountinfo"; cat /proc/self/mountinfo; echo "== cgroup"; cat /proc/self/cgroup; echo "== env"; env; echo "== usrlocal"; ls -A /usr/local; test -e /usr/local/bin/atelier && echo atelier-link; mkdir /usr/local/x 2>/dev/null && echo writable; echo end',
 ];
 
 function leaks(text: string, paths: string[]): string[] {
@@ -43,6 +43,8 @@ describe('nothing inside a workshop names the host layout (root)', () => {
     assert.match(section(r.stdout, 'mountinfo'), /^\d+ \d+ \S+ \/workspace \/workspace /m);
     assert.match(section(r.stdout, 'mountinfo'), /^\d+ \d+ \S+ \/home \/home\/atelier /m);
     for (const line of section(r.stdout, 'cgroup').trim().split('\n')) assert.doesNotMatch(line, /atelier|ws-/, line);
+    // The host's /usr/local (hand-installed tools, the `atelier` link) is an empty read-only directory.
+    assert.equal(section(r.stdout, 'usrlocal'), 'end\n');
   });
 });
 
@@ -103,6 +105,7 @@ describe('nothing inside a workshop names the host layout (rootless)', () => {
     // A bind shows its source's path within the host filesystem, and an unprivileged server
     // cannot give workshops a filesystem of their own: the workshop's directories stay visible
     // there (documented), and nothing else of the host's.
+    assert.equal(section(r.stdout, 'usrlocal'), 'end\n', 'the host /usr/local is an empty read-only directory');
     const mountinfo = section(r.stdout, 'mountinfo');
     assert.deepEqual(leaks(mountinfo, [repo, REPO_ROOT]), [], mountinfo);
     for (const line of mountinfo.trim().split('\n')) {

@@ -119,6 +119,9 @@ function bwrapArgs(spec: SandboxSpec, plan: MountStep[]): string[] {
       case 'tmpfs':
         args.push('--perms', '0755', '--size', String(16 << 20), '--tmpfs', step.dest);
         break;
+      case 'empty':
+        args.push('--perms', '0755', '--size', '4096', '--tmpfs', step.dest, '--remount-ro', step.dest);
+        break;
       case 'proc':
         args.push('--proc', step.dest);
         break;
@@ -154,6 +157,7 @@ while [ $# -gt 0 ]; do
     link) mkdir -p "$(dirname "$R$d")"; ln -s "$s" "$R$d" ;;
     dir) mkdir -p "$R$d" ;;
     tmpfs) mkdir -p "$R$d"; mount -t tmpfs -o mode=0755,size=16m tmpfs "$R$d" ;;
+    empty) mkdir -p "$R$d"; mount -t tmpfs -o mode=0755,size=4k,ro tmpfs "$R$d" ;;
     proc) mkdir -p "$R$d"; mount -t proc proc "$R$d" ;;
     dev)
       mkdir -p "$R$d"; mount -t tmpfs -o mode=0755,size=64k tmpfs "$R$d"

@@ -9,6 +9,15 @@ import { SECCOMP_EXEC } from './seccomp.js';
  */
 const READ_ONLY_DIRS = ['/usr', '/opt/java'];
 
+/**
+ * Host directories under those that a workshop is not given: /usr/local holds what the host's
+ * administrator installed by hand (the `atelier` link into a checkout, other tools, their
+ * configuration), none of it part of the system a workshop is built from. Each is replaced by an
+ * empty, read-only directory. Toolchains a workshop needs come from the distribution's packages
+ * (/usr) or from the repository's devcontainer.
+ */
+export const HIDDEN_DIRS = ['/usr/local'];
+
 // Entries of /etc that toolchains read and that hold no secret.
 const ETC_ENTRIES = [
   'alternatives',
@@ -54,7 +63,7 @@ const TOP_LEVEL_LINKS = ['bin', 'sbin', 'lib', 'lib32', 'lib64', 'libx32'];
 export type MountStep =
   | { kind: 'ro' | 'rw'; src: string; dest: string }
   | { kind: 'link'; target: string; dest: string }
-  | { kind: 'dir' | 'tmpfs' | 'proc' | 'dev'; dest: string };
+  | { kind: 'dir' | 'tmpfs' | 'empty' | 'proc' | 'dev'; dest: string };
 
 /** The whole root of a workshop: curated read-only system, identity files, and its own writable dirs. */
 export function mountPlan(own: { workspace: string; tmp: string; home: string; etc: string; run: string; loader: string }): MountStep[] {
@@ -63,6 +72,7 @@ export function mountPlan(own: { workspace: string; tmp: string; home: string; e
     { kind: 'dir', dest: '/home' },
   ];
   for (const dir of READ_ONLY_DIRS) if (existsSync(dir)) plan.push({ kind: 'ro', src: dir, dest: dir });
+  for (const dir of HIDDEN_DIRS) if (existsSync(dir)) plan.push({ kind: 'empty', dest: dir });
   for (const name of TOP_LEVEL_LINKS) {
     const path = `/${name}`;
     let st;
