@@ -6,7 +6,6 @@ import { type Readable } from 'node:stream';
 import {
   AtelierError,
   hashToken,
-  isWorkshopId,
   newApiToken,
   newId,
   newWorkshopId,
@@ -17,104 +16,28 @@ import {
   type SimulatorRequest,
   type Workshop,
   type WorkshopLimits,
-  type WorkshopStatus,
 } from '../core/index.js';
 import { findPgBinDir, queryRows, withTransaction, type Pool } from '../db/index.js';
-import { checkWorkshopAccess, type Principal, type WorkshopAction } from '../identity/index.js';
+import { type Principal, type WorkshopAction } from '../identity/index.js';
 import { EGRESS_PORT, listenInSandbox, type SandboxHandle } from '../sandbox/index.js';
-import { createEgressPolicy, type EgressJournal, type EgressPolicy, type EgressProxy, type EgressRecord } from '../egress/index.js';
+import { createEgressPolicy, type EgressPolicy, type EgressRecord } from '../egress/index.js';
 import { readDevcontainer } from './devcontainer.js';
 import { readProjectSettings } from './project.js';
 import type { WorkshopDriver } from './driver.js';
 import { WorkshopEvents } from './events.js';
 import { cloneRepo, resolveRepoSource } from './repo.js';
-import type { InternalNetwork } from './internal.js';
-import { mergeSimulators, precheckSimulators, type SimulatorManager, type SimulatorView, type WorkshopContext } from './simulators.js';
+import { mergeSimulators, precheckSimulators, type SimulatorView, type WorkshopContext } from './simulators.js';
+import {
+  DEFAULT_ASK_HOLD_SECONDS,
+  toWorkshop,
+  WorkshopShared,
+  type Access,
+  type RunningExec,
+  type ServiceOptions,
+  type WorkshopRow,
+} from './shared.js';
 
-interface WorkshopRow {
-  id: string;
-  name: string;
-  owner_id: string | null;
-  tenant_id: string;
-  node_id: string;
-  status: WorkshopStatus;
-  status_reason: string | null;
-  repo: string;
-  uid: number;
-  cpus: number;
-  memory_bytes: string;
-  pids: number;
-  budget_usd: string | null;
-  env: Record<string, string>;
-  forward_ports: number[];
-  /** `approved`: entries added by approved ALLOWLIST_EXPANSION requests (kept across restarts). */
-  egress: { allow?: string[]; deny?: string[]; askHoldSeconds?: number; approved?: string[] };
-  warnings: string[];
-  approval_commands: string[];
-  sandbox: SandboxHandle | null;
-  agent_token: string | null;
-  created_at: Date;
-  updated_at: Date;
-}
-
-export interface ServiceOptions {
-  nodeId: string;
-  allowRepoRoots: string[];
-  defaults: { cpus: number; memory: string; pids: number };
-  /** Disk quotas: the default a create gets and the most it may ask for (bytes). */
-  disk?: { defaultBytes: number; maxBytes: number };
-  uidBase: number;
-  log: { info(obj: object, msg?: string): void; warn(obj: object, msg?: string): void; error(obj: object, msg?: string): void };
-  egress: EgressWiring;
-  /** The workshops' `.atelier.internal` names and their simulators. */
-  internal: InternalNetwork;
-  simulators: SimulatorManager;
-  /** Seals the workshop's own agent token at rest (the server's master key). */
-  sealer: { encrypt(plain: string, context: string): string; decrypt(sealed: string, context: string): Buffer };
-  /**
-   * Called before an exec in a workshop whose atelier.yaml lists `approvals.commands`: resolves
-   * when the command may run (no pattern matches, or a human approved it), throws otherwise.
-   */
-  execGate?: ExecGate;
-  /** Variables of granted secrets (approved SECRET_REQUESTs) for new execs of a workshop. */
-  secretEnv?: (workshopId: string) => Promise<Record<string, string>>;
-  /** Called once a workshop is marked Dead (its sandbox died), with the reason: its pending approvals end. */
-  onDied?: (workshopId: string, reason: string) => Promise<unknown>;
-}
-
-export type ExecGate = (
-  workshopId: string,
-  patterns: string[],
-  req: ExecRequest,
-  actor: Principal,
-  opts: { onApproval?: (approvalId: string) => void; signal?: AbortSignal },
-) => Promise<void>;
-
-/** The egress proxy every workshop's traffic goes through, and the platform's part of each policy. */
-export interface EgressWiring {
-  proxy: EgressProxy;
-  journal: EgressJournal;
-  /** The platform allowlist (admin), before each project's own entries. */
-  defaults: string[];
-  /** Private/loopback ranges the admin lets workshops reach. */
-  allowRanges: string[];
-}
-
-/** Who asks, and for what: checked against the workshop's tenant and owner. */
-interface Access {
-  actor: Principal;
-  action: WorkshopAction;
-}
-
-/** A command running in a workshop. `done` settles when it exits. */
-export interface RunningExec {
-  /** Host pid of the process group leader. */
-  pid: number;
-  stdout: Readable;
-  stderr: Readable;
-  done: Promise<{ exitCode: number; signal: string | null }>;
-  kill(): void;
-}
+export type { EgressWiring, ExecGate, RunningExec, ServiceOptions } from './shared.js';
 
 const MAX_FILE_BYTES = 16 << 20;
 /** devcontainer lifecycle commands (npm ci, …) are stopped after this long. */
@@ -122,7 +45,6 @@ const CREATE_COMMAND_TIMEOUT_SECONDS = 30 * 60;
 
 /** Every workshop process starts from this environment (then devcontainer.json, then the request). */
 const PROXY_URL = `http://127.0.0.1:${EGRESS_PORT}`;
-const DEFAULT_ASK_HOLD_SECONDS = 30;
 
 /**
  * The installed PostgreSQL's own bin directory (Debian: /usr/lib/postgresql/N/bin), first on a
@@ -159,23 +81,6 @@ const BASE_ENV: Record<string, string> = {
   NO_PROXY: 'localhost,127.0.0.1,::1,.atelier.internal',
   no_proxy: 'localhost,127.0.0.1,::1,.atelier.internal',
 };
-
-function toWorkshop(r: WorkshopRow): Workshop {
-  return {
-    id: r.id,
-    name: r.name,
-    status: r.status,
-    statusReason: r.status_reason,
-    repo: r.repo,
-    limits: { cpus: r.cpus, memoryBytes: Number(r.memory_bytes), pids: r.pids },
-    budgetUsd: r.budget_usd === null ? null : Number(r.budget_usd),
-    forwardPorts: r.forward_ports,
-    egress: { allow: r.egress.allow ?? [], deny: r.egress.deny ?? [], askHoldSeconds: r.egress.askHoldSeconds ?? DEFAULT_ASK_HOLD_SECONDS },
-    warnings: r.warnings,
-    createdAt: r.created_at.toISOString(),
-    updatedAt: r.updated_at.toISOString(),
-  };
-}
 
 /** When the host booted (btime of /proc/stat), undefined if unreadable. */
 function hostBootTime(): Date | undefined {
@@ -235,10 +140,9 @@ const DEATH_CHECK_MS = 1000;
 
 /** Workshops: the product's core noun. Every entry point (CLI, REST, MCP) goes through here. */
 export class WorkshopService {
-  private readonly locks = new Map<string, Promise<unknown>>();
-  private readonly running = new Map<string, Set<RunningExec>>();
   /** Lifecycle events (`deleting`, `stopped`, `deleted`) for the rooms that hold something per workshop. */
   readonly events: WorkshopEvents;
+  private readonly shared: WorkshopShared;
   /** Running and suspended sandboxes of this server (only the node that runs a sandbox decides it died). */
   private readonly watched = new Map<string, Watched>();
   private deathTimer: NodeJS.Timeout | undefined;
@@ -250,60 +154,7 @@ export class WorkshopService {
     private readonly opts: ServiceOptions,
   ) {
     this.events = new WorkshopEvents(opts.log);
-  }
-
-  /** Serialises lifecycle operations on one workshop within this server. */
-  private async locked<T>(id: string, fn: () => Promise<T>): Promise<T> {
-    const prev = this.locks.get(id) ?? Promise.resolve();
-    const next = prev.then(fn, fn);
-    const tail = next.catch(() => undefined);
-    this.locks.set(id, tail);
-    try {
-      return await next;
-    } finally {
-      if (this.locks.get(id) === tail) this.locks.delete(id);
-    }
-  }
-
-  /**
-   * The workshop's row. With `access`, the caller's right to do `action` on it is checked first
-   * (another tenant's workshop, or another workshop than an agent token's, is "not found").
-   */
-  private async row(id: string, access?: Access): Promise<WorkshopRow> {
-    if (!isWorkshopId(id))
-      throw new AtelierError('WORKSHOP_NOT_FOUND', `workshop ${id} does not exist: run \`atelier workshops list\` to see yours`, { id });
-    const [row] = await queryRows<WorkshopRow>(this.pool, 'SELECT * FROM workshops WHERE id = $1', [id]);
-    if (!row)
-      throw new AtelierError(
-        'WORKSHOP_NOT_FOUND',
-        `workshop ${id} does not exist (or was deleted): run \`atelier workshops list\` to see yours`,
-        { id },
-      );
-    if (access) checkWorkshopAccess(access.actor, { id: row.id, tenantId: row.tenant_id, ownerId: row.owner_id }, access.action);
-    if (row.node_id !== this.opts.nodeId) {
-      throw new AtelierError('UNAVAILABLE', `workshop ${id} runs on another Atelier server (${row.node_id}); use that server's context`, {
-        id,
-        node: row.node_id,
-      });
-    }
-    return row;
-  }
-
-  private async setStatus(id: string, status: WorkshopStatus, reason: string | null, sandbox?: SandboxHandle | null): Promise<WorkshopRow> {
-    const rows =
-      sandbox === undefined
-        ? await queryRows<WorkshopRow>(
-            this.pool,
-            'UPDATE workshops SET status = $2, status_reason = $3, updated_at = now() WHERE id = $1 RETURNING *',
-            [id, status, reason],
-          )
-        : await queryRows<WorkshopRow>(
-            this.pool,
-            'UPDATE workshops SET status = $2, status_reason = $3, sandbox = $4, updated_at = now() WHERE id = $1 RETURNING *',
-            [id, status, reason, sandbox === null ? null : JSON.stringify(sandbox)],
-          );
-    if (!rows[0]) throw new AtelierError('WORKSHOP_NOT_FOUND', `workshop ${id} was deleted meanwhile`, { id });
-    return rows[0];
+    this.shared = new WorkshopShared(pool, driver, opts, (id) => void this.noticeDeath(id));
   }
 
   private limits(req: CreateWorkshopRequest): WorkshopLimits {
@@ -361,12 +212,12 @@ export class WorkshopService {
       await this.openEgress(row, handle);
       // A new sandbox is a new network namespace: the internal listeners are opened again.
       this.opts.internal.close(row.id);
-      await this.opts.simulators.recover(this.context(row, handle));
+      await this.opts.simulators.recover(this.shared.context(row, handle));
     } catch (err) {
       await this.driver.stop(row.id, handle).catch(() => undefined);
       throw err;
     }
-    const started = await this.setStatus(row.id, 'Running', reason, handle);
+    const started = await this.shared.setStatus(row.id, 'Running', reason, handle);
     this.watch(row.id, handle);
     return started;
   }
@@ -422,7 +273,7 @@ export class WorkshopService {
     const seen = known ?? this.watched.get(id);
     const oomNow = oom ?? (seen !== undefined && this.oomDeath(seen));
     try {
-      await this.locked(id, async () => {
+      await this.shared.locked(id, async () => {
         const [row] = await queryRows<WorkshopRow>(this.pool, 'SELECT * FROM workshops WHERE id = $1', [id]);
         if (!row || row.node_id !== this.opts.nodeId || !row.sandbox) return;
         if (row.status !== 'Running' && row.status !== 'Suspended') return;
@@ -448,16 +299,12 @@ export class WorkshopService {
     await this.opts.egress.proxy.close(row.id).catch(() => undefined);
     // After the reason is read: its cgroups (and their counters) go with the rest.
     await this.driver.stop(row.id, row.sandbox).catch(() => undefined);
-    await this.setStatus(row.id, 'Dead', reason, null);
+    await this.shared.setStatus(row.id, 'Dead', reason, null);
     await this.opts
       .onDied?.(row.id, reason)
       .catch((err: unknown) =>
         this.opts.log.warn({ workshop: row.id, err: String(err) }, 'could not end the approvals of a dead workshop'),
       );
-  }
-
-  private context(row: WorkshopRow, sandbox: SandboxHandle): WorkshopContext {
-    return { id: row.id, hostname: row.name, uid: row.uid, sandbox, layout: this.driver.layout(row.id) };
   }
 
   /** The workshop's live policy: the platform's allowlist, then the project's entries. */
@@ -519,7 +366,7 @@ export class WorkshopService {
 
   /** What the workshop's proxy decided, oldest first (see EgressJournal.list). */
   async egressLog(id: string, actor: Principal, opts: { afterId?: number; limit?: number }): Promise<EgressRecord[]> {
-    await this.row(id, { actor, action: 'read' });
+    await this.shared.row(id, { actor, action: 'read' });
     return this.opts.egress.journal.list(id, opts);
   }
 
@@ -575,7 +422,7 @@ export class WorkshopService {
         throw new AtelierError('ALREADY_EXISTS', `a workshop named "${name}" already exists: pick another --name`, { field: 'name' });
       throw err;
     }
-    return this.locked(id, () => this.build(row, source, req));
+    return this.shared.locked(id, () => this.build(row, source, req));
   }
 
   private async build(row: WorkshopRow, source: ReturnType<typeof resolveRepoSource>, req: CreateWorkshopRequest): Promise<Workshop> {
@@ -618,7 +465,7 @@ export class WorkshopService {
       const current = { ...row, env, sandbox: handle! };
       // Simulators start before the devcontainer's commands, which may well migrate a database.
       // One that fails is reported Failed in `atelier simulators list`; the workshop goes on.
-      await this.opts.simulators.start(this.context(row, handle!), mergeSimulators(project.simulators, req.simulators ?? []));
+      await this.opts.simulators.start(this.shared.context(row, handle!), mergeSimulators(project.simulators, req.simulators ?? []));
       for (const step of dev.createCommands) {
         const result = await this.collectOutput(
           this.spawn(current, step.command, '/workspace', {}, undefined, CREATE_COMMAND_TIMEOUT_SECONDS),
@@ -635,7 +482,7 @@ export class WorkshopService {
           );
         }
       }
-      const built = await this.setStatus(id, 'Running', null);
+      const built = await this.shared.setStatus(id, 'Running', null);
       this.watch(id, handle!);
       return toWorkshop(built);
     } catch (err) {
@@ -645,7 +492,7 @@ export class WorkshopService {
       await this.driver.stop(id, handle).catch(() => undefined);
       await this.opts.egress.proxy.close(id).catch(() => undefined);
       // The workshop stays, Failed with the reason, until the user deletes it.
-      const failed = await this.setStatus(id, 'Failed', reason, null).catch(() => null);
+      const failed = await this.shared.setStatus(id, 'Failed', reason, null).catch(() => null);
       if (failed) return toWorkshop(failed);
       throw err;
     }
@@ -663,13 +510,13 @@ export class WorkshopService {
   }
 
   async get(id: string, actor: Principal): Promise<Workshop> {
-    const row = await this.row(id, { actor, action: 'read' });
+    const row = await this.shared.row(id, { actor, action: 'read' });
     return { ...toWorkshop(row), disk: this.driver.diskOf(row.id) };
   }
 
   /** Checks that `actor` may do `action` on the workshop (for routes that act on it indirectly). */
   async authorize(id: string, actor: Principal, action: WorkshopAction): Promise<void> {
-    await this.row(id, { actor, action });
+    await this.shared.row(id, { actor, action });
   }
 
   /**
@@ -682,22 +529,22 @@ export class WorkshopService {
     opts: { resume: boolean },
   ): Promise<{ id: string; name: string; sandbox: SandboxHandle; env: Record<string, string>; resumed: boolean }> {
     const access: Access = { actor, action: 'operate' };
-    const first = await this.row(id, access);
+    const first = await this.shared.row(id, access);
     let resumed = false;
     if (first.status === 'Suspended' && opts.resume) {
       await this.resume(id, actor);
       resumed = true;
     }
     // One lookup per tunnel connection unless the workshop was just resumed.
-    const row = await this.runnable(id, access, resumed ? undefined : first);
+    const row = await this.shared.runnable(id, access, resumed ? undefined : first);
     return { id: row.id, name: row.name, sandbox: row.sandbox, env: this.sandboxEnv(row), resumed };
   }
 
   /** Freezes every process of the workshop (cgroup freezer); memory and files stay as they are. */
   async stop(id: string, actor: Principal): Promise<Workshop> {
     let stopped = false;
-    const w = await this.locked(id, async () => {
-      const row = await this.row(id, { actor, action: 'operate' });
+    const w = await this.shared.locked(id, async () => {
+      const row = await this.shared.row(id, { actor, action: 'operate' });
       if (row.status === 'Suspended') return toWorkshop(row);
       if (row.status !== 'Running' || !row.sandbox)
         throw new AtelierError('WORKSHOP_NOT_RUNNING', `workshop ${id} is ${row.status} and cannot be suspended`, {
@@ -712,7 +559,7 @@ export class WorkshopService {
       await this.waitExecsEntered(row);
       await this.driver.suspend(row.sandbox);
       stopped = true;
-      return toWorkshop(await this.setStatus(id, 'Suspended', null));
+      return toWorkshop(await this.shared.setStatus(id, 'Suspended', null));
     });
     if (stopped) await this.events.emit({ type: 'stopped', id: w.id });
     return w;
@@ -720,8 +567,8 @@ export class WorkshopService {
 
   /** Thaws a suspended workshop, or starts its sandbox again if its processes were lost. */
   async resume(id: string, actor: Principal): Promise<Workshop> {
-    return this.locked(id, async () => {
-      const row = await this.row(id, { actor, action: 'operate' });
+    return this.shared.locked(id, async () => {
+      const row = await this.shared.row(id, { actor, action: 'operate' });
       if (row.status === 'Running') return toWorkshop(row);
       if (row.status === 'Dead') {
         this.opts.log.info({ workshop: id, was: row.status_reason }, 'starting a dead workshop again');
@@ -737,7 +584,7 @@ export class WorkshopService {
         );
       if (row.sandbox && this.driver.alive(row.sandbox)) {
         await this.driver.resume(row.sandbox);
-        return toWorkshop(await this.setStatus(id, 'Running', null));
+        return toWorkshop(await this.shared.setStatus(id, 'Running', null));
       }
       return toWorkshop(
         await this.restartSandbox(row, 'its processes had stopped while suspended (host restart?): started afresh, files kept'),
@@ -747,15 +594,15 @@ export class WorkshopService {
 
   /** Kills the sandbox and removes every file, cgroup and row the workshop owned. */
   async delete(id: string, actor: Principal): Promise<void> {
-    const found = await this.row(id, { actor, action: 'delete' });
+    const found = await this.shared.row(id, { actor, action: 'delete' });
     // Before anything is torn down: live connections into the sandbox are cut with the reason.
     await this.events.emit({ type: 'deleting', id: found.id });
     // Commands still running there would hold the lock and die with the sandbox anyway.
     await this.killExecs(id);
-    await this.locked(id, async () => {
-      const row = await this.row(id);
+    await this.shared.locked(id, async () => {
+      const row = await this.shared.row(id);
       this.watched.delete(id);
-      await this.setStatus(id, 'Deleting', null);
+      await this.shared.setStatus(id, 'Deleting', null);
       await this.opts.simulators.removeAll(id);
       await this.opts.egress.proxy.close(id);
       await this.driver.destroy(id, row.sandbox).catch((err: Error) => {
@@ -799,7 +646,7 @@ export class WorkshopService {
 
   /** The workshop's simulators, their state, endpoint and resource use. */
   async listSimulators(id: string, actor: Principal): Promise<SimulatorView[]> {
-    await this.row(id, { actor, action: 'read' });
+    await this.shared.row(id, { actor, action: 'read' });
     // Credentials (postgres password…) only for those who may operate it; viewers get them redacted.
     const credentials = await this.authorize(id, actor, 'operate').then(
       () => true,
@@ -810,22 +657,22 @@ export class WorkshopService {
 
   /** Starts one more simulator in a running workshop, reachable at once without a restart. */
   async requestSimulator(id: string, req: SimulatorRequest, actor: Principal): Promise<SimulatorView> {
-    return this.locked(id, async () => {
-      const row = await this.runnable(id, { actor, action: 'operate' });
-      const [view] = await this.opts.simulators.start(this.context(row, row.sandbox), [req], true);
+    return this.shared.locked(id, async () => {
+      const row = await this.shared.runnable(id, { actor, action: 'operate' });
+      const [view] = await this.opts.simulators.start(this.shared.context(row, row.sandbox), [req], true);
       return view!;
     });
   }
 
   async simulatorLogs(id: string, name: string, actor: Principal, tailBytes?: number): Promise<string> {
-    await this.row(id, { actor, action: 'read' });
+    await this.shared.row(id, { actor, action: 'read' });
     return this.opts.simulators.logs(id, name, tailBytes);
   }
 
   async resetSimulator(id: string, name: string, actor: Principal): Promise<SimulatorView> {
-    return this.locked(id, async () => {
-      const row = await this.runnable(id, { actor, action: 'operate' });
-      return this.opts.simulators.reset(this.context(row, row.sandbox), name);
+    return this.shared.locked(id, async () => {
+      const row = await this.shared.runnable(id, { actor, action: 'operate' });
+      return this.opts.simulators.reset(this.shared.context(row, row.sandbox), name);
     });
   }
 
@@ -836,31 +683,7 @@ export class WorkshopService {
       "SELECT * FROM workshops WHERE node_id = $1 AND status = 'Running' AND sandbox IS NOT NULL",
       [this.opts.nodeId],
     );
-    return rows.map((r) => this.context(r, r.sandbox!));
-  }
-
-  /** The workshop's row if it runs (`known`: a row just read with the same access check). */
-  private async runnable(id: string, access: Access | undefined, known?: WorkshopRow): Promise<WorkshopRow & { sandbox: SandboxHandle }> {
-    const row = known ?? (await this.row(id, access));
-    if (row.status === 'Suspended')
-      throw new AtelierError('WORKSHOP_SUSPENDED', `workshop ${id} is suspended: run \`atelier workshops resume ${id}\``, { id });
-    if (row.status !== 'Running' || !row.sandbox) {
-      throw new AtelierError(
-        'WORKSHOP_NOT_RUNNING',
-        `workshop ${id} is ${row.status}${row.status_reason ? ` (${row.status_reason})` : ''}`,
-        { id, status: row.status },
-      );
-    }
-    if (!this.driver.alive(row.sandbox)) {
-      // Found before the watcher's next look: recorded now (outside this caller's lock).
-      setImmediate(() => void this.noticeDeath(id));
-      throw new AtelierError(
-        'WORKSHOP_NOT_RUNNING',
-        `workshop ${id} died (its sandbox's processes are gone): run \`atelier workshops resume ${id}\` to start it again, files kept`,
-        { id, status: 'Dead' },
-      );
-    }
-    return row as WorkshopRow & { sandbox: SandboxHandle };
+    return rows.map((r) => this.shared.context(r, r.sandbox!));
   }
 
   private spawn(
@@ -926,13 +749,13 @@ export class WorkshopService {
       });
     });
     const exec: RunningExec = { pid: child.pid ?? 0, stdout: child.stdout!, stderr: child.stderr!, done, kill };
-    const set = this.running.get(row.id) ?? new Set<RunningExec>();
+    const set = this.shared.running.get(row.id) ?? new Set<RunningExec>();
     set.add(exec);
-    this.running.set(row.id, set);
+    this.shared.running.set(row.id, set);
     void done
       .finally(() => {
         set.delete(exec);
-        if (set.size === 0) this.running.delete(row.id);
+        if (set.size === 0) this.shared.running.delete(row.id);
       })
       .catch(() => undefined);
     return exec;
@@ -940,7 +763,7 @@ export class WorkshopService {
 
   /** Kills the commands running in one workshop (or all), waiting at most a few seconds. */
   private async killExecs(id?: string): Promise<void> {
-    const pending = id === undefined ? [...this.running.values()].flatMap((s) => [...s]) : [...(this.running.get(id) ?? [])];
+    const pending = id === undefined ? [...this.shared.running.values()].flatMap((s) => [...s]) : [...(this.shared.running.get(id) ?? [])];
     for (const exec of pending) exec.kill();
     // A command in a frozen (suspended) workshop dies only once thawed: do not wait for it forever.
     await Promise.race([Promise.allSettled(pending.map((e) => e.done)), new Promise((r) => setTimeout(r, 3000).unref())]);
@@ -973,7 +796,7 @@ export class WorkshopService {
     gate: { onApproval?: (approvalId: string) => void; signal?: AbortSignal } = {},
   ): Promise<RunningExec> {
     if (this.opts.execGate) {
-      const row = await this.row(id, { actor, action: 'operate' });
+      const row = await this.shared.row(id, { actor, action: 'operate' });
       if (row.approval_commands.length > 0) await this.opts.execGate(id, row.approval_commands, req, actor, gate);
     }
     const stdin = req.stdin === undefined ? undefined : Buffer.from(req.stdin, 'base64');
@@ -1002,13 +825,13 @@ export class WorkshopService {
     stdin?: Buffer,
     timeoutSeconds?: number,
   ): Promise<RunningExec> {
-    return this.locked(id, async () => this.spawn(await this.runnable(id, access), command, cwd, env, stdin, timeoutSeconds));
+    return this.shared.locked(id, async () => this.spawn(await this.shared.runnable(id, access), command, cwd, env, stdin, timeoutSeconds));
   }
 
   /** Before freezing: every command this server started there has entered the workshop's freezer cgroup (or ended). */
   private async waitExecsEntered(row: WorkshopRow): Promise<void> {
     const freezer = row.sandbox?.cgroups?.freezer;
-    const execs = this.running.get(row.id);
+    const execs = this.shared.running.get(row.id);
     if (!freezer || !execs) return;
     const suffix = `:freezer:${freezer.replace(/^\/sys\/fs\/cgroup\/freezer/, '')}`;
     const deadline = Date.now() + 1000;
@@ -1175,7 +998,7 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
 
   /** Where a workshop's branch may be pushed: `remote`, else the repository it was cloned from; checked like a repo source. */
   async pushTarget(id: string, remote: string | undefined): Promise<string> {
-    const row = await this.row(id);
+    const row = await this.shared.row(id);
     const source = resolveRepoSource(remote ?? row.repo, this.opts.allowRepoRoots);
     return source.kind === 'remote' ? source.url : source.path;
   }
@@ -1195,7 +1018,12 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
     try {
       if (row.status === 'Building') {
         await this.driver.stop(id, row.sandbox);
-        await this.setStatus(id, 'Failed', 'the server stopped while this workshop was being created: delete it and create it again', null);
+        await this.shared.setStatus(
+          id,
+          'Failed',
+          'the server stopped while this workshop was being created: delete it and create it again',
+          null,
+        );
       } else if (row.status === 'Deleting') {
         await this.driver.destroy(id, row.sandbox);
         await queryRows(this.pool, 'DELETE FROM workshops WHERE id = $1', [id]);
@@ -1204,21 +1032,21 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
         if (alive) {
           this.watch(id, row.sandbox!);
           await this.openEgress(row, row.sandbox!);
-          await this.opts.simulators.recover(this.context(row, row.sandbox!));
+          await this.opts.simulators.recover(this.shared.context(row, row.sandbox!));
           const orphans = this.driver.killOrphanExecs(row.sandbox!);
           if (orphans > 0) this.opts.log.warn({ workshop: id, orphans }, 'killed commands left running by a previous server process');
           const frozen = this.driver.frozen(row.sandbox!);
-          if (frozen && row.status === 'Running') await this.setStatus(id, 'Suspended', null);
-          if (!frozen && row.status === 'Suspended') await this.setStatus(id, 'Running', null);
+          if (frozen && row.status === 'Running') await this.shared.setStatus(id, 'Suspended', null);
+          if (!frozen && row.status === 'Suspended') await this.shared.setStatus(id, 'Running', null);
         } else {
           await this.markDead(row, this.lostReason(row));
         }
       } else if (row.status === 'Dead' && row.sandbox) {
         await this.driver.stop(id, row.sandbox);
-        await this.setStatus(id, 'Dead', row.status_reason, null);
+        await this.shared.setStatus(id, 'Dead', row.status_reason, null);
       } else if (row.status === 'Failed' && row.sandbox) {
         await this.driver.stop(id, row.sandbox);
-        await this.setStatus(id, 'Failed', row.status_reason, null);
+        await this.shared.setStatus(id, 'Failed', row.status_reason, null);
       }
     } catch (err) {
       this.opts.log.error({ workshop: id, err: String(err) }, 'reconcile failed for a workshop');
@@ -1226,12 +1054,9 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
       const current = await queryRows<WorkshopRow>(this.pool, 'SELECT * FROM workshops WHERE id = $1', [id]).catch(() => []);
       await this.driver.stop(id, current[0]?.sandbox ?? row.sandbox).catch(() => undefined);
       await this.opts.egress.proxy.close(id).catch(() => undefined);
-      await this.setStatus(
-        id,
-        'Failed',
-        `could not be recovered after a restart: ${err instanceof Error ? err.message : String(err)}`,
-        null,
-      ).catch(() => undefined);
+      await this.shared
+        .setStatus(id, 'Failed', `could not be recovered after a restart: ${err instanceof Error ? err.message : String(err)}`, null)
+        .catch(() => undefined);
     }
   }
 
