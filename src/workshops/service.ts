@@ -1,8 +1,6 @@
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
-import { constants as osConstants, cpus as hostCpus, totalmem } from 'node:os';
+import { mkdirSync, readFileSync } from 'node:fs';
+import { cpus as hostCpus, totalmem } from 'node:os';
 import { posix } from 'node:path';
-import type { ChildProcess } from 'node:child_process';
-import { type Readable } from 'node:stream';
 import {
   AtelierError,
   hashToken,
@@ -17,7 +15,7 @@ import {
   type Workshop,
   type WorkshopLimits,
 } from '../core/index.js';
-import { findPgBinDir, queryRows, withTransaction, type Pool } from '../db/index.js';
+import { queryRows, withTransaction, type Pool } from '../db/index.js';
 import { type Principal, type WorkshopAction } from '../identity/index.js';
 import { EGRESS_PORT, listenInSandbox, type SandboxHandle } from '../sandbox/index.js';
 import { createEgressPolicy, type EgressPolicy, type EgressRecord } from '../egress/index.js';
@@ -27,6 +25,8 @@ import type { WorkshopDriver } from './driver.js';
 import { WorkshopEvents } from './events.js';
 import { cloneRepo, resolveRepoSource } from './repo.js';
 import { mergeSimulators, precheckSimulators, type SimulatorView, type WorkshopContext } from './simulators.js';
+import { BASE_ENV, WorkshopExecs } from './exec.js';
+import { WorkshopFiles } from './files.js';
 import {
   DEFAULT_ASK_HOLD_SECONDS,
   toWorkshop,
@@ -39,48 +39,8 @@ import {
 
 export type { EgressWiring, ExecGate, RunningExec, ServiceOptions } from './shared.js';
 
-const MAX_FILE_BYTES = 16 << 20;
 /** devcontainer lifecycle commands (npm ci, …) are stopped after this long. */
 const CREATE_COMMAND_TIMEOUT_SECONDS = 30 * 60;
-
-/** Every workshop process starts from this environment (then devcontainer.json, then the request). */
-const PROXY_URL = `http://127.0.0.1:${EGRESS_PORT}`;
-
-/**
- * The installed PostgreSQL's own bin directory (Debian: /usr/lib/postgresql/N/bin), first on a
- * workshop's PATH: Debian's /usr/bin/psql is a Perl wrapper that picks a cluster, which costs
- * ~50 ms per call here, and a workshop has no local cluster to pick (its databases are
- * simulators reached by URL). The directory holds the same version's client and server tools.
- */
-function postgresBin(): string | undefined {
-  try {
-    const dir = findPgBinDir(undefined);
-    return existsSync(`${dir}/psql`) ? dir : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-const PG_BIN = postgresBin();
-
-const BASE_ENV: Record<string, string> = {
-  PATH: `${PG_BIN ? `${PG_BIN}:` : ''}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`,
-  HOME: '/home/atelier',
-  USER: 'atelier',
-  LOGNAME: 'atelier',
-  SHELL: '/bin/bash',
-  LANG: 'C.UTF-8',
-  // The only way out is the egress proxy (see sandbox/launcher.ts); every tool that reads the
-  // usual variables (curl, git, npm, pip, Go, Node's undici with a dispatcher…) goes through it.
-  HTTP_PROXY: PROXY_URL,
-  HTTPS_PROXY: PROXY_URL,
-  ALL_PROXY: `socks5h://127.0.0.1:${EGRESS_PORT}`,
-  http_proxy: PROXY_URL,
-  https_proxy: PROXY_URL,
-  all_proxy: `socks5h://127.0.0.1:${EGRESS_PORT}`,
-  NO_PROXY: 'localhost,127.0.0.1,::1,.atelier.internal',
-  no_proxy: 'localhost,127.0.0.1,::1,.atelier.internal',
-};
 
 /** When the host booted (btime of /proc/stat), undefined if unreadable. */
 function hostBootTime(): Date | undefined {
@@ -90,36 +50,6 @@ function hostBootTime(): Date | undefined {
   } catch {
     return undefined;
   }
-}
-
-/**
- * Resolves when `stream` ends, or once it has been idle (no data, not paused by a slow reader)
- * for 100 ms, which means a background process holds the pipe: it is then closed on our side.
- */
-function drainAfterExit(stream: Readable): Promise<void> {
-  return new Promise((resolve) => {
-    if (stream.readableEnded || stream.destroyed) return resolve();
-    let active = true;
-    const onData = (): void => {
-      active = true;
-    };
-    const timer = setInterval(() => {
-      if (active || stream.isPaused()) {
-        active = false;
-        return;
-      }
-      stream.destroy();
-      done();
-    }, 100);
-    const done = (): void => {
-      clearInterval(timer);
-      stream.off('data', onData);
-      resolve();
-    };
-    stream.on('data', onData);
-    stream.once('end', done);
-    stream.once('close', done);
-  });
 }
 
 /** A sandbox this server watches for death, its memory cgroup's OOM kills at the last look, and when that count last grew. */
@@ -143,6 +73,8 @@ export class WorkshopService {
   /** Lifecycle events (`deleting`, `stopped`, `deleted`) for the rooms that hold something per workshop. */
   readonly events: WorkshopEvents;
   private readonly shared: WorkshopShared;
+  private readonly execs: WorkshopExecs;
+  private readonly files: WorkshopFiles;
   /** Running and suspended sandboxes of this server (only the node that runs a sandbox decides it died). */
   private readonly watched = new Map<string, Watched>();
   private deathTimer: NodeJS.Timeout | undefined;
@@ -155,6 +87,8 @@ export class WorkshopService {
   ) {
     this.events = new WorkshopEvents(opts.log);
     this.shared = new WorkshopShared(pool, driver, opts, (id) => void this.noticeDeath(id));
+    this.execs = new WorkshopExecs(this.shared);
+    this.files = new WorkshopFiles(this.execs);
   }
 
   private limits(req: CreateWorkshopRequest): WorkshopLimits {
@@ -467,8 +401,8 @@ export class WorkshopService {
       // One that fails is reported Failed in `atelier simulators list`; the workshop goes on.
       await this.opts.simulators.start(this.shared.context(row, handle!), mergeSimulators(project.simulators, req.simulators ?? []));
       for (const step of dev.createCommands) {
-        const result = await this.collectOutput(
-          this.spawn(current, step.command, '/workspace', {}, undefined, CREATE_COMMAND_TIMEOUT_SECONDS),
+        const result = await this.execs.collectOutput(
+          this.execs.spawn(current, step.command, '/workspace', {}, undefined, CREATE_COMMAND_TIMEOUT_SECONDS),
           {
             maxBytes: 64 << 10,
             overflow: 'keep-tail',
@@ -537,7 +471,7 @@ export class WorkshopService {
     }
     // One lookup per tunnel connection unless the workshop was just resumed.
     const row = await this.shared.runnable(id, access, resumed ? undefined : first);
-    return { id: row.id, name: row.name, sandbox: row.sandbox, env: this.sandboxEnv(row), resumed };
+    return { id: row.id, name: row.name, sandbox: row.sandbox, env: this.execs.sandboxEnv(row), resumed };
   }
 
   /** Freezes every process of the workshop (cgroup freezer); memory and files stay as they are. */
@@ -556,7 +490,7 @@ export class WorkshopService {
           'UNSUPPORTED',
           'suspend needs the cgroup freezer, which this server does not have: run the server as root (its start-up lines list what is missing)',
         );
-      await this.waitExecsEntered(row);
+      await this.execs.waitExecsEntered(row);
       await this.driver.suspend(row.sandbox);
       stopped = true;
       return toWorkshop(await this.shared.setStatus(id, 'Suspended', null));
@@ -598,7 +532,7 @@ export class WorkshopService {
     // Before anything is torn down: live connections into the sandbox are cut with the reason.
     await this.events.emit({ type: 'deleting', id: found.id });
     // Commands still running there would hold the lock and die with the sandbox anyway.
-    await this.killExecs(id);
+    await this.execs.killExecs(id);
     await this.shared.locked(id, async () => {
       const row = await this.shared.row(id);
       this.watched.delete(id);
@@ -613,35 +547,6 @@ export class WorkshopService {
       await queryRows(this.pool, 'DELETE FROM workshops WHERE id = $1', [id]);
     });
     await this.events.emit({ type: 'deleted', id: found.id });
-  }
-
-  private sandboxEnv(row: WorkshopRow, extra: Record<string, string> = {}): Record<string, string> {
-    return {
-      ...BASE_ENV,
-      ATELIER_WORKSHOP_ID: row.id,
-      ATELIER_WORKSHOP_NAME: row.name,
-      ...this.agentEnv(row),
-      ...row.env,
-      // The simulators' connection details win over the devcontainer's (which name compose services).
-      ...this.opts.simulators.env(row.id),
-      ...extra,
-    };
-  }
-
-  /** ATELIER_URL, ATELIER_TOKEN and ATELIER_MCP_URL: the API and MCP endpoint from inside, as this workshop's agent. */
-  private agentEnv(row: WorkshopRow): Record<string, string> {
-    if (!row.agent_token) return {};
-    try {
-      return {
-        ATELIER_URL: 'http://api.atelier.internal',
-        // The workshop's MCP endpoint (no token needed from inside: the server knows the workshop by its socket).
-        ATELIER_MCP_URL: 'http://mcp.atelier.internal/mcp',
-        ATELIER_TOKEN: this.opts.sealer.decrypt(row.agent_token, `workshop-token:${row.id}`).toString('utf8'),
-      };
-    } catch (err) {
-      this.opts.log.warn({ workshop: row.id, err: (err as Error).message }, 'workshop token cannot be unsealed: ATELIER_TOKEN not set');
-      return {};
-    }
   }
 
   /** The workshop's simulators, their state, endpoint and resource use. */
@@ -686,89 +591,6 @@ export class WorkshopService {
     return rows.map((r) => this.shared.context(r, r.sandbox!));
   }
 
-  private spawn(
-    row: WorkshopRow & { sandbox: SandboxHandle },
-    command: string[],
-    cwd: string,
-    env: Record<string, string>,
-    stdin: Buffer | undefined,
-    timeoutSeconds?: number,
-  ): RunningExec {
-    let child: ChildProcess;
-    try {
-      child = this.driver.exec(row.sandbox, { command, cwd, env: this.sandboxEnv(row, env) });
-    } catch (err) {
-      // spawn refuses some arguments synchronously (E2BIG, NUL bytes): that is bad input.
-      throw new AtelierError('INVALID_ARGUMENT', `the command could not be started: ${(err as Error).message}`, { field: 'command' });
-    }
-    if (!child.stdin || !child.stdout || !child.stderr) {
-      // Out of file descriptors (EMFILE): Node made no pipes; the 'error' event follows.
-      child.on('error', () => undefined);
-      throw new AtelierError('UNAVAILABLE', 'the server could not start the command (out of file descriptors?); try again');
-    }
-    let settled = false;
-    const kill = (): void => {
-      // Once settled, the group id may belong to someone else: never signal it again.
-      if (settled) return;
-      try {
-        if (child.pid) process.kill(-child.pid, 'SIGKILL');
-      } catch {
-        // group already gone
-      }
-    };
-    child.stdin!.on('error', () => undefined);
-    child.stdin!.end(stdin);
-    let timedOut = false;
-    const timer = timeoutSeconds
-      ? setTimeout(() => {
-          timedOut = true;
-          kill();
-        }, timeoutSeconds * 1000)
-      : undefined;
-    const done = new Promise<{ exitCode: number; signal: string | null }>((resolve, reject) => {
-      child.on('error', (err) => reject(new AtelierError('SANDBOX_FAILED', `could not enter the workshop: ${err.message}`)));
-      child.on('exit', (code, signal) => {
-        if (timer) clearTimeout(timer);
-        // A command killed by a signal exits 128+n, as in a shell; a timeout is 124, as with timeout(1).
-        const result = {
-          exitCode: timedOut ? 124 : (code ?? 128 + (signal ? (osConstants.signals[signal] ?? 9) : 0)),
-          signal: timedOut ? 'SIGKILL' : signal,
-        };
-        // The command has exited; a process it left in the background may still hold its output
-        // pipes open. Read what is there, then stop waiting for them, in any case within 2 s.
-        const hard = setTimeout(() => {
-          kill();
-          child.stdout!.destroy();
-          child.stderr!.destroy();
-        }, 2000);
-        void Promise.all([drainAfterExit(child.stdout!), drainAfterExit(child.stderr!)]).then(() => {
-          clearTimeout(hard);
-          settled = true;
-          resolve(result);
-        });
-      });
-    });
-    const exec: RunningExec = { pid: child.pid ?? 0, stdout: child.stdout!, stderr: child.stderr!, done, kill };
-    const set = this.shared.running.get(row.id) ?? new Set<RunningExec>();
-    set.add(exec);
-    this.shared.running.set(row.id, set);
-    void done
-      .finally(() => {
-        set.delete(exec);
-        if (set.size === 0) this.shared.running.delete(row.id);
-      })
-      .catch(() => undefined);
-    return exec;
-  }
-
-  /** Kills the commands running in one workshop (or all), waiting at most a few seconds. */
-  private async killExecs(id?: string): Promise<void> {
-    const pending = id === undefined ? [...this.shared.running.values()].flatMap((s) => [...s]) : [...(this.shared.running.get(id) ?? [])];
-    for (const exec of pending) exec.kill();
-    // A command in a frozen (suspended) workshop dies only once thawed: do not wait for it forever.
-    await Promise.race([Promise.allSettled(pending.map((e) => e.done)), new Promise((r) => setTimeout(r, 3000).unref())]);
-  }
-
   /** Kills the commands this server process started and still waits for (at shutdown). */
   async close(): Promise<void> {
     if (this.deathTimer) clearInterval(this.deathTimer);
@@ -776,216 +598,47 @@ export class WorkshopService {
     this.watched.clear();
     this.opts.simulators.stopWatchdog();
     this.opts.internal.closeAll();
-    await this.killExecs();
+    await this.execs.killExecs();
     this.driver.releaseCgroupBase();
-  }
-
-  private resolveCwd(cwd: string | undefined): string {
-    const p = posix.normalize(posix.join('/workspace', cwd ?? '.'));
-    return cwd !== undefined && posix.isAbsolute(cwd) ? posix.normalize(cwd) : p;
   }
 
   /**
    * Starts a command in a running workshop; output streams as it is produced. A command the
    * project's `approvals.commands` names waits for a human's approval first (`gate`).
    */
-  async exec(
+  exec(
     id: string,
     req: ExecRequest,
     actor: Principal,
     gate: { onApproval?: (approvalId: string) => void; signal?: AbortSignal } = {},
   ): Promise<RunningExec> {
-    if (this.opts.execGate) {
-      const row = await this.shared.row(id, { actor, action: 'operate' });
-      if (row.approval_commands.length > 0) await this.opts.execGate(id, row.approval_commands, req, actor, gate);
-    }
-    const stdin = req.stdin === undefined ? undefined : Buffer.from(req.stdin, 'base64');
-    const secrets = this.opts.secretEnv ? await this.opts.secretEnv(id) : {};
-    return this.startLocked(
-      id,
-      { actor, action: 'operate' },
-      req.command,
-      this.resolveCwd(req.cwd),
-      { ...secrets, ...(req.env ?? {}) },
-      stdin,
-      req.timeoutSeconds,
-    );
-  }
-
-  /**
-   * Checks the workshop and starts the command under its lock: a concurrent `stop` then either
-   * comes first (the exec is refused) or waits until the command has joined the cgroups.
-   */
-  private startLocked(
-    id: string,
-    access: Access | undefined,
-    command: string[],
-    cwd: string,
-    env: Record<string, string>,
-    stdin?: Buffer,
-    timeoutSeconds?: number,
-  ): Promise<RunningExec> {
-    return this.shared.locked(id, async () => this.spawn(await this.shared.runnable(id, access), command, cwd, env, stdin, timeoutSeconds));
-  }
-
-  /** Before freezing: every command this server started there has entered the workshop's freezer cgroup (or ended). */
-  private async waitExecsEntered(row: WorkshopRow): Promise<void> {
-    const freezer = row.sandbox?.cgroups?.freezer;
-    const execs = this.shared.running.get(row.id);
-    if (!freezer || !execs) return;
-    const suffix = `:freezer:${freezer.replace(/^\/sys\/fs\/cgroup\/freezer/, '')}`;
-    const deadline = Date.now() + 1000;
-    for (const exec of execs) {
-      while (Date.now() < deadline) {
-        let groups: string;
-        try {
-          groups = readFileSync(`/proc/${exec.pid}/cgroup`, 'utf8');
-        } catch {
-          break; // ended
-        }
-        if (groups.split('\n').some((l) => l.endsWith(suffix))) break;
-        await new Promise((r) => setTimeout(r, 1));
-      }
-    }
+    return this.execs.exec(id, req, actor, gate);
   }
 
   /**
    * Collects a command's output up to `maxBytes`. Past it: `kill` stops the command, `drop`
    * keeps the beginning and lets the command finish, `keep-tail` keeps the end (build logs).
    */
-  async collectOutput(
+  collectOutput(
     started: RunningExec | Promise<RunningExec>,
     opts: { maxBytes: number; overflow?: 'kill' | 'drop' | 'keep-tail' },
   ): Promise<{ exitCode: number; signal: string | null; stdout: Buffer; stderr: Buffer; truncated: boolean }> {
-    const run = await started;
-    const mode = opts.overflow ?? 'kill';
-    const out: Buffer[] = [];
-    const err: Buffer[] = [];
-    let size = 0;
-    let truncated = false;
-    const collect = (into: Buffer[]) => (c: Buffer) => {
-      // Past the limit nothing more is kept (unless keeping the tail), even if a detached process keeps writing.
-      if (truncated && mode !== 'keep-tail') return;
-      if (mode === 'drop' && size + c.length > opts.maxBytes) {
-        truncated = true;
-        return;
-      }
-      into.push(c);
-      size += c.length;
-      if (size <= opts.maxBytes) return;
-      truncated = true;
-      if (mode === 'keep-tail') {
-        // Long build output (npm ci) is normal: keep only its end, for the failure reason.
-        while (size > opts.maxBytes && (out.length > 1 || err.length > 1)) {
-          const from = out.length >= err.length ? out : err;
-          size -= from.shift()!.length;
-        }
-      } else run.kill();
-    };
-    run.stdout.on('data', collect(out));
-    run.stderr.on('data', collect(err));
-    const { exitCode, signal } = await run.done;
-    return { exitCode, signal, stdout: Buffer.concat(out), stderr: Buffer.concat(err), truncated };
-  }
-
-  private workspacePath(path: string): string {
-    if (!path || path.includes('\0'))
-      throw new AtelierError('INVALID_ARGUMENT', 'path is required and may not contain NUL', { field: 'path' });
-    const full = posix.normalize(posix.isAbsolute(path) ? path : posix.join('/workspace', path));
-    if (full !== '/workspace' && !full.startsWith('/workspace/'))
-      throw new AtelierError('PERMISSION_DENIED', `path ${path} is outside /workspace`, { field: 'path' });
-    return full;
-  }
-
-  // Runs inside the sandbox as the workshop user: a symlink can never reach a host file.
-  private static readonly READ_SCRIPT = `p=$(realpath -e -- "$1" 2>/dev/null) || exit 66
-case "$p" in /workspace|/workspace/*) ;; *) exit 77;; esac
-[ -f "$p" ] || exit 65
-[ "$(stat -c %s -- "$p")" -le "$2" ] || exit 75
-exec cat -- "$p"`;
-
-  private static readonly WRITE_SCRIPT = `p=$(realpath -m -- "$1") || exit 66
-case "$p" in /workspace/*) ;; *) exit 77;; esac
-mkdir -p -- "$(dirname -- "$p")" || exit 73
-[ -d "$p" ] && exit 65
-t="$p.atelier-$$"
-if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -f -- "$t"; exit 74; fi`;
-
-  private fileError(code: number, path: string, stderr: Buffer): AtelierError {
-    switch (code) {
-      case 66:
-        return new AtelierError('NOT_FOUND', `${path} does not exist in the workspace`, { field: 'path' });
-      case 77:
-        return new AtelierError('PERMISSION_DENIED', `${path} resolves outside /workspace`, { field: 'path' });
-      case 65:
-        return new AtelierError('INVALID_ARGUMENT', `${path} is not a regular file`, { field: 'path' });
-      case 75:
-        return new AtelierError('PAYLOAD_TOO_LARGE', `${path} is larger than ${MAX_FILE_BYTES} bytes: read it with \`atelier exec\``, {
-          field: 'path',
-        });
-      default:
-        return new AtelierError('INVALID_ARGUMENT', `could not access ${path}: ${stderr.toString('utf8').trim() || `exit ${code}`}`, {
-          field: 'path',
-        });
-    }
+    return this.execs.collectOutput(started, opts);
   }
 
   /** Reads a file of the workspace (at most 16 MiB). */
-  async readFile(id: string, path: string, actor: Principal): Promise<Buffer> {
-    const full = this.workspacePath(path);
-    const r = await this.collectOutput(
-      this.startLocked(
-        id,
-        { actor, action: 'read' },
-        ['/bin/sh', '-c', WorkshopService.READ_SCRIPT, 'sh', full, String(MAX_FILE_BYTES)],
-        '/workspace',
-        {},
-      ),
-      {
-        maxBytes: MAX_FILE_BYTES + 1,
-      },
-    );
-    if (r.exitCode !== 0) throw this.fileError(r.exitCode, path, r.stderr);
-    return r.stdout;
+  readFile(id: string, path: string, actor: Principal): Promise<Buffer> {
+    return this.files.readFile(id, path, actor);
   }
 
   /** Writes a file of the workspace atomically (temporary file, then rename). */
-  async writeFile(id: string, path: string, content: Buffer, actor: Principal): Promise<{ path: string; bytes: number }> {
-    const full = this.workspacePath(path);
-    if (content.length > MAX_FILE_BYTES)
-      throw new AtelierError('PAYLOAD_TOO_LARGE', `file content is larger than ${MAX_FILE_BYTES} bytes`, { field: 'body' });
-    const r = await this.collectOutput(
-      this.startLocked(
-        id,
-        { actor, action: 'operate' },
-        ['/bin/sh', '-c', WorkshopService.WRITE_SCRIPT, 'sh', full],
-        '/workspace',
-        {},
-        content,
-      ),
-      {
-        maxBytes: 64 << 10,
-      },
-    );
-    if (r.exitCode !== 0) throw this.fileError(r.exitCode, path, r.stderr);
-    return { path: full, bytes: content.length };
+  writeFile(id: string, path: string, content: Buffer, actor: Principal): Promise<{ path: string; bytes: number }> {
+    return this.files.writeFile(id, path, content, actor);
   }
 
   /** The workspace's changes against HEAD, and the untracked files. */
-  async gitDiff(id: string, actor: Principal): Promise<{ diff: string; untracked: string[]; truncated: boolean }> {
-    const script =
-      'b=HEAD; git rev-parse -q --verify HEAD >/dev/null 2>&1 || b=4b825dc642cb6eb9a060e54bf8d69288fbee4904; exec git -c core.quotepath=off diff --no-ext-diff --no-color "$b"';
-    const access: Access = { actor, action: 'read' };
-    const d = await this.collectOutput(this.startLocked(id, access, ['/bin/sh', '-c', script], '/workspace', {}), { maxBytes: 32 << 20 });
-    if (d.exitCode !== 0 && !d.truncated)
-      throw new AtelierError('INVALID_ARGUMENT', `git diff failed in the workspace: ${d.stderr.toString('utf8').trim()}`);
-    const u = await this.collectOutput(
-      this.startLocked(id, access, ['git', 'ls-files', '--others', '--exclude-standard', '-z'], '/workspace', {}),
-      {
-        maxBytes: 4 << 20,
-      },
-    );
-    return { diff: d.stdout.toString('utf8'), untracked: u.stdout.toString('utf8').split('\0').filter(Boolean), truncated: d.truncated };
+  gitDiff(id: string, actor: Principal): Promise<{ diff: string; untracked: string[]; truncated: boolean }> {
+    return this.files.gitDiff(id, actor);
   }
 
   /**
@@ -993,7 +646,7 @@ if cat > "$t"; then mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 74; }; else rm -
    * /workspace), output collected: the platform acting on an approved request, no caller's rights.
    */
   async runAsPlatform(id: string, command: string[], env: Record<string, string>, maxBytes: number) {
-    return this.collectOutput(this.startLocked(id, undefined, command, '/workspace', env), { maxBytes });
+    return this.execs.collectOutput(this.execs.startLocked(id, undefined, command, '/workspace', env), { maxBytes });
   }
 
   /** Where a workshop's branch may be pushed: `remote`, else the repository it was cloned from; checked like a repo source. */
