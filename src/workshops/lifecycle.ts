@@ -1,0 +1,431 @@
+/**
+ * A workshop's life: created (cloned, its sandbox started, its devcontainer commands run),
+ * suspended, resumed, deleted, and brought back into agreement with the host after a start.
+ */
+import { mkdirSync } from 'node:fs';
+import { cpus as hostCpus, totalmem } from 'node:os';
+import { posix } from 'node:path';
+import {
+  AtelierError,
+  hashToken,
+  newApiToken,
+  newId,
+  newWorkshopId,
+  formatSize,
+  parseSize,
+  type CreateWorkshopRequest,
+  type Workshop,
+  type WorkshopLimits,
+} from '../core/index.js';
+import { queryRows, withTransaction, type Pool } from '../db/index.js';
+import { type Principal } from '../identity/index.js';
+import { EGRESS_PORT, listenInSandbox, type SandboxHandle } from '../sandbox/index.js';
+import { createEgressPolicy, type EgressPolicy } from '../egress/index.js';
+import { readDevcontainer } from './devcontainer.js';
+import { readProjectSettings } from './project.js';
+import type { WorkshopDriver } from './driver.js';
+import type { WorkshopEvents } from './events.js';
+import { cloneRepo, resolveRepoSource } from './repo.js';
+import { mergeSimulators, precheckSimulators, type WorkshopContext } from './simulators.js';
+import type { DeathWatch } from './deathWatch.js';
+import { BASE_ENV, type WorkshopExecs } from './exec.js';
+import { DEFAULT_ASK_HOLD_SECONDS, toWorkshop, type ServiceOptions, type WorkshopRow, type WorkshopShared } from './shared.js';
+
+/** devcontainer lifecycle commands (npm ci, …) are stopped after this long. */
+const CREATE_COMMAND_TIMEOUT_SECONDS = 30 * 60;
+
+export class WorkshopLifecycle {
+  private readonly pool: Pool;
+  private readonly driver: WorkshopDriver;
+  private readonly opts: ServiceOptions;
+
+  constructor(
+    private readonly shared: WorkshopShared,
+    private readonly execs: WorkshopExecs,
+    private readonly deaths: DeathWatch,
+    private readonly events: WorkshopEvents,
+  ) {
+    this.pool = shared.pool;
+    this.driver = shared.driver;
+    this.opts = shared.opts;
+  }
+
+  private limits(req: CreateWorkshopRequest): WorkshopLimits {
+    const cores = hostCpus().length;
+    const cpus = req.cpus ?? Math.min(this.opts.defaults.cpus, cores);
+    if (cpus > cores) throw new AtelierError('INVALID_ARGUMENT', `cpus ${cpus} is more than this host has (${cores})`, { field: 'cpus' });
+    const memText = req.memory ?? this.opts.defaults.memory;
+    const memoryBytes = parseSize(memText);
+    if (memoryBytes === undefined)
+      throw new AtelierError('INVALID_ARGUMENT', `memory "${memText}" is not a size: use for example 512m or 4g`, { field: 'memory' });
+    if (memoryBytes < 32 << 20)
+      throw new AtelierError('INVALID_ARGUMENT', `memory ${memText} is below the 32m minimum`, { field: 'memory' });
+    const host = totalmem();
+    if (memoryBytes > host)
+      throw new AtelierError('INVALID_ARGUMENT', `memory ${memText} is more than this host has (${Math.floor(host / 2 ** 20)}m)`, {
+        field: 'memory',
+      });
+    return { cpus, memoryBytes, pids: req.pids ?? this.opts.defaults.pids };
+  }
+
+  /** The quota asked for (`disk`), checked against the server's maximum; null for the server's default. */
+  private diskBytes(req: CreateWorkshopRequest): number | null {
+    if (req.disk === undefined) return null;
+    // Never a quota that is not there: say so rather than take --disk and write without a limit.
+    if (this.driver.diskNote)
+      throw new AtelierError('UNSUPPORTED', `disk quotas are ${this.driver.diskNote}: leave out disk (--disk)`, { field: 'disk' });
+    const bytes = parseSize(req.disk);
+    if (bytes === undefined)
+      throw new AtelierError('INVALID_ARGUMENT', `disk "${req.disk}" is not a size: use for example 512m or 20g`, { field: 'disk' });
+    if (bytes < 64 << 20) throw new AtelierError('INVALID_ARGUMENT', `disk ${req.disk} is below the 64m minimum`, { field: 'disk' });
+    const max = this.opts.disk?.maxBytes;
+    if (max !== undefined && bytes > max)
+      throw new AtelierError(
+        'INVALID_ARGUMENT',
+        `disk ${req.disk} is more than this server allows (${formatSize(max)}, its ATELIER_MAX_DISK): ask for at most that`,
+        { field: 'disk', maxBytes: max },
+      );
+    return bytes;
+  }
+
+  private startSandbox(row: WorkshopRow): Promise<SandboxHandle> {
+    return this.driver.start({
+      id: row.id,
+      uid: row.uid,
+      hostname: row.name,
+      limits: { cpus: row.cpus, memoryBytes: Number(row.memory_bytes), pids: row.pids },
+    });
+  }
+
+  /** Starts a workshop's sandbox afresh (its files are kept) after its processes were lost. */
+  private async restartSandbox(row: WorkshopRow, reason: string): Promise<WorkshopRow> {
+    await this.driver.stop(row.id, row.sandbox);
+    const handle = await this.startSandbox(row);
+    try {
+      await this.openEgress(row, handle);
+      // A new sandbox is a new network namespace: the internal listeners are opened again.
+      this.opts.internal.close(row.id);
+      await this.opts.simulators.recover(this.shared.context(row, handle));
+    } catch (err) {
+      await this.driver.stop(row.id, handle).catch(() => undefined);
+      throw err;
+    }
+    const started = await this.shared.setStatus(row.id, 'Running', reason, handle);
+    this.deaths.watch(row.id, handle);
+    return started;
+  }
+
+  /** The workshop's live policy: the platform's allowlist, then the project's entries. */
+  egressPolicy(row: WorkshopRow): EgressPolicy {
+    const e = this.opts.egress;
+    return createEgressPolicy({
+      allow: [...e.defaults, ...(row.egress.allow ?? []), ...(row.egress.approved ?? [])],
+      deny: row.egress.deny ?? [],
+      allowRanges: e.allowRanges,
+      askHoldSeconds: row.egress.askHoldSeconds ?? DEFAULT_ASK_HOLD_SECONDS,
+    });
+  }
+
+  /**
+   * Opens (or reopens, after a server restart) the workshop's way out: the proxy's listener on
+   * 127.0.0.1:3128 inside the sandbox's own network namespace, with the workshop's policy.
+   */
+  private async openEgress(row: WorkshopRow, handle: SandboxHandle, policy: EgressPolicy | null = this.egressPolicy(row)): Promise<void> {
+    // A listener left from earlier in this process (a sandbox restarted on resume) is replaced.
+    await this.opts.egress.proxy.close(row.id);
+    const server = await listenInSandbox(handle, EGRESS_PORT);
+    try {
+      await this.opts.egress.proxy.listen(row.id, server, policy ?? undefined);
+    } catch (err) {
+      server.close();
+      throw err;
+    }
+  }
+
+  /** Clones the repository and starts the sandbox; returns when the workshop is Running or Failed. */
+  async create(req: CreateWorkshopRequest, actor: Principal): Promise<Workshop> {
+    const source = resolveRepoSource(req.repo, this.opts.allowRepoRoots);
+    const limits = this.limits(req);
+    this.driver.admitDisk(this.diskBytes(req));
+    if (req.simulators) precheckSimulators(req.simulators);
+    const id = newWorkshopId();
+    const baseName =
+      (posix.basename(source.display.replace(/\.git$/, '').replace(/[/:]+$/, '')) || 'workshop')
+        .toLowerCase()
+        .replace(/[^a-z0-9-]+/g, '-')
+        .replace(/^-+|-+$/g, '')
+        .slice(0, 40) || 'workshop';
+    const name = req.name ?? `${baseName}-${id.slice(3, 7)}`;
+    let row: WorkshopRow;
+    try {
+      row = await withTransaction(this.pool, async (c) => {
+        const uid = this.opts.uidBase + Number((await c.query<{ n: string }>("SELECT nextval('workshop_uid_seq') AS n")).rows[0]!.n);
+        const r = await c.query<WorkshopRow>(
+          `INSERT INTO workshops (id, name, owner_id, tenant_id, node_id, status, repo, uid, cpus, memory_bytes, pids, budget_usd)
+           VALUES ($1, $2, $3, $11, $4, 'Building', $5, $6, $7, $8, $9, $10) RETURNING *`,
+          [
+            id,
+            name,
+            actor.userId,
+            this.opts.nodeId,
+            source.display,
+            uid,
+            limits.cpus,
+            limits.memoryBytes,
+            limits.pids,
+            req.budgetUsd ?? null,
+            actor.tenantId,
+          ],
+        );
+        // The workshop's own agent token (ATELIER_TOKEN inside it): its owner's rights capped at
+        // member, for this workshop only (an agent principal), gone with the workshop.
+        const token = newApiToken();
+        await c.query(
+          `INSERT INTO api_tokens (id, user_id, name, token_hash, tenant_id, role, workshop_id)
+           VALUES ($1, $2, $3, $4, $5, 'member', $6)`,
+          [newId('tok'), actor.userId, `workshop ${id}`, hashToken(token), actor.tenantId, id],
+        );
+        const sealed = this.opts.sealer.encrypt(token, `workshop-token:${id}`);
+        await c.query('UPDATE workshops SET agent_token = $2 WHERE id = $1', [id, sealed]);
+        return { ...r.rows[0]!, agent_token: sealed };
+      });
+    } catch (err) {
+      if ((err as { code?: string }).code === '23505')
+        throw new AtelierError('ALREADY_EXISTS', `a workshop named "${name}" already exists: pick another --name`, { field: 'name' });
+      throw err;
+    }
+    return this.shared.locked(id, () => this.build(row, source, req));
+  }
+
+  private async build(row: WorkshopRow, source: ReturnType<typeof resolveRepoSource>, req: CreateWorkshopRequest): Promise<Workshop> {
+    const id = row.id;
+    let handle: SandboxHandle | null = null;
+    try {
+      const layout = await this.driver.prepareRoot(id, this.diskBytes(req));
+      // The sandbox (bound to the workspace directory, not its contents) and its egress listener
+      // start while the repository is cloned: neither needs the files. Until the project's policy
+      // is read, the listener has none (every request is refused); nothing runs inside yet anyway.
+      mkdirSync(layout.workspace, { mode: 0o700 });
+      const started = this.startSandbox(row).then(async (h) => {
+        handle = h;
+        await this.openEgress(row, h, null);
+        return h;
+      });
+      const [sandbox, clone] = await Promise.allSettled([started, cloneRepo(source, layout.workspace)]);
+      if (clone.status === 'rejected') throw clone.reason;
+      if (sandbox.status === 'rejected') throw sandbox.reason;
+      const dev = readDevcontainer(layout.workspace, req.devcontainer, BASE_ENV);
+      const project = readProjectSettings(layout.workspace);
+      row.egress = project.egress;
+      this.opts.egress.proxy.setPolicy(id, this.egressPolicy(row));
+      await this.driver.adoptWorkspace(id, row.uid);
+      const env: Record<string, string> = { ...dev.env };
+      if (req.budgetUsd !== undefined) env.ATELIER_MAX_BUDGET_USD = String(req.budgetUsd);
+      await queryRows(
+        this.pool,
+        'UPDATE workshops SET env = $2, forward_ports = $3, warnings = $4, egress = $5, approval_commands = $6 WHERE id = $1',
+        [
+          id,
+          JSON.stringify(env),
+          dev.forwardPorts,
+          JSON.stringify(dev.warnings),
+          JSON.stringify(project.egress),
+          JSON.stringify(project.approvalCommands),
+        ],
+      );
+      await queryRows(this.pool, 'UPDATE workshops SET sandbox = $2 WHERE id = $1', [id, JSON.stringify(handle)]);
+      const current = { ...row, env, sandbox: handle! };
+      // Simulators start before the devcontainer's commands, which may well migrate a database.
+      // One that fails is reported Failed in `atelier simulators list`; the workshop goes on.
+      await this.opts.simulators.start(this.shared.context(row, handle!), mergeSimulators(project.simulators, req.simulators ?? []));
+      for (const step of dev.createCommands) {
+        const result = await this.execs.collectOutput(
+          this.execs.spawn(current, step.command, '/workspace', {}, undefined, CREATE_COMMAND_TIMEOUT_SECONDS),
+          {
+            maxBytes: 64 << 10,
+            overflow: 'keep-tail',
+          },
+        );
+        if (result.exitCode !== 0) {
+          const tail = (result.stderr.toString('utf8') || result.stdout.toString('utf8')).trim().split('\n').slice(-5).join('\n');
+          throw new AtelierError(
+            'SANDBOX_FAILED',
+            `devcontainer ${step.key} exited with code ${result.exitCode}${tail ? `: ${tail}` : ''}`,
+          );
+        }
+      }
+      const built = await this.shared.setStatus(id, 'Running', null);
+      this.deaths.watch(id, handle!);
+      return toWorkshop(built);
+    } catch (err) {
+      const reason = err instanceof Error ? err.message : String(err);
+      this.opts.log.warn({ workshop: id, err: reason }, 'workshop build failed');
+      await this.opts.simulators.removeAll(id).catch(() => undefined);
+      await this.driver.stop(id, handle).catch(() => undefined);
+      await this.opts.egress.proxy.close(id).catch(() => undefined);
+      // The workshop stays, Failed with the reason, until the user deletes it.
+      const failed = await this.shared.setStatus(id, 'Failed', reason, null).catch(() => null);
+      if (failed) return toWorkshop(failed);
+      throw err;
+    }
+  }
+
+  /** Freezes every process of the workshop (cgroup freezer); memory and files stay as they are. */
+  async stop(id: string, actor: Principal): Promise<Workshop> {
+    let stopped = false;
+    const w = await this.shared.locked(id, async () => {
+      const row = await this.shared.row(id, { actor, action: 'operate' });
+      if (row.status === 'Suspended') return toWorkshop(row);
+      if (row.status !== 'Running' || !row.sandbox)
+        throw new AtelierError('WORKSHOP_NOT_RUNNING', `workshop ${id} is ${row.status} and cannot be suspended`, {
+          id,
+          status: row.status,
+        });
+      if (!this.driver.canSuspend())
+        throw new AtelierError(
+          'UNSUPPORTED',
+          'suspend needs the cgroup freezer, which this server does not have: run the server as root (its start-up lines list what is missing)',
+        );
+      await this.execs.waitExecsEntered(row);
+      await this.driver.suspend(row.sandbox);
+      stopped = true;
+      return toWorkshop(await this.shared.setStatus(id, 'Suspended', null));
+    });
+    if (stopped) await this.events.emit({ type: 'stopped', id: w.id });
+    return w;
+  }
+
+  /** Thaws a suspended workshop, or starts its sandbox again if its processes were lost. */
+  async resume(id: string, actor: Principal): Promise<Workshop> {
+    return this.shared.locked(id, async () => {
+      const row = await this.shared.row(id, { actor, action: 'operate' });
+      if (row.status === 'Running') return toWorkshop(row);
+      if (row.status === 'Dead') {
+        this.opts.log.info({ workshop: id, was: row.status_reason }, 'starting a dead workshop again');
+        return toWorkshop(
+          await this.restartSandbox(row, `started again, files kept; it had died: ${row.status_reason ?? 'no reason recorded'}`),
+        );
+      }
+      if (row.status !== 'Suspended')
+        throw new AtelierError(
+          'WORKSHOP_NOT_RUNNING',
+          `workshop ${id} is ${row.status} and cannot be resumed${row.status === 'Failed' ? ': delete it and create it again' : ''}`,
+          { id, status: row.status },
+        );
+      if (row.sandbox && this.driver.alive(row.sandbox)) {
+        await this.driver.resume(row.sandbox);
+        return toWorkshop(await this.shared.setStatus(id, 'Running', null));
+      }
+      return toWorkshop(
+        await this.restartSandbox(row, 'its processes had stopped while suspended (host restart?): started afresh, files kept'),
+      );
+    });
+  }
+
+  /** Kills the sandbox and removes every file, cgroup and row the workshop owned. */
+  async delete(id: string, actor: Principal): Promise<void> {
+    const found = await this.shared.row(id, { actor, action: 'delete' });
+    // Before anything is torn down: live connections into the sandbox are cut with the reason.
+    await this.events.emit({ type: 'deleting', id: found.id });
+    // Commands still running there would hold the lock and die with the sandbox anyway.
+    await this.execs.killExecs(id);
+    await this.shared.locked(id, async () => {
+      const row = await this.shared.row(id);
+      this.deaths.unwatch(id);
+      await this.shared.setStatus(id, 'Deleting', null);
+      await this.opts.simulators.removeAll(id);
+      await this.opts.egress.proxy.close(id);
+      await this.driver.destroy(id, row.sandbox).catch((err: Error) => {
+        throw new AtelierError('SANDBOX_FAILED', `workshop ${id} could not be removed completely (${err.message}); run the delete again`, {
+          id,
+        });
+      });
+      await queryRows(this.pool, 'DELETE FROM workshops WHERE id = $1', [id]);
+    });
+    await this.events.emit({ type: 'deleted', id: found.id });
+  }
+
+  /** Running workshops (for the simulators' watchdog). */
+  private async runningContexts(): Promise<WorkshopContext[]> {
+    const rows = await queryRows<WorkshopRow>(
+      this.pool,
+      "SELECT * FROM workshops WHERE node_id = $1 AND status = 'Running' AND sandbox IS NOT NULL",
+      [this.opts.nodeId],
+    );
+    return rows.map((r) => this.shared.context(r, r.sandbox!));
+  }
+
+  /** One workshop of reconcile(): never throws (a workshop that cannot be recovered ends Failed). */
+  private async reconcileOne(row: WorkshopRow): Promise<void> {
+    const id = row.id;
+    try {
+      if (row.status === 'Building') {
+        await this.driver.stop(id, row.sandbox);
+        await this.shared.setStatus(
+          id,
+          'Failed',
+          'the server stopped while this workshop was being created: delete it and create it again',
+          null,
+        );
+      } else if (row.status === 'Deleting') {
+        await this.driver.destroy(id, row.sandbox);
+        await queryRows(this.pool, 'DELETE FROM workshops WHERE id = $1', [id]);
+      } else if (row.status === 'Running' || row.status === 'Suspended') {
+        const alive = row.sandbox !== null && this.driver.alive(row.sandbox);
+        if (alive) {
+          this.deaths.watch(id, row.sandbox!);
+          await this.openEgress(row, row.sandbox!);
+          await this.opts.simulators.recover(this.shared.context(row, row.sandbox!));
+          const orphans = this.driver.killOrphanExecs(row.sandbox!);
+          if (orphans > 0) this.opts.log.warn({ workshop: id, orphans }, 'killed commands left running by a previous server process');
+          const frozen = this.driver.frozen(row.sandbox!);
+          if (frozen && row.status === 'Running') await this.shared.setStatus(id, 'Suspended', null);
+          if (!frozen && row.status === 'Suspended') await this.shared.setStatus(id, 'Running', null);
+        } else {
+          await this.deaths.markDead(row, this.deaths.lostReason(row));
+        }
+      } else if (row.status === 'Dead' && row.sandbox) {
+        await this.driver.stop(id, row.sandbox);
+        await this.shared.setStatus(id, 'Dead', row.status_reason, null);
+      } else if (row.status === 'Failed' && row.sandbox) {
+        await this.driver.stop(id, row.sandbox);
+        await this.shared.setStatus(id, 'Failed', row.status_reason, null);
+      }
+    } catch (err) {
+      this.opts.log.error({ workshop: id, err: String(err) }, 'reconcile failed for a workshop');
+      // Failed without a handle: its processes must not be left running untracked.
+      const current = await queryRows<WorkshopRow>(this.pool, 'SELECT * FROM workshops WHERE id = $1', [id]).catch(() => []);
+      await this.driver.stop(id, current[0]?.sandbox ?? row.sandbox).catch(() => undefined);
+      await this.opts.egress.proxy.close(id).catch(() => undefined);
+      await this.shared
+        .setStatus(id, 'Failed', `could not be recovered after a restart: ${err instanceof Error ? err.message : String(err)}`, null)
+        .catch(() => undefined);
+    }
+  }
+
+  /**
+   * Brings the database and this host into agreement after a start (also after `kill -9`):
+   * half-built workshops fail cleanly, half-deleted ones finish, lost sandboxes restart, and
+   * directories or cgroups that no row claims are removed.
+   */
+  async reconcile(): Promise<void> {
+    const rows = await queryRows<WorkshopRow>(this.pool, 'SELECT * FROM workshops WHERE node_id = $1', [this.opts.nodeId]);
+    // Workshops are independent: several at once (each reopens listeners in its namespace, ~40 ms).
+    const queue = [...rows];
+    const worker = async (): Promise<void> => {
+      for (let row = queue.shift(); row; row = queue.shift()) await this.reconcileOne(row);
+    };
+    await Promise.all(Array.from({ length: Math.min(8, queue.length) }, worker));
+    this.opts.simulators.startWatchdog(() => this.runningContexts());
+    this.deaths.start();
+    const known = new Set((await queryRows<{ id: string }>(this.pool, 'SELECT id FROM workshops')).map((r) => r.id));
+    for (const id of this.driver.localIds()) {
+      if (known.has(id)) continue;
+      this.opts.log.warn({ workshop: id }, 'removing an orphan workshop directory or cgroup');
+      await this.opts.simulators.removeAll(id).catch(() => undefined);
+      await this.driver
+        .destroy(id, null)
+        .catch((err: Error) => this.opts.log.error({ workshop: id, err: err.message }, 'could not remove an orphan workshop'));
+    }
+  }
+}
