@@ -74,6 +74,15 @@ async function main(argv: string[]): Promise<number> {
   return exitCode;
 }
 
+// A reader that went away (`atelier workshops list -o json | head`) ends the command quietly, as
+// other command-line tools do, instead of with an EPIPE stack trace.
+for (const stream of [process.stdout, process.stderr]) {
+  stream.on('error', (err: NodeJS.ErrnoException) => {
+    if (err.code !== 'EPIPE') throw err;
+    process.exit(0);
+  });
+}
+
 main(process.argv.slice(2)).then(
   (code) => {
     process.exitCode = code;

@@ -32,7 +32,7 @@ export async function attachSession(ctx: CommandContext, id: string, flags: { se
   const outcome = await runTerminal(socket, { detachable: true });
   if (outcome.kind === 'detached') {
     process.stdout.write('\r\n');
-    say(`detached: the session goes on; \`atelier attach ${id}\` comes back to it`);
+    say(`detached: the session goes on; \`atelier attach ${id}${name === 'agent' ? '' : ` --session ${name}`}\` comes back to it`);
     return 0;
   }
   return outcome.exitCode;
