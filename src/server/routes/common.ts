@@ -18,3 +18,9 @@ export function principalOf(request: FastifyRequest): Principal {
   if (!request.principal) throw new AtelierError('UNAUTHENTICATED', 'this route needs a bearer token');
   return request.principal;
 }
+
+/** What an approval is about, in a few words (never a secret's value: requests hold only names). */
+export function approvalWhat(p: Record<string, unknown>): string {
+  const v = p.entry ?? p.host ?? p.name ?? p.branch ?? (Array.isArray(p.command) ? p.command.join(' ') : '');
+  return String(v).slice(0, 120);
+}

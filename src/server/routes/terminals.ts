@@ -15,8 +15,7 @@ import {
 } from '../../core/index.js';
 import type { RouteAccess } from '../../identity/index.js';
 import { attachPty, bridgeSocket, failSocket, sendEvent, SSH_PORT, type OpenTarget, type Terminals } from '../../terminals/index.js';
-import { parse, principalOf } from './common.js';
-import { approvalWhat } from './workshops.js';
+import { approvalWhat, parse, principalOf } from './common.js';
 
 const OPERATE: RouteAccess = { role: 'member', agent: true };
 const READ: RouteAccess = { role: 'viewer', agent: true };
