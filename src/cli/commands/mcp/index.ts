@@ -6,10 +6,19 @@ export function register(program: Command, cli: Cli): void {
   const mcp = program.command('mcp').description('MCP: workshops as tools for desktop agents (Claude, Cursor, VS Code, Windsurf)');
   mcp
     .command('serve')
-    .description('stdio MCP server for an MCP client to start; talks to the server of --context')
+    .description('MCP server for an MCP client: stdio (the client starts it) or --http; talks to the server of --context')
     .option('--workshop <id>', 'every tool acts on this workshop only')
     .option('--read-only', 'expose only list, read and diff')
-    .action(async (flags: { workshop?: string; readOnly?: boolean }) => {
+    .option(
+      '--http <[host:]port>',
+      'serve Streamable HTTP (with its SSE stream) at http://HOST:PORT/mcp instead of stdio; loopback by default, a bearer token required',
+    )
+    .action(async (flags: { workshop?: string; readOnly?: boolean; http?: string }) => {
+      if (flags.http !== undefined) {
+        const { mcpServeHttp } = await import('./http.js');
+        await mcpServeHttp(cli.ctx(), { ...flags, http: flags.http }, cli.version);
+        process.exit(0);
+      }
       const { mcpServe } = await import('./serve.js');
       await mcpServe(cli.ctx(), flags, cli.version);
       // The client is gone: nothing else to wait for (idle HTTP keep-alive sockets).

@@ -6,23 +6,25 @@ import type { CommandContext } from '../../context.js';
 export interface ServeFlags {
   workshop?: string;
   readOnly?: boolean;
+  /** `--http [HOST:]PORT`: Streamable HTTP instead of stdio (http.ts). */
+  http?: string;
 }
 
-/**
- * `atelier mcp serve`: a stdio MCP server that reaches the Atelier server through this CLI's
- * own client (context, tenant, silent token refresh). Standard output is the MCP channel: nothing
- * else may be written there, so anything printed by a library goes to standard error.
- */
-export async function mcpServe(ctx: CommandContext, flags: ServeFlags, version: string): Promise<void> {
+/** Anything a library prints goes to standard error (stdout is the stdio MCP channel). */
+function consoleToStderr(): void {
   const toStderr = (...args: unknown[]): void => void process.stderr.write(`${args.map(String).join(' ')}\n`);
   console.log = toStderr;
   console.info = toStderr;
   console.debug = toStderr;
-  const { createLocalMcpServer } = await import('../../../mcp/index.js');
-  const { StdioServerTransport } = await import('@modelcontextprotocol/sdk/server/stdio.js');
-  // The context is resolved now: a missing one is said at once on stderr, before any client connects.
+}
+
+/**
+ * The Atelier API as the MCP tools reach it: this CLI's own client (context, tenant, silent token
+ * refresh). The context is resolved now, so that a missing one is said at once on stderr; a login
+ * made in a terminal since the MCP server started is picked up on the next refusal.
+ */
+export async function cliApi(ctx: CommandContext): Promise<{ api: AtelierApi; target: () => Target }> {
   let target = await ctx.target();
-  // A login made in a terminal since this server started is picked up on the next refusal.
   const again = async <T>(fn: (t: Target) => Promise<T>): Promise<T> => {
     try {
       return await fn(target);
@@ -48,6 +50,24 @@ export async function mcpServe(ctx: CommandContext, flags: ServeFlags, version: 
         return readBody(res);
       }),
   };
+  return { api, target: () => target };
+}
+
+/** What the server serves, for its start line: context, URL, scope. */
+export function servesWhat(target: Target, flags: ServeFlags): string {
+  return `context ${target.context} (${target.url})${flags.workshop ? `, workshop ${flags.workshop}` : ''}${flags.readOnly ? ', read-only' : ''}`;
+}
+
+/**
+ * `atelier mcp serve`: a stdio MCP server that reaches the Atelier server through this CLI's
+ * own client. Standard output is the MCP channel: nothing else may be written there, so anything
+ * printed by a library goes to standard error.
+ */
+export async function mcpServe(ctx: CommandContext, flags: ServeFlags, version: string): Promise<void> {
+  consoleToStderr();
+  const { createLocalMcpServer } = await import('../../../mcp/index.js');
+  const { StdioServerTransport } = await import('@modelcontextprotocol/sdk/server/stdio.js');
+  const { api, target } = await cliApi(ctx);
   const server = createLocalMcpServer({ api, version, workshop: flags.workshop, readOnly: flags.readOnly });
   const transport = new StdioServerTransport();
   const closed = new Promise<void>((resolve) => {
@@ -56,9 +76,7 @@ export async function mcpServe(ctx: CommandContext, flags: ServeFlags, version: 
     process.stdin.once('end', () => resolve());
   });
   await server.connect(transport);
-  process.stderr.write(
-    `atelier MCP server on stdio for context ${target.context} (${target.url})${flags.workshop ? `, workshop ${flags.workshop}` : ''}${flags.readOnly ? ', read-only' : ''}\n`,
-  );
+  process.stderr.write(`atelier MCP server on stdio for ${servesWhat(target(), flags)}\n`);
   await closed;
   await server.close();
 }
