@@ -257,6 +257,14 @@ describe('simulators in a workshop', () => {
     assert.match(plain.stdout, /@postgres\.atelier\.internal:5432\/testdb/);
   });
 
+  it('`request … --version 9` asks the server for PostgreSQL 9 (it is no `atelier --version`)', async () => {
+    const r = await server.cli(['simulators', 'request', ws, 'postgres', '--name', 'old', '--version', '9']);
+    assert.equal(r.code, 1, r.stdout);
+    assert.doesNotMatch(r.stdout, /^\d+\.\d+\.\d+\n$/);
+    assert.match(r.stderr, /PostgreSQL 9 is not installed/);
+    assert.ok(!(await list()).some((s) => s.name === 'old'));
+  });
+
   it('bad requests are refused clearly and change nothing', async () => {
     const before = (await list()).map((s) => s.name);
     const unknown = await server.api<{ code: string; message: string }>('POST', `/v1/workshops/${ws}/simulators`, { type: 'mongodb' });
