@@ -19,7 +19,7 @@ import { rm } from 'node:fs/promises';
 import { setPriority } from 'node:os';
 import { basename, dirname, join } from 'node:path';
 import pg from 'pg';
-import { AtelierError } from '../../core/index.js';
+import { AtelierError, SIMULATOR_OPTIONS } from '../../core/index.js';
 import { assertReachable, chownTree, run, SIMULATOR_ENV } from '../process.js';
 import { spawnViaHelper } from '../spawner.js';
 import type { RunAs, SimulatorHandle, SimulatorSpec } from '../types.js';
@@ -143,7 +143,7 @@ function checkName(value: string, field: string, what: string): void {
 
 /** POSTGRES_DB / POSTGRES_USER / POSTGRES_PASSWORD (or options database / user / password), as the official image reads them. */
 function settingsOf(spec: SimulatorSpec): Settings {
-  checkKeys(spec, ['POSTGRES_DB', 'POSTGRES_USER', 'POSTGRES_PASSWORD'], ['database', 'user', 'password', 'superuser']);
+  checkKeys(spec, ['POSTGRES_DB', 'POSTGRES_USER', 'POSTGRES_PASSWORD'], Object.keys(SIMULATOR_OPTIONS.postgres ?? {}));
   const user = stringSetting(spec, 'user', 'POSTGRES_USER') ?? 'postgres';
   const database = stringSetting(spec, 'database', 'POSTGRES_DB') ?? user;
   // No well-known default: the socket is reachable by whoever can enter the socket directory.
