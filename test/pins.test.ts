@@ -406,6 +406,7 @@ const PINNED_EXPORTS: Record<string, readonly string[]> = {
     'AWS_SERVICES',
     'DEFAULT_SIMULATOR_NAMES',
     'SIMULATOR_TYPES',
+    'checkSimulatorVersion',
     'dropSimulatorSpares',
     'isAlive',
     'isSocket',
