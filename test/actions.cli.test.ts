@@ -97,7 +97,7 @@ describe('atelier projects and actions (CLI)', () => {
   });
 
   it('a viewer reads plans, journal and executions of simulators.compose without ever seeing a redacted value', async () => {
-    const dir = projectDir(`${SETTINGS}simulators:\n  - name: pg\n    env:\n      POSTGRES_PASSWORD: was-Secret-0\n`);
+    const dir = projectDir(`${SETTINGS}simulators:\n  - name: postgres\n    env:\n      POSTGRES_PASSWORD: was-Secret-0\n`);
     dirs.push(dir);
     await json(['projects', 'add', dir, '--name', 'vault']);
     assert.equal((await s.api('POST', '/v1/users', { name: 'peeker', role: 'viewer' })).status, 201);
@@ -107,7 +107,7 @@ describe('atelier projects and actions (CLI)', () => {
       assert.equal(r.status, 200, `${path}: ${JSON.stringify(r.body)}`);
       return JSON.stringify(r.body);
     };
-    const simulators = JSON.stringify([{ name: 'pg', env: { POSTGRES_PASSWORD: 'now-Secret-1' } }]);
+    const simulators = JSON.stringify([{ name: 'postgres', env: { POSTGRES_PASSWORD: 'now-Secret-1' } }]);
     const plan = await json<{ planId: string; effects: { diff: string }[] }>([
       'actions',
       'plan',

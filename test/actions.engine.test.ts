@@ -5,9 +5,11 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { parse } from 'yaml';
 import {
   CATALOG,
   createActionService,
+  DEFAULT_PROJECT_FILE,
   createProjectRegistry,
   JOURNAL_FILE,
   readJournal,
@@ -18,6 +20,7 @@ import {
 import type { AtelierError } from '../src/core/index.js';
 import { createPool, migrate, type Pool } from '../src/db/index.js';
 import { createEgressPolicy } from '../src/egress/index.js';
+import { checkSimulatorVersion } from '../src/simulators/index.js';
 import { ExternalPostgres } from './helpers/postgres.js';
 
 const ACTOR: Actor = { userId: 'u-tester', userName: 'tester', tenantId: 'tn-default' };
@@ -85,6 +88,7 @@ describe('typed actions engine', () => {
         if (egressRulesBroken) throw new Error('the platform refuses every list now');
         createEgressPolicy({ allow, deny });
       },
+      checkSimulatorVersion,
     });
   });
   after(async () => {
@@ -103,6 +107,36 @@ describe('typed actions engine', () => {
     await rejects(projects.add(ACTOR, '/etc'), 'REPO_REFUSED', /--allow-repo-root/);
     await rejects(projects.add(ACTOR, dir, 'again'), 'ALREADY_EXISTS');
     await rejects(projects.resolve(STRANGER, 'fresh'), 'PROJECT_NOT_FOUND');
+  });
+
+  it('simulators.compose plans only what this server can start, and the default atelier.yaml suggests only that', async () => {
+    const { name, dir } = await newProject();
+    const majors = readdirSync('/usr/lib/postgresql')
+      .filter((v) => /^\d+$/.test(v))
+      .sort((a, b) => Number(b) - Number(a));
+    const compose = (simulators: unknown): Promise<unknown> => service.plan(ACTOR, name, 'simulators.compose', { simulators });
+    await rejects(
+      compose([{ name: 'postgres', version: '99-alpine' }]),
+      'INVALID_ARGUMENT',
+      new RegExp(
+        `^simulators\\.0: PostgreSQL 99-alpine is not installed on this server; installed: ${majors.join(', ')}\\. Ask for version "${majors[0]}"`,
+      ),
+    );
+    await rejects(
+      compose([{ name: 'postgres' }, { name: 'redis', version: '99' }]),
+      'INVALID_ARGUMENT',
+      /^simulators\.1: Redis 99 is not installed/,
+    );
+    assert.equal(file(dir), HAND_WRITTEN);
+    await compose([{ name: 'postgres', version: majors[0] }]);
+    // The default file's suggestion, uncommented as a user would, is planned as it stands.
+    const block = DEFAULT_PROJECT_FILE.split('\n# simulators:\n')[1]!.split('\n\n')[0]!;
+    const suggested = parse(`simulators:\n${block.replace(/^# /gm, '')}`) as { simulators: unknown[] };
+    assert.deepEqual(
+      suggested.simulators.map((s) => (s as { name: string }).name),
+      ['postgres'],
+    );
+    await compose(suggested.simulators);
   });
 
   it('plan shows the diff, fingerprint and expiry and writes nothing but the journal line', async () => {
@@ -190,7 +224,7 @@ describe('typed actions engine', () => {
 
   it('criterion 6: rollback restores the exact prior bytes for every class A action', async () => {
     const params: Record<string, Record<string, unknown>> = {
-      'simulators.compose': { simulators: [{ name: 'postgres', version: '16-alpine', env: { POSTGRES_PASSWORD: 'hunter2' } }] },
+      'simulators.compose': { simulators: [{ name: 'postgres', env: { POSTGRES_PASSWORD: 'hunter2' } }] },
       'egress.allow': { entry: 'api.example.com' },
       'egress.remove': { entry: 'api.stripe.com' },
       'slots.assign': { slot: 'shared-pg' },
@@ -236,7 +270,7 @@ describe('typed actions engine', () => {
       QUOTED: "it's: a #secret",
       PEM: 'first-line-key\nsecond-line-key',
     };
-    const params = { simulators: [{ name: 'postgres', version: '16-alpine', env }] };
+    const params = { simulators: [{ name: 'postgres', env }] };
     const seen: string[] = [];
     const plan = await service.plan(ACTOR, name, 'simulators.compose', params);
     seen.push(JSON.stringify(plan), JSON.stringify(await service.getPlan(ACTOR, plan.planId)));

@@ -8,7 +8,14 @@ import { Agent, request } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import { dirname, join } from 'node:path';
 import { Readable } from 'node:stream';
-import { CreateTableCommand, DynamoDBClient, GetItemCommand, ListTablesCommand, PutItemCommand } from '@aws-sdk/client-dynamodb';
+import {
+  CreateTableCommand,
+  DescribeTableCommand,
+  DynamoDBClient,
+  GetItemCommand,
+  ListTablesCommand,
+  PutItemCommand,
+} from '@aws-sdk/client-dynamodb';
 import {
   CreateBucketCommand,
   GetObjectCommand,
@@ -114,15 +121,27 @@ describe('localstack simulator', () => {
       ['order 7 placed'],
     );
 
-    // DynamoDB: a table is usable as soon as it is created.
-    await ddb.send(
+    // DynamoDB: a table is ACTIVE as soon as it is created, as CreateTable's answer says.
+    const created = await ddb.send(
       new CreateTableCommand({
         TableName: 'users',
         KeySchema: [{ AttributeName: 'id', KeyType: 'HASH' }],
-        AttributeDefinitions: [{ AttributeName: 'id', AttributeType: 'S' }],
+        AttributeDefinitions: [
+          { AttributeName: 'id', AttributeType: 'S' },
+          { AttributeName: 'email', AttributeType: 'S' },
+        ],
+        GlobalSecondaryIndexes: [
+          { IndexName: 'by-email', KeySchema: [{ AttributeName: 'email', KeyType: 'HASH' }], Projection: { ProjectionType: 'ALL' } },
+        ],
         BillingMode: 'PAY_PER_REQUEST',
       }),
     );
+    assert.equal(created.TableDescription?.TableStatus, 'ACTIVE');
+    assert.deepEqual(
+      created.TableDescription?.GlobalSecondaryIndexes?.map((i) => i.IndexStatus),
+      ['ACTIVE'],
+    );
+    assert.equal((await ddb.send(new DescribeTableCommand({ TableName: 'users' }))).Table?.TableStatus, 'ACTIVE');
     await ddb.send(new PutItemCommand({ TableName: 'users', Item: { id: { S: 'u1' }, name: { S: 'Ada' } } }));
     const item = await ddb.send(new GetItemCommand({ TableName: 'users', Key: { id: { S: 'u1' } } }));
     assert.deepEqual(item.Item, { id: { S: 'u1' }, name: { S: 'Ada' } });

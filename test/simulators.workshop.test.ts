@@ -257,6 +257,33 @@ describe('simulators in a workshop', () => {
     assert.match(plain.stdout, /@postgres\.atelier\.internal:5432\/testdb/);
   });
 
+  it('`request … --version 9` asks the server for PostgreSQL 9 (it is no `atelier --version`)', async () => {
+    const r = await server.cli(['simulators', 'request', ws, 'postgres', '--name', 'old', '--version', '9']);
+    assert.equal(r.code, 1, r.stdout);
+    assert.doesNotMatch(r.stdout, /^\d+\.\d+\.\d+\n$/);
+    assert.match(r.stderr, /PostgreSQL 9 is not installed/);
+    assert.ok(!(await list()).some((s) => s.name === 'old'));
+  });
+
+  it('`--option superuser=true` is read as the catalog says: a boolean, a superuser inside', async () => {
+    const bad = await server.cli(['simulators', 'request', ws, 'postgres', '--name', 'admin', '--option', 'superuser=yes']);
+    assert.equal(bad.code, 1);
+    assert.match(bad.stderr, /--option superuser=yes: superuser of a postgres simulator is true or false, e\.g\. --option superuser=true/);
+    assert.ok(!(await list()).some((s) => s.name === 'admin'));
+
+    const r = await server.cli(['simulators', 'request', ws, 'postgres', '--name', 'admin', '--option', 'superuser=true', '-o', 'json']);
+    assert.equal(r.code, 0, r.stderr);
+    const s = JSON.parse(r.stdout) as Sim;
+    assert.equal(s.status, 'Running', s.statusReason ?? '');
+    const q = await server.exec(ws, [
+      'sh',
+      '-c',
+      'psql "$ADMIN_DATABASE_URL" -Atc "select rolsuper from pg_roles where rolname = current_user"',
+    ]);
+    assert.equal(q.exitCode, 0, q.stderr);
+    assert.equal(q.stdout, 't\n');
+  });
+
   it('bad requests are refused clearly and change nothing', async () => {
     const before = (await list()).map((s) => s.name);
     const unknown = await server.api<{ code: string; message: string }>('POST', `/v1/workshops/${ws}/simulators`, { type: 'mongodb' });

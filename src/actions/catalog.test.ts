@@ -21,6 +21,8 @@ function envFor(dir: string, stacks?: StackBackend): ActionEnv {
     isRoot: false,
     stacks: stacks ?? nativeBackend(join(dir, 'stacks')),
     validateEgress: () => undefined,
+    // Which versions a server can start is the engine's test (test/actions.engine.test.ts), on the real simulators.
+    checkSimulatorVersion: () => undefined,
   };
 }
 

@@ -17,10 +17,11 @@ egress:
   deny: []
   # askHoldSeconds: 30
 
-# Simulators started with each workshop (name, version, env, services, stubsDirectory):
+# Simulators started with each workshop (name, version, env, services, stubsDirectory);
+# without a version, the newest the server has installed (a version it has not is refused):
 # simulators:
 #   - name: postgres
-#     version: "16-alpine"
+#     env: { POSTGRES_DB: app }
 
 # Shared, long-lived simulator instances attached to this project:
 # slots: []

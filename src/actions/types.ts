@@ -107,6 +107,8 @@ export interface ActionEnv {
   stacks: StackBackend;
   /** Checks an egress allow/deny list the way workshops will read it; throws with the entry at fault. */
   validateEgress(allow: string[], deny: string[]): void;
+  /** Throws, as a start would, when this server cannot start a simulator of that type and version. */
+  checkSimulatorVersion(spec: { type: string; name: string; version?: string | undefined }): void;
 }
 
 export interface ParameterHelp {

@@ -3,8 +3,8 @@ export type { ErrorBody, ErrorCode } from './errors.js';
 export { hashToken, isWorkshopId, newApiToken, newId, newRequestId, newWorkshopId } from './ids.js';
 export { formatSize, loadConfig, parseListen, parseSize } from './config.js';
 export type { Config } from './config.js';
-export { CreateWorkshopRequest, ExecRequest, SimulatorRequest, WORKSHOP_STATUSES, describeZodError } from './schemas.js';
-export type { ExecFrame, ExecResult, Workshop, WorkshopDisk, WorkshopLimits, WorkshopStatus } from './schemas.js';
+export { CreateWorkshopRequest, ExecRequest, SIMULATOR_OPTIONS, SimulatorRequest, WORKSHOP_STATUSES, describeZodError } from './schemas.js';
+export type { ExecFrame, ExecResult, SimulatorOptionType, Workshop, WorkshopDisk, WorkshopLimits, WorkshopStatus } from './schemas.js';
 export {
   clientConfigFiles,
   readClientConfig,

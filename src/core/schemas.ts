@@ -11,6 +11,18 @@ const envName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'environment variab
  * gives it, or an agent asks for it live. `name` alone names the type (the specification's
  * shape: `- name: postgres`); with `type`, `name` is its own label (`orders.atelier.internal`).
  */
+/** The kinds of value a simulator option takes. */
+export type SimulatorOptionType = 'string' | 'boolean';
+
+/**
+ * The `options` each simulator type takes, with their kinds: the catalog checks a request against
+ * it, and the CLI reads `--option key=value` by it (`superuser=true` is the boolean true, not the
+ * text). A type that is not listed takes no options.
+ */
+export const SIMULATOR_OPTIONS: Readonly<Record<string, Readonly<Record<string, SimulatorOptionType>>>> = {
+  postgres: { database: 'string', user: 'string', password: 'string', superuser: 'boolean' },
+};
+
 export const SimulatorRequest = z
   .object({
     type: z.string().min(1).max(40).optional(),

@@ -20,7 +20,7 @@ import {
 import { createPool, migrate, startEmbeddedPostgres, withTransaction, type EmbeddedPostgres, type Pool } from '../db/index.js';
 import { inspectIsolation, processStartTime } from '../sandbox/index.js';
 import { InternalNetwork, LocalDriver, SimulatorManager, WorkshopService } from '../workshops/index.js';
-import { warmSimulators } from '../simulators/index.js';
+import { checkSimulatorVersion, warmSimulators } from '../simulators/index.js';
 import { AccountService, Authenticator, MasterKey, generatePassword, hashPassword } from '../identity/index.js';
 import { createActionService, createProjectRegistry, selectStackBackend } from '../actions/index.js';
 import { createEgressPolicy } from '../egress/index.js';
@@ -401,6 +401,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       stacks,
       planTtlSeconds: config.actionsPlanTtl,
       validateEgress: (allow, deny) => void createEgressPolicy({ allow, deny }),
+      checkSimulatorVersion,
     });
     const app = buildApp({
       starting: () => starting.value,

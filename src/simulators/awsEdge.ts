@@ -101,12 +101,54 @@ function makeSqs(): Handler {
   };
 }
 
+/** dynalite's own CRC32 (DynamoDB clients check `x-amz-crc32` against the body), reached through it. */
+const crc32 = createRequire(require.resolve('dynalite'))('buffer-crc32') as { unsigned(body: string): number };
+
+interface TableDescription {
+  TableStatus?: string;
+  GlobalSecondaryIndexes?: { IndexStatus?: string }[];
+}
+
+/**
+ * Tables are ACTIVE at once, in CreateTable's own answer too. dynalite stores a new table as
+ * CREATING, answers so, and marks it ACTIVE on a timer (`createTableMs`, 0 here): its answer is
+ * held until that timer has run (a timer set after it runs after it), then said as ACTIVE. A
+ * client that acts on the answer (PutItem at once, as a script does) finds the table usable.
+ */
+function activeAtOnce(res: ServerResponse): void {
+  const end = res.end.bind(res) as (body?: string) => ServerResponse;
+  res.end = ((body?: unknown) => {
+    let text = typeof body === 'string' ? body : Buffer.isBuffer(body) ? body.toString('utf8') : undefined;
+    if (res.statusCode === 200 && text !== undefined) {
+      try {
+        const answer = JSON.parse(text) as { TableDescription?: TableDescription };
+        const table = answer.TableDescription;
+        if (table?.TableStatus === 'CREATING') {
+          table.TableStatus = 'ACTIVE';
+          for (const index of table.GlobalSecondaryIndexes ?? []) if (index.IndexStatus === 'CREATING') index.IndexStatus = 'ACTIVE';
+          text = JSON.stringify(answer);
+          res.setHeader('x-amz-crc32', crc32.unsigned(text));
+          res.setHeader('Content-Length', Buffer.byteLength(text));
+        }
+      } catch {
+        // Not JSON: sent as dynalite wrote it.
+      }
+    }
+    setTimeout(() => end(text), 0);
+    return res;
+  }) as ServerResponse['end'];
+}
+
 function makeDynamo(): Handler {
   const dynalite = require('dynalite') as Dynalite;
-  // Tables are ACTIVE at once (dynalite's default keeps them CREATING for 500 ms); in memory.
+  // No table waits in CREATING or DELETING (dynalite's default is 500 ms); in memory.
   // The server is never listened on: the edge calls its request handler.
   const server = dynalite({ createTableMs: 0, deleteTableMs: 0, updateTableMs: 0 });
-  return server.listeners('request')[0] as Handler;
+  const handler = server.listeners('request')[0] as Handler;
+  return (req, res) => {
+    if (req.headers['x-amz-target'] === 'DynamoDB_20120810.CreateTable') activeAtOnce(res);
+    handler(req, res);
+  };
 }
 
 function start(): void {

@@ -1,4 +1,5 @@
 export {
+  checkSimulatorVersion,
   isAlive,
   redactSimulatorEnv,
   dropSimulatorSpares,

@@ -57,6 +57,17 @@ export function simulatorPort(type: SimulatorType): number {
   return CATALOG[type].port;
 }
 
+/**
+ * Refuses, as a start would, a simulator type this server does not run or a version it cannot
+ * start (PostgreSQL: a major installed here); starts nothing and does not wait.
+ */
+export function checkSimulatorVersion(spec: { type: string; name: string; version?: string | undefined }): void {
+  if (!(SIMULATOR_TYPES as readonly string[]).includes(spec.type)) {
+    throw invalid(`unknown simulator type ${JSON.stringify(spec.type)}: known types are ${SIMULATOR_TYPES.join(', ')}`, 'type');
+  }
+  CATALOG[spec.type as SimulatorType].checkVersion({ ...spec, type: spec.type as SimulatorType });
+}
+
 function checkSpec(spec: SimulatorSpec): CatalogEntry {
   if (!(SIMULATOR_TYPES as readonly string[]).includes(spec.type)) {
     throw invalid(`unknown simulator type ${JSON.stringify(spec.type)}: known types are ${SIMULATOR_TYPES.join(', ')}`, 'type');

@@ -62,4 +62,23 @@ describe('atelier.yaml', () => {
     const approvals = refusal('approvals:\n  commands: [""]\n');
     assert.match(approvals.message, /^atelier\.yaml: approvals\.commands\.0: /);
   });
+
+  it('refuses a top-level key it does not know, naming it and the closest known key', () => {
+    const typo = refusal('simulatorz:\n  - postgres\n');
+    assert.equal(typo.code, 'INVALID_ARGUMENT');
+    assert.equal(
+      typo.message,
+      'atelier.yaml: unknown key "simulatorz" (did you mean simulators?): rename or remove it (the keys Atelier reads are agent, approvals, egress, simulators, slots)',
+    );
+    assert.equal((typo.details as { field?: string }).field, 'simulatorz');
+    assert.match(refusal('Egress:\n  allow: []\n').message, /unknown key "Egress" \(did you mean egress\?\)/);
+    assert.match(refusal('aprovals: {}\n').message, /unknown key "aprovals" \(did you mean approvals\?\)/);
+    // Nothing close: no guess, the list of known keys only.
+    const far = refusal('egress: {}\ndatabase: postgres\n');
+    assert.match(far.message, /^atelier\.yaml: unknown key "database": rename or remove it \(the keys Atelier reads are /);
+    // Every key Atelier reads is taken.
+    withProject('agent: claude\napprovals: {}\negress: {}\nsimulators: []\nslots: []\n', (dir) => {
+      assert.equal(readProjectSettings(dir).path, 'atelier.yaml');
+    });
+  });
 });

@@ -6,9 +6,9 @@ import { AtelierError, SimulatorRequest } from '../core/index.js';
 import { createEgressPolicy } from '../egress/index.js';
 
 /**
- * The project's own settings, `atelier.yaml` at the repository root. This issue reads its
- * `egress:` block; other top-level keys (simulators, agent, actions…) belong to other parts of
- * Atelier and are left alone here.
+ * The project's own settings, `atelier.yaml` at the repository root. This reads its `egress:`,
+ * `simulators:` and `approvals:` blocks; `agent:` is read by `atelier run` (terminals) and
+ * `slots:` by the slot actions. Any other top-level key is refused (see TOP_LEVEL_KEYS).
  *
  *   egress:
  *     allow: [api.stripe.com, "*.example.com", "api.example.com:8443"]
@@ -66,6 +66,42 @@ function invalidBlock(block: string, error: z.ZodError): AtelierError {
 
 const FILE = 'atelier.yaml';
 
+/**
+ * Every top-level key some part of Atelier reads. A key it does not know would be ignored, so a
+ * typo (`simulatorz:`) would silently start a workshop without what the user asked for.
+ */
+export const TOP_LEVEL_KEYS = ['agent', 'approvals', 'egress', 'simulators', 'slots'] as const;
+
+/** Edits (insert, delete, replace, swap of two neighbours) from one word to another. */
+function distance(a: string, b: string): number {
+  const d = Array.from({ length: a.length + 1 }, (_, i) => Array.from({ length: b.length + 1 }, (_, j) => (i === 0 ? j : j === 0 ? i : 0)));
+  for (let i = 1; i <= a.length; i++) {
+    for (let j = 1; j <= b.length; j++) {
+      const cost = a[i - 1] === b[j - 1] ? 0 : 1;
+      let best = Math.min(d[i - 1]![j]! + 1, d[i]![j - 1]! + 1, d[i - 1]![j - 1]! + cost);
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) best = Math.min(best, d[i - 2]![j - 2]! + 1);
+      d[i]![j] = best;
+    }
+  }
+  return d[a.length]![b.length]!;
+}
+
+function refuseUnknownKeys(doc: Record<string, unknown>): void {
+  for (const key of Object.keys(doc)) {
+    if ((TOP_LEVEL_KEYS as readonly string[]).includes(key)) continue;
+    const lower = key.toLowerCase();
+    const [closest] = [...TOP_LEVEL_KEYS].sort((a, b) => distance(lower, a) - distance(lower, b));
+    // Close enough to be a typo of it: at most a third of the key's letters differ.
+    const hint =
+      closest !== undefined && distance(lower, closest) <= Math.max(1, Math.floor(closest.length / 3)) ? ` (did you mean ${closest}?)` : '';
+    throw new AtelierError(
+      'INVALID_ARGUMENT',
+      `${FILE}: unknown key ${JSON.stringify(key)}${hint}: rename or remove it (the keys Atelier reads are ${TOP_LEVEL_KEYS.join(', ')})`,
+      { field: key, known: [...TOP_LEVEL_KEYS] },
+    );
+  }
+}
+
 /** Reads atelier.yaml from the cloned workspace; it must resolve inside the workspace. */
 export function readProjectSettings(workspace: string): ProjectSettings {
   const none: ProjectSettings = { path: null, egress: Egress.parse({}), simulators: [], approvalCommands: [] };
@@ -96,6 +132,7 @@ export function readProjectSettings(workspace: string): ProjectSettings {
   if (doc === null || doc === undefined) return none;
   if (typeof doc !== 'object' || Array.isArray(doc))
     throw new AtelierError('INVALID_ARGUMENT', `${FILE} must be a mapping`, { field: FILE });
+  refuseUnknownKeys(doc as Record<string, unknown>);
   const r = Egress.safeParse((doc as Record<string, unknown>).egress ?? {});
   if (!r.success) throw invalidBlock('egress', r.error);
   const sims = Simulators.safeParse((doc as Record<string, unknown>).simulators ?? []);

@@ -13,7 +13,7 @@ export const SimulatorEntry = z.strictObject({
     .string()
     .min(1)
     .max(40)
-    .regex(/^[A-Za-z0-9._-]+$/, 'a version such as 16-alpine')
+    .regex(/^[A-Za-z0-9._-]+$/, 'a version such as "15" (a major installed on the server)')
     .optional(),
   env: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, 'an environment variable name'), z.string().max(4096)).optional(),
   services: z.array(z.string().regex(LABEL, 'a service name such as s3')).max(20).optional(),
@@ -44,16 +44,24 @@ export const simulatorsCompose = keyEditAction<z.infer<typeof Params>>({
       type: 'JSON list',
       required: true,
       description:
-        'for example [{"name":"postgres","version":"16-alpine","env":{"POSTGRES_DB":"testdb"}},{"name":"wiremock","stubsDirectory":"./tests/mocks"}]',
+        'for example [{"name":"postgres","env":{"POSTGRES_DB":"testdb"}},{"name":"wiremock","stubsDirectory":"./tests/mocks"}]; a version, when given, is one the server has installed (none: the newest)',
     },
   ],
   compute(current, { simulators }) {
     if (JSON.stringify(current ?? []) === JSON.stringify(simulators)) return 'the simulators: block already reads exactly so';
     return { value: simulators };
   },
-  check(_env, settings) {
+  check(env, settings) {
     const r = z.array(SimulatorEntry).safeParse(settings.simulators ?? []);
     if (!r.success) throw new Error(`simulators: ${r.error.issues[0]?.message ?? 'invalid'}`);
+    // What the server cannot start is refused now, not when a workshop of the project starts.
+    r.data.forEach((s, i) => {
+      try {
+        env.checkSimulatorVersion({ type: s.name, name: s.name, version: s.version });
+      } catch (err) {
+        throw new Error(`simulators.${i}: ${(err as Error).message}`);
+      }
+    });
   },
   inverseDescription: 'restore atelier.yaml to its exact prior bytes',
 });

@@ -38,6 +38,7 @@ export function createEngineContext(deps: ActionServiceDeps): EngineContext {
       isRoot: deps.isRoot,
       stacks,
       validateEgress: deps.validateEgress,
+      checkSimulatorVersion: deps.checkSimulatorVersion,
     }),
   };
 }

@@ -59,6 +59,8 @@ export interface ActionServiceDeps {
   /** Where stacks run (default: the native backend over `stacksDir`). */
   stacks?: StackBackend;
   validateEgress(allow: string[], deny: string[]): void;
+  /** Throws, as a start would, when this server cannot start a simulator of that type and version. */
+  checkSimulatorVersion(spec: { type: string; name: string; version?: string | undefined }): void;
   /** How long a plan may be applied after it was made (default 10 minutes). */
   planTtlSeconds?: number;
   /** The clock (tests move it). */

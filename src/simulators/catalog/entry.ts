@@ -19,8 +19,16 @@ export interface SimulatorProgram {
   cwd?: string;
 }
 
+/** What a version check reads of a request: enough to say what is refused and why. */
+export type VersionAsked = Pick<SimulatorSpec, 'type' | 'name' | 'version'>;
+
 /** What one simulator type provides to the lifecycle (one file per type in this folder). */
 export interface CatalogEntry {
+  /**
+   * Refuses, with the message a start would give, a version this server cannot start; starts and
+   * prepares nothing, without waiting (an action's plan checks `atelier.yaml` with it).
+   */
+  checkVersion(spec: VersionAsked): void;
   /** The fixed port inside the workshop (`<name>.atelier.internal:<port>`), known before anything starts. */
   port: number;
   /**
@@ -101,7 +109,7 @@ export function checkKeys(spec: SimulatorSpec, envKeys: readonly string[], optio
 }
 
 /** Major number of a requested version ("16", "16-alpine", "15.4", "7.0"), or undefined when none was asked. */
-export function requestedMajor(spec: SimulatorSpec): number | undefined {
+export function requestedMajor(spec: VersionAsked): number | undefined {
   if (spec.version === undefined || spec.version === '' || spec.version === 'latest') return undefined;
   const m = /^(\d+)(?:\.\d+)*(?:-[A-Za-z0-9.]+)?$/.exec(spec.version);
   if (!m) {

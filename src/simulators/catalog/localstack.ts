@@ -7,7 +7,15 @@ import { AtelierError } from '../../core/index.js';
 import { chownTree } from '../process.js';
 import { AWS_SERVICES, type AwsService, type SimulatorHandle, type SimulatorMount, type SimulatorSpec } from '../types.js';
 import { assertSocket } from '../socketGuard.js';
-import { checkKeys, checkSocketPath, invalid, SANDBOX_SOCKETS, type CatalogEntry, type SimulatorProgram } from './entry.js';
+import {
+  checkKeys,
+  checkSocketPath,
+  invalid,
+  SANDBOX_SOCKETS,
+  type CatalogEntry,
+  type SimulatorProgram,
+  type VersionAsked,
+} from './entry.js';
 
 /**
  * `localstack` simulator: one edge endpoint, like LocalStack's port 4566, routing each request
@@ -112,7 +120,7 @@ function servicesOf(spec: SimulatorSpec): AwsService[] {
   return out;
 }
 
-function versionOf(spec: SimulatorSpec, services: AwsService[]): string {
+function versionOf(spec: VersionAsked, services: AwsService[]): string {
   const installed = services.map((s) => `${BACKENDS[s]} ${backendVersion(s)}`).join(', ');
   if (spec.version !== undefined && spec.version !== '' && spec.version !== 'latest') {
     throw new AtelierError(
@@ -190,6 +198,10 @@ export const localstack: CatalogEntry = {
   stopSignal: 'SIGTERM',
   // Any key is accepted, but a project may well set its real-looking test keys there.
   secretEnv: ['AWS_SECRET_ACCESS_KEY'],
+
+  checkVersion(spec) {
+    versionOf(spec, [...AWS_SERVICES]);
+  },
 
   async prepare(spec, sockDir) {
     checkKeys(spec, ['SERVICES'], []);

@@ -19,7 +19,7 @@ import { rm } from 'node:fs/promises';
 import { setPriority } from 'node:os';
 import { basename, dirname, join } from 'node:path';
 import pg from 'pg';
-import { AtelierError } from '../../core/index.js';
+import { AtelierError, SIMULATOR_OPTIONS } from '../../core/index.js';
 import { assertReachable, chownTree, run, SIMULATOR_ENV } from '../process.js';
 import { spawnViaHelper } from '../spawner.js';
 import type { RunAs, SimulatorHandle, SimulatorSpec } from '../types.js';
@@ -71,17 +71,26 @@ interface Installation {
 
 let installed: Promise<Installation[]> | undefined;
 
-/** Server majors installed under /usr/lib/postgresql, newest first. */
+/** Server majors installed under /usr/lib/postgresql, newest first: what is there, nothing run. */
+function installedMajors(): number[] {
+  return existsSync(PG_BASE)
+    ? readdirSync(PG_BASE)
+        .filter((v) => /^\d+$/.test(v) && existsSync(join(PG_BASE, v, 'bin', 'initdb')) && existsSync(join(PG_BASE, v, 'bin', 'postgres')))
+        .map(Number)
+        .sort((a, b) => b - a)
+    : [];
+}
+
+function notInstalled(): AtelierError {
+  return new AtelierError('UNSUPPORTED', 'PostgreSQL is not installed on this server: install it with `apt-get install -y postgresql`', {
+    type: 'postgres',
+  });
+}
+
+/** Server majors installed, newest first, with their full versions. */
 function installations(): Promise<Installation[]> {
   installed ??= (async () => {
-    const majors = existsSync(PG_BASE)
-      ? readdirSync(PG_BASE)
-          .filter(
-            (v) => /^\d+$/.test(v) && existsSync(join(PG_BASE, v, 'bin', 'initdb')) && existsSync(join(PG_BASE, v, 'bin', 'postgres')),
-          )
-          .map(Number)
-          .sort((a, b) => b - a)
-      : [];
+    const majors = installedMajors();
     return Promise.all(
       majors.map(async (major) => {
         const binDir = join(PG_BASE, String(major), 'bin');
@@ -98,11 +107,7 @@ function installations(): Promise<Installation[]> {
 
 async function resolveInstallation(spec: SimulatorSpec): Promise<Installation> {
   const all = await installations();
-  if (all.length === 0) {
-    throw new AtelierError('UNSUPPORTED', 'PostgreSQL is not installed on this server: install it with `apt-get install -y postgresql`', {
-      type: 'postgres',
-    });
-  }
+  if (all.length === 0) throw notInstalled();
   const major = requestedMajor(spec);
   if (major === undefined) return all[0]!;
   const found = all.find((i) => i.major === major);
@@ -143,7 +148,7 @@ function checkName(value: string, field: string, what: string): void {
 
 /** POSTGRES_DB / POSTGRES_USER / POSTGRES_PASSWORD (or options database / user / password), as the official image reads them. */
 function settingsOf(spec: SimulatorSpec): Settings {
-  checkKeys(spec, ['POSTGRES_DB', 'POSTGRES_USER', 'POSTGRES_PASSWORD'], ['database', 'user', 'password', 'superuser']);
+  checkKeys(spec, ['POSTGRES_DB', 'POSTGRES_USER', 'POSTGRES_PASSWORD'], Object.keys(SIMULATOR_OPTIONS.postgres ?? {}));
   const user = stringSetting(spec, 'user', 'POSTGRES_USER') ?? 'postgres';
   const database = stringSetting(spec, 'database', 'POSTGRES_DB') ?? user;
   // No well-known default: the socket is reachable by whoever can enter the socket directory.
@@ -873,6 +878,19 @@ export const postgres: CatalogEntry = {
   // Fast shutdown (SIGINT): SIGTERM is "smart" and waits for every client to disconnect.
   stopSignal: 'SIGINT',
   secretEnv: ['PGPASSWORD', 'DATABASE_URL'],
+
+  checkVersion(spec) {
+    const majors = installedMajors();
+    if (majors.length === 0) throw notInstalled();
+    const major = requestedMajor(spec);
+    if (major !== undefined && !majors.includes(major)) {
+      throw new AtelierError(
+        'UNSUPPORTED',
+        `PostgreSQL ${spec.version} is not installed on this server; installed: ${majors.join(', ')}. Ask for version "${majors[0]!}" or leave the version out`,
+        { field: 'version', requested: spec.version, installed: majors.map(String) },
+      );
+    }
+  },
 
   async prepare(spec, sockDir, timings) {
     const settings = settingsOf(spec);

@@ -1,10 +1,11 @@
+import { execFileSync } from 'node:child_process';
 import { chmodSync, mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { AtelierError } from '../../core/index.js';
 import { chownTree, run, SIMULATOR_ENV } from '../process.js';
 import { respCommand } from '../resp.js';
 import type { SimulatorSpec } from '../types.js';
-import { checkKeys, checkSocketPath, findProgram, requestedMajor, SANDBOX_SOCKETS, type CatalogEntry } from './entry.js';
+import { checkKeys, checkSocketPath, findProgram, requestedMajor, SANDBOX_SOCKETS, type CatalogEntry, type VersionAsked } from './entry.js';
 
 /**
  * Redis simulator: the system `redis-server` (apt `redis-server`), in memory only.
@@ -36,8 +37,10 @@ function installation(): Promise<{ path: string; version: string } | undefined> 
   return installed;
 }
 
-async function resolveInstallation(spec: SimulatorSpec): Promise<{ path: string; version: string }> {
-  const found = await installation();
+/** The version of redis-server for a check that cannot wait (an action's plan): read once, blocking that once (a few ms). */
+let versionNow: string | undefined;
+
+function checkMajor<T extends { version: string }>(spec: VersionAsked, found: T | undefined): asserts found is T {
   if (!found) {
     throw new AtelierError(
       'UNSUPPORTED',
@@ -55,6 +58,11 @@ async function resolveInstallation(spec: SimulatorSpec): Promise<{ path: string;
       { field: 'version', requested: spec.version, installed: [found.version] },
     );
   }
+}
+
+async function resolveInstallation(spec: SimulatorSpec): Promise<{ path: string; version: string }> {
+  const found = await installation();
+  checkMajor(spec, found);
   return found;
 }
 
@@ -62,6 +70,15 @@ export const redis: CatalogEntry = {
   port: PORT,
   // Redis saves nothing on SIGTERM when no save point is configured (--save "").
   stopSignal: 'SIGTERM',
+
+  checkVersion(spec) {
+    if (versionNow === undefined) {
+      const path = findProgram('redis-server');
+      const out = path ? execFileSync(path, ['--version'], { env: SIMULATOR_ENV, encoding: 'utf8' }) : undefined;
+      if (out !== undefined) versionNow = /v=(\d+(?:\.\d+)*)/.exec(out)?.[1] ?? 'unknown';
+    }
+    checkMajor(spec, versionNow === undefined ? undefined : { version: versionNow });
+  },
 
   async prepare(spec, sockDir) {
     checkKeys(spec, [], []);

@@ -22,7 +22,7 @@ import { createRequire } from 'node:module';
 import { basename, dirname, isAbsolute, join } from 'node:path';
 import { AtelierError } from '../../core/index.js';
 import { chownTree, run, SIMULATOR_ENV } from '../process.js';
-import type { SimulatorHandle, SimulatorSpec } from '../types.js';
+import type { SimulatorHandle } from '../types.js';
 import {
   checkKeys,
   checkSocketPath,
@@ -31,6 +31,7 @@ import {
   SANDBOX_SOCKETS,
   type CatalogEntry,
   type SimulatorInstance,
+  type VersionAsked,
 } from './entry.js';
 
 /**
@@ -114,7 +115,7 @@ function checkJava(): Promise<void> {
   });
 }
 
-function checkVersion(spec: SimulatorSpec, inst: Installation): void {
+function checkVersion(spec: VersionAsked, inst: Installation): void {
   const major = requestedMajor(spec);
   if (major !== undefined && String(major) !== inst.version.split('.')[0]) {
     throw new AtelierError(
@@ -367,6 +368,10 @@ export const wiremock: CatalogEntry = {
   stopSignal: 'SIGTERM',
   // ~1.5–2 s on an idle machine; a JVM's start stretches far more than a C server's under load.
   startTimeoutMs: 60_000,
+
+  checkVersion(spec) {
+    checkVersion(spec, installation());
+  },
 
   async prepare(spec, sockDir) {
     checkKeys(spec, [], []);

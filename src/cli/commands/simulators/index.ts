@@ -30,7 +30,7 @@ export function register(program: Command, cli: Cli): void {
     )
     .option(
       '--option <key=value>',
-      'type-specific option (repeatable), e.g. database=orders_test',
+      'type-specific option (repeatable), e.g. database=orders_test or superuser=true (read as the type takes it)',
       (v: string, a: string[]) => [...a, v],
       [] as string[],
     )

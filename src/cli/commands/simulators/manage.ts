@@ -1,4 +1,4 @@
-import { AtelierError, type SimulatorRequest, type SimulatorView } from '../../../core/index.js';
+import { AtelierError, SIMULATOR_OPTIONS, type SimulatorRequest, type SimulatorView } from '../../../core/index.js';
 import type { CommandContext } from '../../context.js';
 import { table } from '../../output.js';
 
@@ -35,6 +35,31 @@ function pairs(flag: string, values: string[] | undefined): Record<string, strin
   return out;
 }
 
+/**
+ * `--option key=value` pairs, each value read as the catalog says the option of this type is:
+ * `superuser=true` is the boolean true, not the text. An option the catalog does not list
+ * goes as its text (the server then refuses it, naming the options there are).
+ */
+function readOptions(type: string, values: string[] | undefined): Record<string, unknown> | undefined {
+  const texts = pairs('option', values);
+  if (!texts) return undefined;
+  const out: Record<string, unknown> = {};
+  for (const [key, text] of Object.entries(texts)) {
+    if (SIMULATOR_OPTIONS[type]?.[key] !== 'boolean') {
+      out[key] = text;
+    } else if (text === 'true' || text === 'false') {
+      out[key] = text === 'true';
+    } else {
+      throw new AtelierError(
+        'INVALID_ARGUMENT',
+        `--option ${key}=${text}: ${key} of a ${type} simulator is true or false, e.g. --option ${key}=true`,
+        { field: `options.${key}` },
+      );
+    }
+  }
+  return out;
+}
+
 export async function listSimulators(ctx: CommandContext, id: string): Promise<SimulatorView[]> {
   return (await (await ctx.api()).call('listSimulators', { params: { id } })).items;
 }
@@ -55,7 +80,7 @@ export async function requestSimulator(ctx: CommandContext, id: string, type: st
   if (flags.version !== undefined) body.version = flags.version;
   const env = pairs('env', flags.env);
   if (env) body.env = env;
-  const options = pairs('option', flags.option);
+  const options = readOptions(type, flags.option);
   if (options) body.options = options;
   if (flags.services !== undefined)
     body.services = flags.services
