@@ -90,11 +90,15 @@ describe('approvals in Slack (fake Slack)', () => {
         ATELIER_SLACK_API_URL: `http://127.0.0.1:${port}/api`,
       },
     });
-    for (const name of ['owner', 'mate']) assert.equal((await server.api('POST', '/v1/users', { name, role: 'member' })).status, 201);
+    // Local accounts get the address their Slack account shows as an admin would: at creation, or later.
+    const added = await server.cli(['users', 'add', 'owner', '--email', 'owner@example.com']);
+    assert.equal(added.code, 0, added.stderr);
+    assert.equal((await server.api('POST', '/v1/users', { name: 'mate', role: 'member' })).status, 201);
+    const edited = await server.cli(['users', 'edit', 'mate', '--email', 'mate@example.com']);
+    assert.equal(edited.code, 0, edited.stderr);
+    assert.match(edited.stdout, /email:\s+mate@example\.com/);
     sql = new pg.Client({ connectionString: db.url });
     await sql.connect();
-    // E-mails come from an external issuer in production; set here directly.
-    await sql.query("UPDATE users SET email = name || '@example.com' WHERE name IN ('owner', 'mate')");
     const ownerToken = (await server.api<{ token: string }>('POST', '/v1/tokens', { user: 'owner', expiresInSeconds: 600 })).body.token;
     repo = makeRepo();
     const w = await server.api<{ id: string }>('POST', '/v1/workshops', { repo, name: 'slack' }, { authorization: `Bearer ${ownerToken}` });

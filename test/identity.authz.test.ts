@@ -145,6 +145,11 @@ const TABLE: Record<string, Row> = {
     expect: e(401, 403, 403, 403, 403, 403, 200, 403),
     call: () => ({ method: 'POST', path: '/v1/users/victim/disable' }),
   },
+  'PUT /v1/users/:user/email': {
+    // An address decides who a Slack user acts as: server-wide, like disabling.
+    expect: e(401, 403, 403, 403, 403, 403, 200, 403),
+    call: () => ({ method: 'PUT', path: '/v1/users/victim/email', body: { email: null } }),
+  },
   'POST /v1/tokens': {
     expect: e(401, 403, 201, 201, 201, 201, 201, 201),
     call: () => ({ method: 'POST', path: '/v1/tokens', body: { name: 'matrix', expiresInSeconds: 3600 } }),
@@ -641,6 +646,8 @@ describe('authorization matrix', () => {
       { method: 'POST', path: '/v1/tokens', body: { name: 'a\u0000b' } },
       { method: 'DELETE', path: '/v1/tokens/%00' },
       { method: 'POST', path: '/v1/users/%00/disable' },
+      { method: 'PUT', path: '/v1/users/%00/email', body: { email: null } },
+      { method: 'PUT', path: '/v1/users/admin/email', body: { email: 'a\u0000b@example.com' } },
       { method: 'GET', path: '/v1/workshops/%00' },
       { method: 'POST', path: '/v1/users', body: { name: 'n', tenant: 'a\u0000' } },
       { method: 'POST', path: '/v1/projects', body: { path: '/tmp/a\u0000b' } },

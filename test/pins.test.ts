@@ -133,6 +133,7 @@ const PINNED_EXPORTS: Record<string, readonly string[]> = {
     'SecretInfo',
     'SessionInfo',
     'SetSecretRequest',
+    'SetUserEmailRequest',
     'SimulatorRequest',
     'SimulatorView',
     'SshKeyView',

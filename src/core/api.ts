@@ -26,12 +26,27 @@ const time = z.string().describe('ISO 8601 date-time');
 
 // ---- requests ----
 
+/** A person's e-mail address: how a Slack click is matched to their account. */
+const EMAIL = z
+  .string()
+  .trim()
+  .max(254, 'an e-mail address has at most 254 characters')
+  .regex(/^[^\s@\p{Cc}]+@[^\s@\p{Cc}]+\.[^\s@\p{Cc}]+$/u, 'give an e-mail address such as ada@example.com');
+
 export const AddUserRequest = z.strictObject({
   name: z.string().regex(USER_NAME, 'use 1-63 letters, digits, dots, dashes, underscores or @, starting with a letter or digit'),
   role: z.enum(ROLES).default('member'),
   tenant: z.string().regex(TENANT_NAME, 'use lowercase letters, digits and dashes').optional(),
+  /** The address their Slack account shows (Slack decisions are matched by it). */
+  email: EMAIL.optional(),
 });
 export type AddUserRequest = z.infer<typeof AddUserRequest>;
+
+export const SetUserEmailRequest = z.strictObject({
+  /** null: no address (Slack decisions are then refused for them). */
+  email: EMAIL.nullable(),
+});
+export type SetUserEmailRequest = z.infer<typeof SetUserEmailRequest>;
 
 export const CreateTokenRequest = z.strictObject({
   name: z.string().min(1).max(100).optional(),

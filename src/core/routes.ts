@@ -6,6 +6,7 @@ import {
   AddProjectRequest,
   AddSshKeyRequest,
   AddUserRequest,
+  SetUserEmailRequest,
   APPROVAL_CATEGORIES,
   APPROVAL_STATUSES,
   ApplyPlanRequest,
@@ -197,6 +198,15 @@ export const ROUTES = {
     body: AddUserRequest,
     status: 201,
     response: ok({ user: UserView, temporaryPassword: z.string().nullable() }),
+  },
+  setUserEmail: {
+    method: 'PUT',
+    path: '/v1/users/:user/email',
+    summary: "change an account's e-mail address, which Slack decisions are matched by (server admins)",
+    tag: 'identity',
+    auth: 'bearer',
+    body: SetUserEmailRequest,
+    response: UserView,
   },
   disableUser: {
     method: 'POST',

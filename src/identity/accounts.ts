@@ -1,4 +1,14 @@
-import { AddUserRequest, AtelierError, CreateTokenRequest, TENANT_NAME, USER_NAME, hashToken, newApiToken, newId } from '../core/index.js';
+import {
+  AddUserRequest,
+  AtelierError,
+  CreateTokenRequest,
+  TENANT_NAME,
+  USER_NAME,
+  hashToken,
+  newApiToken,
+  newId,
+  type SetUserEmailRequest,
+} from '../core/index.js';
 import { asDatabaseError, queryRows, withTransaction, type Pool } from '../db/index.js';
 import { generatePassword, hashPassword } from './passwords.js';
 import { PLATFORM_TENANT_ID, type Principal } from './policy.js';
@@ -176,11 +186,19 @@ export class AccountService {
               field: 'name',
             },
           );
+        if (u && req.email !== undefined)
+          throw new AtelierError(
+            'INVALID_ARGUMENT',
+            `${req.name} exists already: leave out email here and set it with \`atelier users edit ${req.name} --email ADDRESS\``,
+            { field: 'email' },
+          );
         if (!u) {
+          const id = newId('u');
+          if (req.email !== undefined) await this.checkEmailFree(c, req.email, id);
           u = (
             await c.query<{ id: string; issuer: string }>(
-              `INSERT INTO users (id, name, password_hash, must_change_password) VALUES ($1, $2, $3, true) RETURNING id, issuer`,
-              [newId('u'), req.name, hash],
+              `INSERT INTO users (id, name, password_hash, must_change_password, email) VALUES ($1, $2, $3, true, $4) RETURNING id, issuer`,
+              [id, req.name, hash, req.email ?? null],
             )
           ).rows[0]!;
           created = true;
@@ -198,6 +216,49 @@ export class AccountService {
     }
     const [row] = await this.userRows('u.name = $2', [req.name], tenantId);
     return { user: userView(row!), temporaryPassword: created ? password : null };
+  }
+
+  /**
+   * Changes an account's e-mail address, by which a Slack click is matched to it (the route lets
+   * only the default tenant's admins do it: it decides who a Slack user acts as). An address
+   * another active account holds is refused, so that a click never matches two accounts.
+   * Accounts of the external issuer take theirs from its tokens at each login.
+   */
+  async setUserEmail(p: Principal, name: string, req: SetUserEmailRequest): Promise<UserView> {
+    const [target] = await this.userRows('u.name = $2', [name], p.tenantId);
+    if (!target) throw new AtelierError('NOT_FOUND', `no user ${name} on this server: see \`atelier users list\``);
+    if (target.issuer !== 'local')
+      throw new AtelierError(
+        'INVALID_ARGUMENT',
+        `${name} is an account of the external issuer: its e-mail address comes from that issuer`,
+        {
+          field: 'email',
+        },
+      );
+    try {
+      await withTransaction(this.pool, async (c) => {
+        // One change of addresses at a time: two admins cannot give one address to two accounts.
+        await c.query("SELECT pg_advisory_xact_lock(hashtext('atelier.users.email'))");
+        if (req.email !== null) await this.checkEmailFree(c, req.email, target.id);
+        await c.query('UPDATE users SET email = $2 WHERE id = $1', [target.id, req.email]);
+      });
+    } catch (err) {
+      throw asDatabaseError(err);
+    }
+    const [row] = await this.userRows('u.id = $2', [target.id], p.tenantId);
+    return userView(row!);
+  }
+
+  private async checkEmailFree(c: { query: Pool['query'] }, email: string, self: string): Promise<void> {
+    const taken = await c.query('SELECT 1 FROM users WHERE lower(email) = lower($1) AND id <> $2 AND disabled_at IS NULL', [email, self]);
+    if ((taken.rowCount ?? 0) > 0)
+      throw new AtelierError(
+        'ALREADY_EXISTS',
+        `${email} is another account's address on this server: each address belongs to one account`,
+        {
+          field: 'email',
+        },
+      );
   }
 
   /**

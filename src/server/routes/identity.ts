@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import { SetUserEmailRequest } from '../../core/index.js';
 import { AddUserRequest, CreateTokenRequest, type AccountService } from '../../identity/index.js';
 import type { WorkshopService } from '../../workshops/index.js';
 import { parse, principalOf } from './common.js';
@@ -16,6 +17,10 @@ export function identityRoutes(app: FastifyInstance, accounts: AccountService, w
   const SERVER_ADMIN = { config: { access: { role: 'admin' as const, platform: true } } };
   app.post<{ Params: { user: string } }>('/v1/users/:user/disable', SERVER_ADMIN, async (request) =>
     accounts.disableUser(principalOf(request), request.params.user),
+  );
+  // An e-mail address decides who a Slack user acts as: server admins only, like disabling.
+  app.put<{ Params: { user: string } }>('/v1/users/:user/email', SERVER_ADMIN, async (request) =>
+    accounts.setUserEmail(principalOf(request), request.params.user, parse(SetUserEmailRequest, request.body)),
   );
 
   // Any person may hold tokens for themselves, never with more rights than they have; an agent

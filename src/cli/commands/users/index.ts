@@ -9,7 +9,8 @@ export function register(program: Command, cli: Cli): void {
     .description('create a user; prints a temporary password, to be changed at the first login')
     .option('--role <role>', 'viewer, member, maintainer or admin (default member)')
     .option('--tenant <tenant>', 'tenant to add the user to (default: the current one)')
-    .action(async (name: string, flags: { role?: string; tenant?: string }) => {
+    .option('--email <address>', 'the address their Slack account shows (Slack decisions are matched by it)')
+    .action(async (name: string, flags: { role?: string; tenant?: string; email?: string }) => {
       const c = cli.ctx();
       const { addUser, addedUserText } = await import('./manage.js');
       const r = await addUser(c, name, flags);
@@ -24,6 +25,17 @@ export function register(program: Command, cli: Cli): void {
       const { listUsers, userTable } = await import('./manage.js');
       const items = await listUsers(c);
       await cli.render(c.output, items, () => userTable(items));
+    });
+  users
+    .command('edit <name>')
+    .description("change a local account's e-mail address, which Slack decisions are matched by (server admins)")
+    .option('--email <address>', 'the address their Slack account shows')
+    .option('--no-email', 'remove the address (their Slack clicks are then refused)')
+    .action(async (name: string, flags: { email?: string | false }) => {
+      const c = cli.ctx();
+      const { editUser, userText } = await import('./manage.js');
+      const u = await editUser(c, name, flags);
+      await cli.render(c.output, u, () => userText(u));
     });
   users
     .command('disable <name>')

@@ -7,6 +7,7 @@ export interface User {
   id: string;
   name: string;
   issuer: string;
+  email: string | null;
   disabled: boolean;
   memberships: { tenant: string; role: string }[];
   createdAt: string;
@@ -26,19 +27,29 @@ export function checkRole(role: string | undefined, flag: string): void {
 export async function addUser(
   ctx: CommandContext,
   name: string,
-  flags: { role?: string; tenant?: string },
+  flags: { role?: string; tenant?: string; email?: string },
 ): Promise<{ user: User; temporaryPassword: string | null }> {
   checkRole(flags.role, '--role');
   // The role is the server's default (member) unless given; checkRole refused anything but a role.
   const body: Partial<AddUserRequest> & { name: string } = { name };
   if (flags.role) body.role = flags.role as AddUserRequest['role'];
   if (flags.tenant) body.tenant = flags.tenant;
+  if (flags.email !== undefined) body.email = flags.email;
   return (await ctx.api()).call('addUser', { body });
 }
 
 /** `atelier users list` */
 export async function listUsers(ctx: CommandContext): Promise<User[]> {
   return (await (await ctx.api()).call('listUsers')).items;
+}
+
+/** `atelier users edit NAME --email ADDRESS | --no-email` */
+export async function editUser(ctx: CommandContext, name: string, flags: { email?: string | false }): Promise<User> {
+  if (flags.email === undefined)
+    throw new AtelierError('INVALID_ARGUMENT', 'say what to change: --email ADDRESS, or --no-email to remove the address', {
+      field: 'email',
+    });
+  return (await ctx.api()).call('setUserEmail', { params: { user: name }, body: { email: flags.email === false ? null : flags.email } });
 }
 
 /** `atelier users disable NAME`: the user can no longer log in, and their sessions stop refreshing. */
@@ -53,6 +64,7 @@ export function userTable(users: User[]): string {
   return table(users, [
     { header: 'NAME', get: (u) => u.name },
     { header: 'ROLES', get: roles },
+    { header: 'EMAIL', get: (u) => u.email ?? '-' },
     { header: 'ISSUER', get: (u) => u.issuer },
     { header: 'STATUS', get: (u) => (u.disabled ? 'disabled' : 'active') },
     { header: 'CREATED', get: (u) => u.createdAt },
@@ -73,6 +85,7 @@ export function userText(u: User): string {
   return keyValues([
     ['user', u.name],
     ['roles', roles(u)],
+    ['email', u.email ?? '(none: Slack decisions refused)'],
     ['status', u.disabled ? 'disabled' : 'active'],
   ]);
 }
