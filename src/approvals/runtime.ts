@@ -36,6 +36,8 @@ export interface ApprovalEffects {
 export interface ApprovalsOptions {
   /** ATELIER_APPROVAL_TTL: how long requests wait, per category. */
   ttl: string | undefined;
+  /** ATELIER_APPROVALS_SELF_CONFIRM (ApprovalServiceOptions.selfConfirm). */
+  selfConfirm?: 'off' | 'sole-maintainer';
   slack: SlackConfig;
   pool: Pool;
   databaseUrl: string;
@@ -74,7 +76,12 @@ export interface Approvals {
 
 /** The approval service, its Slack notifier, the gates that file requests, and each category's effect. */
 export function createApprovals(opts: ApprovalsOptions): Approvals {
-  const service = new ApprovalService(opts.pool, { ttls: parseTtls(opts.ttl), databaseUrl: opts.databaseUrl, log: opts.log });
+  const service = new ApprovalService(opts.pool, {
+    ttls: parseTtls(opts.ttl),
+    databaseUrl: opts.databaseUrl,
+    log: opts.log,
+    selfConfirm: opts.selfConfirm ?? 'off',
+  });
   const slack = new SlackNotifier(opts.pool, service, opts.slack, opts.log);
 
   const ask: AllowlistAsk = async (host, port, ctx) => {

@@ -93,7 +93,27 @@ export interface ApprovalServiceOptions {
   databaseUrl: string;
   log: { warn(obj: object, msg?: string): void; error(obj: object, msg?: string): void };
   sweepIntervalMs?: number;
+  /**
+   * ATELIER_APPROVALS_SELF_CONFIRM=sole-maintainer: a workshop's owner who is the only person of
+   * its tenant able to decide (no other active maintainer or admin) may confirm a request they
+   * filed by their own hand (their login or personal token; never one an agent token filed).
+   * Off by default: nobody decides what they filed.
+   */
+  selfConfirm?: 'off' | 'sole-maintainer';
 }
+
+/**
+ * SQL over `h` (hitl_requests) and `c` (its context), `user` the deciding user's parameter: the request was filed by that user's own hand (not an agent token), they own its
+ * workshop, and nobody else of the tenant could decide it (no other active maintainer or admin).
+ */
+const soleMaintainerSql = (user: string): string => `(c.requester_kind = 'user' AND c.requester_user_id = ${user}
+  AND EXISTS (SELECT 1 FROM workshops w WHERE w.id = h.workshop_id AND w.owner_id = ${user})
+  AND NOT EXISTS (SELECT 1 FROM memberships m JOIN users u ON u.id = m.user_id
+                   WHERE m.tenant_id = c.tenant_id AND m.user_id <> ${user} AND m.role IN ('maintainer', 'admin')
+                     AND u.disabled_at IS NULL))`;
+
+/** The decision_reason prefix of a request its own requester confirmed (ATELIER_APPROVALS_SELF_CONFIRM). */
+export const SELF_CONFIRMED = "self-confirmed by the workshop's only maintainer (ATELIER_APPROVALS_SELF_CONFIRM)";
 
 export interface AuditVerification {
   ok: boolean;
@@ -245,13 +265,17 @@ export class ApprovalService {
   }
 
   /** Only the workshop's owner or a maintainer/admin of its tenant; never the requester; never an agent token. */
-  private checkDecider(actor: ApprovalActor, row: Row, ownerId: string | null): void {
+  private checkDecider(actor: ApprovalActor, row: Row, ownerId: string | null, selfConfirmable = false): void {
     if (actor.kind === 'agent')
       throw new AtelierError('PERMISSION_DENIED', 'an agent token can never decide an approval: a person must, with `atelier approvals`');
-    if (row.requester_user_id !== null && row.requester_user_id === actor.userId)
-      throw new AtelierError('PERMISSION_DENIED', 'you filed this request: someone else (the owner or a maintainer) must decide it', {
-        id: row.id,
-      });
+    if (row.requester_user_id !== null && row.requester_user_id === actor.userId && !selfConfirmable)
+      throw new AtelierError(
+        'PERMISSION_DENIED',
+        this.opts.selfConfirm === 'sole-maintainer'
+          ? 'you filed this request: someone else (the owner or a maintainer) must decide it; only the owner who is the sole maintainer of the tenant may confirm what they filed themselves, never what an agent filed'
+          : 'you filed this request: someone else (the owner or a maintainer) must decide it (alone on this server? an admin can set ATELIER_APPROVALS_SELF_CONFIRM=sole-maintainer: see docs/approvals.md)',
+        { id: row.id },
+      );
     if (actor.role === 'maintainer' || actor.role === 'admin') return;
     if (actor.role === 'member' && ownerId !== null && ownerId === actor.userId) return;
     throw new AtelierError(
@@ -259,6 +283,18 @@ export class ApprovalService {
       `only the owner of workshop ${row.workshop_id} or a maintainer of its tenant may decide this request`,
       { id: row.id },
     );
+  }
+
+  /** Whether `actor` may confirm `row` although they filed it (ATELIER_APPROVALS_SELF_CONFIRM). */
+  private async selfConfirmable(actor: ApprovalActor, row: Row): Promise<boolean> {
+    if (this.opts.selfConfirm !== 'sole-maintainer' || actor.kind !== 'user') return false;
+    const r = await queryRows<{ ok: boolean }>(
+      this.pool,
+      `SELECT ${soleMaintainerSql('$2')} AS ok FROM hitl_requests h JOIN hitl_request_context c ON c.request_id = h.id
+        WHERE h.id = $1 AND c.requester_user_id = $2 AND c.tenant_id = $3`,
+      [row.id, actor.userId, actor.tenantId],
+    );
+    return r[0]?.ok === true;
   }
 
   private async workshop(id: string, client: Pool | PoolClient = this.pool): Promise<WorkshopRef | undefined> {
@@ -448,10 +484,13 @@ export class ApprovalService {
       const [won] = await queryRows<Row>(
         this.pool,
         `WITH d AS (
-           UPDATE hitl_requests h SET status = $2::hitl_status, decided_by = $3, decision_reason = $4, decided_at = now()
+           UPDATE hitl_requests h SET status = $2::hitl_status, decided_by = $3, decided_at = now(),
+                  decision_reason = CASE WHEN EXISTS (SELECT 1 FROM hitl_request_context c
+                                                       WHERE c.request_id = h.id AND c.requester_user_id = $10)
+                                         THEN $13 || coalesce(': ' || $4, '') ELSE $4 END
             WHERE h.id = $1 AND h.status = 'PENDING' AND h.expires_at > now()
               AND EXISTS (SELECT 1 FROM hitl_request_context c WHERE c.request_id = h.id AND c.tenant_id = $9
-                             AND (c.requester_user_id IS NULL OR c.requester_user_id <> $10))
+                             AND (c.requester_user_id IS NULL OR c.requester_user_id <> $10 OR ($12 AND ${soleMaintainerSql('$10')})))
               AND ($11::text IN ('maintainer', 'admin')
                    OR ($11::text = 'member' AND EXISTS (SELECT 1 FROM workshops w WHERE w.id = h.workshop_id AND w.owner_id = $10)))
            RETURNING h AS r, h.id
@@ -474,6 +513,8 @@ export class ApprovalService {
           actor.tenantId,
           actor.userId,
           actor.role,
+          this.opts.selfConfirm === 'sole-maintainer',
+          SELF_CONFIRMED,
         ],
       );
       if (won) {
@@ -491,7 +532,7 @@ export class ApprovalService {
         )
       : [];
     if (!before || !this.visible(actor, before)) throw this.notFound(id);
-    this.checkDecider(actor, before, before.owner_id);
+    this.checkDecider(actor, before, before.owner_id, await this.selfConfirmable(actor, before));
     const after = await this.current(id);
     if (!after) throw this.notFound(id);
     const approval = toApproval(after);

@@ -38,6 +38,7 @@ import { z } from 'zod';
  * | ATELIER_SIMULATORS_WARM     | simulatorsWarm   | 1: prepare the PostgreSQL simulator template at start (0: on first use) |
  * | ATELIER_TRUST_PROXY         | trustProxy       | (none) addresses/CIDRs of reverse proxies whose X-Forwarded-For is believed (client addresses for login rate limits) |
  * | ATELIER_APPROVAL_TTL        | approvalTtl      | 15m for every category; `15m,SECRET_REQUEST=5m,PR_GATEWAY=1h` (the default first, then per category) |
+ * | ATELIER_APPROVALS_SELF_CONFIRM | approvalsSelfConfirm | off; `sole-maintainer`: a workshop's owner alone able to decide in its tenant may confirm what they filed by hand (never an agent's request) |
  * | ATELIER_SLACK_WEBHOOK_URL   | slack.webhookUrl | (none) incoming-webhook URL approval requests are posted to |
  * | ATELIER_SLACK_BOT_TOKEN     | slack.botToken   | (none) bot token (chat.postMessage/update, users.info); with ATELIER_SLACK_CHANNEL |
  * | ATELIER_SLACK_CHANNEL       | slack.channel    | (none) channel id the bot posts to |
@@ -86,6 +87,7 @@ const Env = z.object({
   ATELIER_EGRESS_HOSTS: z.string().min(1).optional(),
   ATELIER_TRUST_PROXY: z.string().min(1).optional(),
   ATELIER_APPROVAL_TTL: z.string().min(1).optional(),
+  ATELIER_APPROVALS_SELF_CONFIRM: z.enum(['off', 'sole-maintainer']).optional(),
   ATELIER_SLACK_WEBHOOK_URL: z.url({ protocol: /^https?$/ }).optional(),
   ATELIER_SLACK_BOT_TOKEN: z.string().min(1).optional(),
   ATELIER_SLACK_CHANNEL: z.string().min(1).optional(),
@@ -143,6 +145,8 @@ export interface Config {
   egressHosts: string | undefined;
   /** How long an approval request waits for a decision (ATELIER_APPROVAL_TTL, parsed by approvals). */
   approvalTtl: string | undefined;
+  /** Whether a sole maintainer may confirm what they filed by hand (ATELIER_APPROVALS_SELF_CONFIRM). */
+  approvalsSelfConfirm: 'off' | 'sole-maintainer';
   /** Slack notifications and interactions for approvals (all optional). */
   slack: { webhookUrl?: string; botToken?: string; channel?: string; signingSecret?: string; apiUrl: string };
   cockpitWrites: 'apply' | 'copy-command';
@@ -240,6 +244,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       .filter(Boolean),
     egressHosts: e.ATELIER_EGRESS_HOSTS ? resolve(e.ATELIER_EGRESS_HOSTS) : undefined,
     approvalTtl: e.ATELIER_APPROVAL_TTL,
+    approvalsSelfConfirm: e.ATELIER_APPROVALS_SELF_CONFIRM ?? 'off',
     slack: {
       ...(e.ATELIER_SLACK_WEBHOOK_URL ? { webhookUrl: e.ATELIER_SLACK_WEBHOOK_URL } : {}),
       ...(e.ATELIER_SLACK_BOT_TOKEN ? { botToken: e.ATELIER_SLACK_BOT_TOKEN } : {}),

@@ -22,6 +22,7 @@ function entryFor(host: CanonicalHost, port: number | undefined): string {
 
 export function createApprovals(opts: {
   ttl: string | undefined;
+  selfConfirm: 'off' | 'sole-maintainer';
   slack: SlackConfig;
   pool: Pool;
   databaseUrl: string;
@@ -32,6 +33,7 @@ export function createApprovals(opts: {
   const secrets = new SecretStore(opts.pool, { nodeId: opts.nodeId, sealer: opts.sealer, log: opts.logger });
   const approvals = createApprovalsRoom({
     ttl: opts.ttl,
+    selfConfirm: opts.selfConfirm,
     slack: opts.slack,
     pool: opts.pool,
     databaseUrl: opts.databaseUrl,

@@ -307,6 +307,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const sudoHome = config.sudoUser ? homeOf(config.sudoUser.uid) : undefined;
     const approvals = createApprovals({
       ttl: config.approvalTtl,
+      selfConfirm: config.approvalsSelfConfirm,
       slack: config.slack,
       pool,
       databaseUrl: databaseUrl ?? embedded!.connectionString,
