@@ -265,7 +265,10 @@ export class WorkshopLifecycle {
       await this.opts.egress.proxy.close(id).catch(() => undefined);
       // The workshop stays, Failed with the reason, until the user deletes it.
       const failed = await this.shared.setStatus(id, 'Failed', reason, null).catch(() => null);
-      if (failed) return toWorkshop(failed);
+      if (failed) {
+        await this.ended(id, reason);
+        return toWorkshop(failed);
+      }
       throw err;
     }
   }
@@ -345,6 +348,13 @@ export class WorkshopLifecycle {
     await this.events.emit({ type: 'deleted', id: found.id });
   }
 
+  /** A workshop just marked Failed: what waited for it (its pending approvals) ends, saying why. */
+  private async ended(id: string, reason: string): Promise<void> {
+    await this.opts
+      .onEnded?.(id, `the workshop failed: ${reason}`)
+      .catch((err: unknown) => this.opts.log.warn({ workshop: id, err: String(err) }, 'could not end the approvals of a failed workshop'));
+  }
+
   /** Running workshops (for the simulators' watchdog). */
   private async runningContexts(): Promise<WorkshopContext[]> {
     const rows = await queryRows<WorkshopRow>(
@@ -361,12 +371,9 @@ export class WorkshopLifecycle {
     try {
       if (row.status === 'Building') {
         await this.driver.stop(id, row.sandbox);
-        await this.shared.setStatus(
-          id,
-          'Failed',
-          'the server stopped while this workshop was being created: delete it and create it again',
-          null,
-        );
+        const reason = 'the server stopped while this workshop was being created: delete it and create it again';
+        await this.shared.setStatus(id, 'Failed', reason, null);
+        await this.ended(id, reason);
       } else if (row.status === 'Deleting') {
         await this.driver.destroy(id, row.sandbox);
         await queryRows(this.pool, 'DELETE FROM workshops WHERE id = $1', [id]);
@@ -397,9 +404,9 @@ export class WorkshopLifecycle {
       const current = await queryRows<WorkshopRow>(this.pool, 'SELECT * FROM workshops WHERE id = $1', [id]).catch(() => []);
       await this.driver.stop(id, current[0]?.sandbox ?? row.sandbox).catch(() => undefined);
       await this.opts.egress.proxy.close(id).catch(() => undefined);
-      await this.shared
-        .setStatus(id, 'Failed', `could not be recovered after a restart: ${err instanceof Error ? err.message : String(err)}`, null)
-        .catch(() => undefined);
+      const reason = `could not be recovered after a restart: ${err instanceof Error ? err.message : String(err)}`;
+      const failed = await this.shared.setStatus(id, 'Failed', reason, null).catch(() => null);
+      if (failed) await this.ended(id, reason);
     }
   }
 
