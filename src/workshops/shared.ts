@@ -34,6 +34,8 @@ export interface WorkshopRow {
   approval_commands: string[];
   sandbox: SandboxHandle | null;
   agent_token: string | null;
+  /** When its first build finished (null: it never did, so a Failed one has nothing to resume). */
+  built_at: Date | null;
   created_at: Date;
   updated_at: Date;
 }
