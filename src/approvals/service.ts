@@ -566,7 +566,7 @@ export class ApprovalService {
   }
 
   /**
-   * Ends a workshop's PENDING requests (its sandbox died: nothing waits for them any more):
+   * Ends a workshop's PENDING requests (it died, failed or is being deleted: nothing waits for them any more):
    * REJECTED by `system` with `reason`, audited, every replica told. Returns how many.
    */
   async endPendingForWorkshop(workshopId: string, reason: string): Promise<number> {

@@ -368,9 +368,11 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       sealer: masterKey,
       execGate: approvals.execGate,
       secretEnv: (id) => approvals.secrets.envFor(id),
-      // Nothing waits for a dead workshop's requests any more: they end, saying why.
-      onDied: (id, reason) => approvals.service.endPendingForWorkshop(id, `the workshop's sandbox died: ${reason}`),
+      // Nothing waits for a dead or failed workshop's requests any more: they end, saying why.
+      onEnded: (id, reason) => approvals.service.endPendingForWorkshop(id, reason),
     });
+    // A workshop being deleted: its requests end at once, not at their expiry.
+    workshops.events.on('deleting', async ({ id }) => void (await approvals.service.endPendingForWorkshop(id, 'the workshop was deleted')));
     // A deleted workshop's in-workshop MCP endpoint and its token go with it.
     workshops.events.on('deleted', ({ id }) => mcpGateway.forget(id));
     await approvals.start(workshops);

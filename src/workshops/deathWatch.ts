@@ -137,7 +137,7 @@ export class DeathWatch {
     await this.driver.stop(row.id, row.sandbox).catch(() => undefined);
     await this.shared.setStatus(row.id, 'Dead', reason, null);
     await this.opts
-      .onDied?.(row.id, reason)
+      .onEnded?.(row.id, `the workshop's sandbox died: ${reason}`)
       .catch((err: unknown) =>
         this.opts.log.warn({ workshop: row.id, err: String(err) }, 'could not end the approvals of a dead workshop'),
       );

@@ -2,7 +2,7 @@
  * A workshop's life: created (cloned, its sandbox started, its devcontainer commands run),
  * suspended, resumed, deleted, and brought back into agreement with the host after a start.
  */
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import { cpus as hostCpus, totalmem } from 'node:os';
 import { posix } from 'node:path';
 import {
@@ -30,6 +30,7 @@ import { mergeSimulators, precheckSimulators, type WorkshopContext } from './sim
 import type { DeathWatch } from './deathWatch.js';
 import { BASE_ENV, type WorkshopExecs } from './exec.js';
 import { DEFAULT_ASK_HOLD_SECONDS, toWorkshop, type ServiceOptions, type WorkshopRow, type WorkshopShared } from './shared.js';
+import { RECOVERING, retryDelaySeconds, transientCause } from './recovery.js';
 
 /** devcontainer lifecycle commands (npm ci, …) are stopped after this long. */
 const CREATE_COMMAND_TIMEOUT_SECONDS = 30 * 60;
@@ -38,6 +39,11 @@ export class WorkshopLifecycle {
   private readonly pool: Pool;
   private readonly driver: WorkshopDriver;
   private readonly opts: ServiceOptions;
+  /** Recoveries waiting for their next try (per workshop id, and `sweep` for the orphan sweep); cleared by close(). */
+  private readonly retries = new Map<string, NodeJS.Timeout>();
+  /** A workshop's reason before its recovery was retried, given back when it succeeds. */
+  private readonly reasonsBefore = new Map<string, string | null>();
+  private closed = false;
 
   constructor(
     private readonly shared: WorkshopShared,
@@ -254,6 +260,7 @@ export class WorkshopLifecycle {
           );
         }
       }
+      await queryRows(this.pool, 'UPDATE workshops SET built_at = now() WHERE id = $1', [id]);
       const built = await this.shared.setStatus(id, 'Running', null);
       this.deaths.watch(id, handle!);
       return toWorkshop(built);
@@ -265,7 +272,10 @@ export class WorkshopLifecycle {
       await this.opts.egress.proxy.close(id).catch(() => undefined);
       // The workshop stays, Failed with the reason, until the user deletes it.
       const failed = await this.shared.setStatus(id, 'Failed', reason, null).catch(() => null);
-      if (failed) return toWorkshop(failed);
+      if (failed) {
+        await this.ended(id, reason);
+        return toWorkshop(failed);
+      }
       throw err;
     }
   }
@@ -306,12 +316,12 @@ export class WorkshopLifecycle {
           await this.restartSandbox(row, `started again, files kept; it had died: ${row.status_reason ?? 'no reason recorded'}`),
         );
       }
+      if (row.status === 'Failed') return toWorkshop(await this.resumeFailed(row));
       if (row.status !== 'Suspended')
-        throw new AtelierError(
-          'WORKSHOP_NOT_RUNNING',
-          `workshop ${id} is ${row.status} and cannot be resumed${row.status === 'Failed' ? ': delete it and create it again' : ''}`,
-          { id, status: row.status },
-        );
+        throw new AtelierError('WORKSHOP_NOT_RUNNING', `workshop ${id} is ${row.status} and cannot be resumed`, {
+          id,
+          status: row.status,
+        });
       if (row.sandbox && this.driver.alive(row.sandbox)) {
         await this.driver.resume(row.sandbox);
         return toWorkshop(await this.shared.setStatus(id, 'Running', null));
@@ -345,6 +355,44 @@ export class WorkshopLifecycle {
     await this.events.emit({ type: 'deleted', id: found.id });
   }
 
+  /**
+   * Starts a Failed workshop again when it has files to keep (it was built once, its directory is
+   * there): its sandbox taken back if it still runs, else started afresh. One that failed during
+   * its first build has nothing to keep: delete it and create it again.
+   */
+  private async resumeFailed(row: WorkshopRow): Promise<WorkshopRow> {
+    const id = row.id;
+    const was = row.status_reason ?? 'no reason recorded';
+    if (row.built_at === null || !existsSync(this.driver.layout(id).root))
+      throw new AtelierError(
+        'WORKSHOP_NOT_RUNNING',
+        `workshop ${id} failed during its first build (${was}) and has no files to keep: delete it and create it again`,
+        { id, status: row.status },
+      );
+    this.opts.log.info({ workshop: id, was }, 'starting a failed workshop again');
+    if (row.sandbox && this.driver.alive(row.sandbox)) {
+      const sandbox = row.sandbox;
+      await this.adopt({ ...row, sandbox });
+      const status = this.driver.frozen(sandbox) ? 'Suspended' : 'Running';
+      return this.shared.setStatus(id, status, `taken back, its processes and files kept; it had failed: ${was}`);
+    }
+    return this.restartSandbox(row, `started again, files kept; it had failed: ${was}`);
+  }
+
+  /** A workshop just marked Failed: what waited for it (its pending approvals) ends, saying why. */
+  private async ended(id: string, reason: string): Promise<void> {
+    await this.opts
+      .onEnded?.(id, `the workshop failed: ${reason}`)
+      .catch((err: unknown) => this.opts.log.warn({ workshop: id, err: String(err) }, 'could not end the approvals of a failed workshop'));
+  }
+
+  /** A live sandbox taken back (after a start, or a resume of a Failed one): watched, its way out and its simulators back. */
+  private async adopt(row: WorkshopRow & { sandbox: SandboxHandle }): Promise<void> {
+    this.deaths.watch(row.id, row.sandbox);
+    await this.openEgress(row, row.sandbox);
+    await this.opts.simulators.recover(this.shared.context(row, row.sandbox));
+  }
+
   /** Running workshops (for the simulators' watchdog). */
   private async runningContexts(): Promise<WorkshopContext[]> {
     const rows = await queryRows<WorkshopRow>(
@@ -355,70 +403,142 @@ export class WorkshopLifecycle {
     return rows.map((r) => this.shared.context(r, r.sandbox!));
   }
 
-  /** One workshop of reconcile(): never throws (a workshop that cannot be recovered ends Failed). */
-  private async reconcileOne(row: WorkshopRow): Promise<void> {
+  /**
+   * One workshop of reconcile(), on its row as it is now (`first`: the try at the server's start,
+   * the only one that may kill commands a previous server process left). Throws what failed.
+   */
+  private async reconcileRow(row: WorkshopRow, first: boolean): Promise<void> {
     const id = row.id;
-    try {
-      if (row.status === 'Building') {
-        await this.driver.stop(id, row.sandbox);
-        await this.shared.setStatus(
-          id,
-          'Failed',
-          'the server stopped while this workshop was being created: delete it and create it again',
-          null,
-        );
-      } else if (row.status === 'Deleting') {
-        await this.driver.destroy(id, row.sandbox);
-        await queryRows(this.pool, 'DELETE FROM workshops WHERE id = $1', [id]);
-      } else if (row.status === 'Running' || row.status === 'Suspended') {
-        const alive = row.sandbox !== null && this.driver.alive(row.sandbox);
-        if (alive) {
-          this.deaths.watch(id, row.sandbox!);
-          await this.openEgress(row, row.sandbox!);
-          await this.opts.simulators.recover(this.shared.context(row, row.sandbox!));
-          const orphans = this.driver.killOrphanExecs(row.sandbox!);
-          if (orphans > 0) this.opts.log.warn({ workshop: id, orphans }, 'killed commands left running by a previous server process');
-          const frozen = this.driver.frozen(row.sandbox!);
-          if (frozen && row.status === 'Running') await this.shared.setStatus(id, 'Suspended', null);
-          if (!frozen && row.status === 'Suspended') await this.shared.setStatus(id, 'Running', null);
-        } else {
-          await this.deaths.markDead(row, this.deaths.lostReason(row));
-        }
-      } else if (row.status === 'Dead' && row.sandbox) {
-        await this.driver.stop(id, row.sandbox);
-        await this.shared.setStatus(id, 'Dead', row.status_reason, null);
-      } else if (row.status === 'Failed' && row.sandbox) {
-        await this.driver.stop(id, row.sandbox);
-        await this.shared.setStatus(id, 'Failed', row.status_reason, null);
+    const alive = row.sandbox !== null && this.driver.alive(row.sandbox);
+    if (row.status === 'Building') {
+      await this.driver.stop(id, row.sandbox);
+      const reason = 'the server stopped while this workshop was being created: delete it and create it again';
+      await this.shared.setStatus(id, 'Failed', reason, null);
+      await this.ended(id, reason);
+    } else if (row.status === 'Deleting') {
+      await this.driver.destroy(id, row.sandbox);
+      await queryRows(this.pool, 'DELETE FROM workshops WHERE id = $1', [id]);
+    } else if (alive && (row.status === 'Running' || row.status === 'Suspended' || (row.status === 'Failed' && row.built_at !== null))) {
+      // Its sandbox lives (a Failed one: its recovery had failed and kept it): taken back as it is.
+      const sandbox = row.sandbox!;
+      if (first) {
+        const orphans = this.driver.killOrphanExecs(sandbox);
+        if (orphans > 0) this.opts.log.warn({ workshop: id, orphans }, 'killed commands left running by a previous server process');
       }
-    } catch (err) {
-      this.opts.log.error({ workshop: id, err: String(err) }, 'reconcile failed for a workshop');
-      // Failed without a handle: its processes must not be left running untracked.
-      const current = await queryRows<WorkshopRow>(this.pool, 'SELECT * FROM workshops WHERE id = $1', [id]).catch(() => []);
-      await this.driver.stop(id, current[0]?.sandbox ?? row.sandbox).catch(() => undefined);
-      await this.opts.egress.proxy.close(id).catch(() => undefined);
-      await this.shared
-        .setStatus(id, 'Failed', `could not be recovered after a restart: ${err instanceof Error ? err.message : String(err)}`, null)
-        .catch(() => undefined);
+      await this.adopt({ ...row, sandbox });
+      const status = this.driver.frozen(sandbox) ? 'Suspended' : 'Running';
+      const retried = row.status_reason?.startsWith(RECOVERING) === true;
+      if (status !== row.status || retried) {
+        const before = this.reasonsBefore.get(id);
+        const reason =
+          row.status === 'Failed'
+            ? `recovered after a restart, its processes and files kept; it had failed: ${row.status_reason ?? ''}`
+            : null;
+        await this.shared.setStatus(id, status, status === row.status && retried ? (before ?? null) : reason);
+      }
+      this.reasonsBefore.delete(id);
+      if (retried) this.opts.log.info({ workshop: id }, 'workshop recovered after a restart');
+    } else if (row.status === 'Running' || row.status === 'Suspended') {
+      await this.deaths.markDead(row, this.deaths.lostReason(row));
+    } else if ((row.status === 'Dead' || row.status === 'Failed') && row.sandbox) {
+      await this.driver.stop(id, row.sandbox);
+      await this.shared.setStatus(id, row.status, row.status_reason, null);
     }
   }
 
   /**
-   * Brings the database and this host into agreement after a start (also after `kill -9`):
-   * half-built workshops fail cleanly, half-deleted ones finish, lost sandboxes restart, and
-   * directories or cgroups that no row claims are removed.
+   * One workshop of reconcile(), under its lock, its row read afresh (the server serves while a
+   * recovery is retried: it may have been stopped, deleted or found dead meanwhile). Never throws:
+   * a transient failure (see transientCause) is retried with backoff, its sandbox and simulators
+   * untouched, its reason saying so; a permanent one ends the workshop Failed, but a live sandbox
+   * is never torn down for it (`atelier workshops resume` tries again).
    */
-  async reconcile(): Promise<void> {
-    const rows = await queryRows<WorkshopRow>(this.pool, 'SELECT * FROM workshops WHERE node_id = $1', [this.opts.nodeId]);
-    // Workshops are independent: several at once (each reopens listeners in its namespace, ~40 ms).
-    const queue = [...rows];
-    const worker = async (): Promise<void> => {
-      for (let row = queue.shift(); row; row = queue.shift()) await this.reconcileOne(row);
-    };
-    await Promise.all(Array.from({ length: Math.min(8, queue.length) }, worker));
-    this.opts.simulators.startWatchdog(() => this.runningContexts());
-    this.deaths.start();
-    const known = new Set((await queryRows<{ id: string }>(this.pool, 'SELECT id FROM workshops')).map((r) => r.id));
+  private async reconcileOne(id: string, attempt: number, known?: WorkshopRow): Promise<void> {
+    if (this.closed) return;
+    let row: WorkshopRow | undefined = known;
+    try {
+      await this.shared.locked(id, async () => {
+        if (!row) [row] = await queryRows<WorkshopRow>(this.pool, 'SELECT * FROM workshops WHERE id = $1', [id]);
+        if (!row || row.node_id !== this.opts.nodeId) return;
+        await this.reconcileRow(row, attempt === 0);
+      });
+    } catch (err) {
+      const cause = transientCause(err);
+      if (cause !== undefined && !this.closed) {
+        await this.retryLater(id, row, attempt, cause, err);
+        return;
+      }
+      await this.giveUp(id, row, err);
+    }
+  }
+
+  /** A transient failure: the workshop says what is happening and is tried again after the backoff. */
+  private async retryLater(id: string, row: WorkshopRow | undefined, attempt: number, cause: string, err: unknown): Promise<void> {
+    const next = attempt + 1;
+    const seconds = retryDelaySeconds(next);
+    this.opts.log.warn(
+      { workshop: id, attempt: next, err: err instanceof Error ? err.message : String(err) },
+      `could not recover the workshop yet (${cause}): retrying in ${seconds} s; its sandbox and files are untouched`,
+    );
+    if (row && (row.status === 'Running' || row.status === 'Suspended')) {
+      if (!this.reasonsBefore.has(id) && !row.status_reason?.startsWith(RECOVERING)) this.reasonsBefore.set(id, row.status_reason);
+      // The database may well be what failed: the reason is written when it can be.
+      await queryRows(this.pool, "UPDATE workshops SET status_reason = $2 WHERE id = $1 AND status IN ('Running', 'Suspended')", [
+        id,
+        `${RECOVERING}: ${cause}; retrying (attempt ${next}, next in ${seconds} s)`,
+      ]).catch(() => undefined);
+    }
+    this.schedule(id, seconds, () => this.reconcileOne(id, next));
+  }
+
+  /** A permanent failure: Failed with the reason; a live sandbox (and its simulators) is kept for a resume. */
+  private async giveUp(id: string, row: WorkshopRow | undefined, err: unknown): Promise<void> {
+    const message = err instanceof Error ? err.message : String(err);
+    this.opts.log.error({ workshop: id, err: message }, 'reconcile failed for a workshop');
+    this.reasonsBefore.delete(id);
+    const current = await queryRows<WorkshopRow>(this.pool, 'SELECT * FROM workshops WHERE id = $1', [id]).catch(() => []);
+    const sandbox = current[0]?.sandbox ?? row?.sandbox ?? null;
+    if (!current[0] && !row) return;
+    let reason = `could not be recovered after a restart: ${message}`;
+    if (sandbox && this.driver.alive(sandbox) && (current[0] ?? row)?.built_at) {
+      this.deaths.unwatch(id);
+      reason += `; its sandbox and files are kept: run \`atelier workshops resume ${id}\` to try again`;
+      const failed = await this.shared.setStatus(id, 'Failed', reason).catch(() => null);
+      if (failed) await this.ended(id, reason);
+      return;
+    }
+    // Nothing lives to keep (or it was never built): its processes must not be left running untracked.
+    await this.driver.stop(id, sandbox).catch(() => undefined);
+    await this.opts.egress.proxy.close(id).catch(() => undefined);
+    const failed = await this.shared.setStatus(id, 'Failed', reason, null).catch(() => null);
+    if (failed) await this.ended(id, reason);
+  }
+
+  /** Runs `fn` in the background after `seconds` (one pending try per key; the timer never keeps the process alive). */
+  private schedule(key: string, seconds: number, fn: () => Promise<void>): void {
+    if (this.closed) return;
+    clearTimeout(this.retries.get(key));
+    const timer = setTimeout(() => {
+      this.retries.delete(key);
+      void fn().catch((err: unknown) => this.opts.log.error({ err: String(err), key }, 'a recovery retry failed'));
+    }, seconds * 1000);
+    timer.unref();
+    this.retries.set(key, timer);
+  }
+
+  /** Removes directories and cgroups that no row claims; retried in the background if the database cannot say. */
+  private async sweepOrphans(attempt = 0): Promise<void> {
+    let known: Set<string>;
+    try {
+      known = new Set((await queryRows<{ id: string }>(this.pool, 'SELECT id FROM workshops')).map((r) => r.id));
+    } catch (err) {
+      const cause = transientCause(err);
+      if (cause === undefined) throw err;
+      const seconds = retryDelaySeconds(attempt + 1);
+      this.opts.log.warn({ err: String(err) }, `could not look for orphan workshops (${cause}): retrying in ${seconds} s`);
+      this.schedule('sweep', seconds, () => this.sweepOrphans(attempt + 1));
+      return;
+    }
     for (const id of this.driver.localIds()) {
       if (known.has(id)) continue;
       this.opts.log.warn({ workshop: id }, 'removing an orphan workshop directory or cgroup');
@@ -427,5 +547,43 @@ export class WorkshopLifecycle {
         .destroy(id, null)
         .catch((err: Error) => this.opts.log.error({ workshop: id, err: err.message }, 'could not remove an orphan workshop'));
     }
+  }
+
+  /**
+   * Brings the database and this host into agreement after a start (also after `kill -9`):
+   * half-built workshops fail cleanly, half-deleted ones finish, lost sandboxes are Dead, live
+   * ones are taken back, and directories or cgroups that no row claims are removed. Returns after
+   * one try for each workshop; what failed for a transient cause is retried in the background.
+   */
+  async reconcile(attempt = 0): Promise<void> {
+    let rows: WorkshopRow[];
+    try {
+      rows = await queryRows<WorkshopRow>(this.pool, 'SELECT * FROM workshops WHERE node_id = $1', [this.opts.nodeId]);
+    } catch (err) {
+      const cause = transientCause(err);
+      if (cause === undefined) throw err;
+      const seconds = retryDelaySeconds(attempt + 1);
+      this.opts.log.warn({ err: String(err) }, `could not list the workshops to recover (${cause}): retrying in ${seconds} s`);
+      this.schedule('reconcile', seconds, () => this.reconcile(attempt + 1));
+      rows = [];
+    }
+    // Workshops are independent: several at once (each reopens listeners in its namespace, ~40 ms).
+    const queue = [...rows];
+    const worker = async (): Promise<void> => {
+      for (let row = queue.shift(); row; row = queue.shift()) await this.reconcileOne(row.id, 0, row);
+    };
+    await Promise.all(Array.from({ length: Math.min(8, queue.length) }, worker));
+    if (attempt === 0) {
+      this.opts.simulators.startWatchdog(() => this.runningContexts());
+      this.deaths.start();
+    }
+    if (!this.retries.has('reconcile')) await this.sweepOrphans();
+  }
+
+  /** Stops the recoveries waiting for their next try (at shutdown). */
+  close(): void {
+    this.closed = true;
+    for (const timer of this.retries.values()) clearTimeout(timer);
+    this.retries.clear();
   }
 }

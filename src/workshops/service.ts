@@ -175,6 +175,7 @@ export class WorkshopService {
 
   /** Kills the commands this server process started and still waits for (at shutdown). */
   async close(): Promise<void> {
+    this.lifecycle.close();
     this.deaths.stop();
     this.opts.simulators.stopWatchdog();
     this.opts.internal.closeAll();
@@ -238,8 +239,9 @@ export class WorkshopService {
 
   /**
    * Brings the database and this host into agreement after a start (also after `kill -9`):
-   * half-built workshops fail cleanly, half-deleted ones finish, lost sandboxes restart, and
-   * directories or cgroups that no row claims are removed.
+   * half-built workshops fail cleanly, half-deleted ones finish, lost sandboxes are Dead, live ones
+   * are taken back, and directories or cgroups that no row claims are removed. Returns after one
+   * try each; a workshop whose recovery met a transient failure is retried in the background.
    */
   reconcile(): Promise<void> {
     return this.lifecycle.reconcile();

@@ -34,6 +34,8 @@ export interface WorkshopRow {
   approval_commands: string[];
   sandbox: SandboxHandle | null;
   agent_token: string | null;
+  /** When its first build finished (null: it never did, so a Failed one has nothing to resume). */
+  built_at: Date | null;
   created_at: Date;
   updated_at: Date;
 }
@@ -59,8 +61,11 @@ export interface ServiceOptions {
   execGate?: ExecGate;
   /** Variables of granted secrets (approved SECRET_REQUESTs) for new execs of a workshop. */
   secretEnv?: (workshopId: string) => Promise<Record<string, string>>;
-  /** Called once a workshop is marked Dead (its sandbox died), with the reason: its pending approvals end. */
-  onDied?: (workshopId: string, reason: string) => Promise<unknown>;
+  /**
+   * Called once a workshop is marked Dead (its sandbox died) or Failed, with the reason as a
+   * sentence ("the workshop's sandbox died: …"): nothing waits for its pending approvals any more.
+   */
+  onEnded?: (workshopId: string, reason: string) => Promise<unknown>;
 }
 
 export type ExecGate = (
