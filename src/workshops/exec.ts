@@ -286,7 +286,7 @@ export class WorkshopExecs {
   }
 
   sandboxEnv(row: WorkshopRow, extra: Record<string, string> = {}): Record<string, string> {
-    return {
+    const env: Record<string, string> = {
       ...BASE_ENV,
       ATELIER_WORKSHOP_ID: row.id,
       ATELIER_WORKSHOP_NAME: row.name,
@@ -296,6 +296,11 @@ export class WorkshopExecs {
       ...this.opts.simulators.env(row.id),
       ...extra,
     };
+    // The simulators' own commands (the `aws` wrapper) come first, whoever set the PATH: each
+    // runs the next one of its name on the PATH.
+    const first = this.opts.simulators.pathDirs(row.id).filter((d) => !(env.PATH ?? '').split(':').includes(d));
+    if (first.length > 0) env.PATH = [...first, env.PATH ?? BASE_ENV.PATH].join(':');
+    return env;
   }
 
   /** ATELIER_URL, ATELIER_TOKEN and ATELIER_MCP_URL: the API and MCP endpoint from inside, as this workshop's agent. */

@@ -24,6 +24,7 @@ import {
   type SimulatorType,
   type StartTimings,
 } from '../simulators/index.js';
+import { AWS_BIN_INSIDE, writeAwsConfig, type AwsEndpoint } from './awsConfig.js';
 import type { InternalNetwork, InternalServiceSpec } from './internal.js';
 
 /** How many simulators one workshop may run at once. */
@@ -179,6 +180,8 @@ function envPrefix(name: string): string {
 export class SimulatorManager {
   /** Per workshop: the environment new execs get (kept in memory, rebuilt from the rows). */
   private readonly envs = new Map<string, Record<string, string>>();
+  /** Per workshop with a localstack simulator: the run directory its AWS files are in (awsConfig.ts). */
+  private readonly awsRunDirs = new Map<string, string>();
   /** Workshops being started or stopped here, so the watchdog leaves them alone. */
   private readonly busy = new Set<string>();
   private watchdog: NodeJS.Timeout | undefined;
@@ -310,9 +313,14 @@ export class SimulatorManager {
     return this.envs.get(workshopId) ?? {};
   }
 
+  /** Directories to put first on the PATH of the workshop's execs (the `aws` wrapper, with a localstack simulator). */
+  pathDirs(workshopId: string): string[] {
+    return this.awsRunDirs.has(workshopId) ? [AWS_BIN_INSIDE] : [];
+  }
+
   /**
    * Publishes the workshop's current simulators: listeners and hosts entries (InternalNetwork),
-   * the environment of new execs and /run/atelier/simulators.json.
+   * the environment of new execs, /run/atelier/simulators.json and /run/atelier/aws (awsConfig.ts).
    */
   async publish(ctx: WorkshopContext): Promise<SimRow[]> {
     const rows = await this.rows(ctx.id);
@@ -320,6 +328,7 @@ export class SimulatorManager {
     const env: Record<string, string> = {};
     const seenTypes = new Set<string>();
     const doc: Array<Record<string, unknown>> = [];
+    let aws: AwsEndpoint | undefined;
     for (const r of rows) {
       const h = r.handle;
       doc.push({
@@ -335,12 +344,29 @@ export class SimulatorManager {
       services.push({ label, port: h.endpoint.port, target: tcp ? { host: tcp.host, port: tcp.port } : { path: h.socket } });
       // The first simulator of each type gets the usual names (DATABASE_URL…); each one whose
       // name is not its type's also gets them prefixed with its name (ORDERS_DATABASE_URL…).
-      if (!seenTypes.has(r.type)) {
+      // A prefixed name that the key already starts with (AWS_ENDPOINT_URL of the localstack
+      // named `aws`) would only repeat the unprefixed variable this simulator just gave.
+      const first = !seenTypes.has(r.type);
+      if (first) {
         seenTypes.add(r.type);
         Object.assign(env, h.env);
       }
-      if (r.name !== r.type) for (const [k, v] of Object.entries(h.env)) env[`${envPrefix(r.name)}_${k}`] = v;
+      const prefix = `${envPrefix(r.name)}_`;
+      if (r.name !== r.type) for (const [k, v] of Object.entries(h.env)) if (!(first && k.startsWith(prefix))) env[`${prefix}${k}`] = v;
+      if (first && r.type === 'localstack') {
+        const e = h.env;
+        if (e.AWS_ENDPOINT_URL && e.AWS_REGION && e.AWS_ACCESS_KEY_ID && e.AWS_SECRET_ACCESS_KEY)
+          aws = {
+            endpoint: e.AWS_ENDPOINT_URL,
+            region: e.AWS_REGION,
+            accessKeyId: e.AWS_ACCESS_KEY_ID,
+            secretAccessKey: e.AWS_SECRET_ACCESS_KEY,
+          };
+      }
     }
+    Object.assign(env, writeAwsConfig(ctx.layout.run, aws));
+    if (aws) this.awsRunDirs.set(ctx.id, ctx.layout.run);
+    else this.awsRunDirs.delete(ctx.id);
     this.envs.set(ctx.id, env);
     await this.opts.internal.apply(ctx.id, ctx.sandbox, ctx.layout, ctx.hostname, services);
     writeFileAtomic(join(ctx.layout.run, 'simulators.json'), JSON.stringify({ simulators: doc }, null, 2) + '\n', 0o644);
@@ -536,6 +562,9 @@ export class SimulatorManager {
       rmSync(this.legacyDir(workshopId), { recursive: true, force: true });
       await queryRows(this.pool, 'DELETE FROM workshop_simulators WHERE workshop_id = $1', [workshopId]);
       this.envs.delete(workshopId);
+      const run = this.awsRunDirs.get(workshopId);
+      if (run !== undefined) writeAwsConfig(run, undefined);
+      this.awsRunDirs.delete(workshopId);
       this.opts.internal.close(workshopId);
     } finally {
       this.busy.delete(workshopId);

@@ -78,6 +78,9 @@ export class TestServer {
           ATELIER_LOG_LEVEL: 'warn',
           // The PostgreSQL simulator template is made on first use, not at every test server's boot.
           ATELIER_SIMULATORS_WARM: '0',
+          // A checkout whose node_modules is a link (a git worktree sharing another's) runs its
+          // tests with --preserve-symlinks: the server must resolve its packages the same way.
+          ...(process.env.NODE_OPTIONS ? { NODE_OPTIONS: process.env.NODE_OPTIONS } : {}),
           ...this.serverEnv,
         },
         stdio: ['ignore', 'pipe', 'pipe'],
