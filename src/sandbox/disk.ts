@@ -71,14 +71,19 @@ export function isMountPoint(path: string): boolean {
   }
 }
 
-async function makeImage(image: string, bytes: number): Promise<void> {
+/** A background job's command line: lowest CPU priority, so that a create in progress is never slowed by a refill. */
+const BACKGROUND = ['/usr/bin/nice', '-n', '19'];
+
+async function makeImage(image: string, bytes: number, background = false): Promise<void> {
   rmSync(image, { force: true });
   // Sparse: the host gives blocks only as the workshop writes. 1 % reserved for root: the workshop
   // (never root) fills the rest, and the server's own writes at a start (the filter's loader, a
   // simulator's state) still succeed on a full disk, so a full workshop can start again. No resize
   // inode (never grown); inode tables and journal left for lazy init.
   await run('truncate', ['-s', String(bytes), image]);
-  await run('mkfs.ext4', ['-q', '-F', '-m', '1', '-O', '^resize_inode', '-E', 'lazy_itable_init=1,lazy_journal_init=1,nodiscard', image]);
+  const mkfs = ['mkfs.ext4', '-q', '-F', '-m', '1', '-O', '^resize_inode', '-E', 'lazy_itable_init=1,lazy_journal_init=1,nodiscard', image];
+  if (background) await run(BACKGROUND[0]!, [...BACKGROUND.slice(1), ...mkfs]);
+  else await run(mkfs[0]!, mkfs.slice(1));
 }
 
 async function mountImage(image: string, at: string): Promise<void> {
@@ -175,7 +180,7 @@ export class WorkshopDisks {
         const at = join(this.opts.dir, name);
         try {
           mkdirSync(at, { mode: 0o700 });
-          await makeImage(`${at}.img`, this.opts.defaultBytes);
+          await makeImage(`${at}.img`, this.opts.defaultBytes, true);
           await mountImage(`${at}.img`, at);
           this.ready.push(name);
           this.prepare(name, at);
