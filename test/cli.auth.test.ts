@@ -86,8 +86,8 @@ describe('CLI identity commands against a real server', () => {
     const disabled = json<{ name: string; disabled: boolean }>(await cli(['users', 'disable', 'bob', '-o', 'json']));
     assert.equal(disabled.disabled, true);
     const table = await cli(['users', 'list']);
-    assert.match(table.stdout, /^bob\s+default:maintainer\s+local\s+disabled\s/m);
-    assert.match(table.stdout, /^carol\s+default:member\s+local\s+active\s/m);
+    assert.match(table.stdout, /^bob\s+default:maintainer\s+-\s+local\s+disabled\s/m);
+    assert.match(table.stdout, /^carol\s+default:member\s+-\s+local\s+active\s/m);
 
     const badRole = await cli(['users', 'add', 'dave', '--role', 'owner']);
     assert.equal(badRole.code, 1);
