@@ -33,8 +33,13 @@ function enterCgroup() {
   const dir = join(PIDS, own, `atelier-tests-${process.pid}`);
   try {
     mkdirSync(dir);
+  } catch {
+    return undefined;
+  }
+  try {
     writeFileSync(join(dir, 'cgroup.procs'), String(process.pid));
   } catch {
+    rmdirSync(dir);
     return undefined;
   }
   return { dir, parent: join(PIDS, own) };
