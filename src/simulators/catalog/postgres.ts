@@ -667,10 +667,18 @@ export async function dropPostgresSpares(simulatorsDir: string): Promise<void> {
     await pool.job;
     pools.delete(dir);
   }
-  // At the lowest CPU priority, in a child of its own: a create that dropped it goes on to its
-  // first exec meanwhile. GNU rm never follows a link out of the tree.
-  await run('/usr/bin/nice', ['-n', '19', '/usr/bin/rm', '-rf', '--one-file-system', '--', root], { env: SIMULATOR_ENV }).catch(() =>
-    rm(root, { recursive: true, force: true }),
+  // Out of the way first, in one rename: a start that comes meanwhile (a live request right after
+  // the create) finds no spare and copies its own, never one the removal is half-way through.
+  const trash = `${root}-dropped-${randomBytes(4).toString('hex')}`;
+  try {
+    renameSync(root, trash);
+  } catch {
+    return; // none there
+  }
+  // Then at the lowest CPU priority, in a child of its own: the create that dropped it goes on
+  // to its first exec meanwhile. GNU rm never follows a link out of the tree.
+  await run('/usr/bin/nice', ['-n', '19', '/usr/bin/rm', '-rf', '--one-file-system', '--', trash], { env: SIMULATOR_ENV }).catch(() =>
+    rm(trash, { recursive: true, force: true }),
   );
 }
 
