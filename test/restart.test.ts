@@ -1,6 +1,7 @@
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
+import { promisify } from 'node:util';
 import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { TestServer, makeRepo, processesNaming } from './helpers/server.js';
@@ -120,7 +121,10 @@ describe('server restarts', () => {
     );
     const uid = Number(execFileSync('id', ['-u', 'postgres']).toString());
     const gid = Number(execFileSync('id', ['-g', 'postgres']).toString());
-    execFileSync(pgCtl, ['-D', pgDir, '-m', 'immediate', 'stop'], { uid, gid, cwd: '/', stdio: 'ignore' });
+    // Not execFileSync: a test process blocked for the seconds pg_ctl takes on a busy machine
+    // misses the server closing its idle keep-alive connection, and the next request reuses the
+    // closed socket ("fetch failed").
+    await promisify(execFile)(pgCtl, ['-D', pgDir, '-m', 'immediate', 'stop'], { uid, gid, cwd: '/' });
     const down = await server.api<{ code: string }>('GET', '/v1/workshops');
     assert.equal(down.status, 503);
     assert.equal(down.body.code, 'DATABASE_UNAVAILABLE');
