@@ -1,22 +1,10 @@
 import { describe, it, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { createServer } from 'node:net';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { BIN, TestServer, killStrays, runCli } from './helpers/server.js';
-
-/** A port free on loopback now (the server under test is told to listen on it). */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
+import { freePort } from './terminals.helpers.js';
 
 /** The CLI config a server wrote: its contexts (name → url) and the current one. */
 function contexts(configDir: string): { current: string | undefined; urls: Map<string, string> } {
