@@ -12,7 +12,7 @@ export {
 } from './cgroups.js';
 export type { CgroupPaths } from './cgroups.js';
 export { diskUsage, freeBytes, isMountPoint, WorkshopDisks } from './disk.js';
-export type { DiskUsage, WorkshopDisksOptions } from './disk.js';
+export type { DiskUsage, Runner, WorkshopDisksOptions } from './disk.js';
 export {
   EGRESS_PORT,
   execInSandbox,

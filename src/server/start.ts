@@ -20,7 +20,7 @@ import {
 import { createPool, migrate, startEmbeddedPostgres, withTransaction, type EmbeddedPostgres, type Pool } from '../db/index.js';
 import { inspectIsolation, processStartTime } from '../sandbox/index.js';
 import { InternalNetwork, LocalDriver, SimulatorManager, WorkshopService } from '../workshops/index.js';
-import { checkSimulatorVersion, warmSimulators } from '../simulators/index.js';
+import { checkSimulatorVersion, runOffServer, warmSimulators } from '../simulators/index.js';
 import { AccountService, Authenticator, MasterKey, generatePassword, hashPassword } from '../identity/index.js';
 import { createActionService, createProjectRegistry, selectStackBackend } from '../actions/index.js';
 import { createEgressPolicy } from '../egress/index.js';
@@ -298,6 +298,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       spares: config.diskSpares,
       reserveBytes: config.diskReserveBytes,
       prepareSpare: async (root, signal) => spareDisks.prepare?.(root, signal),
+      run: (argv, env) => runOffServer(argv, { env, logDir: join(dataDir, 'disks') }),
       log: logger,
     });
     cleanups.push(() => driver.closeDisks());
