@@ -17,7 +17,7 @@ import {
   writeToken,
   type Config,
 } from '../core/index.js';
-import { createPool, migrate, startEmbeddedPostgres, withTransaction, type EmbeddedPostgres, type Pool } from '../db/index.js';
+import { createPool, lead, migrate, startEmbeddedPostgres, withTransaction, type EmbeddedPostgres, type Pool } from '../db/index.js';
 import { inspectIsolation, processStartTime } from '../sandbox/index.js';
 import { InternalNetwork, LocalDriver, SimulatorManager, WorkshopService } from '../workshops/index.js';
 import { checkSimulatorVersion, runOffServer, warmSimulators } from '../simulators/index.js';
@@ -290,6 +290,17 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const masterKey = MasterKey.loadOrCreate(config.masterKeyFile ?? join(dataDir, 'master.key'));
 
     const nodeId = nodeIdOf(dataDir);
+    // The installation's periodic jobs run on one node of those sharing this database (src/db/leader.ts).
+    const leadership = lead(databaseUrl ?? embedded!.connectionString, {
+      onChange: (leader) =>
+        logger.info(
+          { leader },
+          leader ? 'this node now runs the periodic jobs of the installation (leader)' : 'this node no longer runs the periodic jobs',
+        ),
+      onError: (err) => logger.warn({ err: err.message }, 'periodic jobs: the leadership connection failed; trying again'),
+    });
+    cleanups.push(() => leadership.close());
+    await leadership.ready;
     // The spare workshop disks get the simulators' spares (SimulatorManager, made below).
     const spareDisks: { prepare?: (root: string, signal: AbortSignal) => Promise<void> } = {};
     const driver = new LocalDriver(dataDir, nodeId, isolation.rootless, isolation.cgroups, {
@@ -307,6 +318,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     );
     const sudoHome = config.sudoUser ? homeOf(config.sudoUser.uid) : undefined;
     const approvals = createApprovals({
+      isLeader: () => leadership.isLeader,
       ttl: config.approvalTtl,
       selfConfirm: config.approvalsSelfConfirm,
       slack: config.slack,
@@ -384,7 +396,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
 
     const authenticator = new Authenticator(pool);
     const identityConfig = opts.identityConfig ? resolve(opts.identityConfig) : config.identityConfig;
-    const identity = await startIdentity(identityConfig, pool, masterKey, logger);
+    const identity = await startIdentity(identityConfig, pool, masterKey, logger, () => leadership.isLeader);
     // Known once the server listens; the write guard compares browsers' Origin with it.
     const publicOrigin: { value?: string } = {};
     // The server's own URL, for the Console's child CLI (known once it listens).
@@ -409,6 +421,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     });
     const app = buildApp({
       starting: () => starting.value,
+      isLeader: () => leadership.isLeader,
       pool,
       workshops,
       authenticator,
