@@ -328,7 +328,11 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       nodeId,
       sealer: masterKey,
     });
-    const egress = await startEgress(config, pool, logger, approvals.ask);
+    const egress = await startEgress(config, pool, logger, {
+      ask: approvals.ask,
+      dataDir,
+      secretValue: (workshopId, name) => approvals.secrets.valueFor(workshopId, name),
+    });
     cleanups.push(() => egress.close());
     const internal = new InternalNetwork(egress.wiring.proxy);
     // Inside every workshop, http://api.atelier.internal reaches this server's API (ATELIER_URL).
