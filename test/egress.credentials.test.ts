@@ -1,8 +1,9 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import type http from 'node:http';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -16,6 +17,51 @@ const sha = (s: string): string => createHash('sha256').update(s).digest('hex');
 
 function openssl(args: string[], cwd: string): void {
   execFileSync('openssl', args, { cwd, stdio: 'ignore' });
+}
+
+/** git's smart HTTP through `git http-backend` (CGI), for requests that carry `expected` as their Authorization. */
+function gitBackend(req: http.IncomingMessage, res: http.ServerResponse, root: string, expected: string): void {
+  if (req.headers.authorization === undefined || sha(req.headers.authorization) !== sha(expected)) {
+    res.writeHead(401, { 'www-authenticate': 'Bearer' });
+    res.end();
+    return;
+  }
+  const url = new URL(req.url!, 'https://origin');
+  const cgi = spawn('git', ['http-backend'], {
+    env: {
+      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      GIT_PROJECT_ROOT: root,
+      GIT_HTTP_EXPORT_ALL: '1',
+      REMOTE_USER: 'token-holder',
+      REQUEST_METHOD: req.method ?? 'GET',
+      PATH_INFO: decodeURIComponent(url.pathname.slice('/git'.length)),
+      QUERY_STRING: url.search.slice(1),
+      CONTENT_TYPE: req.headers['content-type'] ?? '',
+      ...(req.headers['content-length'] ? { CONTENT_LENGTH: req.headers['content-length'] } : {}),
+      ...(req.headers['git-protocol'] ? { GIT_PROTOCOL: String(req.headers['git-protocol']) } : {}),
+    },
+  });
+  req.pipe(cgi.stdin);
+  let head = Buffer.alloc(0);
+  let started = false;
+  cgi.stdout.on('data', (c: Buffer) => {
+    if (started) return void res.write(c);
+    head = Buffer.concat([head, c]);
+    const end = head.indexOf('\r\n\r\n');
+    if (end < 0) return;
+    started = true;
+    const headers: Record<string, string> = {};
+    let status = 200;
+    for (const l of head.subarray(0, end).toString('latin1').split('\r\n')) {
+      const [k, ...v] = l.split(':');
+      if (k!.toLowerCase() === 'status') status = Number(v.join(':').trim().split(' ')[0]);
+      else headers[k!] = v.join(':').trim();
+    }
+    res.writeHead(status, headers);
+    res.write(head.subarray(end + 4));
+  });
+  cgi.stdout.on('end', () => res.end());
+  cgi.on('error', () => res.destroy());
 }
 
 describe('credentials injected at the egress proxy', () => {
@@ -90,9 +136,16 @@ describe('credentials injected at the egress proxy', () => {
       ],
       dir,
     );
+    // A repository the origin serves over HTTPS with git's own http-backend, to holders of the token only.
+    execFileSync('git', ['init', '-q', '--bare', '-b', 'main', join(dir, 'git', 'served.git')]);
+    execFileSync('git', ['-C', join(dir, 'git', 'served.git'), 'config', 'http.receivepack', 'true']);
+    const seed = makeRepo({ 'hello.txt': 'served over https\n' });
+    repos.push(seed);
+    execFileSync('git', ['-C', seed, 'push', '-q', join(dir, 'git', 'served.git'), 'main']);
     origin = https.createServer({ key: readFileSync(join(dir, 'origin.key')), cert: readFileSync(join(dir, 'origin.pem')) }, (req, res) => {
       const authorization = req.headers.authorization;
       seen.push({ authorization, host: req.headers.host });
+      if (req.url?.startsWith('/git/')) return gitBackend(req, res, join(dir, 'git'), `Bearer ${SECRET}`);
       // Never echoes the value: says whose it was.
       const whose = authorization === undefined ? 'none' : sha(authorization) === sha(`Bearer ${SECRET}`) ? 'broker' : 'other';
       res.writeHead(200, { 'content-type': 'application/json' });
@@ -155,6 +208,20 @@ describe('credentials injected at the egress proxy', () => {
     const r = await exec(`/usr/bin/python3 -c "import requests; print(requests.get('https://api.stand-in.test:${port}/py').text)"`);
     assert.equal(r.exitCode, 0, r.stderr);
     assert.equal((JSON.parse(r.stdout) as { whose: string }).whose, 'broker');
+  });
+
+  it('git clones and pushes over HTTPS with the bound token, which it never holds', async () => {
+    const url = `https://api.stand-in.test:${port}/git/served.git`;
+    const r = await exec(
+      `set -e; cd /tmp; git clone -q ${url} served; cat served/hello.txt; cd served; ` +
+        `git -c user.email=a@b -c user.name=agent commit -q --allow-empty -m 'from the workshop'; git push -q origin main; ` +
+        `git config --get-regexp 'http|credential' || true`,
+    );
+    assert.equal(r.exitCode, 0, r.stderr);
+    assert.match(r.stdout, /served over https/);
+    assert.ok(!r.stdout.includes('ghp_'));
+    const log = execFileSync('git', ['-C', join(dir, 'git', 'served.git'), 'log', '--format=%s', '-1', 'main'], { encoding: 'utf8' });
+    assert.equal(log.trim(), 'from the workshop');
   });
 
   it('an unbound host stays an end-to-end tunnel: the origin’s own certificate, no header added', async () => {
