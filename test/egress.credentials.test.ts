@@ -240,6 +240,10 @@ describe('credentials injected at the egress proxy', () => {
         `echo "procs:$(for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do cat "$f" 2>/dev/null; done | tr '\\0' '\\n' | grep -c 'gh[p]_')"`,
     );
     assert.match(inside.stdout, /^files:\nprocs:0\n$/, inside.stdout + inside.stderr);
+    // The system store trusts the broker too, for tools that read it and no variable.
+    const system = await exec(`env -u SSL_CERT_FILE -u CURL_CA_BUNDLE curl -sS --fail https://api.stand-in.test:${port}/system`);
+    assert.equal(system.exitCode, 0, system.stderr);
+    assert.equal((JSON.parse(system.stdout) as { whose: string }).whose, 'broker');
     const files = await exec('cat /run/atelier/egress-ca.pem; ls -la /run/atelier; env');
     assert.ok(!files.stdout.includes(SECRET));
     assert.match(files.stdout, /NODE_EXTRA_CA_CERTS=\/run\/atelier\/egress-ca.pem/);

@@ -29,7 +29,7 @@ export {
 export type { ExecSpec, SandboxHandle, SandboxLayout, SandboxSpec } from './launcher.js';
 export { listenInSandbox, listenInSandboxMany, SandboxConnectError, type SandboxPort } from './netns.js';
 export { inspectIsolation } from './privileges.js';
-export { hostsFile } from './rootfs.js';
+export { HOST_TRUST_BUNDLE, hostsFile, TRUST_BUNDLE } from './rootfs.js';
 export { checkSeccomp, SECCOMP_EXEC, seccompLoaderPath, seccompWrap, seccompWrapOnHost } from './seccomp.js';
 export type { SeccompSummary } from './seccomp.js';
 export type { IsolationReport } from './privileges.js';

@@ -2,7 +2,7 @@
  * A workshop's life: created (cloned, its sandbox started, its devcontainer commands run),
  * suspended, resumed, deleted, and brought back into agreement with the host after a start.
  */
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus as hostCpus, totalmem } from 'node:os';
 import { join, posix } from 'node:path';
 import {
@@ -20,7 +20,7 @@ import {
 } from '../core/index.js';
 import { queryRows, withTransaction, type Pool } from '../db/index.js';
 import { atLeast, type Principal } from '../identity/index.js';
-import { EGRESS_PORT, listenInSandbox, type SandboxHandle } from '../sandbox/index.js';
+import { EGRESS_PORT, HOST_TRUST_BUNDLE, listenInSandbox, TRUST_BUNDLE, type SandboxHandle, type SandboxLayout } from '../sandbox/index.js';
 import { canonicalizeHost, createEgressPolicy, parseBinding, type CredentialBinding, type EgressPolicy } from '../egress/index.js';
 import { readDevcontainer } from './devcontainer.js';
 import { readProjectSettings } from './project.js';
@@ -249,22 +249,27 @@ export class WorkshopLifecycle {
    * bundle with it, in the server-written directory seen read-only at /run/atelier; the usual
    * variables name them.
    */
-  private async trustBroker(id: string, runDir: string): Promise<Record<string, string>> {
+  private async trustBroker(id: string, layout: SandboxLayout): Promise<Record<string, string>> {
     const ca = await this.opts.egress.broker!.authorityPem(id);
     let system = '';
     try {
-      system = readFileSync('/etc/ssl/certs/ca-certificates.crt', 'utf8');
+      system = readFileSync(HOST_TRUST_BUNDLE, 'utf8');
     } catch {
       // no system bundle: the workshop trusts its CA alone
     }
-    writeFileAtomic(join(runDir, 'egress-ca.pem'), ca, 0o644);
-    writeFileAtomic(join(runDir, 'ca-certificates.crt'), `${system.trimEnd()}\n${ca}`, 0o644);
-    const bundle = '/run/atelier/ca-certificates.crt';
+    const bundle = `${system.trimEnd()}\n${ca}`;
+    writeFileAtomic(join(layout.run, 'egress-ca.pem'), ca, 0o644);
+    writeFileAtomic(join(layout.run, 'ca-certificates.crt'), bundle, 0o644);
+    // The system store inside is the workshop's own copy, bound by its inode: written in place,
+    // at create, before any of the workshop's own commands runs.
+    const own = join(layout.etc, TRUST_BUNDLE);
+    if (existsSync(own)) writeFileSync(own, bundle);
+    const inside = '/run/atelier/ca-certificates.crt';
     return {
-      SSL_CERT_FILE: bundle,
-      CURL_CA_BUNDLE: bundle,
-      REQUESTS_CA_BUNDLE: bundle,
-      GIT_SSL_CAINFO: bundle,
+      SSL_CERT_FILE: inside,
+      CURL_CA_BUNDLE: inside,
+      REQUESTS_CA_BUNDLE: inside,
+      GIT_SSL_CAINFO: inside,
       NODE_EXTRA_CA_CERTS: '/run/atelier/egress-ca.pem',
     };
   }
@@ -298,7 +303,7 @@ export class WorkshopLifecycle {
       this.opts.egress.proxy.setPolicy(id, this.egressPolicy(row));
       this.opts.egress.broker?.setBindings(id, bindings);
       await this.driver.adoptWorkspace(id, row.uid);
-      const env: Record<string, string> = { ...dev.env, ...(bindings.length > 0 ? await this.trustBroker(id, layout.run) : {}) };
+      const env: Record<string, string> = { ...dev.env, ...(bindings.length > 0 ? await this.trustBroker(id, layout) : {}) };
       if (req.budgetUsd !== undefined) env.ATELIER_MAX_BUDGET_USD = String(req.budgetUsd);
       await queryRows(
         this.pool,
