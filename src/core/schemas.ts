@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { isWorkshopId } from './ids.js';
 
 /** Workshop lifecycle states, as shown by `atelier workshops status`. */
 export const WORKSHOP_STATUSES = ['Building', 'Running', 'Suspended', 'Dead', 'Failed', 'Deleting'] as const;
@@ -46,6 +47,11 @@ export const CreateWorkshopRequest = z
     name: z
       .string()
       .regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'name: lowercase letters, digits and -, at most 63, starting with a letter or digit')
+      // Names address workshops wherever an id does: one shaped like an id would be taken for one.
+      .refine(
+        (n) => !isWorkshopId(n),
+        'name: ws- followed by 8 letters or digits is how workshop ids look; pick a name that cannot be taken for an id',
+      )
       .optional(),
     devcontainer: z.string().min(1).max(4096).optional(),
     budgetUsd: z.number().nonnegative().max(1_000_000).optional(),

@@ -199,7 +199,11 @@ export class WorkshopLifecycle {
       });
     } catch (err) {
       if ((err as { code?: string }).code === '23505')
-        throw new AtelierError('ALREADY_EXISTS', `a workshop named "${name}" already exists: pick another --name`, { field: 'name' });
+        throw new AtelierError(
+          'ALREADY_EXISTS',
+          `you already have a workshop named "${name}" (names are unique per owner: they address workshops as ids do): pick another --name`,
+          { field: 'name' },
+        );
       throw err;
     }
     return this.shared.locked(id, () => this.build(row, source, req, actor));

@@ -1,4 +1,11 @@
-import { type CreateWorkshopRequest, type ExecRequest, type SimulatorRequest, type Workshop } from '../core/index.js';
+import {
+  AtelierError,
+  isWorkshopId,
+  type CreateWorkshopRequest,
+  type ExecRequest,
+  type SimulatorRequest,
+  type Workshop,
+} from '../core/index.js';
 import { queryRows, type Pool } from '../db/index.js';
 import { type Principal, type WorkshopAction } from '../identity/index.js';
 import { type SandboxHandle } from '../sandbox/index.js';
@@ -41,6 +48,39 @@ export class WorkshopService {
     this.execs = new WorkshopExecs(this.shared);
     this.files = new WorkshopFiles(this.execs);
     this.lifecycle = new WorkshopLifecycle(this.shared, this.execs, this.deaths, this.events);
+  }
+
+  /**
+   * The id a caller means by `ref`: an id as it is, else a workshop name, resolved as the caller
+   * sees names: their own workshop of that name first, else the tenant's only one (an agent token:
+   * its own workshop only). Several others of that name: CONFLICT listing their ids. Used once per
+   * request, on the `:id` of every `/v1/workshops/:id…` route, so every client gets names for free.
+   */
+  async resolveRef(ref: string, actor: Principal): Promise<string> {
+    if (isWorkshopId(ref)) return ref;
+    const missing = () =>
+      new AtelierError(
+        'WORKSHOP_NOT_FOUND',
+        `workshop ${ref} does not exist: run \`atelier workshops list\` to see the ids and names of yours (a workshop is addressed by either)`,
+        { id: ref },
+      );
+    // Only a name a workshop could have is looked up (anything else cannot name one).
+    if (!/^[a-z0-9][a-z0-9-]{0,62}$/.test(ref)) throw missing();
+    const rows = await queryRows<{ id: string; owner_id: string | null }>(
+      this.pool,
+      `SELECT id, owner_id FROM workshops WHERE tenant_id = $1 AND name = $2 AND ($3::text IS NULL OR id = $3) ORDER BY created_at`,
+      [actor.tenantId, ref, actor.kind === 'agent' ? actor.workshopId : null],
+    );
+    const own = rows.filter((r) => r.owner_id === actor.userId);
+    if (actor.kind !== 'agent' && own.length === 1) return own[0]!.id;
+    if (rows.length === 1) return rows[0]!.id;
+    if (rows.length === 0) throw missing();
+    const ids = rows.map((r) => r.id);
+    throw new AtelierError(
+      'CONFLICT',
+      `${rows.length} workshops of tenant ${actor.tenantName} are named ${ref}, none of them yours: use its id (${ids.join(', ')})`,
+      { name: ref, ids },
+    );
   }
 
   /** True when the workshop runs on this server (its proxy and sandbox are here). */
