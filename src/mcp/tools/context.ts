@@ -78,16 +78,21 @@ export function createToolContext(server: McpServer, opts: LocalServerOptions): 
         // The scope and the argument may each be an id or a name: the server says which workshop each is.
         const same = async (a: string, b: string): Promise<boolean> => {
           if (a === b) return true;
-          const idOf = async (ref: string) => (isWorkshopId(ref) ? ref : (await opts.api.json<{ id: string }>('GET', `/v1/workshops/${enc(ref)}`)).id);
+          const idOf = async (ref: string) =>
+            isWorkshopId(ref) ? ref : (await opts.api.json<{ id: string }>('GET', `/v1/workshops/${enc(ref)}`)).id;
           return Promise.all([idOf(a), idOf(b)]).then(
             ([x, y]) => x === y,
             () => false,
           );
         };
         if (given !== undefined && !(await same(given, scope)))
-          throw new AtelierError('PERMISSION_DENIED', `this MCP server is limited to workshop ${scope} (--workshop): leave workshop_id out, or give that one`, {
-            id: given,
-          });
+          throw new AtelierError(
+            'PERMISSION_DENIED',
+            `this MCP server is limited to workshop ${scope} (--workshop): leave workshop_id out, or give that one`,
+            {
+              id: given,
+            },
+          );
         return scope;
       }
       if (!given) throw new AtelierError('INVALID_ARGUMENT', 'workshop_id is required: call atelier_list_sandboxes to see them');
