@@ -101,6 +101,19 @@ export interface WorkshopDisk {
   note: string | null;
 }
 
+/**
+ * One entry of a workshop's live egress policy: a rule and where it came from, the server's
+ * configuration (`platform`), the project's atelier.yaml (`project`) or an approved
+ * ALLOWLIST_EXPANSION request (`approval`, with the request, who decided it and when).
+ */
+export interface WorkshopEgressEntry {
+  rule: 'allow' | 'deny' | 'allowRange';
+  entry: string;
+  origin: 'platform' | 'project' | 'approval';
+  /** Null unless `origin` is `approval`; its fields are null when not recorded (approved before they were kept). */
+  approval: { requestId: string | null; decidedBy: string | null; decidedAt: string | null } | null;
+}
+
 /** The stable JSON shape of a workshop (`--output json`, REST). */
 export interface Workshop {
   id: string;
@@ -113,8 +126,11 @@ export interface Workshop {
   disk?: WorkshopDisk;
   budgetUsd: number | null;
   forwardPorts: number[];
-  /** The project's egress policy (atelier.yaml), on top of the platform's default allowlist. */
-  egress: { allow: string[]; deny: string[]; askHoldSeconds: number };
+  /**
+   * The project's egress policy (atelier.yaml: `allow`, `deny`, `askHoldSeconds`), and `policy`:
+   * the live policy its proxy applies, every entry with where it came from.
+   */
+  egress: { allow: string[]; deny: string[]; askHoldSeconds: number; policy: WorkshopEgressEntry[] };
   warnings: string[];
   createdAt: string;
   updatedAt: string;

@@ -18,7 +18,7 @@ import { DeathWatch } from './deathWatch.js';
 import { WorkshopExecs } from './exec.js';
 import { WorkshopFiles } from './files.js';
 import { WorkshopLifecycle } from './lifecycle.js';
-import { toWorkshop, WorkshopShared, type Access, type RunningExec, type ServiceOptions, type WorkshopRow } from './shared.js';
+import { WorkshopShared, type Access, type ApprovalOrigin, type RunningExec, type ServiceOptions, type WorkshopRow } from './shared.js';
 
 export type { EgressWiring, ExecGate, RunningExec, ServiceOptions } from './shared.js';
 
@@ -99,14 +99,16 @@ export class WorkshopService {
 
   /**
    * Adds an approved egress entry to the workshop's policy: stored with the workshop (once,
-   * whatever the number of calls) and applied to its live proxy at once.
+   * whatever the number of calls), with the request it came from, and applied to its live proxy at once.
    */
-  async addApprovedEgress(id: string, entry: string): Promise<void> {
+  async addApprovedEgress(id: string, entry: string, origin: ApprovalOrigin): Promise<void> {
     await queryRows(
       this.pool,
-      `UPDATE workshops SET egress = jsonb_set(egress, '{approved}', coalesce(egress->'approved', '[]'::jsonb) || to_jsonb($2::text))
+      `UPDATE workshops SET egress = jsonb_set(
+           jsonb_set(egress, '{approved}', coalesce(egress->'approved', '[]'::jsonb) || to_jsonb($2::text)),
+           '{origins}', coalesce(egress->'origins', '{}'::jsonb) || jsonb_build_object($2::text, $3::jsonb))
         WHERE id = $1 AND NOT coalesce(egress->'approved', '[]'::jsonb) ? $2`,
-      [id, entry],
+      [id, entry, JSON.stringify(origin)],
     );
     const [row] = await queryRows<WorkshopRow>(this.pool, 'SELECT * FROM workshops WHERE id = $1', [id]);
     if (row && row.node_id === this.opts.nodeId && this.opts.egress.proxy.getPolicy(id))
@@ -132,12 +134,12 @@ export class WorkshopService {
         'SELECT * FROM workshops WHERE node_id = $1 AND tenant_id = $2 AND ($3::text IS NULL OR id = $3) ORDER BY created_at',
         [this.opts.nodeId, actor.tenantId, actor.kind === 'agent' ? actor.workshopId : null],
       )
-    ).map((r) => ({ ...toWorkshop(r), disk: this.driver.diskOf(r.id) }));
+    ).map((r) => ({ ...this.shared.view(r), disk: this.driver.diskOf(r.id) }));
   }
 
   async get(id: string, actor: Principal): Promise<Workshop> {
     const row = await this.shared.row(id, { actor, action: 'read' });
-    return { ...toWorkshop(row), disk: this.driver.diskOf(row.id) };
+    return { ...this.shared.view(row), disk: this.driver.diskOf(row.id) };
   }
 
   /** Checks that `actor` may do `action` on the workshop (for routes that act on it indirectly). */
