@@ -114,10 +114,23 @@ describe('workshops addressed by name', () => {
     assert.equal(weird.body.code, 'WORKSHOP_NOT_FOUND');
   });
 
-  it("an agent token's names reach its own workshop only", async () => {
-    const t = await as<{ token: string }>('owner', 'POST', '/v1/tokens', { workshopId: solo, expiresInSeconds: 3600 });
+  it('an agent token is made for a workshop by name; its names reach its own workshop only', async () => {
+    const t = await as<{ token: string }>('owner', 'POST', '/v1/tokens', { workshopId: 'solo', expiresInSeconds: 3600 });
     assert.equal(t.status, 201, JSON.stringify(t.body));
     tokens.agent = t.body.token;
+    assert.equal((await as<{ workshopId: string }>('agent', 'GET', '/v1/auth/whoami')).body.workshopId, solo);
+    // The approvals filter takes a name too.
+    const filed = await as<{ id: string }>('agent', 'POST', '/v1/workshops/solo/approvals', {
+      category: 'ALLOWLIST_EXPANSION',
+      payload: { host: 'named.test', justification: 'names' },
+    });
+    assert.equal(filed.status, 201, JSON.stringify(filed.body));
+    const listed = await cliAs('owner', ['approvals', 'list', '--workshop', 'solo', '--output', 'json']);
+    assert.equal(listed.code, 0, listed.stderr);
+    assert.deepEqual(
+      (JSON.parse(listed.stdout) as { id: string }[]).map((a) => a.id),
+      [filed.body.id],
+    );
     assert.equal((await as<{ id: string }>('agent', 'GET', '/v1/workshops/solo')).body.id, solo);
     const other = await as<{ code: string }>('agent', 'GET', '/v1/workshops/api');
     assert.equal(other.status, 404);

@@ -219,6 +219,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   });
   for (const register of deps.extraRoutes ?? []) register(app);
   const approvals = deps.approvals;
-  if (approvals) void app.register(async (scope) => approvalRoutes(scope, approvals, deps.slack));
+  if (approvals)
+    void app.register(async (scope) => approvalRoutes(scope, approvals, deps.slack, (ref, actor) => deps.workshops.resolveRef(ref, actor)));
   return app;
 }
