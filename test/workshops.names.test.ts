@@ -57,7 +57,7 @@ describe('workshops addressed by name', () => {
     assert.match(idLike.stderr, /workshop ids look/, idLike.stderr);
   });
 
-  it('the CLI takes a name where it takes an id: status, exec, simulators, egress, ssh info, stop and resume', async () => {
+  it('the CLI takes a name where it takes an id: status, exec, simulators, egress, ssh, stop and resume', async () => {
     const status = await cliAs('owner', ['workshops', 'status', 'api', '--output', 'json']);
     assert.equal(status.code, 0, status.stderr);
     assert.equal(JSON.parse(status.stdout).id, ownersApi);
@@ -83,6 +83,11 @@ describe('workshops addressed by name', () => {
     const ssh = await as<{ hostAlias: string }>('owner', 'GET', '/v1/workshops/solo/ssh');
     assert.equal(ssh.status, 200, JSON.stringify(ssh.body));
     assert.match(ssh.body.hostAlias, new RegExp(solo));
+
+    // The WebSocket routes too: a terminal by name.
+    const pty = await cliAs('owner', ['ssh', 'solo', '--', 'sh', '-c', 'cat /workspace/README.md; exit 3']);
+    assert.equal(pty.code, 3, pty.stderr);
+    assert.match(pty.stdout, /# names/);
 
     const stop = await cliAs('owner', ['workshops', 'stop', 'solo', '--output', 'json']);
     assert.equal(stop.code, 0, stop.stderr);
