@@ -208,6 +208,7 @@ const PINNED_EXPORTS: Record<string, readonly string[]> = {
     'type TunnelOutcome',
     'type Workshop',
     'type WorkshopDisk',
+    'type WorkshopEgressEntry',
     'type WorkshopLimits',
     'type WorkshopStatus',
     'writeClientConfig',

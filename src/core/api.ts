@@ -151,6 +151,27 @@ export type StartSessionRequest = z.infer<typeof StartSessionRequest>;
 
 // ---- responses ----
 
+/**
+ * One entry of a workshop's live egress policy and where it came from: the server's own
+ * configuration (`platform`), the project's atelier.yaml (`project`), or an approved
+ * ALLOWLIST_EXPANSION request (`approval`: the request, who decided it, when).
+ */
+const EgressPolicyEntry = z.object({
+  rule: z
+    .enum(['allow', 'deny', 'allowRange'])
+    .describe('allow: a host (or host:port); deny: refused whatever allows it; allowRange: a private range'),
+  entry: z.string(),
+  origin: z.enum(['platform', 'project', 'approval']),
+  approval: z
+    .object({
+      requestId: z.string().nullable(),
+      decidedBy: z.string().nullable(),
+      decidedAt: time.nullable(),
+    })
+    .nullable()
+    .describe('for origin approval: the request that added the entry (null fields: not recorded, approved before they were kept)'),
+});
+
 export const WorkshopSchema = z.object({
   id: z.string(),
   name: z.string(),
@@ -160,7 +181,13 @@ export const WorkshopSchema = z.object({
   limits: z.object({ cpus: z.number(), memoryBytes: z.number(), pids: z.number() }),
   budgetUsd: z.number().nullable(),
   forwardPorts: z.array(z.number()),
-  egress: z.object({ allow: z.array(z.string()), deny: z.array(z.string()), askHoldSeconds: z.number() }),
+  egress: z.object({
+    /** The project's own entries (atelier.yaml). */
+    allow: z.array(z.string()),
+    deny: z.array(z.string()),
+    askHoldSeconds: z.number(),
+    policy: z.array(EgressPolicyEntry).describe('the live policy, every entry with its origin'),
+  }),
   warnings: z.array(z.string()),
   createdAt: time,
   updatedAt: time,

@@ -63,6 +63,9 @@ export interface RouteEntry {
   access: RouteAccess;
 }
 
+/** The prefix of the routes whose `:id` is a workshop's (its id or its name). */
+const WORKSHOP_ROUTES = '/v1/workshops/:id';
+
 function tenantHeader(value: string | string[] | undefined): string | undefined {
   if (Array.isArray(value)) throw new AtelierError('INVALID_ARGUMENT', 'send the x-atelier-tenant header once');
   return value === undefined || value === '' ? undefined : value;
@@ -147,6 +150,11 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     );
     checkRouteAccess(access, principal);
     request.principal = principal;
+    // Every route on one workshop (`/v1/workshops/:id…`, the route table's) takes its id or its
+    // name: resolved here, once, for the caller, so handlers, the CLI, the SDK and MCP see ids only.
+    const params = request.params as { id?: unknown };
+    if (request.routeOptions.url.startsWith(WORKSHOP_ROUTES) && typeof params.id === 'string')
+      params.id = await deps.workshops.resolveRef(params.id, principal);
   });
   app.addHook('onResponse', async (request, reply) => {
     // An upgrade answered over HTTP (refused before the WebSocket handler: 401, 404) owns a socket
@@ -211,6 +219,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   });
   for (const register of deps.extraRoutes ?? []) register(app);
   const approvals = deps.approvals;
-  if (approvals) void app.register(async (scope) => approvalRoutes(scope, approvals, deps.slack));
+  if (approvals)
+    void app.register(async (scope) => approvalRoutes(scope, approvals, deps.slack, (ref, actor) => deps.workshops.resolveRef(ref, actor)));
   return app;
 }

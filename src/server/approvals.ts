@@ -62,7 +62,7 @@ export function createApprovals(opts: {
             createEgressPolicy({ allow: [entry] });
             return { host: h.value, entry };
           },
-          add: (id, entry) => workshops.addApprovedEgress(id, entry),
+          add: (id, entry, origin) => workshops.addApprovedEgress(id, entry, origin),
         },
         publisher: { prepare: (id, payload) => publisher.prepare(id, payload), apply: (a) => publisher.apply(a) },
       });

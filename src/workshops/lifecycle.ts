@@ -30,7 +30,7 @@ import { cloneRepo, resolveRepoSource } from './repo.js';
 import { mergeSimulators, precheckSimulators, type WorkshopContext } from './simulators.js';
 import type { DeathWatch } from './deathWatch.js';
 import { BASE_ENV, type WorkshopExecs } from './exec.js';
-import { DEFAULT_ASK_HOLD_SECONDS, toWorkshop, type ServiceOptions, type WorkshopRow, type WorkshopShared } from './shared.js';
+import { DEFAULT_ASK_HOLD_SECONDS, type ServiceOptions, type WorkshopRow, type WorkshopShared } from './shared.js';
 import { RECOVERING, retryDelaySeconds, transientCause } from './recovery.js';
 
 /** devcontainer lifecycle commands (npm ci, …) are stopped after this long. */
@@ -199,7 +199,11 @@ export class WorkshopLifecycle {
       });
     } catch (err) {
       if ((err as { code?: string }).code === '23505')
-        throw new AtelierError('ALREADY_EXISTS', `a workshop named "${name}" already exists: pick another --name`, { field: 'name' });
+        throw new AtelierError(
+          'ALREADY_EXISTS',
+          `you already have a workshop named "${name}" (names are unique per owner: they address workshops as ids do): pick another --name`,
+          { field: 'name' },
+        );
       throw err;
     }
     return this.shared.locked(id, () => this.build(row, source, req, actor));
@@ -341,7 +345,7 @@ export class WorkshopLifecycle {
       await queryRows(this.pool, 'UPDATE workshops SET built_at = now() WHERE id = $1', [id]);
       const built = await this.shared.setStatus(id, 'Running', null);
       this.deaths.watch(id, handle!);
-      return toWorkshop(built);
+      return this.shared.view(built);
     } catch (err) {
       const reason = err instanceof Error ? err.message : String(err);
       this.opts.log.warn({ workshop: id, err: reason }, 'workshop build failed');
@@ -352,7 +356,7 @@ export class WorkshopLifecycle {
       const failed = await this.shared.setStatus(id, 'Failed', reason, null).catch(() => null);
       if (failed) {
         await this.ended(id, reason);
-        return toWorkshop(failed);
+        return this.shared.view(failed);
       }
       throw err;
     }
@@ -363,7 +367,7 @@ export class WorkshopLifecycle {
     let stopped = false;
     const w = await this.shared.locked(id, async () => {
       const row = await this.shared.row(id, { actor, action: 'operate' });
-      if (row.status === 'Suspended') return toWorkshop(row);
+      if (row.status === 'Suspended') return this.shared.view(row);
       if (row.status !== 'Running' || !row.sandbox)
         throw new AtelierError('WORKSHOP_NOT_RUNNING', `workshop ${id} is ${row.status} and cannot be suspended`, {
           id,
@@ -377,7 +381,7 @@ export class WorkshopLifecycle {
       await this.execs.waitExecsEntered(row);
       await this.driver.suspend(row.sandbox);
       stopped = true;
-      return toWorkshop(await this.shared.setStatus(id, 'Suspended', null));
+      return this.shared.view(await this.shared.setStatus(id, 'Suspended', null));
     });
     if (stopped) await this.events.emit({ type: 'stopped', id: w.id });
     return w;
@@ -387,14 +391,14 @@ export class WorkshopLifecycle {
   async resume(id: string, actor: Principal): Promise<Workshop> {
     return this.shared.locked(id, async () => {
       const row = await this.shared.row(id, { actor, action: 'operate' });
-      if (row.status === 'Running') return toWorkshop(row);
+      if (row.status === 'Running') return this.shared.view(row);
       if (row.status === 'Dead') {
         this.opts.log.info({ workshop: id, was: row.status_reason }, 'starting a dead workshop again');
-        return toWorkshop(
+        return this.shared.view(
           await this.restartSandbox(row, `started again, files kept; it had died: ${row.status_reason ?? 'no reason recorded'}`),
         );
       }
-      if (row.status === 'Failed') return toWorkshop(await this.resumeFailed(row));
+      if (row.status === 'Failed') return this.shared.view(await this.resumeFailed(row));
       if (row.status !== 'Suspended')
         throw new AtelierError('WORKSHOP_NOT_RUNNING', `workshop ${id} is ${row.status} and cannot be resumed`, {
           id,
@@ -402,9 +406,9 @@ export class WorkshopLifecycle {
         });
       if (row.sandbox && this.driver.alive(row.sandbox)) {
         await this.driver.resume(row.sandbox);
-        return toWorkshop(await this.shared.setStatus(id, 'Running', null));
+        return this.shared.view(await this.shared.setStatus(id, 'Running', null));
       }
-      return toWorkshop(
+      return this.shared.view(
         await this.restartSandbox(row, 'its processes had stopped while suspended (host restart?): started afresh, files kept'),
       );
     });
