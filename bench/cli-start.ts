@@ -15,7 +15,9 @@ const GOAL_LIST_OVER_NODE_MS = 30;
 const GOAL_EXEC_OVER_NODE_MS = 40;
 
 export async function cliStart(server: BenchServer): Promise<Record<string, unknown>> {
-  heading(`5. CLI start (${RUNS} interleaved runs each; goals: list - node < ${GOAL_LIST_OVER_NODE_MS} ms, exec - node < ${GOAL_EXEC_OVER_NODE_MS} ms)`);
+  heading(
+    `5. CLI start (${RUNS} interleaved runs each; goals: list - node < ${GOAL_LIST_OVER_NODE_MS} ms, exec - node < ${GOAL_EXEC_OVER_NODE_MS} ms)`,
+  );
   const env = server.cliEnv();
   // One workshop, so that `list` prints a row rather than an empty table, and `exec` has a target.
   const ws = await server.createWorkshop();
