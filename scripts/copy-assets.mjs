@@ -45,6 +45,12 @@ await build({
         // src/server's index (reached as ../…/server/index.js), not the CLI's own commands/server/index.js.
         // An ES module: loaded through bin/atelier (see below).
         b.onResolve({ filter: /^(\.\.\/)+server\/index\.js$/ }, () => ({ path: '../server/index.js', external: true }));
+        // `server doctor` loads the host checks of sandbox, db and simulators as they are, only when it runs.
+        b.onResolve({ filter: /^(\.\.\/)+(sandbox|db|simulators)\/index\.js$/ }, (a) =>
+          a.kind === 'dynamic-import' && /cli\/commands\/server\/[^/]+\.js$/.test(a.importer)
+            ? { path: `../${a.path.split('/').at(-2)}/index.js`, external: true }
+            : undefined,
+        );
       },
     },
   ],

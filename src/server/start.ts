@@ -18,7 +18,7 @@ import {
   type Config,
 } from '../core/index.js';
 import { createPool, migrate, startEmbeddedPostgres, withTransaction, type EmbeddedPostgres, type Pool } from '../db/index.js';
-import { inspectIsolation, processStartTime } from '../sandbox/index.js';
+import { INSTALL_TOOLS, inspectIsolation, processStartTime } from '../sandbox/index.js';
 import { InternalNetwork, LocalDriver, SimulatorManager, WorkshopService } from '../workshops/index.js';
 import { checkSimulatorVersion, warmSimulators } from '../simulators/index.js';
 import { AccountService, Authenticator, MasterKey, generatePassword, hashPassword } from '../identity/index.js';
@@ -265,9 +265,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
   try {
     const isolation = inspectIsolation(config.isRoot);
     if (isolation.missingTools.length > 0) {
-      throw new Error(
-        `missing system tools: ${isolation.missingTools.join(', ')}: run \`sudo apt-get install -y bubblewrap util-linux mount git perl iproute2 python3\``,
-      );
+      throw new Error(`missing system tools: ${isolation.missingTools.join(', ')}: run \`${INSTALL_TOOLS}\``);
     }
     for (const m of isolation.applied) opts.say(`isolation: ${m}`);
     for (const m of isolation.missing) opts.say(`isolation: ${m}`);
