@@ -3,6 +3,7 @@ import type { Config } from '../../../core/index.js';
 import type { CommandContext } from '../../context.js';
 import { preflightChecks, type DoctorCheck } from './doctorChecks.js';
 import type { ProbeReport } from './probe.js';
+import { printable } from './status.js';
 
 export interface DoctorFlags {
   dataDir?: string;
@@ -56,7 +57,8 @@ export function doctorText(r: DoctorReport): string {
   lines.push('', `${count('ok')} ok, ${count('warn')} warn, ${count('fail')} fail, ${count('skip')} skipped (checks took ${r.ms} ms)`);
   if (r.probe) {
     lines.push('', `probe through ${r.probe.server}${r.probe.workshop ? ` (workshop ${r.probe.workshop})` : ''}:`);
-    for (const s of r.probe.steps) lines.push(`${MARK[s.status]}  ${s.name.padEnd(12)}  ${`${s.ms} ms`.padStart(8)}  ${s.detail}`);
+    for (const s of r.probe.steps)
+      lines.push(`${MARK[s.status]}  ${s.name.padEnd(12)}  ${`${s.ms} ms`.padStart(8)}  ${printable(s.detail)}`);
   }
   if (!r.ok) lines.push('', 'doctor found problems: fix each FAIL above, then run it again');
   return lines.join('\n');

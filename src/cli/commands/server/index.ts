@@ -52,6 +52,18 @@ export function register(program: Command, cli: Cli): void {
     });
 
   server
+    .command('status')
+    .description("the server: this data dir's service, version, uptime, database, certificate, disk, workshops, simulators, last errors")
+    .option('--data-dir <dir>', 'data directory of the local service (default: as `server start`)')
+    .action(async (flags) => {
+      const c = cli.ctx();
+      const { serverStatus, statusText } = await import('./status.js');
+      const r = await serverStatus(c, cli.config, flags as object);
+      await cli.render(c.output, r, () => statusText(r));
+      cli.setExitCode(r.server ? 0 : 1);
+    });
+
+  server
     .command('rotate-keys')
     .description("rotate the embedded issuer's signing key (admin of the default tenant); nobody is logged out")
     .action(async () => {
