@@ -131,6 +131,7 @@ const PINNED_EXPORTS: Record<string, readonly string[]> = {
     'RouteCatalog',
     'SIMULATOR_OPTIONS',
     'SecretInfo',
+    'ServerStatus',
     'SessionInfo',
     'SetSecretRequest',
     'SetUserEmailRequest',
@@ -332,6 +333,7 @@ const PINNED_EXPORTS: Record<string, readonly string[]> = {
   ],
   sandbox: [
     'EGRESS_PORT',
+    'INSTALL_TOOLS',
     'SECCOMP_EXEC',
     'SandboxConnectError',
     'WorkshopDisks',
@@ -353,6 +355,7 @@ const PINNED_EXPORTS: Record<string, readonly string[]> = {
     'killSandbox',
     'listenInSandbox',
     'listenInSandboxMany',
+    'missingTools',
     'nsenterArgs',
     'prepareLayout',
     'privilegedEnv',
