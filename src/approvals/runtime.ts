@@ -38,6 +38,8 @@ export interface ApprovalsOptions {
   ttl: string | undefined;
   /** ATELIER_APPROVALS_SELF_CONFIRM (ApprovalServiceOptions.selfConfirm). */
   selfConfirm?: 'off' | 'sole-maintainer';
+  /** ApprovalServiceOptions.isLeader. */
+  isLeader?: () => boolean;
   slack: SlackConfig;
   pool: Pool;
   databaseUrl: string;
@@ -81,6 +83,7 @@ export function createApprovals(opts: ApprovalsOptions): Approvals {
     databaseUrl: opts.databaseUrl,
     log: opts.log,
     selfConfirm: opts.selfConfirm ?? 'off',
+    ...(opts.isLeader ? { isLeader: opts.isLeader } : {}),
   });
   const slack = new SlackNotifier(opts.pool, service, opts.slack, opts.log);
 

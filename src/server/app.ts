@@ -47,6 +47,8 @@ export interface AppDeps {
   approvals?: ApprovalService;
   slack?: SlackNotifier;
   secrets?: SecretStore;
+  /** Whether this node runs the installation's periodic jobs (src/db/leader.ts); always, without it. */
+  isLeader?: () => boolean;
   /** True until the server can serve every route (its issuer ready, the CLI context written). */
   starting?: () => boolean;
   /** The master key: seals what the database must not hold in clear (SSH host keys). */
@@ -102,6 +104,14 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     labelNames: ['method', 'route'],
     buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5],
     registers: [registry],
+  });
+  new Gauge({
+    name: 'atelier_leader',
+    help: "1 while this node runs the installation's periodic jobs (approval expiry, pruning), else 0",
+    registers: [registry],
+    collect() {
+      this.set(deps.isLeader?.() === false ? 0 : 1);
+    },
   });
   new Gauge({
     name: 'atelier_workshops',
@@ -172,7 +182,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   simulatorRoutes(app, deps.workshops);
   identityRoutes(app, deps.accounts, deps.workshops);
   if (deps.secrets) secretRoutes(app, deps.secrets);
-  const execs = new ExecLog(deps.pool, deps.workshops, deps.logger);
+  const execs = new ExecLog(deps.pool, deps.workshops, deps.logger, deps.isLeader);
   execRoutes(app, execs);
   app.addHook('onClose', () => execs.close());
   // WebSocket routes (terminals and tunnels, the approvals stream), authenticated by the same

@@ -40,6 +40,7 @@ export async function startIdentity(
   pool: Pool,
   masterKey: MasterKey,
   logger: FastifyBaseLogger,
+  isLeader?: () => boolean,
 ): Promise<IdentityRuntime> {
   if (identityConfig) {
     const ext = await loadExternalIssuerConfig(identityConfig);
@@ -102,6 +103,7 @@ export async function startIdentity(
     logger,
     audience: EMBEDDED_AUDIENCE,
     accessTokenTtlSeconds: ACCESS_TOKEN_TTL_SECONDS,
+    ...(isLeader ? { isLeader } : {}),
   });
   let publicUrl = '';
   const info: IssuerInfo = {

@@ -17,10 +17,10 @@ import {
   writeToken,
   type Config,
 } from '../core/index.js';
-import { createPool, migrate, startEmbeddedPostgres, withTransaction, type EmbeddedPostgres, type Pool } from '../db/index.js';
+import { createPool, lead, migrate, startEmbeddedPostgres, withTransaction, type EmbeddedPostgres, type Pool } from '../db/index.js';
 import { INSTALL_TOOLS, inspectIsolation, processStartTime } from '../sandbox/index.js';
 import { InternalNetwork, LocalDriver, SimulatorManager, WorkshopService } from '../workshops/index.js';
-import { checkSimulatorVersion, warmSimulators } from '../simulators/index.js';
+import { checkSimulatorVersion, runOffServer, warmSimulators } from '../simulators/index.js';
 import { AccountService, Authenticator, MasterKey, generatePassword, hashPassword } from '../identity/index.js';
 import { createActionService, createProjectRegistry, selectStackBackend } from '../actions/index.js';
 import { createEgressPolicy } from '../egress/index.js';
@@ -293,6 +293,17 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const masterKey = MasterKey.loadOrCreate(config.masterKeyFile ?? join(dataDir, 'master.key'));
 
     const nodeId = nodeIdOf(dataDir);
+    // The installation's periodic jobs run on one node of those sharing this database (src/db/leader.ts).
+    const leadership = lead(databaseUrl ?? embedded!.connectionString, {
+      onChange: (leader) =>
+        logger.info(
+          { leader },
+          leader ? 'this node now runs the periodic jobs of the installation (leader)' : 'this node no longer runs the periodic jobs',
+        ),
+      onError: (err) => logger.warn({ err: err.message }, 'periodic jobs: the leadership connection failed; trying again'),
+    });
+    cleanups.push(() => leadership.close());
+    await leadership.ready;
     // The spare workshop disks get the simulators' spares (SimulatorManager, made below).
     const spareDisks: { prepare?: (root: string, signal: AbortSignal) => Promise<void> } = {};
     const driver = new LocalDriver(dataDir, nodeId, isolation.rootless, isolation.cgroups, {
@@ -301,6 +312,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       spares: config.diskSpares,
       reserveBytes: config.diskReserveBytes,
       prepareSpare: async (root, signal) => spareDisks.prepare?.(root, signal),
+      run: (argv, env) => runOffServer(argv, { env, logDir: join(dataDir, 'disks') }),
       log: logger,
     });
     cleanups.push(() => driver.closeDisks());
@@ -309,6 +321,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     );
     const sudoHome = config.sudoUser ? homeOf(config.sudoUser.uid) : undefined;
     const approvals = createApprovals({
+      isLeader: () => leadership.isLeader,
       ttl: config.approvalTtl,
       selfConfirm: config.approvalsSelfConfirm,
       slack: config.slack,
@@ -318,7 +331,11 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       nodeId,
       sealer: masterKey,
     });
-    const egress = await startEgress(config, pool, logger, approvals.ask);
+    const egress = await startEgress(config, pool, logger, {
+      ask: approvals.ask,
+      dataDir,
+      secretValue: (workshopId, name) => approvals.secrets.valueFor(workshopId, name),
+    });
     cleanups.push(() => egress.close());
     const internal = new InternalNetwork(egress.wiring.proxy);
     // Inside every workshop, http://api.atelier.internal reaches this server's API (ATELIER_URL).
@@ -386,7 +403,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
 
     const authenticator = new Authenticator(pool);
     const identityConfig = opts.identityConfig ? resolve(opts.identityConfig) : config.identityConfig;
-    const identity = await startIdentity(identityConfig, pool, masterKey, logger);
+    const identity = await startIdentity(identityConfig, pool, masterKey, logger, () => leadership.isLeader);
     // Known once the server listens; the write guard compares browsers' Origin with it.
     const publicOrigin: { value?: string } = {};
     // The server's own URL, for the Console's child CLI (known once it listens).
@@ -411,6 +428,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     });
     const app = buildApp({
       starting: () => starting.value,
+      isLeader: () => leadership.isLeader,
       pool,
       workshops,
       authenticator,

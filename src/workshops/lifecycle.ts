@@ -2,12 +2,13 @@
  * A workshop's life: created (cloned, its sandbox started, its devcontainer commands run),
  * suspended, resumed, deleted, and brought back into agreement with the host after a start.
  */
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus as hostCpus, totalmem } from 'node:os';
-import { posix } from 'node:path';
+import { join, posix } from 'node:path';
 import {
   AtelierError,
   hashToken,
+  writeFileAtomic,
   newApiToken,
   newId,
   newWorkshopId,
@@ -18,9 +19,9 @@ import {
   type WorkshopLimits,
 } from '../core/index.js';
 import { queryRows, withTransaction, type Pool } from '../db/index.js';
-import { type Principal } from '../identity/index.js';
-import { EGRESS_PORT, listenInSandbox, type SandboxHandle } from '../sandbox/index.js';
-import { createEgressPolicy, type EgressPolicy } from '../egress/index.js';
+import { atLeast, type Principal } from '../identity/index.js';
+import { EGRESS_PORT, HOST_TRUST_BUNDLE, listenInSandbox, TRUST_BUNDLE, type SandboxHandle, type SandboxLayout } from '../sandbox/index.js';
+import { canonicalizeHost, createEgressPolicy, parseBinding, type CredentialBinding, type EgressPolicy } from '../egress/index.js';
 import { readDevcontainer } from './devcontainer.js';
 import { readProjectSettings } from './project.js';
 import type { WorkshopDriver } from './driver.js';
@@ -142,6 +143,7 @@ export class WorkshopLifecycle {
     const server = await listenInSandbox(handle, EGRESS_PORT);
     try {
       await this.opts.egress.proxy.listen(row.id, server, policy ?? undefined);
+      this.opts.egress.broker?.setBindings(row.id, bindingsOf(row));
     } catch (err) {
       server.close();
       throw err;
@@ -200,10 +202,84 @@ export class WorkshopLifecycle {
         throw new AtelierError('ALREADY_EXISTS', `a workshop named "${name}" already exists: pick another --name`, { field: 'name' });
       throw err;
     }
-    return this.shared.locked(id, () => this.build(row, source, req));
+    return this.shared.locked(id, () => this.build(row, source, req, actor));
   }
 
-  private async build(row: WorkshopRow, source: ReturnType<typeof resolveRepoSource>, req: CreateWorkshopRequest): Promise<Workshop> {
+  /**
+   * The project's credential bindings, checked for this workshop: each host allowed by its policy,
+   * each secret one its tenant has, and the person creating it one who may use the tenant's secrets
+   * without asking (a maintainer or admin; never an agent). Its egress CA is made when it has any.
+   */
+  private async checkBindings(row: WorkshopRow, actor: Principal): Promise<CredentialBinding[]> {
+    const entries = row.egress.credentials ?? [];
+    if (entries.length === 0) return [];
+    if (!this.opts.egress.broker) throw new AtelierError('UNAVAILABLE', 'this server has no credential broker: remove egress.credentials');
+    if (actor.kind !== 'user' || !atLeast(actor.role, 'maintainer'))
+      throw new AtelierError(
+        'PERMISSION_DENIED',
+        `atelier.yaml: egress.credentials binds the tenant's secrets, which only a maintainer or admin of ${actor.tenantName} may do: ask one to create this workshop, or remove the block`,
+        { field: 'egress.credentials' },
+      );
+    const policy = this.egressPolicy(row);
+    const out = bindingsOf(row);
+    for (const [i, b] of out.entries()) {
+      const where = `atelier.yaml: egress.credentials.${i}`;
+      const host = canonicalizeHost(b.host);
+      if (host.kind === 'refused' || policy.evaluate(host, b.port, 'connect').outcome !== 'allow')
+        throw new AtelierError(
+          'INVALID_ARGUMENT',
+          `${where}.host: ${b.host}:${b.port} is not allowed by the workshop's egress policy: add it to egress.allow`,
+          {
+            field: `egress.credentials.${i}`,
+          },
+        );
+      const known = await queryRows(this.pool, 'SELECT 1 FROM secrets WHERE tenant_id = $1 AND name = $2', [row.tenant_id, b.secret]);
+      if (known.length === 0)
+        throw new AtelierError(
+          'INVALID_ARGUMENT',
+          `${where}.value: the secret ${b.secret} does not exist in tenant ${actor.tenantName}: set it first (\`atelier secrets set ${b.secret}\`)`,
+          { field: `egress.credentials.${i}` },
+        );
+    }
+    return out;
+  }
+
+  /**
+   * What makes the workshop's tools trust the broker's certificates: its CA alone, and the host's
+   * bundle with it, in the server-written directory seen read-only at /run/atelier; the usual
+   * variables name them.
+   */
+  private async trustBroker(id: string, layout: SandboxLayout): Promise<Record<string, string>> {
+    const ca = await this.opts.egress.broker!.authorityPem(id);
+    let system = '';
+    try {
+      system = readFileSync(HOST_TRUST_BUNDLE, 'utf8');
+    } catch {
+      // no system bundle: the workshop trusts its CA alone
+    }
+    const bundle = `${system.trimEnd()}\n${ca}`;
+    writeFileAtomic(join(layout.run, 'egress-ca.pem'), ca, 0o644);
+    writeFileAtomic(join(layout.run, 'ca-certificates.crt'), bundle, 0o644);
+    // The system store inside is the workshop's own copy, bound by its inode: written in place,
+    // at create, before any of the workshop's own commands runs.
+    const own = join(layout.etc, TRUST_BUNDLE);
+    if (existsSync(own)) writeFileSync(own, bundle);
+    const inside = '/run/atelier/ca-certificates.crt';
+    return {
+      SSL_CERT_FILE: inside,
+      CURL_CA_BUNDLE: inside,
+      REQUESTS_CA_BUNDLE: inside,
+      GIT_SSL_CAINFO: inside,
+      NODE_EXTRA_CA_CERTS: '/run/atelier/egress-ca.pem',
+    };
+  }
+
+  private async build(
+    row: WorkshopRow,
+    source: ReturnType<typeof resolveRepoSource>,
+    req: CreateWorkshopRequest,
+    actor: Principal,
+  ): Promise<Workshop> {
     const id = row.id;
     let handle: SandboxHandle | null = null;
     try {
@@ -223,9 +299,11 @@ export class WorkshopLifecycle {
       const dev = readDevcontainer(layout.workspace, req.devcontainer, BASE_ENV);
       const project = readProjectSettings(layout.workspace);
       row.egress = project.egress;
+      const bindings = await this.checkBindings(row, actor);
       this.opts.egress.proxy.setPolicy(id, this.egressPolicy(row));
+      this.opts.egress.broker?.setBindings(id, bindings);
       await this.driver.adoptWorkspace(id, row.uid);
-      const env: Record<string, string> = { ...dev.env };
+      const env: Record<string, string> = { ...dev.env, ...(bindings.length > 0 ? await this.trustBroker(id, layout) : {}) };
       if (req.budgetUsd !== undefined) env.ATELIER_MAX_BUDGET_USD = String(req.budgetUsd);
       await queryRows(
         this.pool,
@@ -345,6 +423,7 @@ export class WorkshopLifecycle {
       await this.shared.setStatus(id, 'Deleting', null);
       await this.opts.simulators.removeAll(id);
       await this.opts.egress.proxy.close(id);
+      this.opts.egress.broker?.forget(id);
       await this.driver.destroy(id, row.sandbox).catch((err: Error) => {
         throw new AtelierError('SANDBOX_FAILED', `workshop ${id} could not be removed completely (${err.message}); run the delete again`, {
           id,
@@ -586,4 +665,9 @@ export class WorkshopLifecycle {
     for (const timer of this.retries.values()) clearTimeout(timer);
     this.retries.clear();
   }
+}
+
+/** The bindings a workshop's row holds (checked when it was created). */
+function bindingsOf(row: WorkshopRow): CredentialBinding[] {
+  return (row.egress.credentials ?? []).map((e, i) => parseBinding(e, `egress.credentials.${i}`));
 }

@@ -7,7 +7,7 @@ import { AtelierError, isWorkshopId, type ExecRequest, type Workshop, type Works
 import { queryRows, type Pool } from '../db/index.js';
 import { checkWorkshopAccess, type Principal, type WorkshopAction } from '../identity/index.js';
 import { type SandboxHandle } from '../sandbox/index.js';
-import { type EgressJournal, type EgressProxy } from '../egress/index.js';
+import { type CredentialBroker, type CredentialEntry, type EgressJournal, type EgressProxy } from '../egress/index.js';
 import type { WorkshopDriver } from './driver.js';
 import type { InternalNetwork } from './internal.js';
 import { type SimulatorManager, type WorkshopContext } from './simulators.js';
@@ -29,7 +29,7 @@ export interface WorkshopRow {
   env: Record<string, string>;
   forward_ports: number[];
   /** `approved`: entries added by approved ALLOWLIST_EXPANSION requests (kept across restarts). */
-  egress: { allow?: string[]; deny?: string[]; askHoldSeconds?: number; approved?: string[] };
+  egress: { allow?: string[]; deny?: string[]; askHoldSeconds?: number; approved?: string[]; credentials?: CredentialEntry[] };
   warnings: string[];
   approval_commands: string[];
   sandbox: SandboxHandle | null;
@@ -84,6 +84,8 @@ export interface EgressWiring {
   defaults: string[];
   /** Private/loopback ranges the admin lets workshops reach. */
   allowRanges: string[];
+  /** Injects credentials bound to hosts (atelier.yaml `egress.credentials`); absent in some tests. */
+  broker?: CredentialBroker;
 }
 
 /** Who asks, and for what: checked against the workshop's tenant and owner. */
