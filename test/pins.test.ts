@@ -131,6 +131,7 @@ const PINNED_EXPORTS: Record<string, readonly string[]> = {
     'RouteCatalog',
     'SIMULATOR_OPTIONS',
     'SecretInfo',
+    'ServerStatus',
     'SessionInfo',
     'SetSecretRequest',
     'SetUserEmailRequest',
@@ -342,6 +343,7 @@ const PINNED_EXPORTS: Record<string, readonly string[]> = {
   sandbox: [
     'EGRESS_PORT',
     'HOST_TRUST_BUNDLE',
+    'INSTALL_TOOLS',
     'SECCOMP_EXEC',
     'SandboxConnectError',
     'TRUST_BUNDLE',
@@ -364,6 +366,7 @@ const PINNED_EXPORTS: Record<string, readonly string[]> = {
     'killSandbox',
     'listenInSandbox',
     'listenInSandboxMany',
+    'missingTools',
     'nsenterArgs',
     'prepareLayout',
     'privilegedEnv',

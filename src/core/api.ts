@@ -468,6 +468,32 @@ export const RouteCatalog = z.object({
 
 export const Health = z.object({ status: z.enum(['ok', 'unavailable']), version: z.string(), code: z.string().optional() });
 
+/** `GET /v1/admin/status`: what `atelier server status` shows of a running server (server admins). */
+export const ServerStatus = z.object({
+  version: z.string(),
+  pid: z.number().int(),
+  startedAt: time,
+  uptimeSeconds: z.number().int(),
+  /** The URL the server listens at, and the one browsers and CLIs are given (the same unless ATELIER_PUBLIC_URL). */
+  url: z.string(),
+  publicUrl: z.string(),
+  dataDir: z.string(),
+  database: z.object({
+    kind: z.enum(['embedded', 'external']),
+    ok: z.boolean(),
+    version: z.string().nullable(),
+    sizeBytes: z.number().nullable(),
+    error: z.string().optional(),
+  }),
+  /** The data dir's filesystem. */
+  disk: z.object({ totalBytes: z.number(), usedBytes: z.number(), freeBytes: z.number() }),
+  workshops: z.record(z.string(), z.number().int()).describe('workshops by status, every tenant'),
+  simulators: z.object({ running: z.number().int(), byType: z.record(z.string(), z.number().int()) }),
+  /** The server's last warnings and errors (its log, newest last; kept in memory since the start). */
+  recentErrors: z.array(z.object({ time, level: z.enum(['warn', 'error', 'fatal']), message: z.string() })),
+});
+export type ServerStatus = z.infer<typeof ServerStatus>;
+
 /** `{ items: [...] }`: how every list is answered. */
 export function itemsOf<T extends z.ZodType>(item: T): z.ZodObject<{ items: z.ZodArray<T> }> {
   return z.object({ items: z.array(item) });

@@ -28,7 +28,7 @@ export {
 } from './launcher.js';
 export type { ExecSpec, SandboxHandle, SandboxLayout, SandboxSpec } from './launcher.js';
 export { listenInSandbox, listenInSandboxMany, SandboxConnectError, type SandboxPort } from './netns.js';
-export { inspectIsolation } from './privileges.js';
+export { INSTALL_TOOLS, inspectIsolation, missingTools } from './privileges.js';
 export { HOST_TRUST_BUNDLE, hostsFile, TRUST_BUNDLE } from './rootfs.js';
 export { checkSeccomp, SECCOMP_EXEC, seccompLoaderPath, seccompWrap, seccompWrapOnHost } from './seccomp.js';
 export type { SeccompSummary } from './seccomp.js';

@@ -18,7 +18,7 @@ import {
   type Config,
 } from '../core/index.js';
 import { createPool, lead, migrate, startEmbeddedPostgres, withTransaction, type EmbeddedPostgres, type Pool } from '../db/index.js';
-import { inspectIsolation, processStartTime } from '../sandbox/index.js';
+import { INSTALL_TOOLS, inspectIsolation, processStartTime } from '../sandbox/index.js';
 import { InternalNetwork, LocalDriver, SimulatorManager, WorkshopService } from '../workshops/index.js';
 import { checkSimulatorVersion, runOffServer, warmSimulators } from '../simulators/index.js';
 import { AccountService, Authenticator, MasterKey, generatePassword, hashPassword } from '../identity/index.js';
@@ -28,6 +28,8 @@ import { buildApp } from './app.js';
 import { createApprovals } from './approvals.js';
 import { actionRoutes } from './routes/actions.js';
 import { consoleRoutes } from './routes/console.js';
+import { statusRoutes } from './routes/status.js';
+import { createRecentErrors } from './recentErrors.js';
 import { principalOf } from './routes/common.js';
 import { startEgress } from './egress.js';
 import { startIdentity } from './identity.js';
@@ -247,6 +249,7 @@ function chownIfOurs(path: string, owner: { uid: number; gid: number }): void {
  * reconciliation of workshops left by a previous run, then HTTP. Resolves once listening.
  */
 export async function startServer(opts: StartOptions, config: Config = loadConfig()): Promise<RunningServer> {
+  const startedAt = new Date();
   const dataDir = opts.dataDir ?? config.dataDir;
   const listen = parseListen(opts.listen ?? config.listen);
   const publicUrlFlag = publicUrlOf(opts.publicUrl);
@@ -265,9 +268,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
   try {
     const isolation = inspectIsolation(config.isRoot);
     if (isolation.missingTools.length > 0) {
-      throw new Error(
-        `missing system tools: ${isolation.missingTools.join(', ')}: run \`sudo apt-get install -y bubblewrap util-linux mount git perl iproute2 python3\``,
-      );
+      throw new Error(`missing system tools: ${isolation.missingTools.join(', ')}: run \`${INSTALL_TOOLS}\``);
     }
     for (const m of isolation.applied) opts.say(`isolation: ${m}`);
     for (const m of isolation.missing) opts.say(`isolation: ${m}`);
@@ -278,7 +279,9 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       const e = embedded;
       cleanups.push(() => e.stop());
     }
-    const logger = pino({ level: config.logLevel });
+    // Its last warnings and errors are also kept for `atelier server status` (GET /v1/admin/status).
+    const recentErrors = createRecentErrors();
+    const logger = pino({ level: config.logLevel, hooks: recentErrors.hooks });
     const pool = createPool(databaseUrl ?? embedded!.connectionString, (err) =>
       logger.warn({ err: err.message }, 'database connection lost'),
     );
@@ -445,6 +448,17 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
           }),
         (a) => consoleRoutes(a, { url: () => localUrl.value, cli: opts.cliEntry }),
         (a) => workshopMcpRoutes(a, { workshops, approvals: approvals.service, version: opts.version, principalOf }),
+        (a) =>
+          statusRoutes(a, {
+            pool,
+            version: opts.version,
+            startedAt,
+            url: () => localUrl.value,
+            publicUrl: () => publicOrigin.value,
+            dataDir,
+            database: databaseUrl ? 'external' : 'embedded',
+            recentErrors: recentErrors.list,
+          }),
       ],
       approvals: approvals.service,
       slack: approvals.slack,
