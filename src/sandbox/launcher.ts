@@ -69,7 +69,10 @@ export interface SandboxHandle {
 /** The environment of every process Atelier runs privileged on a workshop's behalf. */
 const PRIVILEGED_ENV = { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C.UTF-8' };
 
-const CGROUP_ENTER = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 111; shift; n=$((n-1)); done; exec "$@"';
+// Also gives up the server's protection from the OOM killer (privileges.ts, SERVER_OOM_SCORE_ADJ):
+// a workshop's processes are the ones the host's OOM killer takes first.
+const CGROUP_ENTER =
+  'echo 0 > /proc/self/oom_score_adj; n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 111; shift; n=$((n-1)); done; exec "$@"';
 
 function inCgroups(cgroups: CgroupPaths | null, argv: string[]): string[] {
   if (!cgroups) return argv;

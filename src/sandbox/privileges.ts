@@ -1,4 +1,5 @@
 import { execFileSync } from 'node:child_process';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cgroupSupport } from './cgroups.js';
 import { checkSeccomp } from './seccomp.js';
 
@@ -50,4 +51,39 @@ export function inspectIsolation(isRoot: boolean): IsolationReport {
     : ['unshare', 'nsenter', 'setpriv', 'git', 'perl', 'mount', 'pivot_root', 'ip', 'python3'];
   const missingTools = tools.filter((t) => !hasCommand(t));
   return { rootless: !isRoot, cgroups: cg.ok, missing, applied, missingTools };
+}
+
+/**
+ * oom_score_adj of the server and its embedded PostgreSQL (root only): the host's OOM killer
+ * takes a workshop's process (0, reset by every sandbox and simulator as it starts) long before
+ * either. Not -1000: a server that leaks must still be killable rather than take every workshop with it.
+ */
+export const SERVER_OOM_SCORE_ADJ = -900;
+
+/**
+ * Protects `pid` and, with `children`, its current child processes from the host's OOM killer
+ * (children started later inherit the value). Returns false when the kernel refused (not root).
+ */
+export function protectFromOomKiller(pid: number | 'self', children = false): boolean {
+  const pids: string[] = [String(pid)];
+  if (children && pid !== 'self') {
+    for (const p of readdirSync('/proc')) {
+      if (!/^\d+$/.test(p)) continue;
+      try {
+        const stat = readFileSync(`/proc/${p}/stat`, 'utf8');
+        if (stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1] === String(pid)) pids.push(p);
+      } catch {
+        // exited meanwhile
+      }
+    }
+  }
+  let ok = true;
+  for (const p of pids) {
+    try {
+      writeFileSync(`/proc/${p}/oom_score_adj`, String(SERVER_OOM_SCORE_ADJ));
+    } catch {
+      if (p === String(pid)) ok = false;
+    }
+  }
+  return ok;
 }

@@ -18,7 +18,7 @@ import {
   type Config,
 } from '../core/index.js';
 import { createPool, migrate, startEmbeddedPostgres, withTransaction, type EmbeddedPostgres, type Pool } from '../db/index.js';
-import { inspectIsolation, processStartTime } from '../sandbox/index.js';
+import { inspectIsolation, processStartTime, protectFromOomKiller, SERVER_OOM_SCORE_ADJ } from '../sandbox/index.js';
 import { InternalNetwork, LocalDriver, SimulatorManager, WorkshopService } from '../workshops/index.js';
 import { checkSimulatorVersion, warmSimulators } from '../simulators/index.js';
 import { AccountService, Authenticator, MasterKey, generatePassword, hashPassword } from '../identity/index.js';
@@ -272,11 +272,22 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     for (const m of isolation.applied) opts.say(`isolation: ${m}`);
     for (const m of isolation.missing) opts.say(`isolation: ${m}`);
 
+    // Before the embedded PostgreSQL starts, which inherits it (as does every process the server
+    // starts; a workshop's and a simulator's give it up as they enter their cgroups).
+    const oomProtected = config.isRoot && protectFromOomKiller('self');
+    if (!config.isRoot) {
+      opts.say(
+        'isolation: not root: no memory or CPU kept for the server and its PostgreSQL over the workshops, and no protection from the OOM killer (cgroups and a negative oom_score_adj need root): a workshop can starve the server',
+      );
+    }
     let embedded: EmbeddedPostgres | undefined;
     if (!databaseUrl) {
       embedded = await startEmbeddedPostgres({ dataDir, binDir: config.pgBinDir, isRoot: config.isRoot, log: (m) => opts.say(m) });
       const e = embedded;
       cleanups.push(() => e.stop());
+      // One adopted from a previous server (and its backends) did not inherit it.
+      const pid = e.postmasterPid();
+      if (oomProtected && pid !== undefined) protectFromOomKiller(pid, true);
     }
     const logger = pino({ level: config.logLevel });
     const pool = createPool(databaseUrl ?? embedded!.connectionString, (err) =>
@@ -301,6 +312,17 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       log: logger,
     });
     cleanups.push(() => driver.closeDisks());
+    const reserve = driver.reserveForServer({ memoryBytes: config.serverReserveMemoryBytes });
+    if (reserve) {
+      opts.say(
+        `server reserve: ${formatSize(config.serverReserveMemoryBytes)} of ${formatSize(reserve.availableBytes)} memory kept for the server and its PostgreSQL (all workshops together limited to ${formatSize(reserve.workshopsMemoryBytes)}), workshops at cpu.shares ${reserve.cpuShares} against 1024 per server thread, server and PostgreSQL at oom_score_adj ${oomProtected ? SERVER_OOM_SCORE_ADJ : 'unchanged (refused)'}`,
+      );
+      if (reserve.warning) opts.say(`server reserve: ${reserve.warning}`);
+    } else if (config.isRoot) {
+      opts.say(
+        `server reserve: none for memory or CPU (no cgroup v1 controllers, see above); server and PostgreSQL at oom_score_adj ${oomProtected ? SERVER_OOM_SCORE_ADJ : 'unchanged (refused)'}`,
+      );
+    }
     opts.say(
       `disk quotas: ${driver.diskNote ?? `a filesystem of its own per workshop (default ${formatSize(config.defaultDiskBytes)}, at most ${formatSize(config.maxDiskBytes)})`}; ${formatSize(config.diskReserveBytes)} kept free for the database`,
     );
