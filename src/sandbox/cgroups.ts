@@ -187,10 +187,30 @@ function removeDirs(paths: CgroupPaths): void {
   }
 }
 
+/**
+ * oom_score_adj of every workshop and simulator process, set as it enters its sandbox: the
+ * host's OOM killer takes them long before the server and its PostgreSQL (0, or
+ * SERVER_OOM_SCORE_ADJ where the kernel lets the server lower its own). Raising one's own score
+ * needs no privilege, so this holds rootless too; where the writer has CAP_SYS_RESOURCE the
+ * kernel also makes it the process's floor (a workshop cannot lower it again).
+ */
+export const WORKSHOP_OOM_SCORE_ADJ = 500;
+
 /** What the server keeps for itself and its PostgreSQL over all workshops together. */
 export interface ServerReserve {
   /** Memory no workshop may take: all workshops together get at most the host's (or the server's cgroup's) memory minus this. */
   memoryBytes: number;
+  /**
+   * cpu.shares of all workshops together (ATELIER_WORKSHOPS_CPU_SHARES, 256). On cgroup v1 the
+   * workshops' group competes with each runnable thread of the server's cgroup (the server, its
+   * PostgreSQL, their helpers) as one entity: 1024 per thread at nice 0 against this, spread
+   * over the cores the workshops keep busy. At 256 a server thread that wants the CPU gets about
+   * 8/9 of a core (about 2/3 at the kernel's default 1024) even when workshops keep every core
+   * busy; with the server idle the workshops have every core (shares only weigh contention; each
+   * workshop's cpus quota still caps it). Lower starves the workshops whenever anything else on
+   * the host is busy (docs/server.md).
+   */
+  cpuShares: number;
 }
 
 /** What applyServerReserve set, for the start-up log. */
@@ -204,15 +224,6 @@ export interface AppliedReserve {
   /** Why the memory limit could not be set (the workshops already use more), when it could not. */
   warning: string | undefined;
 }
-
-/**
- * cpu.shares of all workshops together. On cgroup v1 the workshops' group competes with each
- * runnable thread of the server's cgroup (the server, its PostgreSQL, their helpers) as one
- * entity: 1024 per thread at nice 0 against this. At 128 a thread of the server that wants the
- * CPU gets 8/9 of a core even when workshops keep every core busy; with the server idle, the
- * workshops have every core (shares only weigh contention; each workshop's cpus quota still caps it).
- */
-export const WORKSHOPS_CPU_SHARES = 128;
 
 /** The memory the processes of the cgroup at `dir` may use at most: its own or an ancestor's limit, or the host's. */
 function memoryAvailable(dir: string, hostBytes: number): number {
@@ -238,8 +249,8 @@ function writeMemoryLimit(dir: string, bytes: number): void {
 /**
  * Keeps a share of the host for the server and its PostgreSQL over all of this server's
  * workshops together (root, cgroup v1): the workshops' parent `atelier/<nodeId>` gets a memory
- * limit of the memory available minus the reserve, and the workshops' groups a low cpu.shares
- * (WORKSHOPS_CPU_SHARES). Made once at start; re-applied at every start (a changed reserve takes
+ * limit of the memory available minus the reserve, and the workshops' groups a low cpu.shares.
+ * Made once at start; re-applied at every start (a changed reserve takes
  * effect then). Throws with what to do when the reserve leaves no memory to workshops.
  */
 export function applyServerReserve(base: CgroupPaths, reserve: ServerReserve, hostBytes: number): AppliedReserve {
@@ -261,7 +272,7 @@ export function applyServerReserve(base: CgroupPaths, reserve: ServerReserve, ho
   }
   // The `atelier` directory is the entity that competes with the server's own threads in its
   // cgroup (several servers of one host share it); `<nodeId>` is set alike for clarity.
-  writeFileSync(join(dirname(base.cpu), 'cpu.shares'), String(WORKSHOPS_CPU_SHARES));
-  writeFileSync(join(base.cpu, 'cpu.shares'), String(WORKSHOPS_CPU_SHARES));
-  return { workshopsMemoryBytes, availableBytes, cpuShares: WORKSHOPS_CPU_SHARES, warning };
+  writeFileSync(join(dirname(base.cpu), 'cpu.shares'), String(reserve.cpuShares));
+  writeFileSync(join(base.cpu, 'cpu.shares'), String(reserve.cpuShares));
+  return { workshopsMemoryBytes, availableBytes, cpuShares: reserve.cpuShares, warning };
 }

@@ -10,7 +10,7 @@ export {
   procsFiles,
   thaw,
   workshopCgroups,
-  WORKSHOPS_CPU_SHARES,
+  WORKSHOP_OOM_SCORE_ADJ,
 } from './cgroups.js';
 export type { AppliedReserve, CgroupPaths, ServerReserve } from './cgroups.js';
 export { diskUsage, freeBytes, isMountPoint, WorkshopDisks } from './disk.js';

@@ -54,9 +54,10 @@ export function inspectIsolation(isRoot: boolean): IsolationReport {
 }
 
 /**
- * oom_score_adj of the server and its embedded PostgreSQL (root only): the host's OOM killer
- * takes a workshop's process (0, reset by every sandbox and simulator as it starts) long before
- * either. Not -1000: a server that leaks must still be killable rather than take every workshop with it.
+ * oom_score_adj the server and its embedded PostgreSQL take where the kernel lets them
+ * (CAP_SYS_RESOURCE: root outside a container that drops it). Not -1000: a server that leaks must
+ * still be killable rather than take every workshop with it. Where it is refused they stay at 0,
+ * still far below a workshop's WORKSHOP_OOM_SCORE_ADJ.
  */
 export const SERVER_OOM_SCORE_ADJ = -900;
 

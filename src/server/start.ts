@@ -18,7 +18,13 @@ import {
   type Config,
 } from '../core/index.js';
 import { createPool, migrate, startEmbeddedPostgres, withTransaction, type EmbeddedPostgres, type Pool } from '../db/index.js';
-import { inspectIsolation, processStartTime, protectFromOomKiller, SERVER_OOM_SCORE_ADJ } from '../sandbox/index.js';
+import {
+  inspectIsolation,
+  processStartTime,
+  protectFromOomKiller,
+  SERVER_OOM_SCORE_ADJ,
+  WORKSHOP_OOM_SCORE_ADJ,
+} from '../sandbox/index.js';
 import { InternalNetwork, LocalDriver, SimulatorManager, WorkshopService } from '../workshops/index.js';
 import { checkSimulatorVersion, warmSimulators } from '../simulators/index.js';
 import { AccountService, Authenticator, MasterKey, generatePassword, hashPassword } from '../identity/index.js';
@@ -273,11 +279,16 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     for (const m of isolation.missing) opts.say(`isolation: ${m}`);
 
     // Before the embedded PostgreSQL starts, which inherits it (as does every process the server
-    // starts; a workshop's and a simulator's give it up as they enter their cgroups).
+    // starts; a workshop's and a simulator's raise theirs to WORKSHOP_OOM_SCORE_ADJ as they enter).
     const oomProtected = config.isRoot && protectFromOomKiller('self');
+    const oomNote = `workshop and simulator processes at oom_score_adj ${WORKSHOP_OOM_SCORE_ADJ}, the server and its PostgreSQL at ${
+      oomProtected
+        ? SERVER_OOM_SCORE_ADJ
+        : `0 (${config.isRoot ? 'lowering it was refused: no CAP_SYS_RESOURCE here' : 'lowering it needs root'})`
+    }`;
     if (!config.isRoot) {
       opts.say(
-        'isolation: not root: no memory or CPU kept for the server and its PostgreSQL over the workshops, and no protection from the OOM killer (cgroups and a negative oom_score_adj need root): a workshop can starve the server',
+        `isolation: not root: no memory or CPU kept for the server and its PostgreSQL over the workshops (cgroups need root): a workshop can starve the server; ${oomNote}`,
       );
     }
     let embedded: EmbeddedPostgres | undefined;
@@ -312,20 +323,15 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       log: logger,
     });
     cleanups.push(() => driver.closeDisks());
-    const reserve = driver.reserveForServer({ memoryBytes: config.serverReserveMemoryBytes });
+    const reserve = driver.reserveForServer({ memoryBytes: config.serverReserveMemoryBytes, cpuShares: config.workshopsCpuShares });
     if (reserve) {
       opts.say(
-        `server reserve: ${formatSize(config.serverReserveMemoryBytes)} of ${formatSize(reserve.availableBytes)} memory kept for the server and its PostgreSQL (all workshops together limited to ${formatSize(reserve.workshopsMemoryBytes)}), workshops at cpu.shares ${reserve.cpuShares} against 1024 per server thread, server and PostgreSQL at oom_score_adj ${oomProtected ? SERVER_OOM_SCORE_ADJ : 'unchanged (refused)'}`,
+        `server reserve: ${formatSize(config.serverReserveMemoryBytes)} of ${formatSize(reserve.availableBytes)} memory kept for the server and its PostgreSQL (all workshops together limited to ${formatSize(reserve.workshopsMemoryBytes)}), workshops at cpu.shares ${reserve.cpuShares} against 1024 per server thread; ${oomNote}`,
       );
       if (reserve.warning) opts.say(`server reserve: ${reserve.warning}`);
     } else if (config.isRoot) {
-      opts.say(
-        `server reserve: none for memory or CPU (no cgroup v1 controllers, see above); server and PostgreSQL at oom_score_adj ${oomProtected ? SERVER_OOM_SCORE_ADJ : 'unchanged (refused)'}`,
-      );
+      opts.say(`server reserve: no memory or CPU kept for the server (no cgroup v1 controllers, see above); ${oomNote}`);
     }
-    opts.say(
-      `disk quotas: ${driver.diskNote ?? `a filesystem of its own per workshop (default ${formatSize(config.defaultDiskBytes)}, at most ${formatSize(config.maxDiskBytes)})`}; ${formatSize(config.diskReserveBytes)} kept free for the database`,
-    );
     const sudoHome = config.sudoUser ? homeOf(config.sudoUser.uid) : undefined;
     const approvals = createApprovals({
       ttl: config.approvalTtl,
