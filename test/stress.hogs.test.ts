@@ -90,6 +90,33 @@ async function until<T>(fn: () => Promise<T>, ok: (v: T) => boolean, seconds = 1
   }
 }
 
+/** Proportional set size of `pid` and every descendant outside workshops (shared memory counted once over them), in bytes. */
+function treePss(pid: number): number {
+  const children = new Map<number, number[]>();
+  for (const p of readdirSync('/proc').filter((x) => /^\d+$/.test(x))) {
+    try {
+      const stat = readFileSync(`/proc/${p}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      children.set(ppid, [...(children.get(ppid) ?? []), Number(p)]);
+    } catch {
+      // exited meanwhile
+    }
+  }
+  let total = 0;
+  const walk = (p: number): void => {
+    try {
+      // A sandbox the server started is its child, but the workshop's, not the server's.
+      if (readFileSync(`/proc/${p}/cgroup`, 'utf8').includes('/atelier/')) return;
+      total += Number(/^Pss:\s+(\d+) kB$/m.exec(readFileSync(`/proc/${p}/smaps_rollup`, 'utf8'))?.[1] ?? 0) * 1024;
+    } catch {
+      // exited meanwhile
+    }
+    for (const c of children.get(p) ?? []) walk(c);
+  };
+  walk(pid);
+  return total;
+}
+
 function postmasterPid(dataDir: string): number {
   return Number(read(join(dataDir, 'pg', 'postmaster.pid')).split('\n')[0]);
 }
@@ -173,7 +200,7 @@ describe('one workshop cannot starve the server (fork bomb, CPU and memory hogs)
     assert.match(pidsEvents, /^max [1-9]/m, 'the fork bomb reached its pids limit');
   });
 
-  it('meanwhile answers, runs B’s exec, and files and decides an approval', async () => {
+  it('meanwhile answers, runs B’s exec, and files and decides an approval', async (t) => {
     for (let round = 0; round < 3; round++) {
       const one = await server.api<W>('GET', `/v1/workshops/${ws.b}`);
       assert.equal(one.status, 200, JSON.stringify(one.body));
@@ -202,6 +229,9 @@ describe('one workshop cannot starve the server (fork bomb, CPU and memory hogs)
     assert.equal(a.body.status, 'APPROVED');
     // A is still loaded: its hogs run on.
     assert.ok(Number(read(cgroupFile('pids', node, `${ws.a}/pids.current`))) > 100, 'the fork bomb still holds A');
+    // What the reserve must hold (docs/server.md): the server (its helpers included) and PostgreSQL, under this load.
+    const mib = (b: number): string => `${(b / 2 ** 20).toFixed(0)} MiB`;
+    t.diagnostic(`memory (PSS): server ${mib(treePss(server.proc!.pid!))}, PostgreSQL ${mib(treePss(postmasterPid(server.dataDir)))}`);
   });
 
   it('restarted (SIGTERM) in the middle of the load, takes every workshop back: B’s files and its running process kept', async () => {
