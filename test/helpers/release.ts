@@ -1,9 +1,9 @@
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { createReadStream } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { REPO_ROOT } from './server.js';
 
 function hashTree(dir: string, h: ReturnType<typeof createHash>): void {
@@ -12,6 +12,31 @@ function hashTree(dir: string, h: ReturnType<typeof createHash>): void {
     h.update(p.slice(REPO_ROOT.length));
     if (e.isDirectory()) hashTree(p, h);
     else h.update(readFileSync(p));
+  }
+}
+
+/** Runs `fn` holding .cache/host-release/.lock (two test files may want the same release at once). */
+function underLock<T>(fn: () => T): T {
+  const lock = join(REPO_ROOT, '.cache/host-release/.lock');
+  mkdirSync(dirname(lock), { recursive: true });
+  const deadline = Date.now() + 280_000;
+  for (;;) {
+    try {
+      mkdirSync(lock);
+      break;
+    } catch {
+      // A lock whose holder died (its pid file names a process that is gone) is taken over.
+      const holder = Number(existsSync(join(lock, 'pid')) ? readFileSync(join(lock, 'pid'), 'utf8') : '0');
+      if (holder > 0 && !existsSync(`/proc/${holder}`)) rmSync(lock, { recursive: true, force: true });
+      else if (Date.now() > deadline) throw new Error(`${lock} is held by pid ${holder}`);
+      else Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 500);
+    }
+  }
+  writeFileSync(join(lock, 'pid'), String(process.pid));
+  try {
+    return fn();
+  } finally {
+    rmSync(lock, { recursive: true, force: true });
   }
 }
 
@@ -28,13 +53,16 @@ export function cachedRelease(version = '0.0.0-test'): string {
   const out = join(REPO_ROOT, '.cache/host-release', h.digest('hex').slice(0, 16));
   const tarball = join(out, `atelier-${version}-linux-x64.tar.gz`);
   if (existsSync(`${tarball}.sha256`) && existsSync(join(out, 'LATEST'))) return out;
-  // Older ones are of no use once the build changed.
-  rmSync(join(REPO_ROOT, '.cache/host-release'), { recursive: true, force: true });
-  execFileSync(process.execPath, [join(REPO_ROOT, 'scripts/release.mjs'), '--no-build', '--version', version, '--out', out], {
-    cwd: REPO_ROOT,
-    stdio: ['ignore', 'ignore', 'inherit'],
+  return underLock(() => {
+    if (existsSync(`${tarball}.sha256`) && existsSync(join(out, 'LATEST'))) return out;
+    // Older ones are of no use once the build changed.
+    for (const old of readdirSync(join(REPO_ROOT, '.cache/host-release'))) if (old !== '.lock') rmSync(join(REPO_ROOT, '.cache/host-release', old), { recursive: true, force: true });
+    execFileSync(process.execPath, [join(REPO_ROOT, 'scripts/release.mjs'), '--no-build', '--fast', '--version', version, '--out', out], {
+      cwd: REPO_ROOT,
+      stdio: ['ignore', 'ignore', 'inherit'],
+    });
+    return out;
   });
-  return out;
 }
 
 /** Serves the files of `dir` over HTTP on 127.0.0.1 (a release site, as get.sh sees one). */
@@ -88,4 +116,50 @@ export function runProcess(cmd: string, args: string[], env: NodeJS.ProcessEnv):
         p.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
       }),
   );
+}
+
+/**
+ * Further releases made from `base` (a cachedRelease folder), each in its own folder beside it:
+ * unpacked once, then for each in turn renamed `version`, changed by `change(root)` (on top of the
+ * ones before: a migration added, say), and packed with its .sha256 and LATEST. `key` names what
+ * the changes do (it is part of the cache's folder names).
+ */
+export function derivedReleases(base: string, key: string, steps: { version: string; change: (root: string) => void }[]): string[] {
+  const outs = steps.map((s) => join(base, `derived-${key}-${s.version}`));
+  if (outs.every((o) => existsSync(join(o, 'LATEST')))) return outs;
+  return underLock(() => {
+    const from = readFileSync(join(base, 'LATEST'), 'utf8').trim();
+    const work = join(base, `work-${process.pid}`);
+    rmSync(work, { recursive: true, force: true });
+    mkdirSync(work, { recursive: true });
+    try {
+      execFileSync('tar', ['-xzf', join(base, `atelier-${from}-linux-x64.tar.gz`), '-C', work]);
+      let current = from;
+      for (const [i, { version, change }] of steps.entries()) {
+        const root = join(work, `atelier-${version}`);
+        renameSync(join(work, `atelier-${current}`), root);
+        current = version;
+        for (const f of ['package.json', 'RELEASE.json']) {
+          const j = JSON.parse(readFileSync(join(root, f), 'utf8')) as { version: string };
+          j.version = version;
+          writeFileSync(join(root, f), JSON.stringify(j, null, 2) + '\n');
+        }
+        change(root);
+        const name = `atelier-${version}-linux-x64.tar.gz`;
+        const out = outs[i]!;
+        const tmp = `${out}.tmp`;
+        rmSync(tmp, { recursive: true, force: true });
+        mkdirSync(tmp);
+        execFileSync('tar', ['-C', work, '-I', 'gzip -1', '-cf', join(tmp, name), `atelier-${version}`]);
+        const sha = createHash('sha256').update(readFileSync(join(tmp, name))).digest('hex');
+        writeFileSync(join(tmp, `${name}.sha256`), `${sha}  ${name}\n`);
+        writeFileSync(join(tmp, 'LATEST'), `${version}\n`);
+        rmSync(out, { recursive: true, force: true });
+        renameSync(tmp, out);
+      }
+      return outs;
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  });
 }
