@@ -13,7 +13,19 @@
 // --fast (gzip -1: a larger tarball made in half the time; the tests use it).
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { chmodSync, cpSync, createReadStream, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  cpSync,
+  createReadStream,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  realpathSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative, resolve, sep } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -29,7 +41,9 @@ if (!/^[0-9A-Za-z][0-9A-Za-z.+-]*$/.test(version)) {
   process.exit(2);
 }
 if (process.platform !== 'linux' || process.arch !== 'x64') {
-  console.error(`release: builds linux-x64 only (this is ${process.platform}-${process.arch}): native addons are built for the machine that runs this`);
+  console.error(
+    `release: builds linux-x64 only (this is ${process.platform}-${process.arch}): native addons are built for the machine that runs this`,
+  );
   process.exit(2);
 }
 const out = resolve(flags.out ?? join(root, 'dist-release'));
@@ -71,7 +85,8 @@ try {
   for (const p of copied) {
     const prebuilds = join(top, 'node_modules', relative(modules, p), 'prebuilds');
     if (!existsSync(prebuilds)) continue;
-    for (const plat of readdirSync(prebuilds)) if (!plat.startsWith('linux-x64')) rmSync(join(prebuilds, plat), { recursive: true, force: true });
+    for (const plat of readdirSync(prebuilds))
+      if (!plat.startsWith('linux-x64')) rmSync(join(prebuilds, plat), { recursive: true, force: true });
   }
 
   // The Node.js that runs it (the release does not depend on the machine's).
@@ -107,9 +122,13 @@ try {
   const tarball = join(out, name);
   rmSync(tarball, { force: true });
   // Files owned by root, no timestamps of this machine's users leaking: ownership is the installer's business.
-  execFileSync('tar', ['-C', stage, '--owner=0', '--group=0', '--numeric-owner', '-I', flags.fast ? 'gzip -1' : 'gzip', '-cf', tarball, `atelier-${version}`], {
-    stdio: 'inherit',
-  });
+  execFileSync(
+    'tar',
+    ['-C', stage, '--owner=0', '--group=0', '--numeric-owner', '-I', flags.fast ? 'gzip -1' : 'gzip', '-cf', tarball, `atelier-${version}`],
+    {
+      stdio: 'inherit',
+    },
+  );
   const hash = createHash('sha256');
   for await (const chunk of createReadStream(tarball)) hash.update(chunk);
   const sha = hash.digest('hex');

@@ -61,7 +61,8 @@ describe('host install from a release tarball (bootstrap, install, supervisor, u
 
   after(async () => {
     const supervisor = join(prefix, 'run/atelier/supervisor.pid');
-    if (livePid(supervisor) !== undefined && existsSync(atelier())) await cli(['server', 'uninstall', '--prefix', prefix, '--purge', '--yes']);
+    if (livePid(supervisor) !== undefined && existsSync(atelier()))
+      await cli(['server', 'uninstall', '--prefix', prefix, '--purge', '--yes']);
     const left = livePid(supervisor);
     if (left !== undefined) process.kill(left, 'SIGTERM');
     const server = livePid(join(dataDir(), 'server.pid'));
@@ -98,7 +99,8 @@ describe('host install from a release tarball (bootstrap, install, supervisor, u
     // PostgreSQL binaries whose initdb fails: the database step fails after the steps before it.
     const fake = mkdtempSync('/tmp/atelier-host-pgbin-');
     try {
-      for (const b of ['postgres', 'initdb', 'pg_ctl']) writeFileSync(join(fake, b), '#!/bin/sh\necho "initdb: this disk is on fire" >&2\nexit 1\n', { mode: 0o755 });
+      for (const b of ['postgres', 'initdb', 'pg_ctl'])
+        writeFileSync(join(fake, b), '#!/bin/sh\necho "initdb: this disk is on fire" >&2\nexit 1\n', { mode: 0o755 });
       const r = await runGetSh(['--listen', listen, '--yes'], { ...env, ATELIER_PG_BIN_DIR: fake });
       assert.notEqual(r.code, 0, r.stderr);
       assert.match(r.stderr, /step 5\/7 "database" failed/, r.stderr);
@@ -169,7 +171,8 @@ describe('host install from a release tarball (bootstrap, install, supervisor, u
     const repo = join(home, 'repo');
     mkdirSync(repo);
     writeFileSync(join(repo, 'README.md'), '# hello from the host test\n');
-    const git = (...args: string[]) => execFileSync('git', ['-c', 'user.email=t@example.com', '-c', 'user.name=t', ...args], { cwd: repo, stdio: 'ignore' });
+    const git = (...args: string[]) =>
+      execFileSync('git', ['-c', 'user.email=t@example.com', '-c', 'user.name=t', ...args], { cwd: repo, stdio: 'ignore' });
     git('init', '-q', '-b', 'main');
     git('add', '-A');
     git('commit', '-qm', 'initial');
@@ -191,10 +194,16 @@ describe('host install from a release tarball (bootstrap, install, supervisor, u
     for (;;) {
       const now = livePid(pidFile);
       if (now !== undefined && now !== first && (await healthz())?.status === 'ok') break;
-      assert.ok(Date.now() < deadline, `no new healthy server; log:\n${readFileSync(join(prefix, 'var/log/atelier/server.log'), 'utf8').slice(-3000)}`);
+      assert.ok(
+        Date.now() < deadline,
+        `no new healthy server; log:\n${readFileSync(join(prefix, 'var/log/atelier/server.log'), 'utf8').slice(-3000)}`,
+      );
       await new Promise((r) => setTimeout(r, 250));
     }
-    assert.match(readFileSync(join(prefix, 'var/log/atelier/server.log'), 'utf8'), /supervisor: server exited \(SIGKILL\); restarting in 1 s/);
+    assert.match(
+      readFileSync(join(prefix, 'var/log/atelier/server.log'), 'utf8'),
+      /supervisor: server exited \(SIGKILL\); restarting in 1 s/,
+    );
     assert.deepEqual(
       (await api('/v1/workshops')).items.map((w) => w.id),
       [workshopId],

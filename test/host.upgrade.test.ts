@@ -33,7 +33,10 @@ describe('host upgrade: migration, automatic rollback of a broken release, --rol
   const cli = (args: string[]) => runProcess(atelier(), args, env);
   const token = (): string => /^token: (atl_\S+)/m.exec(readFileSync(join(dataDir(), 'credentials.txt'), 'utf8'))![1]!;
   const api = async <T>(path: string, init: RequestInit = {}): Promise<T> => {
-    const r = await fetch(`${url()}${path}`, { ...init, headers: { authorization: `Bearer ${token()}`, 'content-type': 'application/json' } });
+    const r = await fetch(`${url()}${path}`, {
+      ...init,
+      headers: { authorization: `Bearer ${token()}`, 'content-type': 'application/json' },
+    });
     assert.ok(r.ok, `${path}: ${r.status} ${await r.clone().text()}`);
     return (await r.json()) as T;
   };
@@ -43,9 +46,19 @@ describe('host upgrade: migration, automatic rollback of a broken release, --rol
       () => undefined,
     );
   const migrations = (): string[] =>
-    execFileSync('psql', ['-At', '-d', `postgresql://atelier@/atelier?host=${encodeURIComponent(join(dataDir(), 'pgsock'))}`, '-c', 'SELECT version FROM schema_migrations ORDER BY 1'], {
-      encoding: 'utf8',
-    })
+    execFileSync(
+      'psql',
+      [
+        '-At',
+        '-d',
+        `postgresql://atelier@/atelier?host=${encodeURIComponent(join(dataDir(), 'pgsock'))}`,
+        '-c',
+        'SELECT version FROM schema_migrations ORDER BY 1',
+      ],
+      {
+        encoding: 'utf8',
+      },
+    )
       .trim()
       .split('\n');
   /** The workshop is still listed and its session is the same one, still running. */
@@ -69,7 +82,11 @@ describe('host upgrade: migration, automatic rollback of a broken release, --rol
     [r1, r2] = derivedReleases(r0, 'upgrade-v1', [
       {
         version: V1,
-        change: (root) => writeFileSync(join(root, 'dist/db/migrations/900_host_upgrade_probe.sql'), 'CREATE TABLE host_upgrade_probe (id int PRIMARY KEY);\n'),
+        change: (root) =>
+          writeFileSync(
+            join(root, 'dist/db/migrations/900_host_upgrade_probe.sql'),
+            'CREATE TABLE host_upgrade_probe (id int PRIMARY KEY);\n',
+          ),
       },
       {
         version: V2,
@@ -78,7 +95,10 @@ describe('host upgrade: migration, automatic rollback of a broken release, --rol
           const start = join(root, 'dist/server/start.js');
           const js = readFileSync(start, 'utf8');
           assert.ok(js.includes('await migrate(pool);'), 'the server migrates at start');
-          writeFileSync(start, js.replace('await migrate(pool);', "await migrate(pool); throw new Error('a deliberately broken release');"));
+          writeFileSync(
+            start,
+            js.replace('await migrate(pool);', "await migrate(pool); throw new Error('a deliberately broken release');"),
+          );
         },
       },
     ]) as [string, string];
@@ -102,17 +122,22 @@ describe('host upgrade: migration, automatic rollback of a broken release, --rol
     const repo = join(home, 'repo');
     mkdirSync(repo);
     writeFileSync(join(repo, 'README.md'), '# upgrade\n');
-    const git = (...args: string[]) => execFileSync('git', ['-c', 'user.email=t@example.com', '-c', 'user.name=t', ...args], { cwd: repo, stdio: 'ignore' });
+    const git = (...args: string[]) =>
+      execFileSync('git', ['-c', 'user.email=t@example.com', '-c', 'user.name=t', ...args], { cwd: repo, stdio: 'ignore' });
     git('init', '-q', '-b', 'main');
     git('add', '-A');
     git('commit', '-qm', 'initial');
     workshopId = (await api<{ id: string }>('/v1/workshops', { method: 'POST', body: JSON.stringify({ repo }) })).id;
-    const s = await api<{ startedAt: string }>(`/v1/workshops/${workshopId}/sessions`, { method: 'POST', body: JSON.stringify({ name: 'agent', command: ['sleep', '3600'] }) });
+    const s = await api<{ startedAt: string }>(`/v1/workshops/${workshopId}/sessions`, {
+      method: 'POST',
+      body: JSON.stringify({ name: 'agent', command: ['sleep', '3600'] }),
+    });
     sessionStarted = s.startedAt;
   });
 
   after(async () => {
-    if (livePid(join(prefix, 'run/atelier/supervisor.pid')) !== undefined && existsSync(atelier())) await cli(['server', 'uninstall', '--prefix', prefix, '--purge', '--yes']);
+    if (livePid(join(prefix, 'run/atelier/supervisor.pid')) !== undefined && existsSync(atelier()))
+      await cli(['server', 'uninstall', '--prefix', prefix, '--purge', '--yes']);
     const left = livePid(join(prefix, 'run/atelier/supervisor.pid'));
     if (left !== undefined) process.kill(left, 'SIGTERM');
     const server = livePid(join(dataDir(), 'server.pid'));
@@ -131,7 +156,8 @@ describe('host upgrade: migration, automatic rollback of a broken release, --rol
   it('upgrades to a release with a migration: backup, migrated, workshop and session kept', async () => {
     const r = await cli(['server', 'upgrade', '--prefix', prefix, '--release', join(r1, `atelier-${V1}-linux-x64.tar.gz`)]);
     assert.equal(r.code, 0, r.stderr);
-    for (const phase of ['verify', 'unpack', 'backup', 'stop', 'start', 'health']) assert.match(r.stderr, new RegExp(`\\] ${phase}: applied`));
+    for (const phase of ['verify', 'unpack', 'backup', 'stop', 'start', 'health'])
+      assert.match(r.stderr, new RegExp(`\\] ${phase}: applied`));
     assert.match(r.stderr, new RegExp(`upgraded: Atelier ${V1}`));
     assert.equal(await version(), V1);
     assert.equal(readlinkSync(join(prefix, 'opt/atelier/current')), `releases/${V1}`);
@@ -163,7 +189,16 @@ describe('host upgrade: migration, automatic rollback of a broken release, --rol
     assert.match(r.stderr, new RegExp(`rolled back: Atelier ${V0} runs`));
     assert.equal(await version(), V0);
     await workshopSurvived();
-    const again = await cli(['server', 'upgrade', '--prefix', prefix, '--release', join(r1, `atelier-${V1}-linux-x64.tar.gz`), '--output', 'json']);
+    const again = await cli([
+      'server',
+      'upgrade',
+      '--prefix',
+      prefix,
+      '--release',
+      join(r1, `atelier-${V1}-linux-x64.tar.gz`),
+      '--output',
+      'json',
+    ]);
     assert.equal(again.code, 0, again.stderr);
     assert.equal(await version(), V1, 'and forward again (the release already unpacked is reused)');
   });

@@ -170,7 +170,9 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   app.get('/v1/openapi.json', PUBLIC, async () => (openapi ??= openApiDocument({ version: deps.version })));
   // The bootstrap (`curl -fsSL URL/install.sh | ATELIER_RELEASE_URL=… sh`): scripts/get.sh, shipped in every release.
   app.get('/install.sh', PUBLIC, async (_request, reply) =>
-    reply.header('content-type', 'text/x-shellscript; charset=utf-8').send(await readFile(new URL('../../scripts/get.sh', import.meta.url), 'utf8')),
+    reply
+      .header('content-type', 'text/x-shellscript; charset=utf-8')
+      .send(await readFile(new URL('../../scripts/get.sh', import.meta.url), 'utf8')),
   );
 
   workshopRoutes(app, deps.workshops, deps.approvals);

@@ -48,7 +48,8 @@ function underLock<T>(fn: () => T): T {
 export function cachedRelease(version = '0.0.0-test'): string {
   const h = createHash('sha256');
   hashTree(join(REPO_ROOT, 'dist'), h);
-  for (const f of ['package.json', 'package-lock.json', 'scripts/get.sh', 'scripts/release.mjs']) h.update(readFileSync(join(REPO_ROOT, f)));
+  for (const f of ['package.json', 'package-lock.json', 'scripts/get.sh', 'scripts/release.mjs'])
+    h.update(readFileSync(join(REPO_ROOT, f)));
   h.update(version);
   const out = join(REPO_ROOT, '.cache/host-release', h.digest('hex').slice(0, 16));
   const tarball = join(out, `atelier-${version}-linux-x64.tar.gz`);
@@ -56,7 +57,8 @@ export function cachedRelease(version = '0.0.0-test'): string {
   return underLock(() => {
     if (existsSync(`${tarball}.sha256`) && existsSync(join(out, 'LATEST'))) return out;
     // Older ones are of no use once the build changed.
-    for (const old of readdirSync(join(REPO_ROOT, '.cache/host-release'))) if (old !== '.lock') rmSync(join(REPO_ROOT, '.cache/host-release', old), { recursive: true, force: true });
+    for (const old of readdirSync(join(REPO_ROOT, '.cache/host-release')))
+      if (old !== '.lock') rmSync(join(REPO_ROOT, '.cache/host-release', old), { recursive: true, force: true });
     execFileSync(process.execPath, [join(REPO_ROOT, 'scripts/release.mjs'), '--no-build', '--fast', '--version', version, '--out', out], {
       cwd: REPO_ROOT,
       stdio: ['ignore', 'ignore', 'inherit'],
@@ -151,7 +153,9 @@ export function derivedReleases(base: string, key: string, steps: { version: str
         rmSync(tmp, { recursive: true, force: true });
         mkdirSync(tmp);
         execFileSync('tar', ['-C', work, '-I', 'gzip -1', '-cf', join(tmp, name), `atelier-${version}`]);
-        const sha = createHash('sha256').update(readFileSync(join(tmp, name))).digest('hex');
+        const sha = createHash('sha256')
+          .update(readFileSync(join(tmp, name)))
+          .digest('hex');
         writeFileSync(join(tmp, `${name}.sha256`), `${sha}  ${name}\n`);
         writeFileSync(join(tmp, 'LATEST'), `${version}\n`);
         rmSync(out, { recursive: true, force: true });

@@ -63,7 +63,9 @@ export function register(program: Command, cli: Cli): void {
 
   server
     .command('upgrade')
-    .description('move the installed service to another release: verify, unpack beside, back up the database, stop, start, health-check; rolls back by itself on failure (root)')
+    .description(
+      'move the installed service to another release: verify, unpack beside, back up the database, stop, start, health-check; rolls back by itself on failure (root)',
+    )
     .option('--prefix <dir>', 'root of the installed layout (default /)')
     .option('--release <file|url>', 'the new release: a tarball (its .sha256 beside it), or the folder/URL holding LATEST')
     .option('--rollback', 'return to the release before the last upgrade')

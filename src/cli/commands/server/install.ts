@@ -22,13 +22,19 @@ export interface ServerInstallFlags {
 
 /** Root is needed for the service, the sandboxes and /etc: said before anything is looked at. */
 export function requireRoot(command: string): void {
-  if (process.getuid?.() !== 0) throw new Error(`\`atelier server ${command}\` changes the system (service, /etc, /opt): run it as root, e.g. \`sudo atelier server ${command}\``);
+  if (process.getuid?.() !== 0)
+    throw new Error(
+      `\`atelier server ${command}\` changes the system (service, /etc, /opt): run it as root, e.g. \`sudo atelier server ${command}\``,
+    );
 }
 
 /** The release this program runs from, which must be one unpacked under the layout's releases/. */
 export function installedRelease(layout: HostLayout): { root: string; version: string } {
   const release = runningRelease();
-  if (!release) throw new Error('this `atelier` is not an unpacked release (no RELEASE.json above it): install with scripts/get.sh, which unpacks one and runs this');
+  if (!release)
+    throw new Error(
+      'this `atelier` is not an unpacked release (no RELEASE.json above it): install with scripts/get.sh, which unpacks one and runs this',
+    );
   const expected = join(layout.releases, release.version);
   const same = existsSync(expected) && realpathSync(expected) === realpathSync(release.root);
   return { root: same ? expected : release.root, version: release.version };
@@ -37,7 +43,8 @@ export function installedRelease(layout: HostLayout): { root: string; version: s
 /** Flags first, then what the installed configuration says (a re-run keeps it), then defaults. */
 export function resolveSettings(layout: HostLayout, flags: ServerInstallFlags): InstallSettings {
   const existing = existsSync(layout.envFile) ? parseEnvFile(readFileSync(layout.envFile, 'utf8')) : {};
-  const dataDir = flags.dataDir !== undefined ? hostLayout(layout.prefix, flags.dataDir).dataDir : (existing.ATELIER_DATA_DIR ?? layout.dataDir);
+  const dataDir =
+    flags.dataDir !== undefined ? hostLayout(layout.prefix, flags.dataDir).dataDir : (existing.ATELIER_DATA_DIR ?? layout.dataDir);
   return {
     listen: flags.listen ?? existing.ATELIER_LISTEN ?? '127.0.0.1:7878',
     dataDir,
@@ -65,7 +72,9 @@ export async function serverInstall(flags: ServerInstallFlags, output: string, p
     ['--tls-key', flags.tlsKey],
   ] as const) {
     if (given !== undefined)
-      throw new Error(`${flag}: TLS is not done by the installer yet. Install without it and put a TLS proxy (Caddy, nginx) in front, with --public-url https://YOUR-DOMAIN (docs/server.md)`);
+      throw new Error(
+        `${flag}: TLS is not done by the installer yet. Install without it and put a TLS proxy (Caddy, nginx) in front, with --public-url https://YOUR-DOMAIN (docs/server.md)`,
+      );
   }
   const base = hostLayout(flags.prefix);
   const settings = resolveSettings(base, flags);

@@ -16,7 +16,10 @@ export interface ServerUninstallFlags {
 async function deleteWorkshops(listen: string, credentials: string, say: (line: string) => void): Promise<void> {
   if (!existsSync(credentials)) return;
   const token = /^token: (atl_\S+)/m.exec(readFileSync(credentials, 'utf8'))?.[1];
-  if (!token) throw new Error(`${credentials} holds no API token any more: delete the workshops yourself (\`atelier workshops delete ID\`), then purge again`);
+  if (!token)
+    throw new Error(
+      `${credentials} holds no API token any more: delete the workshops yourself (\`atelier workshops delete ID\`), then purge again`,
+    );
   const base = localUrl(listen);
   const headers = { authorization: `Bearer ${token}` };
   const res = await fetch(`${base}/v1/workshops`, { headers });
@@ -54,7 +57,8 @@ export async function serverUninstall(flags: ServerUninstallFlags, output: strin
     removed.push(name);
   };
 
-  if (flags.purge && serviceRunning(layout) && !env.ATELIER_DATABASE_URL) await deleteWorkshops(env.ATELIER_LISTEN ?? '127.0.0.1:7878', join(layout.dataDir, 'credentials.txt'), say);
+  if (flags.purge && serviceRunning(layout) && !env.ATELIER_DATABASE_URL)
+    await deleteWorkshops(env.ATELIER_LISTEN ?? '127.0.0.1:7878', join(layout.dataDir, 'credentials.txt'), say);
   if (serviceRunning(layout) || existsSync(layout.unitFile)) {
     await stopService(layout);
     rmSync(layout.unitFile, { force: true });

@@ -51,7 +51,8 @@ async function resolveTarball(src: string): Promise<{ url: string; version: stri
   const local = !/^https?:\/\//.test(src);
   const isDir = local && existsSync(src.replace(/^file:\/\//, '')) && statSync(src.replace(/^file:\/\//, '')).isDirectory();
   if (!isDir && TARBALL.test(basename(src))) return { url: src, version: TARBALL.exec(basename(src))![1]! };
-  if (!isDir && local) throw new Error(`--release ${src}: give a file named atelier-VERSION-linux-x64.tar.gz, or a folder/URL holding one and LATEST`);
+  if (!isDir && local)
+    throw new Error(`--release ${src}: give a file named atelier-VERSION-linux-x64.tar.gz, or a folder/URL holding one and LATEST`);
   const base = src.replace(/\/+$/, '');
   const version = (await readText(`${base}/LATEST`)).trim();
   if (!/^[0-9A-Za-z][0-9A-Za-z.+-]*$/.test(version)) throw new Error(`${base}/LATEST does not name a version`);
@@ -79,14 +80,30 @@ async function pgBin(pgBinDir: string | undefined, tool: string): Promise<string
 /** Puts the database back as the dump has it: the embedded one is dropped and restored whole. */
 async function restoreDatabase(env: Record<string, string>, dataDir: string, dump: string, pgBinDir: string | undefined): Promise<void> {
   if (env.ATELIER_DATABASE_URL) {
-    await run(await pgBin(pgBinDir, 'pg_restore'), ['--clean', '--if-exists', '--single-transaction', '-d', env.ATELIER_DATABASE_URL, dump]);
+    await run(await pgBin(pgBinDir, 'pg_restore'), [
+      '--clean',
+      '--if-exists',
+      '--single-transaction',
+      '-d',
+      env.ATELIER_DATABASE_URL,
+      dump,
+    ]);
     return;
   }
   const { startEmbeddedPostgres } = await import('../../../db/index.js');
   const pg = await startEmbeddedPostgres({ dataDir, binDir: pgBinDir, isRoot: true, log: () => undefined });
   try {
     const admin = `postgresql://atelier@/postgres?host=${encodeURIComponent(join(dataDir, 'pgsock'))}`;
-    await run(await pgBin(pgBinDir, 'psql'), ['-v', 'ON_ERROR_STOP=1', '-d', admin, '-c', 'DROP DATABASE IF EXISTS atelier WITH (FORCE)', '-c', 'CREATE DATABASE atelier']);
+    await run(await pgBin(pgBinDir, 'psql'), [
+      '-v',
+      'ON_ERROR_STOP=1',
+      '-d',
+      admin,
+      '-c',
+      'DROP DATABASE IF EXISTS atelier WITH (FORCE)',
+      '-c',
+      'CREATE DATABASE atelier',
+    ]);
     await run(await pgBin(pgBinDir, 'pg_restore'), ['--single-transaction', '-d', pg.connectionString, dump]);
   } finally {
     await pg.stop();
@@ -102,7 +119,9 @@ async function checkHealth(listen: string, version: string, layout: HostLayout, 
     if (h?.status === 'ok' && h.version === version) return;
     const log = existsSync(logFile) ? readFileSync(logFile).subarray(logOffset).toString('utf8') : '';
     if (/supervisor: server exited/.test(log) || Date.now() > deadline) {
-      const why = /supervisor: server exited/.test(log) ? 'the server exited while starting' : `no healthy answer within ${timeoutMs / 1000} s`;
+      const why = /supervisor: server exited/.test(log)
+        ? 'the server exited while starting'
+        : `no healthy answer within ${timeoutMs / 1000} s`;
       throw new Error(`${why}; end of its log:\n${log.split('\n').slice(-12).join('\n')}`);
     }
     await new Promise((r) => setTimeout(r, 250));
@@ -154,10 +173,16 @@ export async function serverUpgrade(flags: ServerUpgradeFlags, output: string, p
     } catch {
       throw new Error('there is no previous release to return to (no upgrade was made here)');
     }
-    if (!existsSync(join(layout.releases, to, 'RELEASE.json'))) throw new Error(`the previous release ${to} is no longer in ${layout.releases}`);
+    if (!existsSync(join(layout.releases, to, 'RELEASE.json')))
+      throw new Error(`the previous release ${to} is no longer in ${layout.releases}`);
     await phase('switch', `${from} -> ${to}, started, healthy`, () => switchTo(layout, to, listen));
     setLink(previousLink, `releases/${from}`);
-    emit({ event: 'done', from, to, message: `rolled back: Atelier ${to} runs at ${localUrl(listen)} (the database was kept; \`upgrade --rollback\` again returns to ${from})` });
+    emit({
+      event: 'done',
+      from,
+      to,
+      message: `rolled back: Atelier ${to} runs at ${localUrl(listen)} (the database was kept; \`upgrade --rollback\` again returns to ${from})`,
+    });
     return 0;
   }
 
@@ -192,7 +217,8 @@ export async function serverUpgrade(flags: ServerUpgradeFlags, output: string, p
   const dump = join(backups, `pre-upgrade-${from}-to-${to}-${new Date().toISOString().replace(/[:.]/g, '')}.dump`);
   await phase('backup', dump, async () => {
     mkdirSync(backups, { recursive: true, mode: 0o700 });
-    if (!serviceRunning(layout) && !env.ATELIER_DATABASE_URL) throw new Error('the service is not running, so neither is its database: start it (`atelier server install`) before upgrading');
+    if (!serviceRunning(layout) && !env.ATELIER_DATABASE_URL)
+      throw new Error('the service is not running, so neither is its database: start it (`atelier server install`) before upgrading');
     await run(await pgBin(pgBinDir, 'pg_dump'), ['-Fc', '-f', dump, '-d', databaseUrl(env, layout.dataDir)]);
   });
 
@@ -210,7 +236,13 @@ export async function serverUpgrade(flags: ServerUpgradeFlags, output: string, p
     return 1;
   }
   setLink(previousLink, `releases/${from}`);
-  emit({ event: 'done', from, to, backup: dump, message: `upgraded: Atelier ${to} runs at ${localUrl(listen)}; \`atelier server upgrade --rollback\` returns to ${from}` });
+  emit({
+    event: 'done',
+    from,
+    to,
+    backup: dump,
+    message: `upgraded: Atelier ${to} runs at ${localUrl(listen)}; \`atelier server upgrade --rollback\` returns to ${from}`,
+  });
   return 0;
 }
 

@@ -54,7 +54,11 @@ export function journal(path: string, entry: Record<string, unknown>): void {
  * applied and verified; a step that fails is undone (its inverse, recorded before its effects) and
  * the run stops there, naming it. Returns how many steps changed something.
  */
-export async function runSteps(steps: HostStep[], ctx: StepContext, opts: { plan: boolean; emit: Emit; journalPath: string }): Promise<{ changed: number }> {
+export async function runSteps(
+  steps: HostStep[],
+  ctx: StepContext,
+  opts: { plan: boolean; emit: Emit; journalPath: string },
+): Promise<{ changed: number }> {
   const total = steps.length;
   const blocked: string[] = [];
   for (const step of steps) for (const p of await step.preconditions(ctx)) if (!p.ok) blocked.push(`${step.name}: ${p.reason}`);
@@ -104,7 +108,10 @@ export async function runSteps(steps: HostStep[], ctx: StepContext, opts: { plan
     }
     journal(opts.journalPath, { step: step.name, outcome: 'undone', detail: undone });
     opts.emit({ event: 'step', step: step.name, index, total, state: 'undone', detail: undone });
-    throw new StepFailed(step.name, `step ${index}/${total} "${step.name}" failed: ${failure}\nThat step was ${undone}; the steps before it stay applied (run the install again once fixed, or \`atelier server uninstall\`).`);
+    throw new StepFailed(
+      step.name,
+      `step ${index}/${total} "${step.name}" failed: ${failure}\nThat step was ${undone}; the steps before it stay applied (run the install again once fixed, or \`atelier server uninstall\`).`,
+    );
   }
   return { changed };
 }

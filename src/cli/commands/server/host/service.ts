@@ -76,13 +76,24 @@ export async function startService(layout: HostLayout): Promise<void> {
   rmSync(layout.supervisorPid, { force: true });
   const child = spawn(
     node,
-    [script, '--pid-file', layout.supervisorPid, '--log-file', join(layout.logDir, 'server.log'), '--env-file', layout.envFile, '--', ...serverCommand(layout)],
+    [
+      script,
+      '--pid-file',
+      layout.supervisorPid,
+      '--log-file',
+      join(layout.logDir, 'server.log'),
+      '--env-file',
+      layout.envFile,
+      '--',
+      ...serverCommand(layout),
+    ],
     { detached: true, stdio: 'ignore', cwd: '/' },
   );
   child.unref();
   const deadline = Date.now() + 15_000;
   while (supervisorPid(layout) === undefined) {
-    if (child.exitCode !== null) throw new Error(`the supervisor exited at once (code ${child.exitCode}): see ${join(layout.logDir, 'server.log')}`);
+    if (child.exitCode !== null)
+      throw new Error(`the supervisor exited at once (code ${child.exitCode}): see ${join(layout.logDir, 'server.log')}`);
     if (Date.now() > deadline) throw new Error(`the supervisor wrote no pid file in 15 s (${layout.supervisorPid})`);
     await new Promise((r) => setTimeout(r, 50));
   }
@@ -141,7 +152,9 @@ export async function waitHealthy(listen: string, version: string, layout: HostL
     if (Date.now() > deadline) {
       const logFile = join(layout.logDir, 'server.log');
       const tail = existsSync(logFile) ? readFileSync(logFile, 'utf8').split('\n').slice(-15).join('\n') : '(no log)';
-      throw new Error(`the server did not become healthy on ${localUrl(listen)} within ${timeoutMs / 1000} s (last answer: ${JSON.stringify(h)}); end of ${logFile}:\n${tail}`);
+      throw new Error(
+        `the server did not become healthy on ${localUrl(listen)} within ${timeoutMs / 1000} s (last answer: ${JSON.stringify(h)}); end of ${logFile}:\n${tail}`,
+      );
     }
     await new Promise((r) => setTimeout(r, 250));
   }

@@ -1,5 +1,17 @@
 import { randomBytes } from 'node:crypto';
-import { chmodSync, existsSync, lstatSync, mkdirSync, readFileSync, readlinkSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  readFileSync,
+  readlinkSync,
+  renameSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { dirname, join } from 'node:path';
 import { parseListen } from '../../../../core/index.js';
 import { formatEnvFile, parseEnvFile, type HostLayout } from './layout.js';
@@ -92,10 +104,14 @@ const releaseStep: HostStep = {
     ];
   },
   async check({ layout, release }) {
-    const ok = linkTarget(layout.current) === `releases/${release.version}` && linkTarget(layout.binLink) === join(layout.current, 'bin/atelier');
+    const ok =
+      linkTarget(layout.current) === `releases/${release.version}` && linkTarget(layout.binLink) === join(layout.current, 'bin/atelier');
     return { done: ok, detail: ok ? `current -> releases/${release.version}` : 'links missing' };
   },
-  plan: ({ layout, release }) => [`link ${layout.current} -> releases/${release.version}`, `link ${layout.binLink} -> ${join(layout.current, 'bin/atelier')}`],
+  plan: ({ layout, release }) => [
+    `link ${layout.current} -> releases/${release.version}`,
+    `link ${layout.binLink} -> ${join(layout.current, 'bin/atelier')}`,
+  ],
   async apply({ layout, release }) {
     const hadCurrent = linkTarget(layout.current) !== undefined;
     const oldBin = linkTarget(layout.binLink);
@@ -137,7 +153,10 @@ const directoriesStep: HostStep = {
   },
   async check(ctx) {
     const wrong = wantedDirs(ctx).filter(([dir, m]) => mode(dir) !== m);
-    return { done: wrong.length === 0, detail: wrong.length === 0 ? 'all present' : `to create or fix: ${wrong.map(([d]) => d).join(', ')}` };
+    return {
+      done: wrong.length === 0,
+      detail: wrong.length === 0 ? 'all present' : `to create or fix: ${wrong.map(([d]) => d).join(', ')}`,
+    };
   },
   plan: (ctx) =>
     wantedDirs(ctx)
@@ -240,7 +259,9 @@ const secretsStep: HostStep = {
     const done = existsSync(layout.masterKey) && mode(layout.masterKey) === 0o600;
     return { done, detail: done ? `${layout.masterKey} present (kept)` : `${layout.masterKey} to create` };
   },
-  plan: ({ layout }) => [existsSync(layout.masterKey) ? `chmod 0600 ${layout.masterKey}` : `create ${layout.masterKey} (0600, 32 random bytes)`],
+  plan: ({ layout }) => [
+    existsSync(layout.masterKey) ? `chmod 0600 ${layout.masterKey}` : `create ${layout.masterKey} (0600, 32 random bytes)`,
+  ],
   async apply({ layout }) {
     const existed = existsSync(layout.masterKey);
     // 'wx': never overwrites a key that appeared meanwhile.
@@ -318,13 +339,20 @@ const serviceStep: HostStep = {
     const done = running && health?.version === ctx.release.version;
     return {
       done,
-      detail: done ? `${serviceKind()} running, healthy (version ${health!.version})` : running ? 'running but not healthy on this release' : 'not running',
+      detail: done
+        ? `${serviceKind()} running, healthy (version ${health!.version})`
+        : running
+          ? 'running but not healthy on this release'
+          : 'not running',
     };
   },
   plan: (ctx) =>
     serviceKind() === 'systemd'
       ? [`write ${ctx.layout.unitFile}`, 'systemctl daemon-reload', 'systemctl enable --now atelier']
-      : [`start the supervisor (pid file ${ctx.layout.supervisorPid}, log ${join(ctx.layout.logDir, 'server.log')})`, `wait for http://${ctx.settings.listen}/healthz`],
+      : [
+          `start the supervisor (pid file ${ctx.layout.supervisorPid}, log ${join(ctx.layout.logDir, 'server.log')})`,
+          `wait for http://${ctx.settings.listen}/healthz`,
+        ],
   async apply(ctx, record) {
     if (serviceRunning(ctx.layout)) await stopService(ctx.layout);
     const unitExisted = existsSync(ctx.layout.unitFile);
@@ -376,4 +404,12 @@ const credentialsStep: HostStep = {
 };
 
 /** Install order; uninstall walks it backwards. */
-export const INSTALL_STEPS: HostStep[] = [releaseStep, directoriesStep, configStep, secretsStep, databaseStep, serviceStep, credentialsStep];
+export const INSTALL_STEPS: HostStep[] = [
+  releaseStep,
+  directoriesStep,
+  configStep,
+  secretsStep,
+  databaseStep,
+  serviceStep,
+  credentialsStep,
+];
