@@ -3,6 +3,7 @@
 //   dist-release/atelier-VERSION-linux-x64.tar.gz          the release (top folder atelier-VERSION/)
 //   dist-release/atelier-VERSION-linux-x64.tar.gz.sha256   `sha256sum` format
 //   dist-release/LATEST                                    the version, for scripts/get.sh
+//   dist-release/get.sh                                    scripts/get.sh, the bootstrap
 //
 // Inside: the built server and CLI (dist/), the production dependencies as npm installed them here
 // (native addons, node-pty's included, built for this platform), deploy/stacks, scripts/get.sh (the
@@ -134,6 +135,8 @@ try {
   const sha = hash.digest('hex');
   writeFileSync(`${tarball}.sha256`, `${sha}  ${name}\n`);
   writeFileSync(join(out, 'LATEST'), `${version}\n`);
+  // The bootstrap beside the release, so that the folder is all a new machine needs (README).
+  cpSync(join(root, 'scripts/get.sh'), join(out, 'get.sh'));
   console.log(`release: ${tarball} (sha256 ${sha}, ${copied.length} production packages, ${((Date.now() - t0) / 1000).toFixed(1)} s)`);
 } finally {
   rmSync(stage, { recursive: true, force: true });

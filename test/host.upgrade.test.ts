@@ -79,7 +79,7 @@ describe('host upgrade: migration, automatic rollback of a broken release, --rol
     const r0 = cachedRelease(V0);
     // 0.0.1 adds a migration; 0.0.2 adds another, then its server fails right after migrating
     // (so the database was changed and must be put back).
-    [r1, r2] = derivedReleases(r0, 'upgrade-v1', [
+    [r1, r2] = derivedReleases(r0, 'upgrade', [
       {
         version: V1,
         change: (root) =>

@@ -1,6 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { createReadStream } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -121,8 +121,8 @@ export function runProcess(cmd: string, args: string[], env: NodeJS.ProcessEnv):
 }
 
 /**
- * Further releases made from `base` (a cachedRelease folder), each in its own folder beside it:
- * unpacked once, then for each in turn renamed `version`, changed by `change(root)` (on top of the
+ * Further releases made from `base` (a cachedRelease folder), each in its own folder beside it,
+ * to be installed on a host where `base` is (they link to its Node.js and node_modules): unpacked once, then for each in turn renamed `version`, changed by `change(root)` (on top of the
  * ones before: a migration added, say), and packed with its .sha256 and LATEST. `key` names what
  * the changes do (it is part of the cache's folder names).
  */
@@ -135,7 +135,19 @@ export function derivedReleases(base: string, key: string, steps: { version: str
     rmSync(work, { recursive: true, force: true });
     mkdirSync(work, { recursive: true });
     try {
-      execFileSync('tar', ['-xzf', join(base, `atelier-${from}-linux-x64.tar.gz`), '-C', work]);
+      // Everything but Node and node_modules, which the derived releases share with `base`'s
+      // (links to ../FROM/…, resolved once they are unpacked beside it): a few MB to pack, not 200.
+      const top = `atelier-${from}`;
+      execFileSync('tar', [
+        '-xzf',
+        join(base, `${top}-linux-x64.tar.gz`),
+        '-C',
+        work,
+        `--exclude=${top}/node`,
+        `--exclude=${top}/node_modules`,
+      ]);
+      symlinkSync(`../${from}/node`, join(work, top, 'node'));
+      symlinkSync(`../${from}/node_modules`, join(work, top, 'node_modules'));
       let current = from;
       for (const [i, { version, change }] of steps.entries()) {
         const root = join(work, `atelier-${version}`);

@@ -80,6 +80,7 @@ export async function serverUninstall(flags: ServerUninstallFlags, output: strin
   if (existsSync(layout.binLink) || existsSync(layout.current)) {
     rmSync(layout.binLink, { force: true });
     rmSync(layout.current, { force: true });
+    rmSync(join(layout.home, 'previous'), { force: true });
     rmSync(layout.releases, { recursive: true, force: true });
     step('release', `removed ${layout.releases}, ${layout.current} and ${layout.binLink}`);
   }
