@@ -144,7 +144,7 @@ export async function healthz(listen: string): Promise<{ status: string; version
 }
 
 /** Waits until /healthz answers ok with `version`; fails with the end of the server log. */
-export async function waitHealthy(listen: string, version: string, layout: HostLayout, timeoutMs = 120_000): Promise<void> {
+export async function waitHealthy(listen: string, version: string, layout: HostLayout, timeoutMs = 240_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const h = await healthz(listen);
