@@ -32,6 +32,16 @@ export function register(program: Command, cli: Cli): void {
     });
 
   server
+    .command('rotate-keys')
+    .description("rotate the embedded issuer's signing key (admin of the default tenant); nobody is logged out")
+    .action(async () => {
+      const c = cli.ctx();
+      const { rotateKeys } = await import('../tokens/manage.js');
+      const r = await rotateKeys(c);
+      await cli.render(c.output, r, () => `new signing key ${r.kid}; tokens signed with the previous one stay valid until they expire`);
+    });
+
+  server
     .command('install')
     .description('install this release as a service: typed, journaled steps; a re-run changes nothing (root; docs/server.md)')
     .option('--prefix <dir>', 'root of the installed layout (default /: /opt/atelier, /etc/atelier, /var/lib/atelier)')
@@ -72,15 +82,5 @@ export function register(program: Command, cli: Cli): void {
     .action(async (flags, cmd: Command) => {
       const { serverUpgrade } = await import('./upgrade.js');
       cli.setExitCode(await serverUpgrade(flags as object, (cmd.optsWithGlobals() as { output: string }).output, cli.config.pgBinDir));
-    });
-
-  server
-    .command('rotate-keys')
-    .description("rotate the embedded issuer's signing key (admin of the default tenant); nobody is logged out")
-    .action(async () => {
-      const c = cli.ctx();
-      const { rotateKeys } = await import('../tokens/manage.js');
-      const r = await rotateKeys(c);
-      await cli.render(c.output, r, () => `new signing key ${r.kid}; tokens signed with the previous one stay valid until they expire`);
     });
 }
