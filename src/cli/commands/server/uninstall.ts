@@ -57,7 +57,7 @@ export async function serverUninstall(flags: ServerUninstallFlags, output: strin
     removed.push(name);
   };
 
-  if (flags.purge && serviceRunning(layout) && !env.ATELIER_DATABASE_URL)
+  if (flags.purge && serviceRunning(layout))
     await deleteWorkshops(env.ATELIER_LISTEN ?? '127.0.0.1:7878', join(layout.dataDir, 'credentials.txt'), say);
   if (serviceRunning(layout) || existsSync(layout.unitFile)) {
     await stopService(layout);
