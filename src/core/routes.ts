@@ -83,6 +83,7 @@ export interface RouteDef {
 
 /** Routes the server serves outside the table, and why: none is part of the REST API a client scripts. */
 export const ROUTES_OUTSIDE_TABLE = [
+  { method: 'GET', path: '/install.sh', why: 'the bootstrap shell script (scripts/get.sh) that `curl … | sh` runs' },
   { method: 'GET', path: '/metrics', why: 'Prometheus text exposition, for a scraper' },
   { method: 'GET', path: '/oidc/*', why: "the embedded OIDC issuer's own endpoints (discovery, JWKS, authorize…)" },
   { method: 'POST', path: '/oidc/*', why: "the embedded OIDC issuer's own endpoints (token, revocation…)" },
