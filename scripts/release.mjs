@@ -52,7 +52,7 @@ const name = `atelier-${version}-linux-x64.tar.gz`;
 const t0 = Date.now();
 
 if (!flags['no-build']) execFileSync('npm', ['run', '-s', 'build'], { cwd: root, stdio: 'inherit' });
-if (!existsSync(join(root, 'dist/bundle/main.js'))) {
+if (!existsSync(join(root, 'dist/bundle/main.cjs'))) {
   console.error('release: dist/ is not built: run `npm run build` (or drop --no-build)');
   process.exit(1);
 }
@@ -97,14 +97,16 @@ try {
 
   // The launcher: /usr/local/bin/atelier links to RELEASE/bin/atelier (through `current`), so it
   // resolves its own real path to find the release it belongs to.
+  // bin/atelier.mjs is the checkout's own loader (bin/atelier: the bundle with V8's code cache).
   mkdirSync(join(top, 'bin'));
+  cpSync(join(root, 'bin/atelier'), join(top, 'bin/atelier.mjs'));
   writeFileSync(
     join(top, 'bin/atelier'),
     [
       '#!/bin/sh',
       '# Atelier ' + version + ': runs this release with the Node.js shipped in it.',
       'here=$(dirname "$(readlink -f "$0")")',
-      'exec "$here/../node/bin/node" "$here/../dist/bundle/main.js" "$@"',
+      'exec "$here/../node/bin/node" "$here/atelier.mjs" "$@"',
       '',
     ].join('\n'),
   );

@@ -16,9 +16,9 @@ describe('the systemd unit', () => {
     const layout = hostLayout(prefix);
     // What ExecStart names must exist and be executable for verify to pass.
     mkdirSync(join(layout.releases, '1.0.0/node/bin'), { recursive: true });
-    mkdirSync(join(layout.releases, '1.0.0/dist/bundle'), { recursive: true });
+    mkdirSync(join(layout.releases, '1.0.0/bin'), { recursive: true });
     symlinkSync(process.execPath, join(layout.releases, '1.0.0/node/bin/node'));
-    writeFileSync(join(layout.releases, '1.0.0/dist/bundle/main.js'), '');
+    writeFileSync(join(layout.releases, '1.0.0/bin/atelier.mjs'), '');
     symlinkSync('releases/1.0.0', layout.current);
     mkdirSync(layout.configDir, { recursive: true });
     writeFileSync(layout.envFile, 'ATELIER_LISTEN=127.0.0.1:7878\n');

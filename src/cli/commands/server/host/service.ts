@@ -14,7 +14,7 @@ export function serviceKind(): 'systemd' | 'supervisor' {
 
 /** The command the service runs: the `current` release's server, with the Node.js shipped in it. */
 export function serverCommand(layout: HostLayout): string[] {
-  return [join(layout.current, 'node/bin/node'), join(layout.current, 'dist/bundle/main.js'), 'server', 'start'];
+  return [join(layout.current, 'node/bin/node'), join(layout.current, 'bin/atelier.mjs'), 'server', 'start'];
 }
 
 export function unitText(layout: HostLayout): string {
