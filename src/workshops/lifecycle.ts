@@ -333,15 +333,15 @@ export class WorkshopLifecycle {
       // Simulators start before the devcontainer's commands, which may well migrate a database.
       // One that fails is reported Failed in `atelier simulators list`; the workshop goes on.
       const simulators = mergeSimulators(project.simulators, req.simulators ?? []);
-      if (simulators.length > 0) {
-        const end = phase.start('simulators', simulators.map(simulatorName).join(', '));
-        const views = await this.opts.simulators.start(this.shared.context(row, handle!), simulators).catch((err: unknown) => {
-          end(false);
-          throw err;
-        });
-        // One that failed to start is `failed` here too, though the workshop goes on (see above).
-        end(views.every((v) => v.status !== 'Failed'));
-      }
+      // Called with none too: it also sets up the workshop's internal names (api, mcp). Shown as a
+      // phase only when there are simulators.
+      const end = simulators.length > 0 ? phase.start('simulators', simulators.map(simulatorName).join(', ')) : () => undefined;
+      const views = await this.opts.simulators.start(this.shared.context(row, handle!), simulators).catch((err: unknown) => {
+        end(false);
+        throw err;
+      });
+      // One that failed to start is `failed` here too, though the workshop goes on (see above).
+      end(views.every((v) => v.status !== 'Failed'));
       for (const step of dev.createCommands) {
         const end = phase.start('devcontainer', step.key);
         const result = await this.execs
