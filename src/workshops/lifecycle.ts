@@ -343,17 +343,17 @@ export class WorkshopLifecycle {
       // One that failed to start is `failed` here too, though the workshop goes on (see above).
       end(views.every((v) => v.status !== 'Failed'));
       for (const step of dev.createCommands) {
-        const end = phase.start('devcontainer', step.key);
+        const endStep = phase.start('devcontainer', step.key);
         const result = await this.execs
           .collectOutput(this.execs.spawn(current, step.command, '/workspace', {}, undefined, CREATE_COMMAND_TIMEOUT_SECONDS), {
             maxBytes: 64 << 10,
             overflow: 'keep-tail',
           })
           .catch((err: unknown) => {
-            end(false);
+            endStep(false);
             throw err;
           });
-        end(result.exitCode === 0);
+        endStep(result.exitCode === 0);
         if (result.exitCode !== 0) {
           const tail = (result.stderr.toString('utf8') || result.stdout.toString('utf8')).trim().split('\n').slice(-5).join('\n');
           throw new AtelierError(
