@@ -120,7 +120,7 @@ describe('shell completion', () => {
   );
 
   it(
-    'zsh: the script parses and registers _atelier with compinit',
+    'zsh: the script parses, registers _atelier with compinit, and completes a command and a workshop name',
     { skip: !has('zsh') && 'zsh is not installed (apt-get install zsh)' },
     () => {
       execFileSync('zsh', ['-n', join(dir, 'atelier.zsh')], { env });
@@ -133,6 +133,29 @@ describe('shell completion', () => {
         },
       );
       assert.equal(out.trim(), '_atelier');
+      // zsh itself runs _atelier on the words typed; compsys's _describe and _files print what they are given.
+      const run = (...words: string[]): string =>
+        execFileSync(
+          'zsh',
+          [
+            '-f',
+            '-c',
+            [
+              'compdef() { :; }',
+              `source ${join(dir, 'atelier.zsh')}`,
+              '_describe() { print -rl -- "${(@P)${@[-1]}}"; }',
+              '_files() { print -r -- FILES; }',
+              'words=(atelier "$@"); CURRENT=$(( $# + 1 ))',
+              '_atelier',
+            ].join('\n'),
+            'zsh',
+            ...words,
+          ],
+          { env, encoding: 'utf8' },
+        );
+      assert.equal(run('works'), 'workshops:create, list, suspend, resume and delete workshops\n');
+      assert.equal(run('exec', 'comp'), `${ws.name}:${ws.id} (Running)\n`);
+      assert.equal(run('workshops', 'create', '--repo', ''), 'FILES\n', 'a path: the files');
     },
   );
 
