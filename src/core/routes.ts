@@ -257,12 +257,14 @@ export const ROUTES = {
   createWorkshop: {
     method: 'POST',
     path: '/v1/workshops',
-    summary: 'clone a repository into a new sandbox and start it',
+    summary:
+      'clone a repository into a new sandbox and start it; with `Accept: application/x-ndjson`, its phases as NDJSON frames (`{phase,step,state,ms}`), then `{workshop}`',
     tag: 'workshops',
     auth: 'bearer',
     body: CreateWorkshopRequest,
     status: 201,
     response: WorkshopSchema,
+    produces: 'application/x-ndjson',
   },
   listWorkshops: {
     method: 'GET',

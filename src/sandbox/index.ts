@@ -32,6 +32,8 @@ export type { ExecSpec, SandboxHandle, SandboxLayout, SandboxSpec } from './laun
 export { listenInSandbox, listenInSandboxMany, SandboxConnectError, type SandboxPort } from './netns.js';
 export { INSTALL_TOOLS, inspectIsolation, missingTools, protectFromOomKiller, SERVER_OOM_SCORE_ADJ } from './privileges.js';
 export { HOST_TRUST_BUNDLE, hostsFile, TRUST_BUNDLE } from './rootfs.js';
+/** The directory of a workshop's run directory whose `*.sh` snippets its login shells source (/etc/profile.d). */
+export { LOGIN_PROFILE_SUBDIR } from './rootfs.js';
 export { checkSeccomp, SECCOMP_EXEC, seccompLoaderPath, seccompWrap, seccompWrapOnHost } from './seccomp.js';
 export type { SeccompSummary } from './seccomp.js';
 export type { IsolationReport } from './privileges.js';

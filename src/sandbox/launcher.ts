@@ -3,7 +3,7 @@ import { existsSync, mkdirSync, openSync, closeSync, copyFileSync, readFileSync,
 import { join } from 'node:path';
 import type { Writable } from 'node:stream';
 import { procsFiles, destroyCgroups, WORKSHOP_OOM_SCORE_ADJ, type CgroupPaths } from './cgroups.js';
-import { HOST_TRUST_BUNDLE, identityFiles, mountPlan, TRUST_BUNDLE, type MountStep } from './rootfs.js';
+import { HOST_TRUST_BUNDLE, identityFiles, LOGIN_PROFILE, LOGIN_PROFILE_NAME, mountPlan, TRUST_BUNDLE, type MountStep } from './rootfs.js';
 import { installLoader, SECCOMP_EXEC, seccompWrap } from './seccomp.js';
 
 /**
@@ -96,6 +96,7 @@ export function prepareLayout(spec: SandboxSpec): SandboxLayout {
     if (name === 'hosts' && existsSync(path)) continue;
     writeFileSync(path, content, { mode: 0o644 });
   }
+  writeFileSync(join(layout.etc, LOGIN_PROFILE_NAME), LOGIN_PROFILE, { mode: 0o644 });
   if (!spec.rootless) for (const dir of [layout.tmp, layout.home]) chownSync(dir, spec.uid, spec.uid);
   // The workshop's own copy of the host's CA bundle, seen at its usual path (mountPlan): the
   // server adds the workshop's egress CA to it when the workshop has credential bindings.
