@@ -144,16 +144,22 @@ export class BrowserSessions {
       throw new AtelierError('UNAUTHENTICATED', 'this sign-in was not started from this browser (or it expired): sign in again from /');
     const login = JSON.parse(Buffer.from(payload, 'base64url').toString()) as { s: string; v: string; r: string; e: number };
     if (login.e < Date.now()) throw new AtelierError('UNAUTHENTICATED', 'this sign-in took more than 10 minutes: sign in again from /');
-    if (query.state !== login.s) throw new AtelierError('UNAUTHENTICATED', 'the sign-in answer does not match this browser’s: sign in again from /');
-    if (query.error) throw new AtelierError('UNAUTHENTICATED', `sign-in refused (${query.error_description ?? query.error}): sign in again from /`);
+    if (query.state !== login.s)
+      throw new AtelierError('UNAUTHENTICATED', 'the sign-in answer does not match this browser’s: sign in again from /');
+    if (query.error)
+      throw new AtelierError('UNAUTHENTICATED', `sign-in refused (${query.error_description ?? query.error}): sign in again from /`);
     if (!query.code) throw new AtelierError('INVALID_ARGUMENT', 'the sign-in answer carries no code: sign in again from /');
-    const tokens = await this.tokenCall(web, {
-      grant_type: 'authorization_code',
-      code: query.code,
-      redirect_uri: web.redirectUri(),
-      client_id: web.clientId,
-      code_verifier: login.v,
-    }, ip);
+    const tokens = await this.tokenCall(
+      web,
+      {
+        grant_type: 'authorization_code',
+        code: query.code,
+        redirect_uri: web.redirectUri(),
+        client_id: web.clientId,
+        code_verifier: login.v,
+      },
+      ip,
+    );
     const principal = await this.deps.authenticator.authenticate(`Bearer ${tokens.access}`, undefined);
     const id = b64(randomBytes(32));
     await this.deps.pool.query(
@@ -211,11 +217,15 @@ export class BrowserSessions {
       const locked = r.rows[0];
       if (!locked) throw new AtelierError('UNAUTHENTICATED', 'you were signed out: sign in again');
       if (locked.access_expires_at.getTime() - Date.now() > REFRESH_MARGIN_MS) return this.unseal(locked.access_token_sealed, 'a');
-      const tokens = await this.tokenCall(web, {
-        grant_type: 'refresh_token',
-        refresh_token: this.unseal(locked.refresh_token_sealed, 'r'),
-        client_id: web.clientId,
-      }, undefined);
+      const tokens = await this.tokenCall(
+        web,
+        {
+          grant_type: 'refresh_token',
+          refresh_token: this.unseal(locked.refresh_token_sealed, 'r'),
+          client_id: web.clientId,
+        },
+        undefined,
+      );
       await c.query(
         'UPDATE browser_sessions SET access_token_sealed = $2, access_expires_at = $3, refresh_token_sealed = $4 WHERE id_hash = $1',
         [hashId(id), this.seal(tokens.access, 'a'), tokens.expiresAt, this.seal(tokens.refresh, 'r')],
@@ -267,7 +277,8 @@ export class BrowserSessions {
         client_id: web.clientId,
       });
       const res = await web.dispatch(web.endpoints().revocation_endpoint, form.toString());
-      if (res.status !== 200) throw new AtelierError('UNAVAILABLE', `signing out failed at the issuer (it answered ${res.status}): try again`);
+      if (res.status !== 200)
+        throw new AtelierError('UNAVAILABLE', `signing out failed at the issuer (it answered ${res.status}): try again`);
     }
     await this.deps.pool.query('DELETE FROM browser_sessions WHERE id_hash = $1', [hashId(id)]);
   }

@@ -114,7 +114,9 @@ function Dashboard({ session, reload }: { session: Session; reload: () => Promis
       <main className="page">
         <ApprovalsList items={s.items} now={now} live={live} error={error} onOpen={setOpenId} />
       </main>
-      {opened && <ApprovalModal approval={opened} role={session.role} userName={session.user.name} now={now} onClose={() => setOpenId(undefined)} />}
+      {opened && (
+        <ApprovalModal approval={opened} role={session.role} userName={session.user.name} now={now} onClose={() => setOpenId(undefined)} />
+      )}
     </>
   );
 }

@@ -41,7 +41,10 @@ export function ApprovalModal({
 
   const submit = async (decision: 'APPROVE' | 'REJECT'): Promise<void> => {
     if (reason.trim() === '') {
-      setAnswer({ kind: 'error', text: decision === 'REJECT' ? 'Say why you reject it: the agent is told.' : 'Say why you approve it: it goes in the audit trail.' });
+      setAnswer({
+        kind: 'error',
+        text: decision === 'REJECT' ? 'Say why you reject it: the agent is told.' : 'Say why you approve it: it goes in the audit trail.',
+      });
       return;
     }
     setBusy(true);
@@ -125,7 +128,11 @@ export function ApprovalModal({
         <p className="muted">You asked for this: someone else decides it.</p>
       )}
       {answer && (
-        <p role={answer.kind === 'error' ? 'alert' : 'status'} className={answer.kind === 'error' ? 'error' : 'ok'} data-testid="decision-answer">
+        <p
+          role={answer.kind === 'error' ? 'alert' : 'status'}
+          className={answer.kind === 'error' ? 'error' : 'ok'}
+          data-testid="decision-answer"
+        >
           {answer.text}
         </p>
       )}
@@ -236,7 +243,11 @@ function PrDiff({ approval }: { approval: Approval }) {
       </p>
       {typeof p.title === 'string' && <p>title: {visible(p.title)}</p>}
       {typeof p.diffStat === 'string' && <pre className="code">{visible(p.diffStat)}</pre>}
-      {files.length === 0 ? <p className="muted">No diff was attached.</p> : files.map((f, i) => <DiffFileView key={i} name={f.name} lines={f.lines} />)}
+      {files.length === 0 ? (
+        <p className="muted">No diff was attached.</p>
+      ) : (
+        files.map((f, i) => <DiffFileView key={i} name={f.name} lines={f.lines} />)
+      )}
     </section>
   );
 }
@@ -251,7 +262,10 @@ function DiffFileView({ name, lines }: { name: string; lines: string[] }) {
       </summary>
       <pre className="code diff" data-testid="diff">
         {shown.map((l, i) => (
-          <span key={i} className={l.startsWith('+') && !l.startsWith('+++') ? 'add' : l.startsWith('-') && !l.startsWith('---') ? 'del' : undefined}>
+          <span
+            key={i}
+            className={l.startsWith('+') && !l.startsWith('+++') ? 'add' : l.startsWith('-') && !l.startsWith('---') ? 'del' : undefined}
+          >
             {visible(l)}
             {'\n'}
           </span>

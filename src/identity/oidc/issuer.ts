@@ -355,7 +355,11 @@ export class EmbeddedIssuer {
         this.render(
           ctx,
           ctx.status >= 400 ? ctx.status : 400,
-          infoPage('Sign-in problem', `${text}. Start again: \`atelier auth login\` in a terminal, or sign in to the dashboard again.`, 'error'),
+          infoPage(
+            'Sign-in problem',
+            `${text}. Start again: \`atelier auth login\` in a terminal, or sign in to the dashboard again.`,
+            'error',
+          ),
         );
       },
       clientBasedCORS: () => false,

@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import { AtelierError } from '../../core/index.js';
 import { issueCsrfToken, CSRF_HEADER } from './actions.js';
-import { BrowserSessions } from '../browserSessions.js';
+import type { BrowserSessions } from '../browserSessions.js';
 import { principalOf } from './common.js';
 
 /** Where `npm run build --prefix web` writes the dashboard (the repository's web/dist). */
@@ -82,7 +82,10 @@ export function webRoutes(app: FastifyInstance, deps: WebRouteDeps): void {
         .redirect(returnTo, 303);
     } catch (err) {
       if (!(err instanceof AtelierError)) throw err;
-      return page(reply, err.code === 'UNAUTHENTICATED' ? 401 : 400, 'Sign-in failed', err.message, { href: '/', text: 'Back to the dashboard' });
+      return page(reply, err.code === 'UNAUTHENTICATED' ? 401 : 400, 'Sign-in failed', err.message, {
+        href: '/',
+        text: 'Back to the dashboard',
+      });
     }
   });
 
@@ -153,7 +156,8 @@ export function webRoutes(app: FastifyInstance, deps: WebRouteDeps): void {
     if (candidate.startsWith(dist + sep) && path !== '/') {
       const s = await stat(candidate).catch(() => undefined);
       if (s?.isFile()) file = candidate;
-      else if (path.startsWith('/assets/')) throw new AtelierError('NOT_FOUND', `no file ${path} in this build of the dashboard: reload the page`);
+      else if (path.startsWith('/assets/'))
+        throw new AtelierError('NOT_FOUND', `no file ${path} in this build of the dashboard: reload the page`);
     }
     const body = await readFile(file);
     const immutable = file !== index && file.startsWith(join(dist, 'assets') + sep);
