@@ -1,0 +1,322 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import Fastify from 'fastify';
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { actors } from './helpers/actors.js';
+import { REPO_ROOT, TestServer, makeRepo } from './helpers/server.js';
+import { webRoutes } from '../src/server/routes/web.js';
+import type { BrowserSessions } from '../src/server/browserSessions.js';
+
+// The dashboard end to end: the built app (web/, built here from its sources), served by a real
+// server, driven in Debian's Chromium (/usr/bin/chromium, from scripts/install.sh) by
+// playwright-core. People sign in through the issuer's real pages; an agent files requests
+// through the API from outside its real workshop.
+const CHROMIUM = '/usr/bin/chromium';
+const WEB = join(REPO_ROOT, 'web');
+/** Screenshots of each page (git-ignored). */
+const SHOTS = join(WEB, 'screenshots');
+
+interface Approval {
+  id: string;
+  status: string;
+  decidedBy: string | null;
+  decisionReason: string | null;
+}
+
+describe('dashboard in Chromium', { timeout: 280_000 }, () => {
+  let server: TestServer;
+  let repo: string;
+  let ws: string;
+  let browser: Browser;
+  const contexts: BrowserContext[] = [];
+  const passwords: Record<string, string> = {};
+  const { tokens, as, workshopWithAgent } = actors(() => server);
+  const file = (payload: Record<string, unknown>, category = 'ALLOWLIST_EXPANSION') =>
+    as<Approval>('agent', 'POST', `/v1/workshops/${ws}/approvals`, { category, payload });
+
+  before(async () => {
+    assert.ok(
+      existsSync(CHROMIUM),
+      `${CHROMIUM} is missing: run scripts/install.sh (it installs Debian's chromium, which this test drives)`,
+    );
+    assert.ok(existsSync(join(WEB, 'node_modules')), 'web/node_modules is missing: run scripts/install.sh (or `npm ci --prefix web`)');
+    const build = spawnSync('npm', ['run', '-s', 'build', '--prefix', WEB], { encoding: 'utf8' });
+    assert.equal(build.status, 0, `building the dashboard failed:\n${build.stdout}\n${build.stderr}`);
+    mkdirSync(SHOTS, { recursive: true });
+    server = await TestServer.start();
+    tokens.admin = server.token;
+    for (const [name, role] of [
+      ['owner', 'member'],
+      ['lead', 'maintainer'],
+      ['watcher', 'viewer'],
+    ] as const) {
+      const u = await as<{ temporaryPassword: string }>('admin', 'POST', '/v1/users', { name, role });
+      assert.equal(u.status, 201, JSON.stringify(u.body));
+      passwords[name] = u.body.temporaryPassword;
+      if (name === 'owner') {
+        const t = await as<{ token: string }>('admin', 'POST', '/v1/tokens', { user: name, expiresInSeconds: 3600 });
+        tokens.owner = t.body.token;
+      }
+    }
+    repo = makeRepo();
+    ws = await workshopWithAgent(repo, 'dash');
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--disable-gpu'] });
+  });
+
+  after(async () => {
+    for (const c of contexts) await c.close().catch(() => undefined);
+    await browser?.close().catch(() => undefined);
+    if (server) {
+      if (process.exitCode) console.log(server.log);
+      await server.dispose();
+    }
+    if (repo) rmSync(repo, { recursive: true, force: true });
+  });
+
+  /** A fresh browser profile, signed in as `name` through the real login, password-change and consent pages. */
+  async function signedIn(name: string): Promise<Page> {
+    const context = await browser.newContext({ viewport: { width: 1100, height: 800 } });
+    contexts.push(context);
+    const page = await context.newPage();
+    page.setDefaultTimeout(15_000);
+    try {
+      return await signInOn(page, name);
+    } catch (err) {
+      const text = await page
+        .locator('body')
+        .innerText()
+        .catch(() => '?');
+      throw new Error(`signing in as ${name} failed at ${page.url()} showing:\n${text}\n${(err as Error).message}`);
+    }
+  }
+
+  async function signInOn(page: Page, name: string): Promise<Page> {
+    const errors: string[] = [];
+    page.on('pageerror', (e) => errors.push(e.message));
+    (page as Page & { errors?: string[] }).errors = errors;
+    await page.goto(`${server.url}/`);
+    await page.getByRole('link', { name: 'Sign in' }).click();
+    await page.waitForURL(/\/oidc\/interaction\//);
+    await page.fill('#username', name);
+    await page.fill('#password', passwords[name]!);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    const chosen = `a chosen passphrase ${Object.keys(passwords).indexOf(name)} for the dashboard`;
+    if (await page.locator('#confirm').count()) {
+      await page.fill('#password', chosen);
+      await page.fill('#confirm', chosen);
+      await page.getByRole('button', { name: 'Save and continue' }).click();
+      passwords[name] = chosen;
+    }
+    await page.getByRole('button', { name: 'Allow' }).click();
+    await page.getByTestId('who').waitFor();
+    assert.equal(new URL(page.url()).origin, server.url);
+    assert.match(await page.getByTestId('who').innerText(), new RegExp(`^${name} · `));
+    await page.getByText('Live: new requests appear here').waitFor();
+    return page;
+  }
+
+  it('serves the app at / with a strict CSP and caching headers; the API keeps its 404s', async () => {
+    const root = await fetch(`${server.url}/`);
+    assert.equal(root.status, 200);
+    const csp = root.headers.get('content-security-policy') ?? '';
+    assert.match(csp, /script-src 'self'(;|$)/);
+    assert.match(csp, /frame-ancestors 'none'/);
+    assert.doesNotMatch(csp, /unsafe-inline|unsafe-eval/);
+    assert.equal(root.headers.get('cache-control'), 'no-cache');
+    const html = await root.text();
+    assert.doesNotMatch(html, /<script(?![^>]*\bsrc=)[^>]*>/, 'no inline script in index.html');
+    const asset = /src="(\/assets\/[^"]+\.js)"/.exec(html)?.[1];
+    assert.ok(asset, html);
+    const js = await fetch(`${server.url}${asset}`);
+    assert.equal(js.status, 200);
+    assert.match(js.headers.get('cache-control') ?? '', /immutable/);
+    // The app routes in the browser: an unknown page is the app; API paths are not.
+    assert.equal((await fetch(`${server.url}/workshops/anything`)).status, 200);
+    const api = await fetch(`${server.url}/v1/no-such-thing`);
+    assert.equal(api.status, 404);
+    assert.equal(((await api.json()) as { code: string }).code, 'NOT_FOUND');
+    assert.equal((await fetch(`${server.url}/assets/missing.js`)).status, 404);
+    assert.equal((await fetch(`${server.url}/healthz`)).status, 200);
+  });
+
+  it('a server without a built dashboard says so at /, with how to build it', async () => {
+    const app = Fastify();
+    webRoutes(app, {
+      sessions: {} as BrowserSessions,
+      csrfKey: 'k',
+      signInUnavailable: () => undefined,
+      dist: '/nonexistent/web/dist',
+    });
+    try {
+      const r = await app.inject({ method: 'GET', url: '/' });
+      assert.equal(r.statusCode, 503);
+      assert.match(r.body, /dashboard is not built/);
+      assert.match(r.body, /npm ci --prefix web &#38;&#38; npm run build --prefix web/);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('sign in; the banner appears when the agent files a request, the modal shows before/after, approving lets the agent through and the banner leaves', async () => {
+    const page = await signedIn('lead');
+    await page.screenshot({ path: join(SHOTS, 'approvals-empty.png') });
+    assert.equal(await page.getByTestId('approvals-banner').count(), 0);
+
+    const filed = await file({ host: 'pypi.example.test', justification: 'install the test dependencies' });
+    assert.equal(filed.status, 201, JSON.stringify(filed.body));
+    const waiting = as<Approval>('agent', 'GET', `/v1/approvals/${filed.body.id}/wait?timeout=60`);
+
+    const banner = page.getByTestId('approvals-banner');
+    await banner.waitFor();
+    assert.match(await banner.innerText(), /1 request waits for a decision/);
+    assert.match(await banner.innerText(), /soonest expires in \d+ (min|s|h)/);
+    await page.screenshot({ path: join(SHOTS, 'approvals-banner.png') });
+
+    await banner.getByRole('button', { name: 'Review' }).click();
+    const modal = page.getByTestId('approval-modal');
+    await modal.waitFor();
+    assert.equal(await modal.getByTestId('justification').innerText(), 'install the test dependencies');
+    assert.match(await modal.getByTestId('allowlist-entry').innerText(), /pypi\.example\.test/);
+    await modal.getByTestId('allowlist-after').waitFor();
+    assert.doesNotMatch(await modal.getByTestId('allowlist-before').innerText(), /pypi\.example\.test/);
+    assert.match(await modal.getByTestId('allowlist-after').innerText(), /pypi\.example\.test/);
+    await page.screenshot({ path: join(SHOTS, 'approval-modal.png') });
+
+    // Approve without a reason: the page asks for one; with one, the server decides.
+    await modal.getByRole('button', { name: 'Approve' }).click();
+    assert.match(await modal.getByTestId('decision-answer').innerText(), /Say why/);
+    await modal.getByLabel(/Reason/).fill('needed for the build');
+    await modal.getByRole('button', { name: 'Approve' }).click();
+    await modal.getByText('Approved.').waitFor();
+    assert.match(await modal.getByTestId('modal-status').innerText(), /APPROVED by lead/);
+
+    const done = await waiting;
+    assert.equal(done.status, 200);
+    assert.equal(done.body.status, 'APPROVED');
+    assert.equal(done.body.decidedBy, 'lead');
+    await banner.waitFor({ state: 'detached' });
+    await modal.getByRole('button', { name: 'Close' }).click();
+    await page.getByTestId('none-pending').waitFor();
+  });
+
+  it('a decision made elsewhere (the API) removes the banner; a rejection with a reason from the modal reaches the agent', async () => {
+    const page = await signedIn('owner');
+    const first = await file({ host: 'one.example.test', justification: 'first' });
+    const second = await file({ host: 'two.example.test', justification: 'second' });
+    const banner = page.getByTestId('approvals-banner');
+    await page.getByText('2 requests wait for a decision').waitFor();
+
+    // Decided by someone else, through the API: the banner counts one, live.
+    const r = await as('owner', 'POST', `/v1/approvals/${first.body.id}/decision`, { decision: 'REJECT', reason: 'not this one' });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    await page.getByText('1 request waits for a decision').waitFor();
+
+    await page.getByRole('button', { name: `Open request ${second.body.id}` }).click();
+    const modal = page.getByTestId('approval-modal');
+    await modal.getByLabel(/Reason/).fill('use the mirror instead');
+    await modal.getByRole('button', { name: 'Reject' }).click();
+    await modal.getByText('Rejected.').waitFor();
+    await banner.waitFor({ state: 'detached' });
+    const seen = await as<Approval>('agent', 'GET', `/v1/approvals/${second.body.id}`);
+    assert.equal(seen.body.status, 'REJECTED');
+    assert.equal(seen.body.decisionReason, 'use the mirror instead');
+    await modal.getByRole('button', { name: 'Close' }).click();
+  });
+
+  it('a viewer sees the request but no decide button, and the API refuses the decision made with their cookie anyway', async () => {
+    const page = await signedIn('watcher');
+    const filed = await file({ host: 'viewer.example.test', justification: 'for the viewer' });
+    await page.getByTestId('approvals-banner').waitFor();
+    await page.getByTestId('approvals-banner').getByRole('button', { name: 'Review' }).click();
+    const modal = page.getByTestId('approval-modal');
+    await modal.getByText('You are a viewer in this tenant').waitFor();
+    assert.equal(await modal.getByRole('button', { name: 'Approve' }).count(), 0);
+    assert.equal(await modal.getByRole('button', { name: 'Reject' }).count(), 0);
+    await page.screenshot({ path: join(SHOTS, 'approval-modal-viewer.png') });
+
+    // The same call the page would make, from the page (its cookie, its CSRF token): 403.
+    const answer = await page.evaluate(async (id) => {
+      const s = (await (await fetch('/auth/web/session')).json()) as { csrf: { header: string; token: string } };
+      const res = await fetch(`/v1/approvals/${id}/decision`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', [s.csrf.header]: s.csrf.token },
+        body: JSON.stringify({ decision: 'APPROVE', reason: 'I am only a viewer' }),
+      });
+      return { status: res.status, body: (await res.json()) as { code: string } };
+    }, filed.body.id);
+    assert.equal(answer.status, 403);
+    assert.equal(answer.body.code, 'PERMISSION_DENIED');
+    const still = await as<Approval>('agent', 'GET', `/v1/approvals/${filed.body.id}`);
+    assert.equal(still.body.status, 'PENDING');
+    // Tidy: decided by the owner, so the next test starts with nothing pending.
+    await as('owner', 'POST', `/v1/approvals/${filed.body.id}/decision`, { decision: 'REJECT', reason: 'done' });
+    await page.getByTestId('approvals-banner').waitFor({ state: 'detached' });
+  });
+
+  it('hostile text in a justification and a diff is shown as text: nothing runs, nothing is injected', async () => {
+    const page = await signedIn('lead');
+    const hostile =
+      '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2"><a href="javascript:window.__pwned=3">click</a> ' +
+      '**bold** \u202Eevil\u202C [link](javascript:alert(1))';
+    // The diff is the workspace's own (the server computes it): a file with a hostile name and content.
+    const made = await server.exec(ws, [
+      'sh',
+      '-c',
+      `printf '%s\\n' '<script>window.__pwned=4</script>' > '<img src=x onerror=alert(1)>.js'`,
+    ]);
+    assert.equal(made.exitCode, 0, JSON.stringify(made));
+    const filed = await file({ branch: 'feature/x', justification: hostile }, 'PR_GATEWAY');
+    assert.equal(filed.status, 201, JSON.stringify(filed.body));
+    await page.getByTestId('approvals-banner').getByRole('button', { name: 'Review' }).click();
+    const modal = page.getByTestId('approval-modal');
+    const text = await modal.getByTestId('justification').innerText();
+    assert.ok(text.includes('<script>window.__pwned=1</script>'), text);
+    assert.ok(text.includes('<img src=x onerror="window.__pwned=2">'), text);
+    // The bidi override is made visible, not applied.
+    assert.ok(text.includes('⟨U+202E⟩evil⟨U+202C⟩'), text);
+    assert.match(await modal.getByTestId('diff').innerText(), /\+<script>window\.__pwned=4<\/script>/);
+    await modal.getByText('<img src=x onerror=alert(1)>.js', { exact: true }).waitFor();
+    await page.screenshot({ path: join(SHOTS, 'approval-modal-hostile.png') });
+    // At 360 px wide the page still fits: nothing scrolls sideways.
+    await page.setViewportSize({ width: 360, height: 740 });
+    assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= 360));
+    await page.screenshot({ path: join(SHOTS, 'approval-modal-360px.png') });
+    assert.equal(await page.evaluate(() => (window as unknown as { __pwned?: number }).__pwned), undefined);
+    assert.equal(await page.locator('[data-testid="approval-modal"] img, [data-testid="approval-modal"] script').count(), 0);
+    assert.equal(await page.locator('a[href^="javascript:"]').count(), 0);
+    assert.deepEqual((page as Page & { errors?: string[] }).errors, []);
+    await modal.getByLabel(/Reason/).fill('no');
+    await modal.getByRole('button', { name: 'Reject' }).click();
+    await modal.getByText('Rejected.').waitFor();
+  });
+
+  it('writes with the cookie need the CSRF header; sign-out revokes the session', async () => {
+    const page = await signedIn('owner');
+    const noCsrf = await page.evaluate(async () => {
+      const res = await fetch('/auth/web/tenant', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ tenant: 'default' }),
+      });
+      return { status: res.status, body: (await res.json()) as { code: string; message: string } };
+    });
+    assert.equal(noCsrf.status, 403);
+    assert.match(noCsrf.body.message, /x-atelier-csrf/);
+    const cookies = await page.context().cookies();
+    const session = cookies.find((c) => c.name === 'atelier_session');
+    assert.ok(session, JSON.stringify(cookies));
+    assert.equal(session.httpOnly, true);
+    assert.equal(session.sameSite, 'Strict');
+    assert.equal(await page.evaluate(() => document.cookie.includes('atelier_session')), false);
+
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.getByRole('link', { name: 'Sign in' }).waitFor();
+    // The old cookie, replayed, no longer opens anything.
+    const replay = await fetch(`${server.url}/v1/auth/whoami`, { headers: { cookie: `atelier_session=${session.value}` } });
+    assert.equal(replay.status, 401);
+    await page.screenshot({ path: join(SHOTS, 'signed-out.png') });
+  });
+});
