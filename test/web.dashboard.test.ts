@@ -29,6 +29,7 @@ interface Approval {
 describe('dashboard in Chromium', { timeout: 280_000 }, () => {
   let server: TestServer;
   let repo: string;
+  let dist: string;
   let ws: string;
   let browser: Browser;
   const contexts: BrowserContext[] = [];
@@ -43,10 +44,12 @@ describe('dashboard in Chromium', { timeout: 280_000 }, () => {
       `${CHROMIUM} is missing: run scripts/install.sh (it installs Debian's chromium, which this test drives)`,
     );
     assert.ok(existsSync(join(WEB, 'node_modules')), 'web/node_modules is missing: run scripts/install.sh (or `npm ci --prefix web`)');
-    const build = spawnSync('npm', ['run', '-s', 'build', '--prefix', WEB], { encoding: 'utf8' });
+    // Built from its sources into a directory of this test's (web/dist, which other tests read, is left alone).
+    dist = mkdtempSync('/tmp/atelier-web-');
+    const build = spawnSync('npm', ['run', '-s', 'build', '--prefix', WEB, '--', '--outDir', dist], { encoding: 'utf8' });
     assert.equal(build.status, 0, `building the dashboard failed:\n${build.stdout}\n${build.stderr}`);
     mkdirSync(SHOTS, { recursive: true });
-    server = await TestServer.start();
+    server = await TestServer.start({ env: { ATELIER_WEB_DIR: dist } });
     tokens.admin = server.token;
     for (const [name, role] of [
       ['owner', 'member'],
@@ -74,6 +77,7 @@ describe('dashboard in Chromium', { timeout: 280_000 }, () => {
       await server.dispose();
     }
     if (repo) rmSync(repo, { recursive: true, force: true });
+    if (dist) rmSync(dist, { recursive: true, force: true });
   });
 
   /** A fresh browser profile, signed in as `name` through the real login, password-change and consent pages. */
@@ -282,9 +286,9 @@ describe('dashboard in Chromium', { timeout: 280_000 }, () => {
     await page.screenshot({ path: join(SHOTS, 'approval-modal-hostile.png') });
     // At 360 px wide the page still fits: nothing scrolls sideways.
     await page.setViewportSize({ width: 360, height: 740 });
-    assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= 360));
+    assert.ok(await page.evaluate<boolean>('document.documentElement.scrollWidth <= 360'));
     await page.screenshot({ path: join(SHOTS, 'approval-modal-360px.png') });
-    assert.equal(await page.evaluate(() => (window as unknown as { __pwned?: number }).__pwned), undefined);
+    assert.equal(await page.evaluate<unknown>('window.__pwned'), undefined);
     assert.equal(await page.locator('[data-testid="approval-modal"] img, [data-testid="approval-modal"] script').count(), 0);
     assert.equal(await page.locator('a[href^="javascript:"]').count(), 0);
     assert.deepEqual((page as Page & { errors?: string[] }).errors, []);
@@ -310,7 +314,7 @@ describe('dashboard in Chromium', { timeout: 280_000 }, () => {
     assert.ok(session, JSON.stringify(cookies));
     assert.equal(session.httpOnly, true);
     assert.equal(session.sameSite, 'Strict');
-    assert.equal(await page.evaluate(() => document.cookie.includes('atelier_session')), false);
+    assert.equal(await page.evaluate<boolean>("document.cookie.includes('atelier_session')"), false);
 
     await page.getByRole('button', { name: 'Sign out' }).click();
     await page.getByRole('link', { name: 'Sign in' }).waitFor();

@@ -441,6 +441,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
           webRoutes(a, {
             sessions: browserSessions,
             csrfKey,
+            ...(config.webDir !== undefined ? { dist: config.webDir } : {}),
             signInUnavailable: () =>
               identity.web
                 ? undefined

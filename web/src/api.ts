@@ -74,7 +74,6 @@ export async function call<T>(method: string, path: string, body?: unknown): Pro
     method,
     headers,
     credentials: 'same-origin',
-    cache: 'no-store',
     ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
   });
   const text = await res.text();

@@ -1,4 +1,4 @@
-import type { Approval, ApprovalEvent } from './api.ts';
+import type { Approval, ApprovalEvent } from './api.js';
 
 /**
  * What the banner shows: the PENDING requests the user may see, kept from the list the server

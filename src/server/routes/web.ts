@@ -126,6 +126,8 @@ export function webRoutes(app: FastifyInstance, deps: WebRouteDeps): void {
   });
 
   app.post('/auth/web/logout', { config: { access: 'authenticated' } }, async (request, reply) => {
+    if (request.headers.authorization !== undefined)
+      throw new AtelierError('INVALID_ARGUMENT', 'sign-out here is for dashboard sessions: the CLI signs out with `atelier auth logout`');
     await deps.sessions.logout(request.headers.cookie);
     return reply.header('set-cookie', deps.sessions.clearedCookies()).send({ signedOut: true });
   });
