@@ -1,11 +1,11 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import Fastify from 'fastify';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { actors } from './helpers/actors.js';
+import { CHROMIUM, CHROMIUM_ARGS, buildDashboard, signInThroughPages } from './helpers/dashboard.js';
 import { REPO_ROOT, TestServer, makeRepo } from './helpers/server.js';
 import { webRoutes } from '../src/server/routes/web.js';
 import type { BrowserSessions } from '../src/server/browserSessions.js';
@@ -14,7 +14,6 @@ import type { BrowserSessions } from '../src/server/browserSessions.js';
 // server, driven in Debian's Chromium (/usr/bin/chromium, from scripts/install.sh) by
 // playwright-core. People sign in through the issuer's real pages; an agent files requests
 // through the API from outside its real workshop.
-const CHROMIUM = '/usr/bin/chromium';
 const WEB = join(REPO_ROOT, 'web');
 /** Screenshots of each page (git-ignored). */
 const SHOTS = join(WEB, 'screenshots');
@@ -39,15 +38,7 @@ describe('dashboard in Chromium', { timeout: 280_000 }, () => {
     as<Approval>('agent', 'POST', `/v1/workshops/${ws}/approvals`, { category, payload });
 
   before(async () => {
-    assert.ok(
-      existsSync(CHROMIUM),
-      `${CHROMIUM} is missing: run scripts/install.sh (it installs Debian's chromium, which this test drives)`,
-    );
-    assert.ok(existsSync(join(WEB, 'node_modules')), 'web/node_modules is missing: run scripts/install.sh (or `npm ci --prefix web`)');
-    // Built from its sources into a directory of this test's (web/dist, which other tests read, is left alone).
-    dist = mkdtempSync('/tmp/atelier-web-');
-    const build = spawnSync('npm', ['run', '-s', 'build', '--prefix', WEB, '--', '--outDir', dist], { encoding: 'utf8' });
-    assert.equal(build.status, 0, `building the dashboard failed:\n${build.stdout}\n${build.stderr}`);
+    dist = buildDashboard();
     mkdirSync(SHOTS, { recursive: true });
     server = await TestServer.start({ env: { ATELIER_WEB_DIR: dist } });
     tokens.admin = server.token;
@@ -66,7 +57,7 @@ describe('dashboard in Chromium', { timeout: 280_000 }, () => {
     }
     repo = makeRepo();
     ws = await workshopWithAgent(repo, 'dash');
-    browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--disable-gpu'] });
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
   });
 
   after(async () => {
@@ -86,39 +77,13 @@ describe('dashboard in Chromium', { timeout: 280_000 }, () => {
     contexts.push(context);
     const page = await context.newPage();
     page.setDefaultTimeout(15_000);
-    try {
-      return await signInOn(page, name);
-    } catch (err) {
-      const text = await page
-        .locator('body')
-        .innerText()
-        .catch(() => '?');
-      throw new Error(`signing in as ${name} failed at ${page.url()} showing:\n${text}\n${(err as Error).message}`);
-    }
-  }
-
-  async function signInOn(page: Page, name: string): Promise<Page> {
     const errors: string[] = [];
     page.on('pageerror', (e) => errors.push(e.message));
     (page as Page & { errors?: string[] }).errors = errors;
-    await page.goto(`${server.url}/`);
-    await page.getByRole('link', { name: 'Sign in' }).click();
-    await page.waitForURL(/\/oidc\/interaction\//);
-    await page.fill('#username', name);
-    await page.fill('#password', passwords[name]!);
-    await page.getByRole('button', { name: 'Sign in' }).click();
     const chosen = `a chosen passphrase ${Object.keys(passwords).indexOf(name)} for the dashboard`;
-    if (await page.locator('#confirm').count()) {
-      await page.fill('#password', chosen);
-      await page.fill('#confirm', chosen);
-      await page.getByRole('button', { name: 'Save and continue' }).click();
-      passwords[name] = chosen;
-    }
-    await page.getByRole('button', { name: 'Allow' }).click();
-    await page.getByTestId('who').waitFor();
+    passwords[name] = await signInThroughPages(page, server.url, name, passwords[name]!, chosen);
     assert.equal(new URL(page.url()).origin, server.url);
     assert.match(await page.getByTestId('who').innerText(), new RegExp(`^${name} · `));
-    await page.getByText('Live: new requests appear here').waitFor();
     return page;
   }
 
