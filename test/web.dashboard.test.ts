@@ -288,4 +288,50 @@ describe('dashboard in Chromium', { timeout: 280_000 }, () => {
     assert.equal(replay.status, 401);
     await page.screenshot({ path: join(SHOTS, 'signed-out.png') });
   });
+
+  it('the workshops list and a workshop page show live status, limits and the egress log (a denied attempt appears)', async () => {
+    const page = await signedIn('lead');
+    await page.getByRole('navigation').getByRole('link', { name: 'Workshops' }).click();
+    await page.waitForURL(`${server.url}/workshops`);
+    assert.equal(await page.getByTestId(`status-${ws}`).innerText(), 'Running');
+    await page.getByRole('link', { name: 'dash', exact: true }).click();
+    await page.waitForURL(`${server.url}/workshops/${ws}`);
+    assert.match(await page.getByTestId('workshop-status').innerText(), /^Running/);
+    assert.match(await page.getByTestId('workshop-limits').innerText(), /\d+ CPU · .+ memory · \d+ processes/);
+    // What an earlier test approved is in the workshop's allowlist now.
+    const wj = await as<{ egress: { approved: string[] } }>('owner', 'GET', `/v1/workshops/${ws}`);
+    assert.ok(wj.body.egress.approved.includes('pypi.example.test'), JSON.stringify(wj.body));
+    assert.match(await page.getByTestId('egress-allow').innerText(), /pypi\.example\.test \(approved\)/);
+
+    // Inside the workshop, a request to a host nobody allowed: the egress proxy holds it and
+    // files an ALLOWLIST_EXPANSION (the banner shows it); rejected, the request is refused and the
+    // page's egress log shows the denial.
+    const tried = server.exec(ws, ['sh', '-c', 'curl -sS -m 60 -o /dev/null -w "%{http_code}" http://denied.example.test/; true']);
+    await page.getByTestId('approvals-banner').waitFor();
+    const pending = await as<{ items: { id: string; payload: { host: string } }[] }>('owner', 'GET', '/v1/approvals?status=PENDING');
+    const asked = pending.body.items.find((a) => a.payload.host === 'denied.example.test');
+    assert.ok(asked, JSON.stringify(pending.body));
+    const no = await as('owner', 'POST', `/v1/approvals/${asked.id}/decision`, { decision: 'REJECT', reason: 'not for this test' });
+    assert.equal(no.status, 200, JSON.stringify(no.body));
+    const answered = await tried;
+    assert.equal(answered.stdout.trim(), '403', JSON.stringify(answered));
+    await page.getByTestId('approvals-banner').waitFor({ state: 'detached' });
+    const row = page.getByTestId('egress-log').getByRole('row').filter({ hasText: 'denied.example.test' });
+    await row.first().waitFor();
+    assert.match(await row.first().innerText(), /denied/);
+    await page.screenshot({ path: join(SHOTS, 'workshop.png') });
+
+    // A reload lands on the same page (the server answers it with the app); back goes to the list.
+    await page.reload();
+    await page.getByTestId('workshop-status').waitFor();
+    await page.goBack();
+    await page.getByTestId('workshops').waitFor();
+    await page.screenshot({ path: join(SHOTS, 'workshops.png') });
+
+    // Stopped through the API: the list follows without a reload.
+    const stopped = await as('owner', 'POST', `/v1/workshops/${ws}/stop`);
+    assert.equal(stopped.status, 200, JSON.stringify(stopped.body));
+    await page.getByTestId(`status-${ws}`).filter({ hasNotText: 'Running' }).waitFor();
+    assert.equal(await page.getByTestId(`status-${ws}`).innerText(), 'Suspended');
+  });
 });

@@ -160,7 +160,8 @@ export const WorkshopSchema = z.object({
   limits: z.object({ cpus: z.number(), memoryBytes: z.number(), pids: z.number() }),
   budgetUsd: z.number().nullable(),
   forwardPorts: z.array(z.number()),
-  egress: z.object({ allow: z.array(z.string()), deny: z.array(z.string()), askHoldSeconds: z.number() }),
+  /** `approved`: entries added by approved ALLOWLIST_EXPANSION requests (on top of `allow` and the server's defaults). */
+  egress: z.object({ allow: z.array(z.string()), deny: z.array(z.string()), approved: z.array(z.string()), askHoldSeconds: z.number() }),
   warnings: z.array(z.string()),
   createdAt: time,
   updatedAt: time,

@@ -108,7 +108,7 @@ export interface Workshop {
   budgetUsd: number | null;
   forwardPorts: number[];
   /** The project's egress policy (atelier.yaml), on top of the platform's default allowlist. */
-  egress: { allow: string[]; deny: string[]; askHoldSeconds: number };
+  egress: { allow: string[]; deny: string[]; approved: string[]; askHoldSeconds: number };
   warnings: string[];
   createdAt: string;
   updatedAt: string;

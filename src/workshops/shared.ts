@@ -114,7 +114,12 @@ export function toWorkshop(r: WorkshopRow): Workshop {
     limits: { cpus: r.cpus, memoryBytes: Number(r.memory_bytes), pids: r.pids },
     budgetUsd: r.budget_usd === null ? null : Number(r.budget_usd),
     forwardPorts: r.forward_ports,
-    egress: { allow: r.egress.allow ?? [], deny: r.egress.deny ?? [], askHoldSeconds: r.egress.askHoldSeconds ?? DEFAULT_ASK_HOLD_SECONDS },
+    egress: {
+      allow: r.egress.allow ?? [],
+      deny: r.egress.deny ?? [],
+      approved: r.egress.approved ?? [],
+      askHoldSeconds: r.egress.askHoldSeconds ?? DEFAULT_ASK_HOLD_SECONDS,
+    },
     warnings: r.warnings,
     createdAt: r.created_at.toISOString(),
     updatedAt: r.updated_at.toISOString(),

@@ -5,6 +5,8 @@ import { ApprovalsList } from './ApprovalsList.tsx';
 import { ApprovalModal } from './ApprovalModal.tsx';
 import { summary } from './pending.ts';
 import { useNow, usePending } from './usePending.ts';
+import { Link, usePath } from './router.tsx';
+import { WorkshopPage, WorkshopsList } from './Workshops.tsx';
 
 export function App() {
   const [session, setSession] = useState<Session | SignedOut>();
@@ -37,6 +39,14 @@ export function App() {
   return <Dashboard key={session.tenant} session={session} reload={load} />;
 }
 
+function decoded(segment: string | undefined): string | undefined {
+  try {
+    return segment === undefined ? undefined : decodeURIComponent(segment);
+  } catch {
+    return undefined;
+  }
+}
+
 function SignIn({ signIn }: { signIn: SignedOut['signIn'] }) {
   const ret = location.pathname + location.search;
   return (
@@ -61,6 +71,9 @@ function Dashboard({ session, reload }: { session: Session; reload: () => Promis
   const now = useNow();
   const [openId, setOpenId] = useState<string>();
   const [headerError, setHeaderError] = useState<string>();
+  const path = usePath();
+  const workshop = decoded(/^\/workshops\/([^/]+)$/.exec(path)?.[1]);
+  const signedOut = (): void => void reload();
   const s = summary(state, now);
   const opened = openId ? (state.pending.get(openId) ?? state.ended.get(openId)) : undefined;
 
@@ -80,9 +93,12 @@ function Dashboard({ session, reload }: { session: Session; reload: () => Promis
       <header className="top">
         <strong className="brand">Atelier</strong>
         <nav aria-label="Sections">
-          <a href="/" aria-current="page">
+          <Link to="/" current={path === '/'}>
             Approvals
-          </a>
+          </Link>
+          <Link to="/workshops" current={path.startsWith('/workshops')}>
+            Workshops
+          </Link>
         </nav>
         <span className="spacer" />
         {session.tenants.length > 1 ? (
@@ -112,7 +128,20 @@ function Dashboard({ session, reload }: { session: Session; reload: () => Promis
         </p>
       )}
       <main className="page">
-        <ApprovalsList items={s.items} now={now} live={live} error={error} onOpen={setOpenId} />
+        {path === '/' ? (
+          <ApprovalsList items={s.items} now={now} live={live} error={error} onOpen={setOpenId} />
+        ) : path === '/workshops' ? (
+          <WorkshopsList onSignedOut={signedOut} />
+        ) : workshop !== undefined ? (
+          <WorkshopPage id={workshop} onSignedOut={signedOut} />
+        ) : (
+          <section>
+            <h1>No such page</h1>
+            <p>
+              <Link to="/">Go to the approvals</Link>
+            </p>
+          </section>
+        )}
       </main>
       {opened && (
         <ApprovalModal approval={opened} role={session.role} userName={session.user.name} now={now} onClose={() => setOpenId(undefined)} />

@@ -193,7 +193,7 @@ function AllowlistDiff({ approval }: { approval: Approval }) {
   }, [approval.workshopId]);
   const p = approval.payload;
   const entry = typeof p.entry === 'string' ? p.entry : `${String(p.host ?? '')}${typeof p.port === 'number' ? `:${p.port}` : ''}`;
-  const before = workshop?.egress.allow ?? [];
+  const before = workshop ? [...workshop.egress.allow, ...workshop.egress.approved.filter((h) => !workshop.egress.allow.includes(h))] : [];
   const after = before.includes(entry) ? before : [...before, entry];
   return (
     <section>
@@ -202,6 +202,11 @@ function AllowlistDiff({ approval }: { approval: Approval }) {
         Adds <code data-testid="allowlist-entry">{visible(entry)}</code>
       </p>
       {error && <p className="error">The workshop’s current allowlist could not be read: {error}</p>}
+      {workshop && (
+        <p className="muted">
+          The workshop’s own allowlist and what was approved before; the server’s default allowlist applies on top of both.
+        </p>
+      )}
       {workshop && (
         <div className="before-after">
           <div>

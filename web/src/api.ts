@@ -46,7 +46,28 @@ export interface Workshop {
   id: string;
   name: string;
   status: string;
-  egress: { allow: string[]; deny: string[] };
+  statusReason: string | null;
+  repo: string;
+  limits: { cpus: number; memoryBytes: number; pids: number };
+  budgetUsd: number | null;
+  /** `approved`: added by approved requests; the server's default allowlist applies on top of both. */
+  egress: { allow: string[]; deny: string[]; approved: string[] };
+  warnings: string[];
+  createdAt: string;
+}
+
+/** One decision of the workshop's egress proxy. */
+export interface EgressRecord {
+  id: number;
+  at: string;
+  protocol: string;
+  host: string;
+  port: number;
+  allowed: boolean;
+  outcome: string;
+  reason: string;
+  message: string;
+  approvalId: string | null;
 }
 
 /** An answer of the server that is not a success: its code and message, shown as they are. */
@@ -97,6 +118,9 @@ export async function call<T>(method: string, path: string, body?: unknown): Pro
 export const getSession = (): Promise<Session | SignedOut> => call('GET', '/auth/web/session');
 export const listPending = (): Promise<{ items: Approval[] }> => call('GET', '/v1/approvals?status=PENDING&limit=1000');
 export const getWorkshop = (id: string): Promise<Workshop> => call('GET', `/v1/workshops/${encodeURIComponent(id)}`);
+export const listWorkshops = (): Promise<{ items: Workshop[] }> => call('GET', '/v1/workshops');
+export const egressLog = (id: string, after: number | undefined): Promise<{ items: EgressRecord[] }> =>
+  call('GET', `/v1/workshops/${encodeURIComponent(id)}/egress?limit=200${after !== undefined ? `&after=${after}` : ''}`);
 export const decide = (id: string, decision: 'APPROVE' | 'REJECT', reason: string): Promise<Approval> =>
   call('POST', `/v1/approvals/${encodeURIComponent(id)}/decision`, { decision, reason });
 export const switchTenant = (tenant: string): Promise<{ tenant: string }> => call('POST', '/auth/web/tenant', { tenant });
