@@ -108,6 +108,8 @@ describe('dashboard in Chromium', { timeout: 280_000 }, () => {
     assert.equal(api.status, 404);
     assert.equal(((await api.json()) as { code: string }).code, 'NOT_FOUND');
     assert.equal((await fetch(`${server.url}/assets/missing.js`)).status, 404);
+    // Whatever the case or encoding, an API path is never answered with the app.
+    for (const p of ['/V1/workshops', '/%761/nothing', '/OIDC/x']) assert.equal((await fetch(`${server.url}${p}`)).status, 404, p);
     assert.equal((await fetch(`${server.url}/healthz`)).status, 200);
   });
 

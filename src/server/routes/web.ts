@@ -28,7 +28,7 @@ const TYPES: Record<string, string> = {
 };
 
 /** Paths that belong to the API and the issuer: an unknown one there is a 404, never the app. */
-const NOT_THE_APP = /^\/(v1|oidc|auth|api|mcp|healthz|metrics)(\/|$)/;
+const NOT_THE_APP = /^\/(v1|oidc|auth|api|mcp|healthz|metrics)(\/|$)/i;
 
 function escapeHtml(s: string): string {
   return s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
