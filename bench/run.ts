@@ -1,7 +1,7 @@
 /**
  * Atelier benchmarks, each beside its peer measured in the same run (DESIGN.md, "Peers to
  * measure against"). Usage: `npm run bench [-- NAME]` with NAME one of create, exec, resume,
- * memory, cli, egress, postgres-sim, terminals, approvals, mcp, secrets (or 1-11), create-sims, live-sim, console, dashboard; without it, all of them. Needs root (cgroups, freezer) and `npm run
+ * memory, cli, egress, postgres-sim, terminals, approvals, mcp, secrets, broker (or 1-12), create-sims, live-sim, console, dashboard; without it, all of them. Needs root (cgroups, freezer) and `npm run
  * build` first: the server and the CLI run from dist/.
  *
  * One server is started for the run with a data dir under /tmp; every workshop it made is
@@ -12,6 +12,7 @@ import { existsSync, mkdirSync, readdirSync, statSync, writeFileSync } from 'nod
 import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { approvals } from './approvals.js';
+import { broker } from './broker.js';
 import { createExec } from './create-exec.js';
 import { dashboard } from './dashboard.js';
 import { createSimulators, liveSimulator } from './create-simulators.js';
@@ -44,6 +45,7 @@ const BENCHES: { name: string; aliases: string[]; fn: Bench }[] = [
   { name: 'live-sim', aliases: ['live-simulator'], fn: liveSimulator },
   { name: 'secrets', aliases: ['11', 'secret-grant'], fn: secrets },
   { name: 'console', aliases: ['workspace-console'], fn: consoleBench },
+  { name: 'broker', aliases: ['12', 'credentials'], fn: broker },
   { name: 'dashboard', aliases: ['web', 'banner'], fn: dashboard },
 ];
 

@@ -146,6 +146,32 @@ describe('approvals across replicas', () => {
     b.token = a.token;
   });
 
+  it('one node runs the periodic jobs; when it dies another takes over and expires what comes due', async () => {
+    const leading = async (s: TestServer): Promise<number> => {
+      const text = await (await fetch(`${s.url}/metrics`)).text();
+      return Number(/^atelier_leader (\d)$/m.exec(text)?.[1] ?? -1);
+    };
+    const until = async (what: string, ok: () => Promise<boolean>): Promise<void> => {
+      const end = Date.now() + 60_000;
+      while (!(await ok())) {
+        if (Date.now() > end) assert.fail(`not within 60 s: ${what}`);
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    };
+    const states = [await leading(a), await leading(b)];
+    assert.deepEqual([...states].sort(), [0, 1], `exactly one leader (a: ${states[0]}, b: ${states[1]})`);
+    const [leader, other] = states[0] === 1 ? [a, b] : [b, a];
+    const req = await file(other, { host: 'takeover.example' }, 2);
+    await leader.stop('SIGKILL');
+    await until('the other node leads', async () => (await leading(other)) === 1);
+    await until('the request expired', async () => (await other.api<Approval>('GET', `/v1/approvals/${req.id}`)).body.status === 'EXPIRED');
+    await leader.boot();
+    b.token = a.token;
+    // The lock stays where it is: the node that comes back does not lead.
+    assert.equal(await leading(leader), 0);
+    assert.equal(await leading(other), 1);
+  });
+
   it('the audit refuses UPDATE, DELETE and TRUNCATE, and `audit verify` detects edits made behind its back', async () => {
     const ok = await a.cli(['audit', 'verify']);
     assert.equal(ok.code, 0, ok.stdout + ok.stderr);

@@ -153,10 +153,10 @@ describe('egress from inside a workshop', () => {
     assert.ok(items.some((d) => d.host === 'denied.test' && !d.allowed && d.reason === 'ASK_PENDING'));
     assert.ok(items.some((d) => d.host === 'allowed.test' && d.port === HTTP_PORT + 5 && d.reason === 'PORT_NOT_ALLOWED'));
     const status = await server.cli(['workshops', 'status', ws]);
-    assert.match(
-      status.stdout,
-      new RegExp(`egress allow:\\s+allowed\\.test:${HTTP_PORT}, tunnel\\.test:${TUNNEL_PORT} \\(\\+ the server's defaults\\)`),
-    );
+    // The live policy, each entry with where it came from (docs/egress.md).
+    assert.match(status.stdout, new RegExp(`allow\\s+allowed\\.test:${HTTP_PORT}\\s+project \\(atelier\\.yaml\\)`));
+    assert.match(status.stdout, new RegExp(`allow\\s+tunnel\\.test:${TUNNEL_PORT}\\s+project \\(atelier\\.yaml\\)`));
+    assert.match(status.stdout, new RegExp(`range\\s+${ORIGIN.replace(/\\./g, '\\\\.')}/32\\s+platform \\(server configuration\\)`));
     const table = await server.cli(['workshops', 'egress', ws]);
     assert.match(table.stdout, /TIME\s+DECISION\s+HOST/);
 

@@ -155,6 +155,8 @@ const TABLE: Record<string, Row> = {
     expect: e(401, 403, 403, 403, 403, 403, 200, 403),
     call: () => ({ method: 'POST', path: '/v1/admin/signing-keys/rotate' }),
   },
+  // Server-wide (`atelier server status`): the default tenant's admins only.
+  'GET /v1/admin/status': { expect: e(401, 403, 403, 403, 403, 403, 200, 403), call: () => ({ method: 'GET', path: '/v1/admin/status' }) },
   'GET /v1/admin/routes': { expect: e(401, 403, 403, 403, 403, 403, 200, 200), call: () => ({ method: 'GET', path: '/v1/admin/routes' }) },
   'GET /v1/auth/whoami': { expect: e(401, 200, 200, 200, 200, 200, 200, 200), call: () => ({ method: 'GET', path: '/v1/auth/whoami' }) },
   'GET /v1/users': { expect: e(401, 403, 403, 403, 403, 403, 200, 200), call: () => ({ method: 'GET', path: '/v1/users' }) },

@@ -168,9 +168,15 @@ describe('atelier mcp serve (stdio, SDK client)', () => {
       'WORKSHOP_NOT_FOUND',
       /atelier_list_sandboxes/,
     );
-    const bad = await tool(mcp, 'atelier_exec_in_sandbox', { workshop_id: 'nope', command: 'true' });
+    // A name is a workshop_id too (one that names no workshop is not found); anything else is malformed.
+    assertToolError(
+      await tool(mcp, 'atelier_exec_in_sandbox', { workshop_id: 'nope', command: 'true' }),
+      'WORKSHOP_NOT_FOUND',
+      /nope does not exist/,
+    );
+    const bad = await tool(mcp, 'atelier_exec_in_sandbox', { workshop_id: 'No Pe!', command: 'true' });
     assert.equal(bad.isError, true);
-    assert.match(textOf(bad), /workshop id looks like ws-/);
+    assert.match(textOf(bad), /its id \(ws-3f8k2m9q\) or its name/);
     const empty = await tool(mcp, 'atelier_exec_in_sandbox', { workshop_id: ws, command: '' });
     assert.equal(empty.isError, true);
     assert.match(textOf(empty), /command is empty/);

@@ -24,7 +24,12 @@ export interface ApprovalEffects {
   allowlist: {
     /** The canonical host and the allowlist entry for it; throws an Error saying what is wrong with the host. */
     entryFor(host: string, port: number | undefined): { host: string; entry: string };
-    add(workshopId: string, entry: string): Promise<void>;
+    /** Adds the entry, recording the approval it came from (shown with the workshop's live policy). */
+    add(
+      workshopId: string,
+      entry: string,
+      origin: { requestId: string; decidedBy: string | null; decidedAt: string | null },
+    ): Promise<void>;
   };
   /** PR_GATEWAY: publishing a workshop's branch. */
   publisher: {
@@ -38,6 +43,8 @@ export interface ApprovalsOptions {
   ttl: string | undefined;
   /** ATELIER_APPROVALS_SELF_CONFIRM (ApprovalServiceOptions.selfConfirm). */
   selfConfirm?: 'off' | 'sole-maintainer';
+  /** ApprovalServiceOptions.isLeader. */
+  isLeader?: () => boolean;
   slack: SlackConfig;
   pool: Pool;
   databaseUrl: string;
@@ -81,6 +88,7 @@ export function createApprovals(opts: ApprovalsOptions): Approvals {
     databaseUrl: opts.databaseUrl,
     log: opts.log,
     selfConfirm: opts.selfConfirm ?? 'off',
+    ...(opts.isLeader ? { isLeader: opts.isLeader } : {}),
   });
   const slack = new SlackNotifier(opts.pool, service, opts.slack, opts.log);
 
@@ -198,7 +206,11 @@ export function createApprovals(opts: ApprovalsOptions): Approvals {
         },
         local,
         async apply(a) {
-          await effects.allowlist.add(a.workshopId, String(a.payload.entry));
+          await effects.allowlist.add(a.workshopId, String(a.payload.entry), {
+            requestId: a.id,
+            decidedBy: a.decidedBy,
+            decidedAt: a.decidedAt,
+          });
         },
       });
       service.register('PR_GATEWAY', {

@@ -100,6 +100,8 @@ export interface ApprovalServiceOptions {
    * Off by default: nobody decides what they filed.
    */
   selfConfirm?: 'off' | 'sole-maintainer';
+  /** Whether this node runs the installation's periodic jobs (src/db/leader.ts); always, without it. */
+  isLeader?: () => boolean;
 }
 
 /**
@@ -176,10 +178,12 @@ export class ApprovalService {
     await this.bus.ready;
     const interval = this.opts.sweepIntervalMs ?? 1000;
     this.sweeper = setInterval(() => {
+      // One node of the installation expires requests; every node's waiters hear of it.
+      if (this.opts.isLeader?.() === false) return;
       this.expireDue().catch((err: unknown) => this.opts.log.warn({ err: String(err) }, 'approvals: expiry sweep failed'));
     }, interval);
     this.sweeper.unref();
-    await this.expireDue().catch(() => undefined);
+    if (this.opts.isLeader?.() !== false) await this.expireDue().catch(() => undefined);
   }
 
   /**

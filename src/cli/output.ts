@@ -13,6 +13,12 @@ export function table<T>(rows: T[], columns: Column<T>[]): string {
   return cells.map((row) => row.map((cell, i) => (i === row.length - 1 ? cell : cell.padEnd(widths[i]!))).join('  ')).join('\n');
 }
 
+/** Text from the network (agent-written, hostile), safe to print on a terminal: control characters (escape sequences) shown as \uXXXX. */
+export function printable(s: string): string {
+  // eslint-disable-next-line no-control-regex
+  return s.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+}
+
 export function keyValues(pairs: [string, string][]): string {
   const w = Math.max(...pairs.map(([k]) => k.length));
   return pairs.map(([k, v]) => `${`${k}:`.padEnd(w + 1)} ${v}`).join('\n');

@@ -151,6 +151,27 @@ export type StartSessionRequest = z.infer<typeof StartSessionRequest>;
 
 // ---- responses ----
 
+/**
+ * One entry of a workshop's live egress policy and where it came from: the server's own
+ * configuration (`platform`), the project's atelier.yaml (`project`), or an approved
+ * ALLOWLIST_EXPANSION request (`approval`: the request, who decided it, when).
+ */
+const EgressPolicyEntry = z.object({
+  rule: z
+    .enum(['allow', 'deny', 'allowRange'])
+    .describe('allow: a host (or host:port); deny: refused whatever allows it; allowRange: a private range'),
+  entry: z.string(),
+  origin: z.enum(['platform', 'project', 'approval']),
+  approval: z
+    .object({
+      requestId: z.string().nullable(),
+      decidedBy: z.string().nullable(),
+      decidedAt: time.nullable(),
+    })
+    .nullable()
+    .describe('for origin approval: the request that added the entry (null fields: not recorded, approved before they were kept)'),
+});
+
 export const WorkshopSchema = z.object({
   id: z.string(),
   name: z.string(),
@@ -160,8 +181,13 @@ export const WorkshopSchema = z.object({
   limits: z.object({ cpus: z.number(), memoryBytes: z.number(), pids: z.number() }),
   budgetUsd: z.number().nullable(),
   forwardPorts: z.array(z.number()),
-  /** `approved`: entries added by approved ALLOWLIST_EXPANSION requests (on top of `allow` and the server's defaults). */
-  egress: z.object({ allow: z.array(z.string()), deny: z.array(z.string()), approved: z.array(z.string()), askHoldSeconds: z.number() }),
+  egress: z.object({
+    /** The project's own entries (atelier.yaml). */
+    allow: z.array(z.string()),
+    deny: z.array(z.string()),
+    askHoldSeconds: z.number(),
+    policy: z.array(EgressPolicyEntry).describe('the live policy, every entry with its origin'),
+  }),
   warnings: z.array(z.string()),
   createdAt: time,
   updatedAt: time,
@@ -441,6 +467,32 @@ export const RouteCatalog = z.object({
 });
 
 export const Health = z.object({ status: z.enum(['ok', 'unavailable']), version: z.string(), code: z.string().optional() });
+
+/** `GET /v1/admin/status`: what `atelier server status` shows of a running server (server admins). */
+export const ServerStatus = z.object({
+  version: z.string(),
+  pid: z.number().int(),
+  startedAt: time,
+  uptimeSeconds: z.number().int(),
+  /** The URL the server listens at, and the one browsers and CLIs are given (the same unless ATELIER_PUBLIC_URL). */
+  url: z.string(),
+  publicUrl: z.string(),
+  dataDir: z.string(),
+  database: z.object({
+    kind: z.enum(['embedded', 'external']),
+    ok: z.boolean(),
+    version: z.string().nullable(),
+    sizeBytes: z.number().nullable(),
+    error: z.string().optional(),
+  }),
+  /** The data dir's filesystem. */
+  disk: z.object({ totalBytes: z.number(), usedBytes: z.number(), freeBytes: z.number() }),
+  workshops: z.record(z.string(), z.number().int()).describe('workshops by status, every tenant'),
+  simulators: z.object({ running: z.number().int(), byType: z.record(z.string(), z.number().int()) }),
+  /** The server's last warnings and errors (its log, newest last; kept in memory since the start). */
+  recentErrors: z.array(z.object({ time, level: z.enum(['warn', 'error', 'fatal']), message: z.string() })),
+});
+export type ServerStatus = z.infer<typeof ServerStatus>;
 
 /** `{ items: [...] }`: how every list is answered. */
 export function itemsOf<T extends z.ZodType>(item: T): z.ZodObject<{ items: z.ZodArray<T> }> {

@@ -4,7 +4,16 @@ export { hashToken, isWorkshopId, newApiToken, newId, newRequestId, newWorkshopI
 export { formatSize, loadConfig, parseListen, parseSize } from './config.js';
 export type { Config } from './config.js';
 export { CreateWorkshopRequest, ExecRequest, SIMULATOR_OPTIONS, SimulatorRequest, WORKSHOP_STATUSES, describeZodError } from './schemas.js';
-export type { ExecFrame, ExecResult, SimulatorOptionType, Workshop, WorkshopDisk, WorkshopLimits, WorkshopStatus } from './schemas.js';
+export type {
+  ExecFrame,
+  ExecResult,
+  SimulatorOptionType,
+  Workshop,
+  WorkshopDisk,
+  WorkshopEgressEntry,
+  WorkshopLimits,
+  WorkshopStatus,
+} from './schemas.js';
 export {
   clientConfigFiles,
   readClientConfig,

@@ -35,6 +35,7 @@ import {
   RollbackRequest,
   RouteCatalog,
   SecretInfo,
+  ServerStatus,
   SessionInfo,
   SetSecretRequest,
   SimulatorView,
@@ -132,6 +133,14 @@ export const ROUTES = {
     tag: 'server',
     auth: 'bearer',
     response: RouteCatalog,
+  },
+  serverStatus: {
+    method: 'GET',
+    path: '/v1/admin/status',
+    summary: 'the running server: version, uptime, database, disk, workshops by state, simulators, last errors (server admins)',
+    tag: 'server',
+    auth: 'bearer',
+    response: ServerStatus,
   },
   rotateSigningKeys: {
     method: 'POST',

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { isWorkshopId } from './ids.js';
 
 /** Workshop lifecycle states, as shown by `atelier workshops status`. */
 export const WORKSHOP_STATUSES = ['Building', 'Running', 'Suspended', 'Dead', 'Failed', 'Deleting'] as const;
@@ -46,6 +47,11 @@ export const CreateWorkshopRequest = z
     name: z
       .string()
       .regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'name: lowercase letters, digits and -, at most 63, starting with a letter or digit')
+      // Names address workshops wherever an id does: one shaped like an id would be taken for one.
+      .refine(
+        (n) => !isWorkshopId(n),
+        'name: ws- followed by 8 letters or digits is how workshop ids look; pick a name that cannot be taken for an id',
+      )
       .optional(),
     devcontainer: z.string().min(1).max(4096).optional(),
     budgetUsd: z.number().nonnegative().max(1_000_000).optional(),
@@ -95,6 +101,19 @@ export interface WorkshopDisk {
   note: string | null;
 }
 
+/**
+ * One entry of a workshop's live egress policy: a rule and where it came from, the server's
+ * configuration (`platform`), the project's atelier.yaml (`project`) or an approved
+ * ALLOWLIST_EXPANSION request (`approval`, with the request, who decided it and when).
+ */
+export interface WorkshopEgressEntry {
+  rule: 'allow' | 'deny' | 'allowRange';
+  entry: string;
+  origin: 'platform' | 'project' | 'approval';
+  /** Null unless `origin` is `approval`; its fields are null when not recorded (approved before they were kept). */
+  approval: { requestId: string | null; decidedBy: string | null; decidedAt: string | null } | null;
+}
+
 /** The stable JSON shape of a workshop (`--output json`, REST). */
 export interface Workshop {
   id: string;
@@ -107,8 +126,11 @@ export interface Workshop {
   disk?: WorkshopDisk;
   budgetUsd: number | null;
   forwardPorts: number[];
-  /** The project's egress policy (atelier.yaml), on top of the platform's default allowlist. */
-  egress: { allow: string[]; deny: string[]; approved: string[]; askHoldSeconds: number };
+  /**
+   * The project's egress policy (atelier.yaml: `allow`, `deny`, `askHoldSeconds`), and `policy`:
+   * the live policy its proxy applies, every entry with where it came from.
+   */
+  egress: { allow: string[]; deny: string[]; askHoldSeconds: number; policy: WorkshopEgressEntry[] };
   warnings: string[];
   createdAt: string;
   updatedAt: string;

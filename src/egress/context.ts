@@ -2,6 +2,7 @@
 // hand them connections: the workshop's listener, the proxy's limits and decision pipeline,
 // and the bookkeeping every socket goes through.
 import type net from 'node:net';
+import type { CredentialBroker } from './broker.js';
 import type { EgressDecider } from './decide.js';
 import type { EgressPolicy } from './policy.js';
 import type { EgressDecision, EgressLimits } from './types.js';
@@ -23,6 +24,8 @@ export interface Listener {
 export interface ProxyContext {
   readonly limits: EgressLimits;
   readonly decider: EgressDecider;
+  /** Injects bound credentials (broker.ts); none: every CONNECT is a tunnel. */
+  readonly broker?: CredentialBroker | undefined;
   /** Count a socket as the workshop's (close() destroys it) and keep its errors from going uncaught. */
   track(l: Listener, s: net.Socket): void;
   /** Journal a decision made outside the pipeline (a malformed request, a refused upgrade). */

@@ -7,6 +7,11 @@ export type { EgressPolicyConfig, EgressProtocol, PolicyOutcome } from './policy
 export { createDnsResolver, createHostsResolver, ResolveError } from './resolver.js';
 export type { DnsResolverOptions, HostsEntry, Resolver, ResolveErrorCode } from './resolver.js';
 export { EgressProxy } from './proxy.js';
+export { CredentialBroker } from './broker.js';
+export type { BrokerOptions, CredentialBinding } from './broker.js';
+export { Authorities } from './certificates.js';
+export { parseBinding } from './bindings.js';
+export type { CredentialEntry } from './bindings.js';
 export { DEFAULT_EGRESS_LIMITS, INTERNAL_SUFFIX } from './types.js';
 export type {
   AskAnswer,

@@ -61,6 +61,7 @@ export class EgressProxy {
     this.ctx = {
       limits: this.limits,
       decider,
+      broker: options.broker,
       track: (l, s) => this.track(l, s),
       record: (l, d) => this.record(l.workshopId, d),
       onError: (workshopId, err) => this.onError(workshopId, err),

@@ -25,6 +25,12 @@ export async function serveConnect(ctx: ProxyContext, l: Listener, authority: st
       gone.dispose();
     }
   }
+  // A host the workshop's policy binds a credential to: served by the broker, never a tunnel.
+  const binding = v.decision.allowed && !v.internal ? ctx.broker?.bindingFor(l.workshopId, v.decision.host, v.decision.port) : undefined;
+  if (binding && v.dial.length > 0) {
+    await ctx.broker!.intercept(ctx, l, s, binding, v.dial, head);
+    return;
+  }
   await openTunnel(ctx, l, s, v, v.decision.port, head, {
     // Anything the client sent after the CONNECT is never read: the answer, then close.
     refused: refusal,

@@ -1,6 +1,7 @@
 // The egress proxy's public vocabulary: what a decision says, the ask hook, the limits, and
 // where an internal name leads. Shared by the listeners, the forwarders and the decision pipeline.
 import type { AddressClass } from './addresses.js';
+import type { CredentialBroker } from './broker.js';
 import type { EgressProtocol } from './policy.js';
 import type { Resolver } from './resolver.js';
 
@@ -113,6 +114,8 @@ export interface EgressProxyOptions {
   limits?: Partial<EgressLimits>;
   /** Unexpected internal errors (never client faults); the proxy keeps serving. */
   onError?: (workshopId: string, error: unknown) => void;
+  /** The credential broker (broker.ts): bound hosts' CONNECTs are served by it. */
+  broker?: CredentialBroker;
 }
 
 /** An internal target as text (`unix:/path` or `host:port`): journal entries, pool keys, error messages. */

@@ -1,5 +1,17 @@
 import { execFile } from 'node:child_process';
-import { chmodSync, mkdirSync, readdirSync, renameSync, rmdirSync, rmSync, statSync, statfsSync } from 'node:fs';
+import {
+  chmodSync,
+  closeSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  renameSync,
+  rmdirSync,
+  rmSync,
+  statSync,
+  statfsSync,
+  truncateSync,
+} from 'node:fs';
 import { dirname, join } from 'node:path';
 
 /**
@@ -40,23 +52,35 @@ export interface WorkshopDisksOptions {
    * the spare empty.
    */
   prepareSpare?: (root: string, signal: AbortSignal) => Promise<void>;
+  /**
+   * Runs a command (mount, mkfs…) to its end, rejecting with what it said. Default: execFile,
+   * a fork of the server, which stops its event loop for 10–40 ms each time; the server gives
+   * its fork helper instead (simulators/spawner.ts), since a create and the refill it sets off
+   * run several of these while the workshop's first exec is on its way.
+   */
+  run?: Runner;
   log: { warn(obj: object, msg?: string): void };
 }
+
+/** Runs `argv` (a program on DISK_PATH and its arguments) to its end in `env`. */
+export type Runner = (argv: string[], env: Record<string, string>) => Promise<void>;
+
+/** The environment of every command run here. */
+const DISK_ENV = { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C' };
 
 // Root-owned, nothing setuid or device nodes honoured; discard gives freed blocks back to the host.
 const MOUNT_OPTIONS = 'loop,discard,noinit_itable,nosuid,nodev';
 
-function run(cmd: string, args: string[]): Promise<void> {
-  return new Promise((resolve, reject) => {
-    execFile(cmd, args, { env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C' } }, (err, _o, stderr) =>
-      err ? reject(new Error(`${cmd} ${args[0] ?? ''} failed: ${String(stderr).trim().slice(0, 300) || err.message}`)) : resolve(),
+const execFileRunner: Runner = (argv, env) =>
+  new Promise((resolve, reject) => {
+    execFile(argv[0]!, argv.slice(1), { env }, (err, _o, stderr) =>
+      err ? reject(new Error(`${argv[0]} ${argv[1] ?? ''} failed: ${String(stderr).trim().slice(0, 300) || err.message}`)) : resolve(),
     );
   });
-}
 
 function output(cmd: string, args: string[]): Promise<string> {
   return new Promise((resolve, reject) => {
-    execFile(cmd, args, { env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C' } }, (err, stdout, stderr) =>
+    execFile(cmd, args, { env: DISK_ENV }, (err, stdout, stderr) =>
       err ? reject(new Error(`${cmd} failed: ${String(stderr).trim().slice(0, 300) || err.message}`)) : resolve(String(stdout)),
     );
   });
@@ -71,35 +95,41 @@ export function isMountPoint(path: string): boolean {
   }
 }
 
+/**
+ * How long after a spare is taken its replacement starts: past the create that took it and its
+ * first exec. A burst of creates finds no spare and makes its own disks meanwhile.
+ */
+const REFILL_DELAY_MS = 1500;
+
 /** A background job's command line: lowest CPU priority, so that a create in progress is never slowed by a refill. */
 const BACKGROUND = ['/usr/bin/nice', '-n', '19'];
 
-async function makeImage(image: string, bytes: number, background = false): Promise<void> {
+async function makeImage(run: Runner, image: string, bytes: number, background = false): Promise<void> {
   rmSync(image, { force: true });
   // Sparse: the host gives blocks only as the workshop writes. 1 % reserved for root: the workshop
   // (never root) fills the rest, and the server's own writes at a start (the filter's loader, a
   // simulator's state) still succeed on a full disk, so a full workshop can start again. No resize
   // inode (never grown); inode tables and journal left for lazy init.
-  await run('truncate', ['-s', String(bytes), image]);
+  closeSync(openSync(image, 'wx', 0o600));
+  truncateSync(image, bytes);
   const mkfs = ['mkfs.ext4', '-q', '-F', '-m', '1', '-O', '^resize_inode', '-E', 'lazy_itable_init=1,lazy_journal_init=1,nodiscard', image];
-  if (background) await run(BACKGROUND[0]!, [...BACKGROUND.slice(1), ...mkfs]);
-  else await run(mkfs[0]!, mkfs.slice(1));
+  await run(background ? [...BACKGROUND, ...mkfs] : mkfs, DISK_ENV);
 }
 
-async function mountImage(image: string, at: string): Promise<void> {
-  await run('mount', ['-o', MOUNT_OPTIONS, image, at]);
+async function mountImage(run: Runner, image: string, at: string): Promise<void> {
+  await run(['mount', '-o', MOUNT_OPTIONS, image, at], DISK_ENV);
   // The filesystem's root is the workshop's root directory: the server's only, as before.
   chmodSync(at, 0o700);
 }
 
-async function unmount(at: string): Promise<void> {
+async function unmount(run: Runner, at: string): Promise<void> {
   if (!isMountPoint(at)) return;
   try {
-    await run('umount', [at]);
+    await run(['umount', at], DISK_ENV);
   } catch {
     // A process of the workshop still holds it (a simulator on its way out): detach now, the
     // kernel frees the loop device when the last one goes.
-    await run('umount', ['-l', at]);
+    await run(['umount', '-l', at], DISK_ENV);
   }
 }
 
@@ -109,12 +139,16 @@ export class WorkshopDisks {
   /** Spares being filled by prepareSpare: name → how to stop it and its end. */
   private readonly preparing = new Map<string, { abort: AbortController; done: Promise<void> }>();
   private refilling: Promise<void> | null = null;
+  /** The refill a taken spare schedules (see attach). */
+  private refillTimer: NodeJS.Timeout | undefined;
   private closed = false;
 
   private readonly opts: WorkshopDisksOptions;
+  private readonly run: Runner;
 
   constructor(opts: WorkshopDisksOptions) {
     this.opts = { ...opts };
+    this.run = opts.run ?? execFileRunner;
   }
 
   private image(id: string): string {
@@ -161,7 +195,7 @@ export class WorkshopDisks {
   private async dropSpare(name: string): Promise<void> {
     await this.stopPreparing(name);
     const at = join(this.opts.dir, name);
-    await unmount(at).catch(() => undefined);
+    await unmount(this.run, at).catch(() => undefined);
     rmSync(`${at}.img`, { force: true });
     try {
       rmdirSync(at);
@@ -180,8 +214,8 @@ export class WorkshopDisks {
         const at = join(this.opts.dir, name);
         try {
           mkdirSync(at, { mode: 0o700 });
-          await makeImage(`${at}.img`, this.opts.defaultBytes, true);
-          await mountImage(`${at}.img`, at);
+          await makeImage(this.run, `${at}.img`, this.opts.defaultBytes, true);
+          await mountImage(this.run, `${at}.img`, at);
           this.ready.push(name);
           this.prepare(name, at);
         } catch (err) {
@@ -210,10 +244,15 @@ export class WorkshopDisks {
       try {
         await this.stopPreparing(spare);
         renameSync(`${at}.img`, image);
-        await run('mount', ['--move', at, root]);
+        await this.run(['mount', '--move', at, root], DISK_ENV);
         rmdirSync(at);
         chmodSync(root, 0o700);
-        this.refill();
+        // Its replacement (mkfs, mount, the simulators' seed copy: niced, but on a 2-core host
+        // their I/O still slowed this create and its first exec by ~10 ms) is made a little later.
+        this.refillTimer ??= setTimeout(() => {
+          this.refillTimer = undefined;
+          this.refill();
+        }, REFILL_DELAY_MS).unref();
         return;
       } catch (err) {
         // mount --move is refused under a shared mount (systemd hosts): spares cannot help there.
@@ -229,8 +268,8 @@ export class WorkshopDisks {
     }
     this.refill();
     try {
-      await makeImage(image, bytes);
-      await mountImage(image, root);
+      await makeImage(this.run, image, bytes);
+      await mountImage(this.run, image, root);
     } catch (err) {
       // No half-made image left behind: it would count as this workshop's quota.
       rmSync(image, { force: true });
@@ -252,9 +291,9 @@ export class WorkshopDisks {
     const held = await output('losetup', ['-j', this.image(id)]);
     const device = /^(\/dev\/loop\d+):/m.exec(held)?.[1];
     if (device) {
-      await run('mount', ['-o', 'nosuid,nodev,discard,noinit_itable', device, root]);
+      await this.run(['mount', '-o', 'nosuid,nodev,discard,noinit_itable', device, root], DISK_ENV);
       chmodSync(root, 0o700);
-    } else await mountImage(this.image(id), root);
+    } else await mountImage(this.run, this.image(id), root);
     return true;
   }
 
@@ -270,7 +309,7 @@ export class WorkshopDisks {
 
   /** Unmounts the workshop's filesystem and removes its image (its processes are gone). */
   async detach(id: string, root: string): Promise<void> {
-    await unmount(root);
+    await unmount(this.run, root);
     rmSync(this.image(id), { force: true });
   }
 
@@ -305,6 +344,7 @@ export class WorkshopDisks {
    */
   async close(): Promise<void> {
     this.closed = true;
+    clearTimeout(this.refillTimer);
     await this.refilling;
     for (const name of this.ready.splice(0)) await this.dropSpare(name);
   }

@@ -1,9 +1,9 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, openSync, closeSync, readFileSync, writeFileSync, chownSync } from 'node:fs';
+import { existsSync, mkdirSync, openSync, closeSync, copyFileSync, readFileSync, writeFileSync, chownSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Writable } from 'node:stream';
 import { procsFiles, destroyCgroups, type CgroupPaths } from './cgroups.js';
-import { identityFiles, mountPlan, type MountStep } from './rootfs.js';
+import { HOST_TRUST_BUNDLE, identityFiles, mountPlan, TRUST_BUNDLE, type MountStep } from './rootfs.js';
 import { installLoader, SECCOMP_EXEC, seccompWrap } from './seccomp.js';
 
 /**
@@ -96,6 +96,10 @@ export function prepareLayout(spec: SandboxSpec): SandboxLayout {
     writeFileSync(path, content, { mode: 0o644 });
   }
   if (!spec.rootless) for (const dir of [layout.tmp, layout.home]) chownSync(dir, spec.uid, spec.uid);
+  // The workshop's own copy of the host's CA bundle, seen at its usual path (mountPlan): the
+  // server adds the workshop's egress CA to it when the workshop has credential bindings.
+  const bundle = join(layout.etc, TRUST_BUNDLE);
+  if (!existsSync(bundle) && existsSync(HOST_TRUST_BUNDLE)) copyFileSync(HOST_TRUST_BUNDLE, bundle);
   return layout;
 }
 
@@ -150,7 +154,8 @@ while [ $# -gt 0 ]; do
   k=$1; s=$2; d=$3; shift 3
   case $k in
     ro|rw)
-      if [ -d "$s" ]; then mkdir -p "$R$d"; else mkdir -p "$(dirname "$R$d")"; : > "$R$d"; fi
+      # A file bound over one already there (the CA bundle in the read-only /etc/ssl/certs) needs no new mount point.
+      if [ -d "$s" ]; then mkdir -p "$R$d"; elif [ ! -e "$R$d" ]; then mkdir -p "$(dirname "$R$d")"; : > "$R$d"; fi
       # Not recursive: a submount under a read-only tree would stay writable after the remount.
       mount --bind "$s" "$R$d"
       if [ "$k" = ro ]; then mount -o remount,bind,ro "$R$d"; fi ;;

@@ -43,11 +43,18 @@ export function inspectIsolation(isRoot: boolean): IsolationReport {
   const applied = [
     `system-call filter: ${filter.profile} (${filter.arch}), ${filter.rules} rules (${filter.allowed} allowed, ${filter.byArgument} by argument, ${filter.refused} refused: namespaces, mounts, keyring, bpf, perf, userfaultfd, io_uring, kexec, modules, …), applied to every workshop and simulator process`,
   ];
+  return { rootless: !isRoot, cgroups: cg.ok, missing, applied, missingTools: missingTools(isRoot) };
+}
+
+/** The system tools the sandboxes need that this host lacks (checked by `server start` and `server doctor`). */
+export function missingTools(isRoot: boolean): string[] {
   // python3 opens each workshop's egress listener in its namespace (sandbox/netns.ts); ip brings
   // up a rootless sandbox's loopback.
   const tools = isRoot
     ? ['bwrap', 'nsenter', 'setpriv', 'git', 'python3']
     : ['unshare', 'nsenter', 'setpriv', 'git', 'perl', 'mount', 'pivot_root', 'ip', 'python3'];
-  const missingTools = tools.filter((t) => !hasCommand(t));
-  return { rootless: !isRoot, cgroups: cg.ok, missing, applied, missingTools };
+  return tools.filter((t) => !hasCommand(t));
 }
+
+/** What installs the tools `missingTools` names (Debian and Ubuntu). */
+export const INSTALL_TOOLS = 'sudo apt-get install -y bubblewrap util-linux mount git perl iproute2 python3';

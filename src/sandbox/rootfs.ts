@@ -96,6 +96,8 @@ export function mountPlan(own: { workspace: string; tmp: string; home: string; e
     }
     if (existsSync(path)) plan.push({ kind: 'ro', src: path, dest: path });
   }
+  const bundle = join(own.etc, TRUST_BUNDLE);
+  if (existsSync(HOST_TRUST_BUNDLE) && existsSync(bundle)) plan.push({ kind: 'ro', src: bundle, dest: HOST_TRUST_BUNDLE });
   for (const name of IDENTITY_FILES) {
     // /etc/hosts follows the workshop's internal names (simulators added live): it is a link into
     // /run/atelier, a directory the server rewrites by atomic rename (a bound file could not be).
@@ -121,6 +123,11 @@ export function mountPlan(own: { workspace: string; tmp: string; home: string; e
 }
 
 export const IDENTITY_FILES = ['passwd', 'group', 'hosts', 'hostname', 'resolv.conf'] as const;
+
+/** The system's CA bundle (Debian), where OpenSSL, curl, git and python look by default. */
+export const HOST_TRUST_BUNDLE = '/etc/ssl/certs/ca-certificates.crt';
+/** The workshop's own copy of it in its etc directory (prepareLayout), bound over HOST_TRUST_BUNDLE. */
+export const TRUST_BUNDLE = 'ca-certificates.crt';
 
 /** A workshop's /etc/hosts: itself, then its internal services (`127.x.y.z  postgres.atelier.internal`). */
 export function hostsFile(hostname: string, entries: ReadonlyArray<{ address: string; name: string }> = []): string {

@@ -49,6 +49,8 @@ export interface AppDeps {
   approvals?: ApprovalService;
   slack?: SlackNotifier;
   secrets?: SecretStore;
+  /** Whether this node runs the installation's periodic jobs (src/db/leader.ts); always, without it. */
+  isLeader?: () => boolean;
   /** True until the server can serve every route (its issuer ready, the CLI context written). */
   starting?: () => boolean;
   /** The master key: seals what the database must not hold in clear (SSH host keys). */
@@ -64,6 +66,9 @@ export interface RouteEntry {
   url: string;
   access: RouteAccess;
 }
+
+/** The prefix of the routes whose `:id` is a workshop's (its id or its name). */
+const WORKSHOP_ROUTES = '/v1/workshops/:id';
 
 function tenantHeader(value: string | string[] | undefined): string | undefined {
   if (Array.isArray(value)) throw new AtelierError('INVALID_ARGUMENT', 'send the x-atelier-tenant header once');
@@ -133,6 +138,14 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     registers: [registry],
   });
   new Gauge({
+    name: 'atelier_leader',
+    help: "1 while this node runs the installation's periodic jobs (approval expiry, pruning), else 0",
+    registers: [registry],
+    collect() {
+      this.set(deps.isLeader?.() === false ? 0 : 1);
+    },
+  });
+  new Gauge({
     name: 'atelier_workshops',
     help: 'Workshops on this server by status',
     labelNames: ['status'],
@@ -172,6 +185,11 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     if (fromCookie) checkBrowserRequest(request.method, request.headers, principal.userId, browser);
     checkRouteAccess(access, principal);
     request.principal = principal;
+    // Every route on one workshop (`/v1/workshops/:id…`, the route table's) takes its id or its
+    // name: resolved here, once, for the caller, so handlers, the CLI, the SDK and MCP see ids only.
+    const params = request.params as { id?: unknown };
+    if (request.routeOptions.url.startsWith(WORKSHOP_ROUTES) && typeof params.id === 'string')
+      params.id = await deps.workshops.resolveRef(params.id, principal);
   });
   app.addHook('onResponse', async (request, reply) => {
     // An upgrade answered over HTTP (refused before the WebSocket handler: 401, 404) owns a socket
@@ -207,7 +225,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   simulatorRoutes(app, deps.workshops);
   identityRoutes(app, deps.accounts, deps.workshops);
   if (deps.secrets) secretRoutes(app, deps.secrets);
-  const execs = new ExecLog(deps.pool, deps.workshops, deps.logger);
+  const execs = new ExecLog(deps.pool, deps.workshops, deps.logger, deps.isLeader);
   execRoutes(app, execs);
   app.addHook('onClose', () => execs.close());
   // WebSocket routes (terminals and tunnels, the approvals stream), authenticated by the same
@@ -236,6 +254,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   });
   for (const register of deps.extraRoutes ?? []) register(app);
   const approvals = deps.approvals;
-  if (approvals) void app.register(async (scope) => approvalRoutes(scope, approvals, deps.slack));
+  if (approvals)
+    void app.register(async (scope) => approvalRoutes(scope, approvals, deps.slack, (ref, actor) => deps.workshops.resolveRef(ref, actor)));
   return app;
 }

@@ -24,6 +24,7 @@ export function createApprovals(opts: {
   ttl: string | undefined;
   selfConfirm: 'off' | 'sole-maintainer';
   slack: SlackConfig;
+  isLeader: () => boolean;
   pool: Pool;
   databaseUrl: string;
   logger: FastifyBaseLogger;
@@ -34,6 +35,7 @@ export function createApprovals(opts: {
   const approvals = createApprovalsRoom({
     ttl: opts.ttl,
     selfConfirm: opts.selfConfirm,
+    isLeader: opts.isLeader,
     slack: opts.slack,
     pool: opts.pool,
     databaseUrl: opts.databaseUrl,
@@ -60,7 +62,7 @@ export function createApprovals(opts: {
             createEgressPolicy({ allow: [entry] });
             return { host: h.value, entry };
           },
-          add: (id, entry) => workshops.addApprovedEgress(id, entry),
+          add: (id, entry, origin) => workshops.addApprovedEgress(id, entry, origin),
         },
         publisher: { prepare: (id, payload) => publisher.prepare(id, payload), apply: (a) => publisher.apply(a) },
       });

@@ -1,9 +1,12 @@
 import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { isIP } from 'node:net';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Config } from '../core/index.js';
 import type { Pool } from '../db/index.js';
 import {
+  Authorities,
+  CredentialBroker,
   EgressJournal,
   EgressProxy,
   ResolveError,
@@ -64,8 +67,36 @@ export interface EgressRuntime {
   close(): Promise<void>;
 }
 
+/** The host's trust store (Debian's bundle), then the admin's own CAs: what brokered upstreams are verified against. */
+function upstreamAuthorities(extra: string | undefined): string[] {
+  const out: string[] = [];
+  for (const [file, what] of [
+    ['/etc/ssl/certs/ca-certificates.crt', 'the host trust store'],
+    [extra, 'ATELIER_EGRESS_UPSTREAM_CA'],
+  ] as const) {
+    if (!file) continue;
+    let text: string;
+    try {
+      text = readFileSync(file, 'utf8');
+    } catch (err) {
+      if (file === extra) throw new Error(`cannot read ${what} ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+      continue;
+    }
+    const certs = text.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) ?? [];
+    if (file === extra && certs.length === 0) throw new Error(`ATELIER_EGRESS_UPSTREAM_CA ${file} holds no PEM certificate`);
+    out.push(...certs);
+  }
+  return out;
+}
+
 /** One proxy for all of this server's workshops, each with its own listener (in its sandbox) and policy. */
-export async function startEgress(config: Config, pool: Pool, logger: FastifyBaseLogger, ask?: AskHook): Promise<EgressRuntime> {
+export async function startEgress(
+  config: Config,
+  pool: Pool,
+  logger: FastifyBaseLogger,
+  opts: { ask?: AskHook | undefined; dataDir: string; secretValue: (workshopId: string, name: string) => Promise<string | undefined> },
+): Promise<EgressRuntime> {
+  const ask = opts.ask;
   // The platform's part of every policy is checked now, not at the first workshop it would fail.
   try {
     createEgressPolicy({ allow: config.egressDefaults, allowRanges: config.egressAllowRanges });
@@ -89,7 +120,13 @@ export async function startEgress(config: Config, pool: Pool, logger: FastifyBas
         },
       });
   const journal = new EgressJournal(pool, logger);
+  const broker = new CredentialBroker({
+    authorities: new Authorities(join(opts.dataDir, 'egress-ca')),
+    secretValue: opts.secretValue,
+    upstreamCa: upstreamAuthorities(config.egressUpstreamCa),
+  });
   const proxy = new EgressProxy({
+    broker,
     resolver,
     onDecision: (workshopId, d) => journal.record(workshopId, d),
     // Unknown hosts are asked about (approvals): the request is held for askHoldSeconds.
@@ -97,9 +134,10 @@ export async function startEgress(config: Config, pool: Pool, logger: FastifyBas
     onError: (workshopId, err) => logger.error({ workshop: workshopId, err: String(err) }, 'egress proxy internal error'),
   });
   return {
-    wiring: { proxy, journal, defaults: config.egressDefaults, allowRanges: config.egressAllowRanges },
+    wiring: { proxy, journal, broker, defaults: config.egressDefaults, allowRanges: config.egressAllowRanges },
     async close() {
       await proxy.closeAll();
+      broker.close();
       await journal.close();
     },
   };

@@ -51,6 +51,7 @@ export async function startIdentity(
   pool: Pool,
   masterKey: MasterKey,
   logger: FastifyBaseLogger,
+  isLeader?: () => boolean,
 ): Promise<IdentityRuntime> {
   if (identityConfig) {
     const ext = await loadExternalIssuerConfig(identityConfig);
@@ -113,6 +114,7 @@ export async function startIdentity(
     logger,
     audience: EMBEDDED_AUDIENCE,
     accessTokenTtlSeconds: ACCESS_TOKEN_TTL_SECONDS,
+    ...(isLeader ? { isLeader } : {}),
   });
   let publicUrl = '';
   const info: IssuerInfo = {

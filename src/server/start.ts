@@ -17,10 +17,10 @@ import {
   writeToken,
   type Config,
 } from '../core/index.js';
-import { createPool, migrate, startEmbeddedPostgres, withTransaction, type EmbeddedPostgres, type Pool } from '../db/index.js';
-import { inspectIsolation, processStartTime } from '../sandbox/index.js';
+import { createPool, lead, migrate, startEmbeddedPostgres, withTransaction, type EmbeddedPostgres, type Pool } from '../db/index.js';
+import { INSTALL_TOOLS, inspectIsolation, processStartTime } from '../sandbox/index.js';
 import { InternalNetwork, LocalDriver, SimulatorManager, WorkshopService } from '../workshops/index.js';
-import { checkSimulatorVersion, warmSimulators } from '../simulators/index.js';
+import { checkSimulatorVersion, runOffServer, warmSimulators } from '../simulators/index.js';
 import { AccountService, Authenticator, MasterKey, generatePassword, hashPassword } from '../identity/index.js';
 import { createActionService, createProjectRegistry, selectStackBackend } from '../actions/index.js';
 import { createEgressPolicy } from '../egress/index.js';
@@ -28,6 +28,8 @@ import { buildApp } from './app.js';
 import { createApprovals } from './approvals.js';
 import { actionRoutes } from './routes/actions.js';
 import { consoleRoutes } from './routes/console.js';
+import { statusRoutes } from './routes/status.js';
+import { createRecentErrors } from './recentErrors.js';
 import { principalOf } from './routes/common.js';
 import { startEgress } from './egress.js';
 import { startIdentity } from './identity.js';
@@ -249,6 +251,7 @@ function chownIfOurs(path: string, owner: { uid: number; gid: number }): void {
  * reconciliation of workshops left by a previous run, then HTTP. Resolves once listening.
  */
 export async function startServer(opts: StartOptions, config: Config = loadConfig()): Promise<RunningServer> {
+  const startedAt = new Date();
   const dataDir = opts.dataDir ?? config.dataDir;
   const listen = parseListen(opts.listen ?? config.listen);
   const publicUrlFlag = publicUrlOf(opts.publicUrl);
@@ -267,9 +270,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
   try {
     const isolation = inspectIsolation(config.isRoot);
     if (isolation.missingTools.length > 0) {
-      throw new Error(
-        `missing system tools: ${isolation.missingTools.join(', ')}: run \`sudo apt-get install -y bubblewrap util-linux mount git perl iproute2 python3\``,
-      );
+      throw new Error(`missing system tools: ${isolation.missingTools.join(', ')}: run \`${INSTALL_TOOLS}\``);
     }
     for (const m of isolation.applied) opts.say(`isolation: ${m}`);
     for (const m of isolation.missing) opts.say(`isolation: ${m}`);
@@ -280,7 +281,9 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       const e = embedded;
       cleanups.push(() => e.stop());
     }
-    const logger = pino({ level: config.logLevel });
+    // Its last warnings and errors are also kept for `atelier server status` (GET /v1/admin/status).
+    const recentErrors = createRecentErrors();
+    const logger = pino({ level: config.logLevel, hooks: recentErrors.hooks });
     const pool = createPool(databaseUrl ?? embedded!.connectionString, (err) =>
       logger.warn({ err: err.message }, 'database connection lost'),
     );
@@ -292,6 +295,17 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const masterKey = MasterKey.loadOrCreate(config.masterKeyFile ?? join(dataDir, 'master.key'));
 
     const nodeId = nodeIdOf(dataDir);
+    // The installation's periodic jobs run on one node of those sharing this database (src/db/leader.ts).
+    const leadership = lead(databaseUrl ?? embedded!.connectionString, {
+      onChange: (leader) =>
+        logger.info(
+          { leader },
+          leader ? 'this node now runs the periodic jobs of the installation (leader)' : 'this node no longer runs the periodic jobs',
+        ),
+      onError: (err) => logger.warn({ err: err.message }, 'periodic jobs: the leadership connection failed; trying again'),
+    });
+    cleanups.push(() => leadership.close());
+    await leadership.ready;
     // The spare workshop disks get the simulators' spares (SimulatorManager, made below).
     const spareDisks: { prepare?: (root: string, signal: AbortSignal) => Promise<void> } = {};
     const driver = new LocalDriver(dataDir, nodeId, isolation.rootless, isolation.cgroups, {
@@ -300,6 +314,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       spares: config.diskSpares,
       reserveBytes: config.diskReserveBytes,
       prepareSpare: async (root, signal) => spareDisks.prepare?.(root, signal),
+      run: (argv, env) => runOffServer(argv, { env, logDir: join(dataDir, 'disks') }),
       log: logger,
     });
     cleanups.push(() => driver.closeDisks());
@@ -308,6 +323,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     );
     const sudoHome = config.sudoUser ? homeOf(config.sudoUser.uid) : undefined;
     const approvals = createApprovals({
+      isLeader: () => leadership.isLeader,
       ttl: config.approvalTtl,
       selfConfirm: config.approvalsSelfConfirm,
       slack: config.slack,
@@ -317,7 +333,11 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       nodeId,
       sealer: masterKey,
     });
-    const egress = await startEgress(config, pool, logger, approvals.ask);
+    const egress = await startEgress(config, pool, logger, {
+      ask: approvals.ask,
+      dataDir,
+      secretValue: (workshopId, name) => approvals.secrets.valueFor(workshopId, name),
+    });
     cleanups.push(() => egress.close());
     const internal = new InternalNetwork(egress.wiring.proxy);
     // Inside every workshop, http://api.atelier.internal reaches this server's API (ATELIER_URL).
@@ -385,7 +405,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
 
     const authenticator = new Authenticator(pool);
     const identityConfig = opts.identityConfig ? resolve(opts.identityConfig) : config.identityConfig;
-    const identity = await startIdentity(identityConfig, pool, masterKey, logger);
+    const identity = await startIdentity(identityConfig, pool, masterKey, logger, () => leadership.isLeader);
     // Known once the server listens; the write guard compares browsers' Origin with it.
     const publicOrigin: { value?: string } = {};
     // The server's own URL, for the Console's child CLI (known once it listens).
@@ -420,6 +440,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const app = buildApp({
       starting: () => starting.value,
       browser: { sessions: browserSessions, csrfKey, origin: () => publicOrigin.value },
+      isLeader: () => leadership.isLeader,
       pool,
       workshops,
       authenticator,
@@ -449,6 +470,17 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
           }),
         (a) => consoleRoutes(a, { url: () => localUrl.value, cli: opts.cliEntry }),
         (a) => workshopMcpRoutes(a, { workshops, approvals: approvals.service, version: opts.version, principalOf }),
+        (a) =>
+          statusRoutes(a, {
+            pool,
+            version: opts.version,
+            startedAt,
+            url: () => localUrl.value,
+            publicUrl: () => publicOrigin.value,
+            dataDir,
+            database: databaseUrl ? 'external' : 'embedded',
+            recentErrors: recentErrors.list,
+          }),
       ],
       approvals: approvals.service,
       slack: approvals.slack,

@@ -1,5 +1,7 @@
-import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
 import type { Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
 
@@ -125,4 +127,37 @@ function running(): Helper | undefined {
   child.on('exit', (code, signal) => gone(`exited (${signal ?? `code ${code}`})`));
   child.stdin!.on('error', () => undefined);
   return h;
+}
+
+/**
+ * Runs `argv` to its end without a fork of the server (through the helper when it runs, else
+ * `execFile`): for the short housekeeping commands the server runs while it serves (mount,
+ * mkfs, rm), each of which would otherwise stop its event loop for the length of a fork.
+ * Rejects with the command's last output lines when it fails. `logDir`: a directory only the
+ * server writes, for that output (removed after); without it the error gives the exit status.
+ */
+export async function runOffServer(argv: string[], opts: { env: Record<string, string>; logDir?: string }): Promise<void> {
+  const log = opts.logDir === undefined ? undefined : join(opts.logDir, `.run-${randomBytes(6).toString('hex')}.log`);
+  const viaHelper = spawnViaHelper({ argv, cwd: '/', env: opts.env, log, detached: false, awaited: true });
+  if (!viaHelper) {
+    await new Promise<void>((resolve, reject) => {
+      execFile(argv[0]!, argv.slice(1), { env: opts.env }, (err, _o, stderr) =>
+        err ? reject(new Error(`${argv[0]} ${argv[1] ?? ''} failed: ${String(stderr).trim().slice(0, 300) || err.message}`)) : resolve(),
+      );
+    });
+    return;
+  }
+  try {
+    const code = await (await viaHelper).exit;
+    if (code === 0) return;
+    let said = '';
+    try {
+      if (log) said = readFileSync(log, 'utf8').trim().slice(-300);
+    } catch {
+      // it wrote nothing
+    }
+    throw new Error(`${argv[0]} ${argv[1] ?? ''} failed: ${said || (code < 0 ? `signal ${-code}` : `exit code ${code}`)}`);
+  } finally {
+    if (log) rmSync(log, { force: true });
+  }
 }

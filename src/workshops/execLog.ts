@@ -85,6 +85,8 @@ export class ExecLog {
     private readonly pool: Pool,
     private readonly workshops: WorkshopService,
     private readonly log: Logger,
+    /** Whether this node runs the installation's periodic jobs (src/db/leader.ts): the pruning is one of them. */
+    private readonly isLeader: () => boolean = () => true,
   ) {
     this.pruner = setInterval(() => void this.prune(), PRUNE_EVERY_MS);
     this.pruner.unref();
@@ -270,6 +272,7 @@ export class ExecLog {
 
   /** Deletes commands that ended more than EXEC_RETENTION_DAYS ago, with their output. */
   async prune(): Promise<void> {
+    if (!this.isLeader()) return;
     await this.pool
       .query('DELETE FROM execs WHERE ended_at < now() - make_interval(days => $1)', [EXEC_RETENTION_DAYS])
       .catch((err: Error) => this.log.warn({ err: err.message }, 'old execs could not be pruned'));

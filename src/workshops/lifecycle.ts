@@ -2,12 +2,13 @@
  * A workshop's life: created (cloned, its sandbox started, its devcontainer commands run),
  * suspended, resumed, deleted, and brought back into agreement with the host after a start.
  */
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus as hostCpus, totalmem } from 'node:os';
-import { posix } from 'node:path';
+import { join, posix } from 'node:path';
 import {
   AtelierError,
   hashToken,
+  writeFileAtomic,
   newApiToken,
   newId,
   newWorkshopId,
@@ -18,9 +19,9 @@ import {
   type WorkshopLimits,
 } from '../core/index.js';
 import { queryRows, withTransaction, type Pool } from '../db/index.js';
-import { type Principal } from '../identity/index.js';
-import { EGRESS_PORT, listenInSandbox, type SandboxHandle } from '../sandbox/index.js';
-import { createEgressPolicy, type EgressPolicy } from '../egress/index.js';
+import { atLeast, type Principal } from '../identity/index.js';
+import { EGRESS_PORT, HOST_TRUST_BUNDLE, listenInSandbox, TRUST_BUNDLE, type SandboxHandle, type SandboxLayout } from '../sandbox/index.js';
+import { canonicalizeHost, createEgressPolicy, parseBinding, type CredentialBinding, type EgressPolicy } from '../egress/index.js';
 import { readDevcontainer } from './devcontainer.js';
 import { readProjectSettings } from './project.js';
 import type { WorkshopDriver } from './driver.js';
@@ -29,7 +30,7 @@ import { cloneRepo, resolveRepoSource } from './repo.js';
 import { mergeSimulators, precheckSimulators, type WorkshopContext } from './simulators.js';
 import type { DeathWatch } from './deathWatch.js';
 import { BASE_ENV, type WorkshopExecs } from './exec.js';
-import { DEFAULT_ASK_HOLD_SECONDS, toWorkshop, type ServiceOptions, type WorkshopRow, type WorkshopShared } from './shared.js';
+import { DEFAULT_ASK_HOLD_SECONDS, type ServiceOptions, type WorkshopRow, type WorkshopShared } from './shared.js';
 import { RECOVERING, retryDelaySeconds, transientCause } from './recovery.js';
 
 /** devcontainer lifecycle commands (npm ci, …) are stopped after this long. */
@@ -142,6 +143,7 @@ export class WorkshopLifecycle {
     const server = await listenInSandbox(handle, EGRESS_PORT);
     try {
       await this.opts.egress.proxy.listen(row.id, server, policy ?? undefined);
+      this.opts.egress.broker?.setBindings(row.id, bindingsOf(row));
     } catch (err) {
       server.close();
       throw err;
@@ -197,13 +199,91 @@ export class WorkshopLifecycle {
       });
     } catch (err) {
       if ((err as { code?: string }).code === '23505')
-        throw new AtelierError('ALREADY_EXISTS', `a workshop named "${name}" already exists: pick another --name`, { field: 'name' });
+        throw new AtelierError(
+          'ALREADY_EXISTS',
+          `you already have a workshop named "${name}" (names are unique per owner: they address workshops as ids do): pick another --name`,
+          { field: 'name' },
+        );
       throw err;
     }
-    return this.shared.locked(id, () => this.build(row, source, req));
+    return this.shared.locked(id, () => this.build(row, source, req, actor));
   }
 
-  private async build(row: WorkshopRow, source: ReturnType<typeof resolveRepoSource>, req: CreateWorkshopRequest): Promise<Workshop> {
+  /**
+   * The project's credential bindings, checked for this workshop: each host allowed by its policy,
+   * each secret one its tenant has, and the person creating it one who may use the tenant's secrets
+   * without asking (a maintainer or admin; never an agent). Its egress CA is made when it has any.
+   */
+  private async checkBindings(row: WorkshopRow, actor: Principal): Promise<CredentialBinding[]> {
+    const entries = row.egress.credentials ?? [];
+    if (entries.length === 0) return [];
+    if (!this.opts.egress.broker) throw new AtelierError('UNAVAILABLE', 'this server has no credential broker: remove egress.credentials');
+    if (actor.kind !== 'user' || !atLeast(actor.role, 'maintainer'))
+      throw new AtelierError(
+        'PERMISSION_DENIED',
+        `atelier.yaml: egress.credentials binds the tenant's secrets, which only a maintainer or admin of ${actor.tenantName} may do: ask one to create this workshop, or remove the block`,
+        { field: 'egress.credentials' },
+      );
+    const policy = this.egressPolicy(row);
+    const out = bindingsOf(row);
+    for (const [i, b] of out.entries()) {
+      const where = `atelier.yaml: egress.credentials.${i}`;
+      const host = canonicalizeHost(b.host);
+      if (host.kind === 'refused' || policy.evaluate(host, b.port, 'connect').outcome !== 'allow')
+        throw new AtelierError(
+          'INVALID_ARGUMENT',
+          `${where}.host: ${b.host}:${b.port} is not allowed by the workshop's egress policy: add it to egress.allow`,
+          {
+            field: `egress.credentials.${i}`,
+          },
+        );
+      const known = await queryRows(this.pool, 'SELECT 1 FROM secrets WHERE tenant_id = $1 AND name = $2', [row.tenant_id, b.secret]);
+      if (known.length === 0)
+        throw new AtelierError(
+          'INVALID_ARGUMENT',
+          `${where}.value: the secret ${b.secret} does not exist in tenant ${actor.tenantName}: set it first (\`atelier secrets set ${b.secret}\`)`,
+          { field: `egress.credentials.${i}` },
+        );
+    }
+    return out;
+  }
+
+  /**
+   * What makes the workshop's tools trust the broker's certificates: its CA alone, and the host's
+   * bundle with it, in the server-written directory seen read-only at /run/atelier; the usual
+   * variables name them.
+   */
+  private async trustBroker(id: string, layout: SandboxLayout): Promise<Record<string, string>> {
+    const ca = await this.opts.egress.broker!.authorityPem(id);
+    let system = '';
+    try {
+      system = readFileSync(HOST_TRUST_BUNDLE, 'utf8');
+    } catch {
+      // no system bundle: the workshop trusts its CA alone
+    }
+    const bundle = `${system.trimEnd()}\n${ca}`;
+    writeFileAtomic(join(layout.run, 'egress-ca.pem'), ca, 0o644);
+    writeFileAtomic(join(layout.run, 'ca-certificates.crt'), bundle, 0o644);
+    // The system store inside is the workshop's own copy, bound by its inode: written in place,
+    // at create, before any of the workshop's own commands runs.
+    const own = join(layout.etc, TRUST_BUNDLE);
+    if (existsSync(own)) writeFileSync(own, bundle);
+    const inside = '/run/atelier/ca-certificates.crt';
+    return {
+      SSL_CERT_FILE: inside,
+      CURL_CA_BUNDLE: inside,
+      REQUESTS_CA_BUNDLE: inside,
+      GIT_SSL_CAINFO: inside,
+      NODE_EXTRA_CA_CERTS: '/run/atelier/egress-ca.pem',
+    };
+  }
+
+  private async build(
+    row: WorkshopRow,
+    source: ReturnType<typeof resolveRepoSource>,
+    req: CreateWorkshopRequest,
+    actor: Principal,
+  ): Promise<Workshop> {
     const id = row.id;
     let handle: SandboxHandle | null = null;
     try {
@@ -223,9 +303,11 @@ export class WorkshopLifecycle {
       const dev = readDevcontainer(layout.workspace, req.devcontainer, BASE_ENV);
       const project = readProjectSettings(layout.workspace);
       row.egress = project.egress;
+      const bindings = await this.checkBindings(row, actor);
       this.opts.egress.proxy.setPolicy(id, this.egressPolicy(row));
+      this.opts.egress.broker?.setBindings(id, bindings);
       await this.driver.adoptWorkspace(id, row.uid);
-      const env: Record<string, string> = { ...dev.env };
+      const env: Record<string, string> = { ...dev.env, ...(bindings.length > 0 ? await this.trustBroker(id, layout) : {}) };
       if (req.budgetUsd !== undefined) env.ATELIER_MAX_BUDGET_USD = String(req.budgetUsd);
       await queryRows(
         this.pool,
@@ -263,7 +345,7 @@ export class WorkshopLifecycle {
       await queryRows(this.pool, 'UPDATE workshops SET built_at = now() WHERE id = $1', [id]);
       const built = await this.shared.setStatus(id, 'Running', null);
       this.deaths.watch(id, handle!);
-      return toWorkshop(built);
+      return this.shared.view(built);
     } catch (err) {
       const reason = err instanceof Error ? err.message : String(err);
       this.opts.log.warn({ workshop: id, err: reason }, 'workshop build failed');
@@ -274,7 +356,7 @@ export class WorkshopLifecycle {
       const failed = await this.shared.setStatus(id, 'Failed', reason, null).catch(() => null);
       if (failed) {
         await this.ended(id, reason);
-        return toWorkshop(failed);
+        return this.shared.view(failed);
       }
       throw err;
     }
@@ -285,7 +367,7 @@ export class WorkshopLifecycle {
     let stopped = false;
     const w = await this.shared.locked(id, async () => {
       const row = await this.shared.row(id, { actor, action: 'operate' });
-      if (row.status === 'Suspended') return toWorkshop(row);
+      if (row.status === 'Suspended') return this.shared.view(row);
       if (row.status !== 'Running' || !row.sandbox)
         throw new AtelierError('WORKSHOP_NOT_RUNNING', `workshop ${id} is ${row.status} and cannot be suspended`, {
           id,
@@ -299,7 +381,7 @@ export class WorkshopLifecycle {
       await this.execs.waitExecsEntered(row);
       await this.driver.suspend(row.sandbox);
       stopped = true;
-      return toWorkshop(await this.shared.setStatus(id, 'Suspended', null));
+      return this.shared.view(await this.shared.setStatus(id, 'Suspended', null));
     });
     if (stopped) await this.events.emit({ type: 'stopped', id: w.id });
     return w;
@@ -309,14 +391,14 @@ export class WorkshopLifecycle {
   async resume(id: string, actor: Principal): Promise<Workshop> {
     return this.shared.locked(id, async () => {
       const row = await this.shared.row(id, { actor, action: 'operate' });
-      if (row.status === 'Running') return toWorkshop(row);
+      if (row.status === 'Running') return this.shared.view(row);
       if (row.status === 'Dead') {
         this.opts.log.info({ workshop: id, was: row.status_reason }, 'starting a dead workshop again');
-        return toWorkshop(
+        return this.shared.view(
           await this.restartSandbox(row, `started again, files kept; it had died: ${row.status_reason ?? 'no reason recorded'}`),
         );
       }
-      if (row.status === 'Failed') return toWorkshop(await this.resumeFailed(row));
+      if (row.status === 'Failed') return this.shared.view(await this.resumeFailed(row));
       if (row.status !== 'Suspended')
         throw new AtelierError('WORKSHOP_NOT_RUNNING', `workshop ${id} is ${row.status} and cannot be resumed`, {
           id,
@@ -324,9 +406,9 @@ export class WorkshopLifecycle {
         });
       if (row.sandbox && this.driver.alive(row.sandbox)) {
         await this.driver.resume(row.sandbox);
-        return toWorkshop(await this.shared.setStatus(id, 'Running', null));
+        return this.shared.view(await this.shared.setStatus(id, 'Running', null));
       }
-      return toWorkshop(
+      return this.shared.view(
         await this.restartSandbox(row, 'its processes had stopped while suspended (host restart?): started afresh, files kept'),
       );
     });
@@ -345,6 +427,7 @@ export class WorkshopLifecycle {
       await this.shared.setStatus(id, 'Deleting', null);
       await this.opts.simulators.removeAll(id);
       await this.opts.egress.proxy.close(id);
+      this.opts.egress.broker?.forget(id);
       await this.driver.destroy(id, row.sandbox).catch((err: Error) => {
         throw new AtelierError('SANDBOX_FAILED', `workshop ${id} could not be removed completely (${err.message}); run the delete again`, {
           id,
@@ -586,4 +669,9 @@ export class WorkshopLifecycle {
     for (const timer of this.retries.values()) clearTimeout(timer);
     this.retries.clear();
   }
+}
+
+/** The bindings a workshop's row holds (checked when it was created). */
+function bindingsOf(row: WorkshopRow): CredentialBinding[] {
+  return (row.egress.credentials ?? []).map((e, i) => parseBinding(e, `egress.credentials.${i}`));
 }

@@ -3,7 +3,7 @@ import { join, sep } from 'node:path';
 import { parse } from 'yaml';
 import { z } from 'zod';
 import { AtelierError, SimulatorRequest } from '../core/index.js';
-import { createEgressPolicy } from '../egress/index.js';
+import { createEgressPolicy, parseBinding, type CredentialBinding } from '../egress/index.js';
 
 /**
  * The project's own settings, `atelier.yaml` at the repository root. This reads its `egress:`,
@@ -14,11 +14,19 @@ import { createEgressPolicy } from '../egress/index.js';
  *     allow: [api.stripe.com, "*.example.com", "api.example.com:8443"]
  *     deny: [uploads.example.com]
  *     askHoldSeconds: 30        # how long a request to an unknown host waits for a human (0: answer at once)
+ *     credentials:              # added on the way out by the egress proxy; the workshop never holds the value
+ *       - host: api.github.com  # one host (optionally :port, default 443), allowed by the policy
+ *         header: Authorization
+ *         value: "Bearer ${secret:GITHUB_TOKEN}"   # exactly one secret of the tenant
  */
 const Egress = z.strictObject({
   allow: z.array(z.string().min(1).max(300)).max(1000).default([]),
   deny: z.array(z.string().min(1).max(300)).max(1000).default([]),
   askHoldSeconds: z.number().int().min(0).max(600).default(30),
+  credentials: z
+    .array(z.strictObject({ host: z.string().min(1).max(300), header: z.string().min(1).max(100), value: z.string().min(1).max(2000) }))
+    .max(50)
+    .default([]),
 });
 
 export type ProjectEgress = z.infer<typeof Egress>;
@@ -142,6 +150,21 @@ export function readProjectSettings(workspace: string): ProjectSettings {
     createEgressPolicy({ allow: r.data.allow, deny: r.data.deny });
   } catch (err) {
     throw new AtelierError('INVALID_ARGUMENT', `${FILE}: ${(err as Error).message}`, { field: 'egress' });
+  }
+  const bound = new Set<string>();
+  for (const [i, entry] of r.data.credentials.entries()) {
+    const where = `egress.credentials.${i}`;
+    let b: CredentialBinding;
+    try {
+      b = parseBinding(entry, where);
+    } catch (err) {
+      throw new AtelierError('INVALID_ARGUMENT', `${FILE}: ${(err as Error).message}`, { field: where });
+    }
+    if (bound.has(`${b.host}:${b.port}`))
+      throw new AtelierError('INVALID_ARGUMENT', `${FILE}: ${where}.host: ${b.host}:${b.port} is bound twice; keep one entry per host`, {
+        field: where,
+      });
+    bound.add(`${b.host}:${b.port}`);
   }
   const a = Approvals.safeParse((doc as Record<string, unknown>).approvals ?? {});
   if (!a.success) throw invalidBlock('approvals', a.error);

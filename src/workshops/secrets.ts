@@ -90,6 +90,8 @@ export class SecretStore {
   private readonly synced = new Map<string, number>();
   private sweeping: Promise<void> | undefined;
   private closed = false;
+  /** valueFor's short-lived copies: `workshop\0name` → value (undefined: none). */
+  private readonly values = new Map<string, { value: string | undefined; until: number }>();
 
   constructor(
     private readonly pool: Pool,
@@ -115,6 +117,7 @@ export class SecretStore {
        RETURNING name, set_by, set_at`,
       [actor.tenantId, name, sealed, actor.userName],
     );
+    this.values.clear();
     // Workshops holding a grant of it get the new value.
     void this.syncGranted(actor.tenantId, name);
     return { name: r!.name, setBy: r!.set_by, setAt: r!.set_at.toISOString() };
@@ -136,6 +139,7 @@ export class SecretStore {
       actor.tenantId,
       name,
     ]);
+    this.values.clear();
     if (r.length === 0)
       throw new AtelierError('NOT_FOUND', `secret ${name} does not exist in tenant ${actor.tenantName}: run \`atelier secrets list\``, {
         name,
@@ -146,6 +150,26 @@ export class SecretStore {
       [actor.tenantId, name],
     );
     await this.sweep();
+  }
+
+  /**
+   * The value of the workshop's tenant's secret, for the credential broker (it never enters the
+   * workshop); undefined when there is none. Kept a second at most (a busy binding reads it once,
+   * not per request); a set or delete on this server drops it at once.
+   */
+  async valueFor(workshopId: string, name: string): Promise<string | undefined> {
+    const key = `${workshopId}\0${name}`;
+    const hit = this.values.get(key);
+    if (hit && hit.until > Date.now()) return hit.value;
+    const [r] = await queryRows<{ sealed: string; tenant_id: string }>(
+      this.pool,
+      'SELECT s.sealed, s.tenant_id FROM secrets s JOIN workshops w ON w.tenant_id = s.tenant_id WHERE w.id = $1 AND s.name = $2',
+      [workshopId, name],
+    );
+    const value = r ? this.opts.sealer.decrypt(r.sealed, context(r.tenant_id, name)).toString('utf8') : undefined;
+    if (this.values.size > 10_000) this.values.clear();
+    this.values.set(key, { value, until: Date.now() + 1000 });
+    return value;
   }
 
   /** True when the workshop's tenant has this secret (a request for an unknown one is refused at once). */

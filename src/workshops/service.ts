@@ -1,4 +1,11 @@
-import { type CreateWorkshopRequest, type ExecRequest, type SimulatorRequest, type Workshop } from '../core/index.js';
+import {
+  AtelierError,
+  isWorkshopId,
+  type CreateWorkshopRequest,
+  type ExecRequest,
+  type SimulatorRequest,
+  type Workshop,
+} from '../core/index.js';
 import { queryRows, type Pool } from '../db/index.js';
 import { type Principal, type WorkshopAction } from '../identity/index.js';
 import { type SandboxHandle } from '../sandbox/index.js';
@@ -11,7 +18,7 @@ import { DeathWatch } from './deathWatch.js';
 import { WorkshopExecs } from './exec.js';
 import { WorkshopFiles } from './files.js';
 import { WorkshopLifecycle } from './lifecycle.js';
-import { toWorkshop, WorkshopShared, type Access, type RunningExec, type ServiceOptions, type WorkshopRow } from './shared.js';
+import { WorkshopShared, type Access, type ApprovalOrigin, type RunningExec, type ServiceOptions, type WorkshopRow } from './shared.js';
 
 export type { EgressWiring, ExecGate, RunningExec, ServiceOptions } from './shared.js';
 
@@ -43,6 +50,39 @@ export class WorkshopService {
     this.lifecycle = new WorkshopLifecycle(this.shared, this.execs, this.deaths, this.events);
   }
 
+  /**
+   * The id a caller means by `ref`: an id as it is, else a workshop name, resolved as the caller
+   * sees names: their own workshop of that name first, else the tenant's only one (an agent token:
+   * its own workshop only). Several others of that name: CONFLICT listing their ids. Used once per
+   * request, on the `:id` of every `/v1/workshops/:id…` route, so every client gets names for free.
+   */
+  async resolveRef(ref: string, actor: Principal): Promise<string> {
+    if (isWorkshopId(ref)) return ref;
+    const missing = () =>
+      new AtelierError(
+        'WORKSHOP_NOT_FOUND',
+        `workshop ${ref} does not exist: run \`atelier workshops list\` to see the ids and names of yours (a workshop is addressed by either)`,
+        { id: ref },
+      );
+    // Only a name a workshop could have is looked up (anything else cannot name one).
+    if (!/^[a-z0-9][a-z0-9-]{0,62}$/.test(ref)) throw missing();
+    const rows = await queryRows<{ id: string; owner_id: string | null }>(
+      this.pool,
+      `SELECT id, owner_id FROM workshops WHERE tenant_id = $1 AND name = $2 AND ($3::text IS NULL OR id = $3) ORDER BY created_at`,
+      [actor.tenantId, ref, actor.kind === 'agent' ? actor.workshopId : null],
+    );
+    const own = rows.filter((r) => r.owner_id === actor.userId);
+    if (actor.kind !== 'agent' && own.length === 1) return own[0]!.id;
+    if (rows.length === 1) return rows[0]!.id;
+    if (rows.length === 0) throw missing();
+    const ids = rows.map((r) => r.id);
+    throw new AtelierError(
+      'CONFLICT',
+      `${rows.length} workshops of tenant ${actor.tenantName} are named ${ref}, none of them yours: use its id (${ids.join(', ')})`,
+      { name: ref, ids },
+    );
+  }
+
   /** True when the workshop runs on this server (its proxy and sandbox are here). */
   async isLocal(id: string): Promise<boolean> {
     const [r] = await queryRows<{ node_id: string }>(this.pool, 'SELECT node_id FROM workshops WHERE id = $1', [id]);
@@ -59,14 +99,16 @@ export class WorkshopService {
 
   /**
    * Adds an approved egress entry to the workshop's policy: stored with the workshop (once,
-   * whatever the number of calls) and applied to its live proxy at once.
+   * whatever the number of calls), with the request it came from, and applied to its live proxy at once.
    */
-  async addApprovedEgress(id: string, entry: string): Promise<void> {
+  async addApprovedEgress(id: string, entry: string, origin: ApprovalOrigin): Promise<void> {
     await queryRows(
       this.pool,
-      `UPDATE workshops SET egress = jsonb_set(egress, '{approved}', coalesce(egress->'approved', '[]'::jsonb) || to_jsonb($2::text))
+      `UPDATE workshops SET egress = jsonb_set(
+           jsonb_set(egress, '{approved}', coalesce(egress->'approved', '[]'::jsonb) || to_jsonb($2::text)),
+           '{origins}', coalesce(egress->'origins', '{}'::jsonb) || jsonb_build_object($2::text, $3::jsonb))
         WHERE id = $1 AND NOT coalesce(egress->'approved', '[]'::jsonb) ? $2`,
-      [id, entry],
+      [id, entry, JSON.stringify(origin)],
     );
     const [row] = await queryRows<WorkshopRow>(this.pool, 'SELECT * FROM workshops WHERE id = $1', [id]);
     if (row && row.node_id === this.opts.nodeId && this.opts.egress.proxy.getPolicy(id))
@@ -92,12 +134,12 @@ export class WorkshopService {
         'SELECT * FROM workshops WHERE node_id = $1 AND tenant_id = $2 AND ($3::text IS NULL OR id = $3) ORDER BY created_at',
         [this.opts.nodeId, actor.tenantId, actor.kind === 'agent' ? actor.workshopId : null],
       )
-    ).map((r) => ({ ...toWorkshop(r), disk: this.driver.diskOf(r.id) }));
+    ).map((r) => ({ ...this.shared.view(r), disk: this.driver.diskOf(r.id) }));
   }
 
   async get(id: string, actor: Principal): Promise<Workshop> {
     const row = await this.shared.row(id, { actor, action: 'read' });
-    return { ...toWorkshop(row), disk: this.driver.diskOf(row.id) };
+    return { ...this.shared.view(row), disk: this.driver.diskOf(row.id) };
   }
 
   /** Checks that `actor` may do `action` on the workshop (for routes that act on it indirectly). */

@@ -3,11 +3,18 @@
  * the row and its authorisation, the per-workshop lock and the commands running in each workshop.
  */
 import { type Readable } from 'node:stream';
-import { AtelierError, isWorkshopId, type ExecRequest, type Workshop, type WorkshopStatus } from '../core/index.js';
+import {
+  AtelierError,
+  isWorkshopId,
+  type ExecRequest,
+  type Workshop,
+  type WorkshopEgressEntry,
+  type WorkshopStatus,
+} from '../core/index.js';
 import { queryRows, type Pool } from '../db/index.js';
 import { checkWorkshopAccess, type Principal, type WorkshopAction } from '../identity/index.js';
 import { type SandboxHandle } from '../sandbox/index.js';
-import { type EgressJournal, type EgressProxy } from '../egress/index.js';
+import { type CredentialBroker, type CredentialEntry, type EgressJournal, type EgressProxy } from '../egress/index.js';
 import type { WorkshopDriver } from './driver.js';
 import type { InternalNetwork } from './internal.js';
 import { type SimulatorManager, type WorkshopContext } from './simulators.js';
@@ -28,8 +35,18 @@ export interface WorkshopRow {
   budget_usd: string | null;
   env: Record<string, string>;
   forward_ports: number[];
-  /** `approved`: entries added by approved ALLOWLIST_EXPANSION requests (kept across restarts). */
-  egress: { allow?: string[]; deny?: string[]; askHoldSeconds?: number; approved?: string[] };
+  /**
+   * `approved`: entries added by approved ALLOWLIST_EXPANSION requests (kept across restarts);
+   * `origins`: for each of them, the request that added it, who decided it and when.
+   */
+  egress: {
+    allow?: string[];
+    deny?: string[];
+    askHoldSeconds?: number;
+    approved?: string[];
+    origins?: Record<string, ApprovalOrigin>;
+    credentials?: CredentialEntry[];
+  };
   warnings: string[];
   approval_commands: string[];
   sandbox: SandboxHandle | null;
@@ -84,6 +101,8 @@ export interface EgressWiring {
   defaults: string[];
   /** Private/loopback ranges the admin lets workshops reach. */
   allowRanges: string[];
+  /** Injects credentials bound to hosts (atelier.yaml `egress.credentials`); absent in some tests. */
+  broker?: CredentialBroker;
 }
 
 /** Who asks, and for what: checked against the workshop's tenant and owner. */
@@ -104,7 +123,34 @@ export interface RunningExec {
 
 export const DEFAULT_ASK_HOLD_SECONDS = 30;
 
-export function toWorkshop(r: WorkshopRow): Workshop {
+/** The approved request an egress entry came from (stored with the entry, see migration 020). */
+export interface ApprovalOrigin {
+  requestId: string | null;
+  decidedBy: string | null;
+  decidedAt: string | null;
+}
+
+/**
+ * The live egress policy of a workshop, as its proxy applies it (lifecycle.ts `egressPolicy`:
+ * the same lists in the same order), every entry with where it came from.
+ */
+export function egressPolicyView(r: WorkshopRow, platform: Pick<EgressWiring, 'defaults' | 'allowRanges'>): WorkshopEgressEntry[] {
+  const origins = r.egress.origins ?? {};
+  return [
+    ...platform.defaults.map((entry) => ({ rule: 'allow' as const, entry, origin: 'platform' as const, approval: null })),
+    ...(r.egress.allow ?? []).map((entry) => ({ rule: 'allow' as const, entry, origin: 'project' as const, approval: null })),
+    ...(r.egress.approved ?? []).map((entry) => ({
+      rule: 'allow' as const,
+      entry,
+      origin: 'approval' as const,
+      approval: origins[entry] ?? { requestId: null, decidedBy: null, decidedAt: null },
+    })),
+    ...(r.egress.deny ?? []).map((entry) => ({ rule: 'deny' as const, entry, origin: 'project' as const, approval: null })),
+    ...platform.allowRanges.map((entry) => ({ rule: 'allowRange' as const, entry, origin: 'platform' as const, approval: null })),
+  ];
+}
+
+export function toWorkshop(r: WorkshopRow, platform: Pick<EgressWiring, 'defaults' | 'allowRanges'>): Workshop {
   return {
     id: r.id,
     name: r.name,
@@ -117,8 +163,8 @@ export function toWorkshop(r: WorkshopRow): Workshop {
     egress: {
       allow: r.egress.allow ?? [],
       deny: r.egress.deny ?? [],
-      approved: r.egress.approved ?? [],
       askHoldSeconds: r.egress.askHoldSeconds ?? DEFAULT_ASK_HOLD_SECONDS,
+      policy: egressPolicyView(r, platform),
     },
     warnings: r.warnings,
     createdAt: r.created_at.toISOString(),
@@ -192,6 +238,11 @@ export class WorkshopShared {
           );
     if (!rows[0]) throw new AtelierError('WORKSHOP_NOT_FOUND', `workshop ${id} was deleted meanwhile`, { id });
     return rows[0];
+  }
+
+  /** The workshop as the API shows it (its live egress policy includes this server's part). */
+  view(row: WorkshopRow): Workshop {
+    return toWorkshop(row, this.opts.egress);
   }
 
   context(row: WorkshopRow, sandbox: SandboxHandle): WorkshopContext {

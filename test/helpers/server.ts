@@ -127,7 +127,17 @@ export class TestServer {
         (init.headers as Record<string, string>)['content-type'] ??= 'application/json';
       }
     }
-    const res = await fetch(`${this.url}${path}`, init);
+    let res: Response;
+    try {
+      res = await fetch(`${this.url}${path}`, init);
+    } catch (err) {
+      // A kept-alive connection the server closed (its idle timeout) just as it was reused: likelier
+      // on a busy machine after a long test. An idempotent request is sent again, once.
+      const code = ((err as { cause?: { code?: string } }).cause ?? {}).code;
+      if (!['GET', 'HEAD', 'DELETE'].includes(method) || !['ECONNRESET', 'EPIPE', 'UND_ERR_SOCKET', 'UND_ERR_CLOSED'].includes(code ?? ''))
+        throw err;
+      res = await fetch(`${this.url}${path}`, init);
+    }
     const text = await res.text();
     let parsed: unknown = text;
     try {

@@ -193,7 +193,7 @@ function AllowlistDiff({ approval }: { approval: Approval }) {
   }, [approval.workshopId]);
   const p = approval.payload;
   const entry = typeof p.entry === 'string' ? p.entry : `${String(p.host ?? '')}${typeof p.port === 'number' ? `:${p.port}` : ''}`;
-  const before = workshop ? [...workshop.egress.allow, ...workshop.egress.approved.filter((h) => !workshop.egress.allow.includes(h))] : [];
+  const before = workshop ? [...new Set(workshop.egress.policy.filter((e) => e.rule === 'allow').map((e) => e.entry))] : [];
   const after = before.includes(entry) ? before : [...before, entry];
   return (
     <section>
@@ -202,11 +202,7 @@ function AllowlistDiff({ approval }: { approval: Approval }) {
         Adds <code data-testid="allowlist-entry">{visible(entry)}</code>
       </p>
       {error && <p className="error">The workshop’s current allowlist could not be read: {error}</p>}
-      {workshop && (
-        <p className="muted">
-          The workshop’s own allowlist and what was approved before; the server’s default allowlist applies on top of both.
-        </p>
-      )}
+      {workshop && <p className="muted">The workshop’s live allowlist: the server’s, the project’s and what approvals added.</p>}
       {workshop && (
         <div className="before-after">
           <div>

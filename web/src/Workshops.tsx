@@ -1,5 +1,5 @@
 import { useRef } from 'react';
-import { egressLog, getWorkshop, listWorkshops, type EgressRecord } from './api.ts';
+import { egressLog, getWorkshop, listWorkshops, type EgressEntry, type EgressRecord } from './api.ts';
 import { visible } from './ApprovalsList.tsx';
 import { Link } from './router.tsx';
 import { usePoll } from './usePoll.ts';
@@ -8,6 +8,28 @@ const POLL_MS = 2000;
 
 function bytes(n: number): string {
   return n >= 2 ** 30 ? `${(n / 2 ** 30).toFixed(1)} GiB` : `${Math.round(n / 2 ** 20)} MiB`;
+}
+
+/** Policy entries, each with where it came from (an approval: who decided it). */
+function EntryList({ entries, testId }: { entries: EgressEntry[]; testId: string }) {
+  return (
+    <ul data-testid={testId}>
+      {entries.length === 0 ? (
+        <li className="muted">(nothing)</li>
+      ) : (
+        entries.map((e, i) => (
+          <li key={i}>
+            {visible(e.entry)}
+            {e.rule === 'allowRange' ? ' (address range)' : ''}{' '}
+            <span className="muted">
+              ({e.origin}
+              {e.approval?.decidedBy ? `, approved by ${e.approval.decidedBy}` : ''})
+            </span>
+          </li>
+        ))
+      )}
+    </ul>
+  );
 }
 
 /** The tenant's workshops, their status read again every 2 s. */
@@ -122,33 +144,11 @@ export function WorkshopPage({ id, onSignedOut }: { id: string; onSignedOut: () 
           <div className="before-after">
             <div>
               <h3>Allowed</h3>
-              <ul data-testid="egress-allow">
-                {w.egress.allow.length + w.egress.approved.length === 0 ? (
-                  <li className="muted">(nothing)</li>
-                ) : (
-                  <>
-                    {w.egress.allow.map((h) => (
-                      <li key={`a-${h}`}>{visible(h)}</li>
-                    ))}
-                    {w.egress.approved.map((h) => (
-                      <li key={`p-${h}`}>
-                        {visible(h)} <span className="muted">(approved)</span>
-                      </li>
-                    ))}
-                  </>
-                )}
-              </ul>
-              <p className="muted">The server’s default allowlist applies too.</p>
+              <EntryList entries={w.egress.policy.filter((e) => e.rule !== 'deny')} testId="egress-allow" />
             </div>
             <div>
               <h3>Denied</h3>
-              <ul>
-                {w.egress.deny.length === 0 ? (
-                  <li className="muted">(nothing)</li>
-                ) : (
-                  w.egress.deny.map((h) => <li key={h}>{visible(h)}</li>)
-                )}
-              </ul>
+              <EntryList entries={w.egress.policy.filter((e) => e.rule === 'deny')} testId="egress-deny" />
             </div>
           </div>
         </>

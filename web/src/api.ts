@@ -50,10 +50,17 @@ export interface Workshop {
   repo: string;
   limits: { cpus: number; memoryBytes: number; pids: number };
   budgetUsd: number | null;
-  /** `approved`: added by approved requests; the server's default allowlist applies on top of both. */
-  egress: { allow: string[]; deny: string[]; approved: string[] };
+  /** `policy`: the live policy the workshop's proxy applies, each entry with where it came from. */
+  egress: { allow: string[]; deny: string[]; policy: EgressEntry[] };
   warnings: string[];
   createdAt: string;
+}
+
+export interface EgressEntry {
+  rule: 'allow' | 'deny' | 'allowRange';
+  entry: string;
+  origin: 'platform' | 'project' | 'approval';
+  approval: { requestId: string | null; decidedBy: string | null; decidedAt: string | null } | null;
 }
 
 /** One decision of the workshop's egress proxy. */

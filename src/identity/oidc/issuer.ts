@@ -51,6 +51,8 @@ export interface EmbeddedIssuerOptions {
   accessTokenTtlSeconds?: number;
   /** Refresh token lifetime, renewed at each refresh (default 30 days). */
   refreshTokenTtlSeconds?: number;
+  /** Whether this node runs the installation's periodic jobs (src/db/leader.ts); always, without it. */
+  isLeader?: () => boolean;
 }
 
 export interface IssuerEndpoints {
@@ -117,6 +119,7 @@ export class EmbeddedIssuer {
   private readonly log: FastifyBaseLogger;
   private readonly accessTokenTtl: number;
   private readonly refreshTokenTtl: number;
+  private readonly isLeader: (() => boolean) | undefined;
   private readonly csrfKey: string;
   private readonly changeKey: string;
   /** Failed sign-ins per user name, and per address (wider: several people may share one). */
@@ -141,6 +144,7 @@ export class EmbeddedIssuer {
     this.audience = opts.audience ?? 'atelier';
     this.accessTokenTtl = opts.accessTokenTtlSeconds ?? 600;
     this.refreshTokenTtl = opts.refreshTokenTtlSeconds ?? 30 * DAY;
+    this.isLeader = opts.isLeader;
     this.csrfKey = this.mk.derive('oidc-interaction-csrf');
     this.changeKey = this.mk.derive('oidc-password-change');
   }
@@ -164,6 +168,7 @@ export class EmbeddedIssuer {
     await ensureSigningKey(this.pool, this.mk);
     await this.build();
     const prune = (): void => {
+      if (this.isLeader?.() === false) return;
       pruneExpiredPayloads(this.pool).catch((err: Error) => this.log.warn({ err: err.message }, 'pruning expired OIDC state failed'));
     };
     prune();

@@ -1,7 +1,7 @@
 import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
-import { AtelierError } from '../../core/index.js';
+import { AtelierError, isWorkshopId } from '../../core/index.js';
 
 /** What the MCP server needs from the Atelier API (the CLI gives its own client: contexts, token refresh). */
 export interface AtelierApi {
@@ -29,16 +29,21 @@ export interface ToolContext {
   readOnly: boolean;
   /** The `workshop_id` argument: optional when scoped (it can only be the one workshop). */
   wsArg: z.ZodOptional<z.ZodString> | z.ZodString;
-  /** The workshop a call acts on: its argument, or the scoped one; another one is refused. */
-  target: (given: string | undefined) => string;
+  /** The workshop a call acts on: its argument, or the scoped one; another one is refused (by id or by name). */
+  target: (given: string | undefined) => Promise<string>;
   /** A tool error that starts with the Atelier error code and says what to do. */
   fail: (err: unknown, id?: string) => CallToolResult;
 }
 
 const workshopId = z
   .string()
-  .regex(/^ws-[0-9a-z]{1,32}$/, 'a workshop id looks like ws-3f8k2m9q: call atelier_list_sandboxes to see them')
-  .describe('the workshop (sandbox) id, as given by atelier_list_sandboxes or atelier_create_sandbox, e.g. ws-3f8k2m9q');
+  .regex(
+    /^[a-z0-9][a-z0-9-]{0,62}$/,
+    'a workshop is given by its id (ws-3f8k2m9q) or its name (lowercase letters, digits and -): call atelier_list_sandboxes to see them',
+  )
+  .describe(
+    'the workshop (sandbox): its id or its name, as given by atelier_list_sandboxes or atelier_create_sandbox, e.g. ws-3f8k2m9q or api',
+  );
 
 export const enc = encodeURIComponent;
 
@@ -68,12 +73,26 @@ export function createToolContext(server: McpServer, opts: LocalServerOptions): 
     scope,
     readOnly: !!opts.readOnly,
     wsArg: scope ? workshopId.optional() : workshopId,
-    target: (given) => {
+    target: async (given) => {
       if (scope) {
-        if (given !== undefined && given !== scope)
-          throw new AtelierError('PERMISSION_DENIED', `this MCP server is limited to workshop ${scope} (--workshop): use that id`, {
-            id: given,
-          });
+        // The scope and the argument may each be an id or a name: the server says which workshop each is.
+        const same = async (a: string, b: string): Promise<boolean> => {
+          if (a === b) return true;
+          const idOf = async (ref: string) =>
+            isWorkshopId(ref) ? ref : (await opts.api.json<{ id: string }>('GET', `/v1/workshops/${enc(ref)}`)).id;
+          return Promise.all([idOf(a), idOf(b)]).then(
+            ([x, y]) => x === y,
+            () => false,
+          );
+        };
+        if (given !== undefined && !(await same(given, scope)))
+          throw new AtelierError(
+            'PERMISSION_DENIED',
+            `this MCP server is limited to workshop ${scope} (--workshop): leave workshop_id out, or give that one`,
+            {
+              id: given,
+            },
+          );
         return scope;
       }
       if (!given) throw new AtelierError('INVALID_ARGUMENT', 'workshop_id is required: call atelier_list_sandboxes to see them');

@@ -90,7 +90,7 @@ function registerExec({ server, api, wsArg, target, fail }: ToolContext): void {
     async (args) => {
       let id: string | undefined;
       try {
-        id = target(args.workshop_id);
+        id = await target(args.workshop_id);
         const v = await api.json<ExecView>('POST', `/v1/workshops/${enc(id)}/execs`, {
           command: ['/bin/sh', '-c', args.command],
           waitSeconds: args.wait_seconds ?? DEFAULT_EXEC_WAIT_SECONDS,

@@ -30,7 +30,7 @@ function registerReadFile({ server, api, wsArg, target, fail }: ToolContext): vo
     async (args) => {
       let id: string | undefined;
       try {
-        id = target(args.workshop_id);
+        id = await target(args.workshop_id);
         const data = await api.bytes('GET', `/v1/workshops/${enc(id)}/files?path=${enc(args.path)}`);
         if (data.length > MAX_READ_FILE_BYTES)
           throw new AtelierError(
@@ -71,7 +71,7 @@ function registerWriteFile({ server, api, wsArg, target, fail }: ToolContext): v
     async (args) => {
       let id: string | undefined;
       try {
-        id = target(args.workshop_id);
+        id = await target(args.workshop_id);
         const data = Buffer.from(args.content, 'utf8');
         if (data.length > MAX_WRITE_FILE_BYTES)
           throw new AtelierError('PAYLOAD_TOO_LARGE', `content is ${data.length} bytes, over ${MAX_WRITE_FILE_BYTES}: write it in parts`);
@@ -100,7 +100,7 @@ function registerGitDiff({ server, api, wsArg, target, fail }: ToolContext): voi
     async (args) => {
       let id: string | undefined;
       try {
-        id = target(args.workshop_id);
+        id = await target(args.workshop_id);
         const d = await api.json<{ diff: string; untracked: string[]; truncated: boolean }>('GET', `/v1/workshops/${enc(id)}/git/diff`);
         const text = [
           d.diff || '(no changes to tracked files)',

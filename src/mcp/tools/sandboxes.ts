@@ -145,7 +145,7 @@ export function registerSuspendResumeTools({ server, api, readOnly, wsArg, targe
       async (args) => {
         let id: string | undefined;
         try {
-          id = target(args.workshop_id);
+          id = await target(args.workshop_id);
           const w = toSandbox(await api.json<Workshop>('POST', `/v1/workshops/${enc(id)}/${path}`));
           return ok(w, describeSandbox(w));
         } catch (err) {

@@ -12,7 +12,7 @@ import {
   type CallOrigin,
   type SlackNotifier,
 } from '../../approvals/index.js';
-import type { RouteAccess } from '../../identity/index.js';
+import type { Principal, RouteAccess } from '../../identity/index.js';
 import { parse, principalOf } from './common.js';
 import { queryOf } from './query.js';
 
@@ -35,7 +35,13 @@ function originOf(request: FastifyRequest): CallOrigin {
 }
 
 /** REST and WebSocket routes for approval requests. */
-export function approvalRoutes(app: FastifyInstance, service: ApprovalService, slack?: SlackNotifier): void {
+export function approvalRoutes(
+  app: FastifyInstance,
+  service: ApprovalService,
+  slack?: SlackNotifier,
+  /** A workshop's id from its id or name, as the caller sees names (the `workshop` filter takes either). */
+  resolveWorkshop?: (ref: string, actor: Principal) => Promise<string>,
+): void {
   // Slack's button clicks: public (Slack has no token of ours), authenticated by the request's
   // signature over the raw body, which is kept as bytes and verified before anything is parsed.
   // Unsigned or badly signed: 401, whether or not Slack is configured.
@@ -59,9 +65,10 @@ export function approvalRoutes(app: FastifyInstance, service: ApprovalService, s
     const q = queryOf(request.query);
     const status = q.oneOf('status', APPROVAL_STATUSES);
     const category = q.oneOf('category', APPROVAL_CATEGORIES);
-    const workshopId = q.string('workshop');
+    const workshop = q.string('workshop');
     const limit = q.int('limit', { min: 1, max: 1000 }) ?? 100;
     q.done();
+    const workshopId = workshop !== undefined && resolveWorkshop ? await resolveWorkshop(workshop, principalOf(request)) : workshop;
     return {
       items: await service.list(principalOf(request), {
         ...(status !== undefined ? { status } : {}),

@@ -29,7 +29,11 @@ export function identityRoutes(app: FastifyInstance, accounts: AccountService, w
   app.post('/v1/tokens', PERSON, async (request, reply) => {
     const p = principalOf(request);
     const body = parse(CreateTokenRequest, request.body);
-    if (body.workshopId !== undefined) await workshops.authorize(body.workshopId, p, 'operate');
+    if (body.workshopId !== undefined) {
+      // `--workshop` takes a name as well as an id (the token is bound to the id).
+      body.workshopId = await workshops.resolveRef(body.workshopId, p);
+      await workshops.authorize(body.workshopId, p, 'operate');
+    }
     return reply.status(201).send(await accounts.createToken(p, body));
   });
   app.get('/v1/tokens', PERSON, async (request) => ({ items: await accounts.listTokens(principalOf(request)) }));

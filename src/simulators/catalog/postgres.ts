@@ -21,7 +21,7 @@ import { basename, dirname, join } from 'node:path';
 import pg from 'pg';
 import { AtelierError, SIMULATOR_OPTIONS } from '../../core/index.js';
 import { assertReachable, chownTree, run, SIMULATOR_ENV } from '../process.js';
-import { spawnViaHelper } from '../spawner.js';
+import { runOffServer, spawnViaHelper } from '../spawner.js';
 import type { RunAs, SimulatorHandle, SimulatorSpec } from '../types.js';
 import {
   checkKeys,
@@ -677,9 +677,9 @@ export async function dropPostgresSpares(simulatorsDir: string): Promise<void> {
   }
   // Then at the lowest CPU priority, in a child of its own: the create that dropped it goes on
   // to its first exec meanwhile. GNU rm never follows a link out of the tree.
-  await run('/usr/bin/nice', ['-n', '19', '/usr/bin/rm', '-rf', '--one-file-system', '--', trash], { env: SIMULATOR_ENV }).catch(() =>
-    rm(trash, { recursive: true, force: true }),
-  );
+  await runOffServer(['/usr/bin/nice', '-n', '19', '/usr/bin/rm', '-rf', '--one-file-system', '--', trash], {
+    env: SIMULATOR_ENV,
+  }).catch(() => rm(trash, { recursive: true, force: true }));
 }
 
 /**

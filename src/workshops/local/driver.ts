@@ -26,6 +26,7 @@ import {
   type CgroupPaths,
   type ExecSpec,
   type SandboxHandle,
+  type Runner,
   type SandboxLayout,
 } from '../../sandbox/index.js';
 import { AtelierError, formatSize, type WorkshopDisk } from '../../core/index.js';
@@ -40,6 +41,8 @@ export interface DiskSettings {
   reserveBytes: number;
   /** Fills a spare disk before a workshop takes it (WorkshopDisksOptions.prepareSpare). */
   prepareSpare?: (root: string, signal: AbortSignal) => Promise<void>;
+  /** Runs the disks' commands (WorkshopDisksOptions.run). */
+  run?: Runner;
   log: { warn(obj: object, msg?: string): void };
 }
 
@@ -85,6 +88,7 @@ export class LocalDriver implements WorkshopDriver {
             spares: disk.spares,
             log: disk.log,
             ...(disk.prepareSpare ? { prepareSpare: disk.prepareSpare } : {}),
+            ...(disk.run ? { run: disk.run } : {}),
           })
         : null;
     this.disks?.init();

@@ -1,5 +1,6 @@
 import { spawn } from 'node:child_process';
 import { AtelierError } from '../../../core/index.js';
+import { sdkFor } from '../../client.js';
 import type { CommandContext } from '../../context.js';
 import { configSsh } from '../config-ssh/manage.js';
 
@@ -13,14 +14,16 @@ const EDITORS: Record<string, { binary: string; name: string; install: string }>
 };
 
 /**
- * `atelier code ID [--editor code|cursor]`: writes the SSH config (config-ssh), then opens the
+ * `atelier code ID|NAME [--editor code|cursor]`: writes the SSH config (config-ssh), then opens the
  * editor on /workspace over Remote-SSH (`code --remote ssh-remote+atelier-ID /workspace`).
  */
 export async function openEditor(ctx: CommandContext, id: string, flags: { editor?: string }): Promise<{ editor: string; host: string }> {
   const editor = EDITORS[flags.editor ?? 'code'];
   if (!editor) throw new AtelierError('INVALID_ARGUMENT', `--editor must be code or cursor, not "${flags.editor}"`, { field: 'editor' });
   const r = await configSsh(ctx, {});
-  const host = `atelier-${id}`;
+  // The SSH host is named by the workshop's id: the server says which workshop `id` (an id or a name) is.
+  const workshop = await sdkFor(await ctx.target()).call('getWorkshop', { params: { id } });
+  const host = `atelier-${workshop.id}`;
   if (!r.hosts.includes(host))
     throw new AtelierError(
       'WORKSHOP_NOT_FOUND',

@@ -5,7 +5,7 @@ import type { Cli } from '../../cli.js';
 export function register(program: Command, cli: Cli): void {
   program
     .command('exec <id> [command...]')
-    .description('run a command in a workshop: atelier exec ID -- CMD [ARGS...]; exits with its exit code')
+    .description('run a command in a workshop (by id or name): atelier exec ID|NAME -- CMD [ARGS...]; exits with its exit code')
     .option('--cwd <dir>', 'working directory (relative to /workspace)')
     .option('-e, --env <KEY=VALUE...>', 'environment variables', [])
     .option('-i, --interactive', "send this terminal's standard input (read to the end) to the command")

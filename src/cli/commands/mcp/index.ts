@@ -7,7 +7,7 @@ export function register(program: Command, cli: Cli): void {
   mcp
     .command('serve')
     .description('MCP server for an MCP client: stdio (the client starts it) or --http; talks to the server of --context')
-    .option('--workshop <id>', 'every tool acts on this workshop only')
+    .option('--workshop <id>', 'every tool acts on this workshop only (its id or its name)')
     .option('--read-only', 'expose only list, read and diff')
     .option(
       '--http <[host:]port>',

@@ -32,6 +32,38 @@ export function register(program: Command, cli: Cli): void {
     });
 
   server
+    .command('doctor')
+    .description('check this machine for a server: each check ok, warn or fail with its fix; --probe runs a workshop through the server')
+    .option('--data-dir <dir>', 'data directory to check (default: as `server start`)')
+    .option('--listen <host:port>', 'address the server is to listen on (default 127.0.0.1:7878)')
+    .option('--domain <name>', 'public domain name: checks its DNS and that ports 80 and 443 are free')
+    .option('--database-url <url>', 'external PostgreSQL (then no local PostgreSQL binaries are needed)')
+    .option(
+      '--probe',
+      'also create, exec in, port-forward to, suspend, resume and delete a workshop through the current context, timing each step',
+    )
+    .option('--repo <path>', 'repository for the probe (default: a one-commit repository made in your home directory)')
+    .action(async (flags) => {
+      const c = cli.ctx();
+      const { serverDoctor, doctorText } = await import('./doctor.js');
+      const r = await serverDoctor(c, cli.config, flags as object);
+      await cli.render(c.output, r, () => doctorText(r));
+      cli.setExitCode(r.ok ? 0 : 1);
+    });
+
+  server
+    .command('status')
+    .description("the server: this data dir's service, version, uptime, database, certificate, disk, workshops, simulators, last errors")
+    .option('--data-dir <dir>', 'data directory of the local service (default: as `server start`)')
+    .action(async (flags) => {
+      const c = cli.ctx();
+      const { serverStatus, statusText } = await import('./status.js');
+      const r = await serverStatus(c, cli.config, flags as object);
+      await cli.render(c.output, r, () => statusText(r));
+      cli.setExitCode(r.server ? 0 : 1);
+    });
+
+  server
     .command('rotate-keys')
     .description("rotate the embedded issuer's signing key (admin of the default tenant); nobody is logged out")
     .action(async () => {

@@ -1,5 +1,5 @@
-import { formatSize, type Workshop, type WorkshopDisk } from '../../../core/index.js';
-import { keyValues, table } from '../../output.js';
+import { formatSize, type Workshop, type WorkshopDisk, type WorkshopEgressEntry } from '../../../core/index.js';
+import { keyValues, printable, table } from '../../output.js';
 
 function age(iso: string): string {
   const s = Math.max(0, Math.round((Date.now() - Date.parse(iso)) / 1000));
@@ -43,14 +43,35 @@ export function workshopDetail(w: Workshop): string {
     ['budget', w.budgetUsd === null ? 'none' : `$${w.budgetUsd.toFixed(2)} (enforced by the LLM gateway)`],
   );
   if (w.forwardPorts.length > 0) pairs.push(['forward ports', w.forwardPorts.join(', ')]);
-  // The project's own entries (atelier.yaml), on top of the server's default list.
-  pairs.push([
-    'egress allow',
-    w.egress.allow.length > 0 ? `${w.egress.allow.join(', ')} (+ the server's defaults)` : "the server's defaults only",
-  ]);
-  if (w.egress.deny.length > 0) pairs.push(['egress deny', w.egress.deny.join(', ')]);
   pairs.push(['created', w.createdAt]);
   let out = keyValues(pairs);
+  out += `\n${egressPolicy(w.egress.policy)}`;
   for (const warning of w.warnings) out += `\nwarning: ${warning}`;
   return out;
+}
+
+function origin(e: WorkshopEgressEntry): string {
+  if (e.origin === 'platform') return 'platform (server configuration)';
+  if (e.origin === 'project') return 'project (atelier.yaml)';
+  const a = e.approval;
+  if (!a?.requestId) return 'approval (who and when not recorded)';
+  return `approval by ${a.decidedBy ?? 'unknown'} at ${a.decidedAt ?? 'unknown'}, request ${a.requestId}`;
+}
+
+/**
+ * The live egress policy, one entry a line with where it came from. Entries and deciders may be
+ * agent-written (an approved request's host): printed escaped, never as terminal control sequences.
+ */
+export function egressPolicy(policy: WorkshopEgressEntry[]): string {
+  if (policy.length === 0) return 'egress policy: nothing allowed (no platform, project or approved entry)';
+  const rows = policy.map((e) => ({ rule: e.rule === 'allowRange' ? 'range' : e.rule, entry: e.entry, from: origin(e) }));
+  const body = table(rows, [
+    { header: 'RULE', get: (r) => r.rule },
+    { header: 'ENTRY', get: (r) => printable(r.entry) },
+    { header: 'FROM', get: (r) => printable(r.from) },
+  ]);
+  return `egress policy:\n${body
+    .split('\n')
+    .map((l) => `  ${l}`)
+    .join('\n')}`;
 }

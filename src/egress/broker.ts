@@ -1,0 +1,203 @@
+// The credential broker: for a host a workshop's policy binds a secret to (atelier.yaml
+// `egress.credentials`), a CONNECT is not a tunnel: the proxy terminates TLS with a leaf of the
+// workshop's own authority (certificates.ts), reads each HTTP/1.1 request, sets the bound header
+// from the secret store, and sends the request on over a new TLS connection to the decided
+// address, verified against the host's trust store. The workshop never holds the value: not in
+// its files, its environment, its memory or any answer. Every other host stays an end-to-end
+// tunnel (tunnel.ts), untouched.
+import http from 'node:http';
+import https from 'node:https';
+import type net from 'node:net';
+import tls from 'node:tls';
+import type { Authorities } from './certificates.js';
+import type { Listener, ProxyContext } from './context.js';
+import { pinnedLookup } from './dial.js';
+
+/** One binding: requests to `host:port` leave with `header: prefix + secret + suffix`. */
+export interface CredentialBinding {
+  host: string;
+  port: number;
+  header: string;
+  secret: string;
+  prefix: string;
+  suffix: string;
+}
+
+export interface BrokerOptions {
+  authorities: Authorities;
+  /** The current value of a secret for a workshop; undefined when it no longer exists. */
+  secretValue(workshopId: string, name: string): Promise<string | undefined>;
+  /** PEM certificates upstreams are verified against (the host's trust store, plus any added). */
+  upstreamCa: string[];
+}
+
+/** Hop-by-hop headers (RFC 9110 §7.6.1) and the proxy's own: never passed on. */
+const HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authorization',
+  'proxy-authenticate',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+]);
+
+interface Intercepted {
+  workshopId: string;
+  binding: CredentialBinding;
+  address: string;
+  agent: https.Agent;
+}
+
+function answer(res: http.ServerResponse, status: number, code: string, message: string): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const body = JSON.stringify({ code, message });
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), 'x-atelier-egress': code });
+  res.end(body);
+}
+
+export class CredentialBroker {
+  private readonly bindings = new Map<string, Map<string, CredentialBinding>>();
+  private readonly agents = new Map<string, https.Agent>();
+  private readonly conns = new WeakMap<net.Socket, Intercepted>();
+  private readonly http: http.Server;
+
+  constructor(private readonly opts: BrokerOptions) {
+    this.http = http.createServer({ keepAlive: true }, (req, res) => void this.forward(req, res));
+    this.http.on('clientError', (_err, socket) => socket.destroy());
+  }
+
+  /** Replaces a workshop's bindings; the next CONNECT sees them (connections already intercepted keep theirs). */
+  setBindings(workshopId: string, bindings: readonly CredentialBinding[]): void {
+    if (bindings.length === 0) {
+      this.bindings.delete(workshopId);
+      return;
+    }
+    this.bindings.set(workshopId, new Map(bindings.map((b) => [`${b.host}:${b.port}`, b])));
+  }
+
+  /** The PEM certificate of the workshop's authority (made now if it has none): what its tools must trust. */
+  async authorityPem(workshopId: string): Promise<string> {
+    return (await this.opts.authorities.authority(workshopId)).certPem;
+  }
+
+  bindingFor(workshopId: string, host: string, port: number): CredentialBinding | undefined {
+    return this.bindings.get(workshopId)?.get(`${host.toLowerCase()}:${port}`);
+  }
+
+  /** Forgets a workshop (deleted): its bindings, its upstream connections, its authority. */
+  forget(workshopId: string): void {
+    this.bindings.delete(workshopId);
+    this.agents.get(workshopId)?.destroy();
+    this.agents.delete(workshopId);
+    this.opts.authorities.remove(workshopId);
+  }
+
+  close(): void {
+    for (const a of this.agents.values()) a.destroy();
+    this.agents.clear();
+    this.http.close();
+  }
+
+  private agentOf(workshopId: string): https.Agent {
+    let a = this.agents.get(workshopId);
+    if (!a) {
+      a = new https.Agent({ keepAlive: true, maxSockets: 32, ca: this.opts.upstreamCa });
+      this.agents.set(workshopId, a);
+    }
+    return a;
+  }
+
+  /**
+   * A CONNECT to a bound host, already decided (allowed) with its checked addresses: answered,
+   * then served here request by request. `early`: what the client sent after the CONNECT.
+   */
+  async intercept(
+    ctx: ProxyContext,
+    l: Listener,
+    s: net.Socket,
+    binding: CredentialBinding,
+    addresses: readonly string[],
+    early: Buffer,
+  ): Promise<void> {
+    let context: tls.SecureContext;
+    try {
+      const leaf = await this.opts.authorities.leaf(l.workshopId, binding.host);
+      context = tls.createSecureContext({ cert: leaf.certPem, key: leaf.keyPem });
+    } catch (err) {
+      ctx.onError(l.workshopId, err);
+      s.end('HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n');
+      return;
+    }
+    if (s.destroyed) return;
+    s.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+    if (early.length > 0) s.unshift(early);
+    const t = new tls.TLSSocket(s, { isServer: true, secureContext: context, ALPNProtocols: ['http/1.1'] });
+    t.on('error', () => s.destroy());
+    t.setTimeout(ctx.limits.idleTimeoutMs, () => t.destroy());
+    this.conns.set(t, { workshopId: l.workshopId, binding, address: addresses[0]!, agent: this.agentOf(l.workshopId) });
+    l.clients++;
+    t.once('close', () => l.clients--);
+    this.http.emit('connection', t);
+  }
+
+  private async forward(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const c = this.conns.get(req.socket);
+    if (!c) return void res.destroy();
+    const b = c.binding;
+    let value: string | undefined;
+    try {
+      value = await this.opts.secretValue(c.workshopId, b.secret);
+    } catch {
+      return answer(
+        res,
+        503,
+        'BROKER_UNAVAILABLE',
+        `atelier egress: the credential for ${b.host} could not be read (the database is unavailable); try again`,
+      );
+    }
+    // Never sent on without it (nor with the client's own value in its place).
+    if (value === undefined)
+      return answer(
+        res,
+        403,
+        'CREDENTIAL_GONE',
+        `atelier egress: the secret ${b.secret} bound to ${b.host} no longer exists: ask a maintainer (\`atelier secrets set ${b.secret}\`)`,
+      );
+    const headers: http.OutgoingHttpHeaders = {};
+    const name = b.header.toLowerCase();
+    for (const [k, v] of Object.entries(req.headers)) if (!HOP.has(k) && k !== name && k !== 'host' && v !== undefined) headers[k] = v;
+    headers.host = b.port === 443 ? b.host : `${b.host}:${b.port}`;
+    headers[name] = `${b.prefix}${value}${b.suffix}`;
+    const up = https.request({
+      agent: c.agent,
+      host: b.host,
+      port: b.port,
+      servername: /^[0-9.]+$/.test(b.host) || b.host.includes(':') ? undefined : b.host,
+      lookup: pinnedLookup(c.address),
+      method: req.method,
+      path: req.url,
+      headers,
+    });
+    up.on('response', (r) => {
+      const out: http.OutgoingHttpHeaders = {};
+      for (const [k, v] of Object.entries(r.headers)) if (!HOP.has(k) && v !== undefined) out[k] = v;
+      res.writeHead(r.statusCode ?? 502, r.statusMessage, out);
+      r.pipe(res);
+      r.on('error', () => res.destroy());
+    });
+    up.on('error', (err: NodeJS.ErrnoException) => {
+      // The message names the host and the cause, never a header.
+      answer(res, 502, 'UPSTREAM_FAILED', `atelier egress: ${b.host} could not be reached: ${err.code ?? err.message}`);
+    });
+    res.on('close', () => {
+      if (!res.writableFinished) up.destroy();
+    });
+    req.pipe(up);
+  }
+}
