@@ -525,7 +525,7 @@ export class BenchServer {
   }
 
   /** POST /v1/workshops; the id is remembered for clean-up whatever happens next. */
-  async createWorkshop(opts: { memory?: string; cpus?: number; simulators?: unknown[] } = {}): Promise<WorkshopJson> {
+  async createWorkshop(opts: { memory?: string; cpus?: number; pids?: number; simulators?: unknown[] } = {}): Promise<WorkshopJson> {
     const name = `bench-${process.pid}-${++this.nameSeq}`;
     let ws: WorkshopJson;
     try {
@@ -534,6 +534,7 @@ export class BenchServer {
         name,
         memory: opts.memory ?? '256m',
         ...(opts.cpus !== undefined ? { cpus: opts.cpus } : {}),
+        ...(opts.pids !== undefined ? { pids: opts.pids } : {}),
         ...(opts.simulators !== undefined ? { simulators: opts.simulators } : {}),
       });
     } catch (err) {

@@ -1,7 +1,7 @@
 /**
  * Atelier benchmarks, each beside its peer measured in the same run (DESIGN.md, "Peers to
  * measure against"). Usage: `npm run bench [-- NAME]` with NAME one of create, exec, resume,
- * memory, cli, egress, postgres-sim, terminals, approvals, mcp, secrets, broker (or 1-12), create-sims, live-sim, console, dashboard; without it, all of them. Needs root (cgroups, freezer) and `npm run
+ * memory, cli, egress, postgres-sim, terminals, approvals, mcp, secrets, broker (or 1-12), hogs (13), create-sims, live-sim, console, dashboard; without it, all of them. Needs root (cgroups, freezer) and `npm run
  * build` first: the server and the CLI run from dist/.
  *
  * One server is started for the run with a data dir under /tmp; every workshop it made is
@@ -20,6 +20,7 @@ import { cliStart } from './cli-start.js';
 import { consoleBench } from './console.js';
 import { egress } from './egress.js';
 import { execRoundTrip } from './exec-roundtrip.js';
+import { hogs } from './hogs.js';
 import { BenchServer, killLiveChildren, makeScratch, REPO_ROOT, removeScratch, type Scratch } from './lib.js';
 import { memory } from './memory.js';
 import { mcpExec } from './mcp-exec.js';
@@ -46,6 +47,7 @@ const BENCHES: { name: string; aliases: string[]; fn: Bench }[] = [
   { name: 'secrets', aliases: ['11', 'secret-grant'], fn: secrets },
   { name: 'console', aliases: ['workspace-console'], fn: consoleBench },
   { name: 'broker', aliases: ['12', 'credentials'], fn: broker },
+  { name: 'hogs', aliases: ['13', 'server-under-load'], fn: hogs },
   { name: 'dashboard', aliases: ['web', 'banner'], fn: dashboard },
 ];
 

@@ -12,7 +12,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 # gcc and libc6-dev build the system-call filter's loader (src/sandbox/seccomp-exec.c, static).
 # awscli: the AWS CLI inside workshops, pointed at their localstack simulator (docs/simulators.md).
 # chromium: Debian's browser, driven by playwright-core in the dashboard's end-to-end test (never a downloaded one).
-PACKAGES=(bubblewrap socat util-linux mount e2fsprogs git perl iproute2 postgresql postgresql-client python3 ca-certificates curl redis-server openjdk-17-jre-headless openssh-client openssh-sftp-server make g++ gcc libc6-dev python3-pyflakes python3-requests awscli openssl chromium)
+PACKAGES=(bubblewrap socat util-linux mount e2fsprogs git perl iproute2 postgresql postgresql-client python3 ca-certificates curl redis-server openjdk-17-jre-headless openssh-client openssh-sftp-server make g++ gcc libc6-dev python3-pyflakes python3-requests awscli openssl zsh fish chromium)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -103,13 +103,30 @@ if (filter.length > 0) files = files.filter((f) => filter.some((x) => f.includes
 const build = spawnSync('npm', ['run', '-s', 'build'], { stdio: 'inherit' });
 if (build.status !== 0) process.exit(build.status ?? 1);
 const cg = enterCgroup();
-const run = spawnSync(process.execPath, ['--import', 'tsx', '--test', '--test-concurrency=2', '--test-timeout=300000', ...files], {
-  stdio: 'inherit',
-});
+// Stress tests (test/stress.*: a fork bomb and CPU and memory hogs in a workshop, then a server
+// restart) run after the others, on their own: their load is what they test, and it would only
+// slow the file that happened to run beside them.
+const alone = files.filter((f) => /(^|\/)stress\.[^/]*$/.test(f));
+const together = files.filter((f) => !alone.includes(f));
+let status = 0;
+for (const [batch, concurrency] of [
+  [together, 2],
+  [alone, 1],
+]) {
+  if (batch.length === 0) continue;
+  const run = spawnSync(
+    process.execPath,
+    ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, '--test-timeout=300000', ...batch],
+    {
+      stdio: 'inherit',
+    },
+  );
+  if (run.status !== 0) status = run.status ?? 1;
+}
 const left = await leftovers(cg);
 if (!cg) process.stderr.write('test: not root (or no pids cgroup): processes the tests left behind are not checked\n');
 if (left.length > 0) {
   process.stderr.write(`test: the tests left ${left.length} thing(s) behind (now removed):\n${left.map((l) => `  ${l}`).join('\n')}\n`);
-  process.exit(run.status === 0 ? 1 : (run.status ?? 1));
+  process.exit(status === 0 ? 1 : status);
 }
-process.exit(run.status ?? 1);
+process.exit(status);

@@ -37,6 +37,8 @@ describe('the system AWS CLI in a workshop with a localstack simulator', () => {
     assert.doesNotMatch(r.stdout, /^AWS_(CONFIG_FILE|SHARED_CREDENTIALS_FILE|ENDPOINT_URL)=/m, r.stdout);
     assert.match(r.stdout, /No such file or directory/);
     assert.match(r.stdout, new RegExp(`^${AWS_CLI}$`, 'm'), 'the system CLI, not a wrapper');
+    const login = await sh(`bash -lc 'command -v aws'`);
+    assert.equal(login.stdout, `${AWS_CLI}\n`, login.stderr);
   });
 
   it('aws s3, sqs and dynamodb reach the simulator, never real AWS, with no AWS_AWS_* variable', async () => {
@@ -83,5 +85,28 @@ describe('the system AWS CLI in a workshop with a localstack simulator', () => {
     const approvals = await server.api<{ items: unknown[] }>('GET', `/v1/approvals?workshop=${ws}`);
     assert.equal(approvals.status, 200);
     assert.doesNotMatch(JSON.stringify(approvals.body.items), /amazonaws/);
+  });
+
+  it('a login shell (bash -l, as ssh, terminals and agent sessions start) finds the wrapper too, and reaches the simulator', async () => {
+    const path = await sh(`bash -lc 'echo "$PATH"; command -v aws'`);
+    assert.equal(path.exitCode, 0, path.stderr);
+    assert.match(path.stdout, /^\/run\/atelier\/aws\/bin:/, 'the wrapper first, after /etc/profile reset the PATH');
+    assert.match(path.stdout, /^\/run\/atelier\/aws\/bin\/aws$/m);
+    const s3 = await sh(`bash -lc 'aws s3 mb s3://from-login --cli-read-timeout 20 && aws s3 ls --cli-read-timeout 20'`);
+    assert.equal(s3.exitCode, 0, s3.stderr);
+    assert.match(s3.stdout, /^\S+ \S+ from-login$/m);
+    // Sourced twice (a nested login shell), it is not put on the PATH twice.
+    const twice = await sh(`bash -lc "bash -lc 'echo \\$PATH'"`);
+    assert.equal(twice.stdout.split('/run/atelier/aws/bin').length, 2, twice.stdout);
+    // The snippet is the server's: the workshop cannot change what its login shells source.
+    const write = await sh(
+      'echo "echo owned" > /run/atelier/profile.d/x.sh || echo read-only; echo x >> /etc/profile.d/zz-atelier.sh || echo read-only',
+    );
+    assert.equal(write.stdout, 'read-only\nread-only\n', write.stdout + write.stderr);
+    const log = await server.api<{ items: Array<{ host: string }> }>('GET', `/v1/workshops/${ws}/egress`);
+    assert.deepEqual(
+      log.body.items.filter((d) => /amazonaws\.com/.test(d.host)),
+      [],
+    );
   });
 });

@@ -53,7 +53,6 @@ describe('AWS-style and WireMock simulators in a workshop', () => {
         '  - type: wiremock',
         '    name: outside',
         '    stubsDirectory: ../',
-        '  - name: mongodb',
         '',
       ].join('\n'),
       'tests/mocks/mappings/hello.json': JSON.stringify({
@@ -70,6 +69,7 @@ describe('AWS-style and WireMock simulators in a workshop', () => {
     await server?.dispose();
   });
 
+  // (A type this server does not run fails the whole workshop instead, up front: cli.create.test.ts.)
   it('starts what can start and says why the others failed, the workshop running', async () => {
     const r = await server.api<{ items: Array<{ name: string; status: string; statusReason: string | null; endpoint: unknown }> }>(
       'GET',
@@ -82,8 +82,6 @@ describe('AWS-style and WireMock simulators in a workshop', () => {
     assert.deepEqual(by.mock?.endpoint, { host: 'mock.atelier.internal', port: 8080 });
     assert.equal(by.outside?.status, 'Failed');
     assert.match(by.outside?.statusReason ?? '', /stubsDirectory "\.\.\/" points outside the repository/);
-    assert.equal(by.mongodb?.status, 'Failed');
-    assert.match(by.mongodb?.statusReason ?? '', /unknown simulator type "mongodb"/);
   });
 
   it('curl reaches a WireMock stub from the repository, and the admin API answers', async () => {

@@ -71,6 +71,7 @@ export async function createProgram(config: Config, version: string): Promise<{ 
     import('./commands/projects/index.js'),
     import('./commands/actions/index.js'),
     import('./commands/mcp/index.js'),
+    import('./commands/completion/index.js'),
   ]);
   for (const noun of more) noun.register(program, cli);
   return { program, exitCode: () => exitCode };

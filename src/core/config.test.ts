@@ -55,4 +55,13 @@ describe('config', () => {
     assert.equal(formatSize(1.5 * 2 ** 20), '1.5m');
     assert.equal(formatSize(900), '900b');
   });
+
+  it('reads what is kept for the server over all workshops, with its defaults, and refuses what it cannot read', () => {
+    const d = loadConfig({ HOME: '/home/u' });
+    assert.deepEqual([d.serverReserveMemoryBytes, d.workshopsCpuShares], [2 ** 30, 256]);
+    const c = loadConfig({ HOME: '/home/u', ATELIER_SERVER_RESERVE_MEMORY: '2g', ATELIER_WORKSHOPS_CPU_SHARES: '1024' });
+    assert.deepEqual([c.serverReserveMemoryBytes, c.workshopsCpuShares], [2 * 2 ** 30, 1024]);
+    assert.throws(() => loadConfig({ ATELIER_SERVER_RESERVE_MEMORY: 'half' }), /ATELIER_SERVER_RESERVE_MEMORY: "half" is not a size/);
+    assert.throws(() => loadConfig({ ATELIER_WORKSHOPS_CPU_SHARES: '4096' }), /ATELIER_WORKSHOPS_CPU_SHARES/);
+  });
 });

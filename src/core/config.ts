@@ -21,6 +21,8 @@ import { z } from 'zod';
  * | ATELIER_DEFAULT_DISK        | defaultDiskBytes | 5g: disk quota of a workshop created without --disk (everything it writes, simulators included) |
  * | ATELIER_MAX_DISK            | maxDiskBytes     | 100g: the largest --disk a user may ask for |
  * | ATELIER_DISK_RESERVE        | diskReserveBytes | 2g: kept free on the data dir's filesystem for the server's database; new workshops are refused when the quotas promised would eat into it |
+ * | ATELIER_SERVER_RESERVE_MEMORY | serverReserveMemoryBytes | 1g: memory kept for the server and its PostgreSQL: all workshops together (simulators included) may use the host's memory minus this (root, cgroup v1; see docs/server.md) |
+ * | ATELIER_WORKSHOPS_CPU_SHARES | workshopsCpuShares | 256: cpu.shares of all workshops together, against 1024 for each busy thread of the server and its PostgreSQL (2-1024; 1024: no CPU kept for the server) |
  * | ATELIER_DISK_QUOTA          | diskQuota        | on: each workshop gets a loop-mounted filesystem of its quota (root only; rootless servers run without); `off`: none (benchmarks, hosts without loop devices) |
  * | ATELIER_DISK_SPARES         | diskSpares       | 1: formatted disks of the default size kept ready, so that a create does not wait for mkfs |
  * | ATELIER_CONFIG_DIR          | configDir        | $XDG_CONFIG_HOME/atelier or ~/.config/atelier        |
@@ -72,6 +74,8 @@ const Env = z.object({
   ATELIER_DEFAULT_DISK: z.string().min(1).optional(),
   ATELIER_MAX_DISK: z.string().min(1).optional(),
   ATELIER_DISK_RESERVE: z.string().min(1).optional(),
+  ATELIER_SERVER_RESERVE_MEMORY: z.string().min(1).optional(),
+  ATELIER_WORKSHOPS_CPU_SHARES: z.coerce.number().int().min(2).max(1024).optional(),
   ATELIER_DISK_QUOTA: z.enum(['on', 'off']).optional(),
   ATELIER_DISK_SPARES: z.coerce.number().int().min(0).max(16).optional(),
   ATELIER_SIMULATORS_WARM: z.enum(['0', '1']).optional(),
@@ -123,6 +127,10 @@ export interface Config {
   defaultDiskBytes: number;
   maxDiskBytes: number;
   diskReserveBytes: number;
+  /** Memory no workshop may take, kept for the server and its PostgreSQL (ATELIER_SERVER_RESERVE_MEMORY). */
+  serverReserveMemoryBytes: number;
+  /** cpu.shares of all workshops together (ATELIER_WORKSHOPS_CPU_SHARES). */
+  workshopsCpuShares: number;
   diskQuota: boolean;
   diskSpares: number;
   configDir: string;
@@ -196,7 +204,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     throw new Error(`invalid environment variable ${name}: ${issue?.message ?? 'invalid'}`);
   }
   const e = parsed.data;
-  const size = (name: 'ATELIER_DEFAULT_DISK' | 'ATELIER_MAX_DISK' | 'ATELIER_DISK_RESERVE', fallback: string): number => {
+  const size = (
+    name: 'ATELIER_DEFAULT_DISK' | 'ATELIER_MAX_DISK' | 'ATELIER_DISK_RESERVE' | 'ATELIER_SERVER_RESERVE_MEMORY',
+    fallback: string,
+  ): number => {
     const bytes = parseSize(e[name] ?? fallback);
     if (bytes === undefined) throw new Error(`invalid environment variable ${name}: "${e[name]}" is not a size (for example 10g or 512m)`);
     return bytes;
@@ -221,6 +232,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     defaultDiskBytes: size('ATELIER_DEFAULT_DISK', '5g'),
     maxDiskBytes: size('ATELIER_MAX_DISK', '100g'),
     diskReserveBytes: size('ATELIER_DISK_RESERVE', '2g'),
+    serverReserveMemoryBytes: size('ATELIER_SERVER_RESERVE_MEMORY', '1g'),
+    workshopsCpuShares: e.ATELIER_WORKSHOPS_CPU_SHARES ?? 256,
     diskQuota: e.ATELIER_DISK_QUOTA !== 'off',
     diskSpares: e.ATELIER_DISK_SPARES ?? 1,
     simulatorsWarm: e.ATELIER_SIMULATORS_WARM !== '0',

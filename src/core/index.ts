@@ -5,6 +5,9 @@ export { formatSize, loadConfig, parseListen, parseSize } from './config.js';
 export type { Config } from './config.js';
 export { CreateWorkshopRequest, ExecRequest, SIMULATOR_OPTIONS, SimulatorRequest, WORKSHOP_STATUSES, describeZodError } from './schemas.js';
 export type {
+  CreatePhase,
+  CreatePhaseEvent,
+  CreateWorkshopFrame,
   ExecFrame,
   ExecResult,
   SimulatorOptionType,

@@ -83,6 +83,7 @@ export interface RouteDef {
 
 /** Routes the server serves outside the table, and why: none is part of the REST API a client scripts. */
 export const ROUTES_OUTSIDE_TABLE = [
+  { method: 'GET', path: '/install.sh', why: 'the bootstrap shell script (scripts/get.sh) that `curl … | sh` runs' },
   { method: 'GET', path: '/metrics', why: 'Prometheus text exposition, for a scraper' },
   { method: 'GET', path: '/oidc/*', why: "the embedded OIDC issuer's own endpoints (discovery, JWKS, authorize…)" },
   { method: 'POST', path: '/oidc/*', why: "the embedded OIDC issuer's own endpoints (token, revocation…)" },
@@ -263,12 +264,14 @@ export const ROUTES = {
   createWorkshop: {
     method: 'POST',
     path: '/v1/workshops',
-    summary: 'clone a repository into a new sandbox and start it',
+    summary:
+      'clone a repository into a new sandbox and start it; with `Accept: application/x-ndjson`, its phases as NDJSON frames (`{phase,step,state,ms}`), then `{workshop}`',
     tag: 'workshops',
     auth: 'bearer',
     body: CreateWorkshopRequest,
     status: 201,
     response: WorkshopSchema,
+    produces: 'application/x-ndjson',
   },
   listWorkshops: {
     method: 'GET',

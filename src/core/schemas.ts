@@ -148,6 +148,28 @@ export type ExecFrame =
   /** Something waits for a human before (or while) the command runs: `atelier approve <id>`. */
   | { approval: { id: string; waiting: true; category?: string; what?: string } };
 
+/** The steps of a workshop's creation, in the order they start (clone and sandbox run side by side). */
+export const CREATE_PHASES = ['clone', 'sandbox', 'simulators', 'devcontainer'] as const;
+export type CreatePhase = (typeof CREATE_PHASES)[number];
+
+/**
+ * One step of a workshop's creation as it happens: `started`, then `done` or `failed` with its
+ * milliseconds. `step` names the part of it (a devcontainer command's key, the simulators' names).
+ */
+export interface CreatePhaseEvent {
+  phase: CreatePhase;
+  step?: string;
+  state: 'started' | 'done' | 'failed';
+  ms?: number;
+}
+
+/**
+ * `POST /v1/workshops` with `Accept: application/x-ndjson` streams these frames: the phases as
+ * they start and end, then the workshop (Running or Failed) or, for an error once the stream
+ * began, `{"error":{code,message}}`. A request refused before anything exists is a plain 4xx.
+ */
+export type CreateWorkshopFrame = CreatePhaseEvent | { workshop: Workshop } | { error: { code: string; message: string } };
+
 /** Buffered exec result (`Accept: application/json`). */
 export interface ExecResult {
   exitCode: number;

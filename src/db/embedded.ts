@@ -13,6 +13,8 @@ export interface EmbeddedPostgres {
   /** Starts the cluster again if it died; true when it had to. */
   ensureRunning(): Promise<boolean>;
   stop(): Promise<void>;
+  /** The postmaster's pid while it runs (its backends are its children). */
+  postmasterPid(): number | undefined;
 }
 
 interface RunAs {
@@ -77,18 +79,22 @@ function quoteConf(value: string): string {
 }
 
 function pidAlive(pidFile: string): boolean {
+  return livePid(pidFile) !== undefined;
+}
+
+function livePid(pidFile: string): number | undefined {
   let pid: number;
   try {
     pid = Number(readFileSync(pidFile, 'utf8').split('\n')[0]);
   } catch {
-    return false;
+    return undefined;
   }
-  if (!Number.isInteger(pid) || pid <= 0) return false;
+  if (!Number.isInteger(pid) || pid <= 0) return undefined;
   try {
     // A stale pid file (power loss) may name an unrelated process now: it must be a postgres.
-    return readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'postgres';
+    return readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'postgres' ? pid : undefined;
   } catch {
-    return false;
+    return undefined;
   }
 }
 
@@ -182,6 +188,7 @@ export async function startEmbeddedPostgres(opts: {
       await restarting;
       return true;
     },
+    postmasterPid: () => livePid(pidFile),
     async stop() {
       if (!pidAlive(pidFile)) return;
       await run(join(bin, 'pg_ctl'), ['-D', pgDir, '-m', 'fast', '-w', '-t', '60', 'stop'], spawnOpts);

@@ -1,5 +1,5 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 
 /** Controllers Atelier uses, each a separate hierarchy on cgroup v1. */
 export const CONTROLLERS = ['memory', 'cpu', 'pids', 'freezer'] as const;
@@ -185,4 +185,94 @@ function removeDirs(paths: CgroupPaths): void {
       // absent, or still busy: reported by the caller's reconcile
     }
   }
+}
+
+/**
+ * oom_score_adj of every workshop and simulator process, set as it enters its sandbox: the
+ * host's OOM killer takes them long before the server and its PostgreSQL (0, or
+ * SERVER_OOM_SCORE_ADJ where the kernel lets the server lower its own). Raising one's own score
+ * needs no privilege, so this holds rootless too; where the writer has CAP_SYS_RESOURCE the
+ * kernel also makes it the process's floor (a workshop cannot lower it again).
+ */
+export const WORKSHOP_OOM_SCORE_ADJ = 500;
+
+/** What the server keeps for itself and its PostgreSQL over all workshops together. */
+export interface ServerReserve {
+  /** Memory no workshop may take: all workshops together get at most the host's (or the server's cgroup's) memory minus this. */
+  memoryBytes: number;
+  /**
+   * cpu.shares of all workshops together (ATELIER_WORKSHOPS_CPU_SHARES, 256). On cgroup v1 the
+   * workshops' group competes with each runnable thread of the server's cgroup (the server, its
+   * PostgreSQL, their helpers) as one entity: 1024 per thread at nice 0 against this, spread
+   * over the cores the workshops keep busy. At 256 a server thread that wants the CPU gets about
+   * 8/9 of a core (about 2/3 at the kernel's default 1024) even when workshops keep every core
+   * busy; with the server idle the workshops have every core (shares only weigh contention; each
+   * workshop's cpus quota still caps it). Lower starves the workshops whenever anything else on
+   * the host is busy (docs/server.md).
+   */
+  cpuShares: number;
+}
+
+/** What applyServerReserve set, for the start-up log. */
+export interface AppliedReserve {
+  /** The memory limit of all workshops together (`atelier/<nodeId>`'s memory.limit_in_bytes). */
+  workshopsMemoryBytes: number;
+  /** The memory the server's cgroup may use at most (the host's, or a smaller limit set above it). */
+  availableBytes: number;
+  /** cpu.shares of the workshops' group, beside 1024 for each of the server's threads. */
+  cpuShares: number;
+  /** Why the memory limit could not be set (the workshops already use more), when it could not. */
+  warning: string | undefined;
+}
+
+/** The memory the processes of the cgroup at `dir` may use at most: its own or an ancestor's limit, or the host's. */
+function memoryAvailable(dir: string, hostBytes: number): number {
+  try {
+    const m = /^hierarchical_memory_limit (\d+)$/m.exec(readFileSync(join(dir, 'memory.stat'), 'utf8'));
+    const limit = m ? Number(m[1]) : Infinity;
+    return Math.min(hostBytes, limit);
+  } catch {
+    return hostBytes;
+  }
+}
+
+function writeMemoryLimit(dir: string, bytes: number): void {
+  const memsw = join(dir, 'memory.memsw.limit_in_bytes');
+  const hasMemsw = existsSync(memsw);
+  // memory.limit_in_bytes may never exceed memory.memsw.limit_in_bytes: raise memsw first, lower it last.
+  const current = Number(readFileSync(join(dir, 'memory.limit_in_bytes'), 'utf8').trim());
+  if (hasMemsw && bytes > current) writeFileSync(memsw, String(bytes));
+  writeFileSync(join(dir, 'memory.limit_in_bytes'), String(bytes));
+  if (hasMemsw && bytes <= current) writeFileSync(memsw, String(bytes));
+}
+
+/**
+ * Keeps a share of the host for the server and its PostgreSQL over all of this server's
+ * workshops together (root, cgroup v1): the workshops' parent `atelier/<nodeId>` gets a memory
+ * limit of the memory available minus the reserve, and the workshops' groups a low cpu.shares.
+ * Made once at start; re-applied at every start (a changed reserve takes
+ * effect then). Throws with what to do when the reserve leaves no memory to workshops.
+ */
+export function applyServerReserve(base: CgroupPaths, reserve: ServerReserve, hostBytes: number): AppliedReserve {
+  for (const c of CONTROLLERS) mkdirSync(base[c], { recursive: true });
+  const availableBytes = memoryAvailable(dirname(dirname(base.memory)), hostBytes);
+  const workshopsMemoryBytes = availableBytes - reserve.memoryBytes;
+  if (workshopsMemoryBytes < 256 << 20) {
+    throw new Error(
+      `the server's memory reserve (${Math.round(reserve.memoryBytes / 2 ** 20)}m) leaves less than 256m of the ${Math.round(availableBytes / 2 ** 20)}m available to workshops: set ATELIER_SERVER_RESERVE_MEMORY lower`,
+    );
+  }
+  let warning: string | undefined;
+  try {
+    writeMemoryLimit(base.memory, workshopsMemoryBytes);
+  } catch (err) {
+    // EBUSY: the workshops already use more than the new limit (a reserve raised across a
+    // restart); the server still starts, and says so.
+    warning = `could not limit the workshops' memory to ${Math.round(workshopsMemoryBytes / 2 ** 20)}m (${(err as Error).message}): the running workshops use more; stop some and restart the server, or set ATELIER_SERVER_RESERVE_MEMORY lower`;
+  }
+  // The `atelier` directory is the entity that competes with the server's own threads in its
+  // cgroup (several servers of one host share it); `<nodeId>` is set alike for clarity.
+  writeFileSync(join(dirname(base.cpu), 'cpu.shares'), String(reserve.cpuShares));
+  writeFileSync(join(base.cpu, 'cpu.shares'), String(reserve.cpuShares));
+  return { workshopsMemoryBytes, availableBytes, cpuShares: reserve.cpuShares, warning };
 }

@@ -2,8 +2,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, openSync, closeSync, copyFileSync, readFileSync, writeFileSync, chownSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Writable } from 'node:stream';
-import { procsFiles, destroyCgroups, type CgroupPaths } from './cgroups.js';
-import { HOST_TRUST_BUNDLE, identityFiles, mountPlan, TRUST_BUNDLE, type MountStep } from './rootfs.js';
+import { procsFiles, destroyCgroups, WORKSHOP_OOM_SCORE_ADJ, type CgroupPaths } from './cgroups.js';
+import { HOST_TRUST_BUNDLE, identityFiles, LOGIN_PROFILE, LOGIN_PROFILE_NAME, mountPlan, TRUST_BUNDLE, type MountStep } from './rootfs.js';
 import { installLoader, SECCOMP_EXEC, seccompWrap } from './seccomp.js';
 
 /**
@@ -69,11 +69,12 @@ export interface SandboxHandle {
 /** The environment of every process Atelier runs privileged on a workshop's behalf. */
 const PRIVILEGED_ENV = { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C.UTF-8' };
 
-const CGROUP_ENTER = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 111; shift; n=$((n-1)); done; exec "$@"';
+// Every process run in a workshop is the OOM killer's first choice (WORKSHOP_OOM_SCORE_ADJ),
+// rootless too (no cgroups to join then).
+const CGROUP_ENTER = `echo ${WORKSHOP_OOM_SCORE_ADJ} > /proc/self/oom_score_adj; n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 111; shift; n=$((n-1)); done; exec "$@"`;
 
 function inCgroups(cgroups: CgroupPaths | null, argv: string[]): string[] {
-  if (!cgroups) return argv;
-  const files = procsFiles(cgroups);
+  const files = cgroups ? procsFiles(cgroups) : [];
   return ['/bin/sh', '-c', CGROUP_ENTER, 'sh', String(files.length), ...files, ...argv];
 }
 
@@ -95,6 +96,7 @@ export function prepareLayout(spec: SandboxSpec): SandboxLayout {
     if (name === 'hosts' && existsSync(path)) continue;
     writeFileSync(path, content, { mode: 0o644 });
   }
+  writeFileSync(join(layout.etc, LOGIN_PROFILE_NAME), LOGIN_PROFILE, { mode: 0o644 });
   if (!spec.rootless) for (const dir of [layout.tmp, layout.home]) chownSync(dir, spec.uid, spec.uid);
   // The workshop's own copy of the host's CA bundle, seen at its usual path (mountPlan): the
   // server adds the workshop's egress CA to it when the workshop has credential bindings.
@@ -241,7 +243,9 @@ export async function startSandbox(spec: SandboxSpec): Promise<SandboxHandle> {
   // The command after `--` stays on the command line (bwrap takes only options from --args).
   const options = spec.rootless ? [] : bwrapArgs(spec, plan);
   const command = options.splice(options.indexOf('--'));
-  const argv = spec.rootless ? rootlessArgs(spec, layout, plan) : inCgroups(spec.cgroups, ['bwrap', '--args', '4', ...command]);
+  const argv = spec.rootless
+    ? inCgroups(null, rootlessArgs(spec, layout, plan))
+    : inCgroups(spec.cgroups, ['bwrap', '--args', '4', ...command]);
   const logFd = openSync(layout.log, 'a', 0o600);
   let child: ChildProcess;
   try {

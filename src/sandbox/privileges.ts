@@ -1,4 +1,5 @@
 import { execFileSync } from 'node:child_process';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cgroupSupport } from './cgroups.js';
 import { checkSeccomp } from './seccomp.js';
 
@@ -58,3 +59,39 @@ export function missingTools(isRoot: boolean): string[] {
 
 /** What installs the tools `missingTools` names (Debian and Ubuntu). */
 export const INSTALL_TOOLS = 'sudo apt-get install -y bubblewrap util-linux mount git perl iproute2 python3';
+
+/**
+ * oom_score_adj the server and its embedded PostgreSQL take where the kernel lets them
+ * (CAP_SYS_RESOURCE: root outside a container that drops it). Not -1000: a server that leaks must
+ * still be killable rather than take every workshop with it. Where it is refused they stay at 0,
+ * still far below a workshop's WORKSHOP_OOM_SCORE_ADJ.
+ */
+export const SERVER_OOM_SCORE_ADJ = -900;
+
+/**
+ * Protects `pid` and, with `children`, its current child processes from the host's OOM killer
+ * (children started later inherit the value). Returns false when the kernel refused (not root).
+ */
+export function protectFromOomKiller(pid: number | 'self', children = false): boolean {
+  const pids: string[] = [String(pid)];
+  if (children && pid !== 'self') {
+    for (const p of readdirSync('/proc')) {
+      if (!/^\d+$/.test(p)) continue;
+      try {
+        const stat = readFileSync(`/proc/${p}/stat`, 'utf8');
+        if (stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1] === String(pid)) pids.push(p);
+      } catch {
+        // exited meanwhile
+      }
+    }
+  }
+  let ok = true;
+  for (const p of pids) {
+    try {
+      writeFileSync(`/proc/${p}/oom_score_adj`, String(SERVER_OOM_SCORE_ADJ));
+    } catch {
+      if (p === String(pid)) ok = false;
+    }
+  }
+  return ok;
+}

@@ -1,4 +1,4 @@
-import { existsSync, lstatSync, readlinkSync } from 'node:fs';
+import { existsSync, lstatSync, readdirSync, readlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { SECCOMP_EXEC } from './seccomp.js';
 
@@ -43,7 +43,6 @@ const ETC_ENTRIES = [
   'os-release',
   'perl',
   'profile',
-  'profile.d',
   'protocols',
   'python3',
   'python3.11',
@@ -98,6 +97,12 @@ export function mountPlan(own: { workspace: string; tmp: string; home: string; e
   }
   const bundle = join(own.etc, TRUST_BUNDLE);
   if (existsSync(HOST_TRUST_BUNDLE) && existsSync(bundle)) plan.push({ kind: 'ro', src: bundle, dest: HOST_TRUST_BUNDLE });
+  // /etc/profile.d: the host's snippets, then Atelier's own, last (see LOGIN_PROFILE).
+  plan.push({ kind: 'dir', dest: '/etc/profile.d' });
+  const snippets = existsSync('/etc/profile.d') ? readdirSync('/etc/profile.d').sort() : [];
+  for (const name of snippets)
+    if (name !== LOGIN_PROFILE_NAME) plan.push({ kind: 'ro', src: `/etc/profile.d/${name}`, dest: `/etc/profile.d/${name}` });
+  plan.push({ kind: 'ro', src: join(own.etc, LOGIN_PROFILE_NAME), dest: `/etc/profile.d/${LOGIN_PROFILE_NAME}` });
   for (const name of IDENTITY_FILES) {
     // /etc/hosts follows the workshop's internal names (simulators added live): it is a link into
     // /run/atelier, a directory the server rewrites by atomic rename (a bound file could not be).
@@ -128,6 +133,25 @@ export const IDENTITY_FILES = ['passwd', 'group', 'hosts', 'hostname', 'resolv.c
 export const HOST_TRUST_BUNDLE = '/etc/ssl/certs/ca-certificates.crt';
 /** The workshop's own copy of it in its etc directory (prepareLayout), bound over HOST_TRUST_BUNDLE. */
 export const TRUST_BUNDLE = 'ca-certificates.crt';
+/** The directory of a workshop's run directory (/run/atelier inside) whose `*.sh` its login shells source. */
+export const LOGIN_PROFILE_SUBDIR = 'profile.d';
+const LOGIN_PROFILE_DIR = `/run/atelier/${LOGIN_PROFILE_SUBDIR}`;
+
+/** Atelier's snippet in /etc/profile.d (`zz-`: sourced after the host's, which may set PATH too). */
+export const LOGIN_PROFILE_NAME = 'zz-atelier.sh';
+
+/**
+ * A login shell (`bash -l`, `atelier ssh`, a terminal, an agent session) resets PATH in Debian's
+ * /etc/profile, and so loses what the server put first on the PATH of execs (the AWS CLI
+ * wrapper). This snippet sources the server-written ones of LOGIN_PROFILE_DIR, read-only inside,
+ * so that login shells get the same; it is the same for every workshop.
+ */
+export const LOGIN_PROFILE = `# Written by Atelier: what the server gives execs and login shells lose (docs/workshops.md).
+for __atelier_snippet in ${LOGIN_PROFILE_DIR}/*.sh; do
+  if [ -r "$__atelier_snippet" ]; then . "$__atelier_snippet"; fi
+done
+unset __atelier_snippet
+`;
 
 /** A workshop's /etc/hosts: itself, then its internal services (`127.x.y.z  postgres.atelier.internal`). */
 export function hostsFile(hostname: string, entries: ReadonlyArray<{ address: string; name: string }> = []): string {

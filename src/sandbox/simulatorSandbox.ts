@@ -1,6 +1,6 @@
 import { existsSync, lstatSync, mkdirSync, readlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { procsFiles, type CgroupPaths } from './cgroups.js';
+import { procsFiles, WORKSHOP_OOM_SCORE_ADJ, type CgroupPaths } from './cgroups.js';
 import { installLoader, SECCOMP_EXEC, seccompWrap } from './seccomp.js';
 
 /**
@@ -72,7 +72,8 @@ const TOP_LEVEL_LINKS = ['bin', 'sbin', 'lib', 'lib32', 'lib64', 'libx32'];
  * Joins the cgroups (as root: the files are root's), opens bwrap's options file as fd 3, then
  * execs bwrap: one pid from the spawn to the sandbox's monitor.
  */
-const ENTER = 'f=$1; n=$2; shift 2; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 111; shift; n=$((n-1)); done; exec 3<"$f"; exec "$@"';
+// A simulator is the OOM killer's first choice, as a workshop's processes are (WORKSHOP_OOM_SCORE_ADJ).
+const ENTER = `echo ${WORKSHOP_OOM_SCORE_ADJ} > /proc/self/oom_score_adj; f=$1; n=$2; shift 2; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 111; shift; n=$((n-1)); done; exec 3<"$f"; exec "$@"`;
 
 function baseRoot(): string[] {
   const args: string[] = ['--ro-bind', '/usr', '/usr'];

@@ -1,3 +1,4 @@
+import { readFile } from 'node:fs/promises';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import websocket from '@fastify/websocket';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
@@ -220,6 +221,12 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   // Public: it describes the open-source API, nothing of this server's data (as /healthz says its version).
   let openapi: object | undefined;
   app.get('/v1/openapi.json', PUBLIC, async () => (openapi ??= openApiDocument({ version: deps.version })));
+  // The bootstrap (`curl -fsSL URL/install.sh | ATELIER_RELEASE_URL=… sh`): scripts/get.sh, shipped in every release.
+  app.get('/install.sh', PUBLIC, async (_request, reply) =>
+    reply
+      .header('content-type', 'text/x-shellscript; charset=utf-8')
+      .send(await readFile(new URL('../../scripts/get.sh', import.meta.url), 'utf8')),
+  );
 
   workshopRoutes(app, deps.workshops, deps.approvals);
   simulatorRoutes(app, deps.workshops);

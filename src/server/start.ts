@@ -18,7 +18,14 @@ import {
   type Config,
 } from '../core/index.js';
 import { createPool, lead, migrate, startEmbeddedPostgres, withTransaction, type EmbeddedPostgres, type Pool } from '../db/index.js';
-import { INSTALL_TOOLS, inspectIsolation, processStartTime } from '../sandbox/index.js';
+import {
+  INSTALL_TOOLS,
+  inspectIsolation,
+  processStartTime,
+  protectFromOomKiller,
+  SERVER_OOM_SCORE_ADJ,
+  WORKSHOP_OOM_SCORE_ADJ,
+} from '../sandbox/index.js';
 import { InternalNetwork, LocalDriver, SimulatorManager, WorkshopService } from '../workshops/index.js';
 import { checkSimulatorVersion, runOffServer, warmSimulators } from '../simulators/index.js';
 import { AccountService, Authenticator, MasterKey, generatePassword, hashPassword } from '../identity/index.js';
@@ -275,11 +282,27 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     for (const m of isolation.applied) opts.say(`isolation: ${m}`);
     for (const m of isolation.missing) opts.say(`isolation: ${m}`);
 
+    // Before the embedded PostgreSQL starts, which inherits it (as does every process the server
+    // starts; a workshop's and a simulator's raise theirs to WORKSHOP_OOM_SCORE_ADJ as they enter).
+    const oomProtected = config.isRoot && protectFromOomKiller('self');
+    const oomNote = `workshop and simulator processes at oom_score_adj ${WORKSHOP_OOM_SCORE_ADJ}, the server and its PostgreSQL at ${
+      oomProtected
+        ? SERVER_OOM_SCORE_ADJ
+        : `0 (${config.isRoot ? 'lowering it was refused: no CAP_SYS_RESOURCE here' : 'lowering it needs root'})`
+    }`;
+    if (!config.isRoot) {
+      opts.say(
+        `isolation: not root: no memory or CPU kept for the server and its PostgreSQL over the workshops (cgroups need root): a workshop can starve the server; ${oomNote}`,
+      );
+    }
     let embedded: EmbeddedPostgres | undefined;
     if (!databaseUrl) {
       embedded = await startEmbeddedPostgres({ dataDir, binDir: config.pgBinDir, isRoot: config.isRoot, log: (m) => opts.say(m) });
       const e = embedded;
       cleanups.push(() => e.stop());
+      // One adopted from a previous server (and its backends) did not inherit it.
+      const pid = e.postmasterPid();
+      if (oomProtected && pid !== undefined) protectFromOomKiller(pid, true);
     }
     // Its last warnings and errors are also kept for `atelier server status` (GET /v1/admin/status).
     const recentErrors = createRecentErrors();
@@ -318,9 +341,15 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       log: logger,
     });
     cleanups.push(() => driver.closeDisks());
-    opts.say(
-      `disk quotas: ${driver.diskNote ?? `a filesystem of its own per workshop (default ${formatSize(config.defaultDiskBytes)}, at most ${formatSize(config.maxDiskBytes)})`}; ${formatSize(config.diskReserveBytes)} kept free for the database`,
-    );
+    const reserve = driver.reserveForServer({ memoryBytes: config.serverReserveMemoryBytes, cpuShares: config.workshopsCpuShares });
+    if (reserve) {
+      opts.say(
+        `server reserve: ${formatSize(config.serverReserveMemoryBytes)} of ${formatSize(reserve.availableBytes)} memory kept for the server and its PostgreSQL (all workshops together limited to ${formatSize(reserve.workshopsMemoryBytes)}), workshops at cpu.shares ${reserve.cpuShares} against 1024 per server thread; ${oomNote}`,
+      );
+      if (reserve.warning) opts.say(`server reserve: ${reserve.warning}`);
+    } else if (config.isRoot) {
+      opts.say(`server reserve: no memory or CPU kept for the server (no cgroup v1 controllers, see above); ${oomNote}`);
+    }
     const sudoHome = config.sudoUser ? homeOf(config.sudoUser.uid) : undefined;
     const approvals = createApprovals({
       isLeader: () => leadership.isLeader,

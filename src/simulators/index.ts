@@ -1,4 +1,5 @@
 export {
+  checkSimulatorRequest,
   checkSimulatorVersion,
   isAlive,
   redactSimulatorEnv,
@@ -17,5 +18,5 @@ export { runOffServer } from './spawner.js';
 /** True when a path is a unix socket itself, not a link to one: what may be dialled for a simulator. */
 export { isSocket } from './socketGuard.js';
 export { AWS_SERVICES, DEFAULT_SIMULATOR_NAMES, SIMULATOR_TYPES } from './types.js';
-export type { StartTimings } from './lifecycle.js';
+export type { SimulatorAsked, StartTimings } from './lifecycle.js';
 export type { AwsService, RunAs, SimulatorHandle, SimulatorMount, SimulatorSandbox, SimulatorSpec, SimulatorType } from './types.js';

@@ -1,8 +1,8 @@
 import { chmodSync, chownSync, existsSync, lstatSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
 import { isAbsolute, join } from 'node:path';
-import { AtelierError } from '../core/index.js';
-import { isFinal, SANDBOX_SOCKETS, type CatalogEntry, type SimulatorInstance } from './catalog/entry.js';
+import { AtelierError, SIMULATOR_OPTIONS } from '../core/index.js';
+import { checkKeys, isFinal, SANDBOX_SOCKETS, type CatalogEntry, type SimulatorInstance } from './catalog/entry.js';
 import { localstack } from './catalog/localstack.js';
 import { dropPostgresSpares, postgres, seedPostgresSpare, warmPostgresTemplate } from './catalog/postgres.js';
 import { redis } from './catalog/redis.js';
@@ -66,6 +66,42 @@ export function checkSimulatorVersion(spec: { type: string; name: string; versio
     throw invalid(`unknown simulator type ${JSON.stringify(spec.type)}: known types are ${SIMULATOR_TYPES.join(', ')}`, 'type');
   }
   CATALOG[spec.type as SimulatorType].checkVersion({ ...spec, type: spec.type as SimulatorType });
+}
+
+/** What checkSimulatorRequest reads of a request (a create's `simulators`, atelier.yaml's, a live one). */
+export interface SimulatorAsked {
+  type: string;
+  name: string;
+  version?: string | undefined;
+  env?: Record<string, string> | undefined;
+  options?: Record<string, unknown> | undefined;
+  services?: string[] | undefined;
+  stubsDirectory?: string | undefined;
+}
+
+/**
+ * Everything of a request that is wrong whatever the moment: its type, `env` names and options the
+ * type does not read (naming those it does), fields of another type, a version this server cannot
+ * start. Starts and prepares nothing, without waiting, so that a create refuses it before anything
+ * exists instead of starting a workshop without the simulator asked for.
+ */
+export function checkSimulatorRequest(spec: SimulatorAsked): void {
+  checkSimulatorVersion({ type: spec.type, name: spec.name, version: spec.version });
+  const entry = CATALOG[spec.type as SimulatorType];
+  checkKeys({ ...spec, type: spec.type as SimulatorType }, entry.envKeys, entry.optionKeys);
+  const types = SIMULATOR_OPTIONS[spec.type] ?? {};
+  for (const [key, value] of Object.entries(spec.options ?? {})) {
+    const want = types[key];
+    if (want !== undefined && typeof value !== want)
+      throw invalid(
+        `${spec.type} simulator ${spec.name}: option ${key} must be ${want === 'boolean' ? 'true or false' : `a ${want}`}`,
+        `options.${key}`,
+      );
+  }
+  if (spec.services !== undefined && spec.type !== 'localstack')
+    throw invalid(`services applies to localstack simulators only, not to ${spec.type}`, 'services');
+  if (spec.stubsDirectory !== undefined && spec.type !== 'wiremock')
+    throw invalid(`stubsDirectory applies to wiremock simulators only, not to ${spec.type}`, 'stubsDirectory');
 }
 
 function checkSpec(spec: SimulatorSpec): CatalogEntry {

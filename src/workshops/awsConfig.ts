@@ -1,6 +1,7 @@
 import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { writeFileAtomic } from '../core/index.js';
+import { LOGIN_PROFILE_SUBDIR } from '../sandbox/index.js';
 
 /**
  * A workshop's AWS configuration, for the SDKs and CLIs that ignore AWS_ENDPOINT_URL: files in
@@ -43,6 +44,10 @@ fi
 exec "$real" "$@"
 `;
 
+const PROFILE = `# Written by Atelier: the AWS CLI wrapper first on the PATH, as in execs.
+case ":$PATH:" in *":${AWS_BIN_INSIDE}:"*) ;; *) PATH="${AWS_BIN_INSIDE}:$PATH"; export PATH ;; esac
+`;
+
 /** What the files say: the first running localstack simulator's endpoint, region and keys. */
 export interface AwsEndpoint {
   endpoint: string;
@@ -57,8 +62,12 @@ export interface AwsEndpoint {
  */
 export function writeAwsConfig(runDir: string, aws: AwsEndpoint | undefined): Record<string, string> {
   const dir = join(runDir, DIR);
+  // Login shells reset PATH (/etc/profile): this snippet, sourced by the sandbox's own
+  // /etc/profile.d, puts the wrapper first again.
+  const profile = join(runDir, LOGIN_PROFILE_SUBDIR, 'aws.sh');
   if (!aws) {
     rmSync(dir, { recursive: true, force: true });
+    rmSync(profile, { force: true });
     return {};
   }
   mkdirSync(join(dir, 'bin'), { recursive: true, mode: 0o755 });
@@ -70,6 +79,8 @@ export function writeAwsConfig(runDir: string, aws: AwsEndpoint | undefined): Re
   writeFileAtomic(join(dir, 'config'), config, 0o644);
   writeFileAtomic(join(dir, 'credentials'), credentials, 0o644);
   writeFileAtomic(join(dir, 'bin', 'aws'), WRAPPER, 0o755);
+  mkdirSync(join(runDir, LOGIN_PROFILE_SUBDIR), { recursive: true, mode: 0o755 });
+  writeFileAtomic(profile, PROFILE, 0o644);
   return {
     AWS_CONFIG_FILE: `${AWS_DIR_INSIDE}/config`,
     AWS_SHARED_CREDENTIALS_FILE: `${AWS_DIR_INSIDE}/credentials`,

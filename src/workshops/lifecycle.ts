@@ -14,6 +14,7 @@ import {
   newWorkshopId,
   formatSize,
   parseSize,
+  type CreatePhaseEvent,
   type CreateWorkshopRequest,
   type Workshop,
   type WorkshopLimits,
@@ -27,7 +28,8 @@ import { readProjectSettings } from './project.js';
 import type { WorkshopDriver } from './driver.js';
 import type { WorkshopEvents } from './events.js';
 import { cloneRepo, resolveRepoSource } from './repo.js';
-import { mergeSimulators, precheckSimulators, type WorkshopContext } from './simulators.js';
+import { mergeSimulators, precheckSimulators, simulatorName, type WorkshopContext } from './simulators.js';
+import { phaseTimer, type PhaseTimer } from './phases.js';
 import type { DeathWatch } from './deathWatch.js';
 import { BASE_ENV, type WorkshopExecs } from './exec.js';
 import { DEFAULT_ASK_HOLD_SECONDS, type ServiceOptions, type WorkshopRow, type WorkshopShared } from './shared.js';
@@ -151,7 +153,7 @@ export class WorkshopLifecycle {
   }
 
   /** Clones the repository and starts the sandbox; returns when the workshop is Running or Failed. */
-  async create(req: CreateWorkshopRequest, actor: Principal): Promise<Workshop> {
+  async create(req: CreateWorkshopRequest, actor: Principal, onPhase?: (event: CreatePhaseEvent) => void): Promise<Workshop> {
     const source = resolveRepoSource(req.repo, this.opts.allowRepoRoots);
     const limits = this.limits(req);
     this.driver.admitDisk(this.diskBytes(req));
@@ -206,7 +208,7 @@ export class WorkshopLifecycle {
         );
       throw err;
     }
-    return this.shared.locked(id, () => this.build(row, source, req, actor));
+    return this.shared.locked(id, () => this.build(row, source, req, actor, phaseTimer(onPhase, this.opts.log)));
   }
 
   /**
@@ -283,6 +285,7 @@ export class WorkshopLifecycle {
     source: ReturnType<typeof resolveRepoSource>,
     req: CreateWorkshopRequest,
     actor: Principal,
+    phase: PhaseTimer,
   ): Promise<Workshop> {
     const id = row.id;
     let handle: SandboxHandle | null = null;
@@ -292,12 +295,16 @@ export class WorkshopLifecycle {
       // start while the repository is cloned: neither needs the files. Until the project's policy
       // is read, the listener has none (every request is refused); nothing runs inside yet anyway.
       mkdirSync(layout.workspace, { mode: 0o700 });
-      const started = this.startSandbox(row).then(async (h) => {
+      const started = phase.time('sandbox', undefined, async () => {
+        const h = await this.startSandbox(row);
         handle = h;
         await this.openEgress(row, h, null);
         return h;
       });
-      const [sandbox, clone] = await Promise.allSettled([started, cloneRepo(source, layout.workspace)]);
+      const [sandbox, clone] = await Promise.allSettled([
+        started,
+        phase.time('clone', undefined, () => cloneRepo(source, layout.workspace)),
+      ]);
       if (clone.status === 'rejected') throw clone.reason;
       if (sandbox.status === 'rejected') throw sandbox.reason;
       const dev = readDevcontainer(layout.workspace, req.devcontainer, BASE_ENV);
@@ -325,15 +332,28 @@ export class WorkshopLifecycle {
       const current = { ...row, env, sandbox: handle! };
       // Simulators start before the devcontainer's commands, which may well migrate a database.
       // One that fails is reported Failed in `atelier simulators list`; the workshop goes on.
-      await this.opts.simulators.start(this.shared.context(row, handle!), mergeSimulators(project.simulators, req.simulators ?? []));
+      const simulators = mergeSimulators(project.simulators, req.simulators ?? []);
+      // Called with none too: it also sets up the workshop's internal names (api, mcp). Shown as a
+      // phase only when there are simulators.
+      const end = simulators.length > 0 ? phase.start('simulators', simulators.map(simulatorName).join(', ')) : () => undefined;
+      const views = await this.opts.simulators.start(this.shared.context(row, handle!), simulators).catch((err: unknown) => {
+        end(false);
+        throw err;
+      });
+      // One that failed to start is `failed` here too, though the workshop goes on (see above).
+      end(views.every((v) => v.status !== 'Failed'));
       for (const step of dev.createCommands) {
-        const result = await this.execs.collectOutput(
-          this.execs.spawn(current, step.command, '/workspace', {}, undefined, CREATE_COMMAND_TIMEOUT_SECONDS),
-          {
+        const endStep = phase.start('devcontainer', step.key);
+        const result = await this.execs
+          .collectOutput(this.execs.spawn(current, step.command, '/workspace', {}, undefined, CREATE_COMMAND_TIMEOUT_SECONDS), {
             maxBytes: 64 << 10,
             overflow: 'keep-tail',
-          },
-        );
+          })
+          .catch((err: unknown) => {
+            endStep(false);
+            throw err;
+          });
+        endStep(result.exitCode === 0);
         if (result.exitCode !== 0) {
           const tail = (result.stderr.toString('utf8') || result.stdout.toString('utf8')).trim().split('\n').slice(-5).join('\n');
           throw new AtelierError(

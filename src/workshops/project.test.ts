@@ -36,10 +36,38 @@ describe('atelier.yaml', () => {
     });
   });
 
-  it('takes numbers where YAML reads them (`version: 15`, `PORT: 5432`) as the text written', () => {
-    withProject('simulators:\n  - name: postgres\n    version: 15\n    env: { PGPORT: 5432, DEBUG: true }\n', (dir) => {
-      assert.deepEqual(readProjectSettings(dir).simulators, [{ name: 'postgres', version: '15', env: { PGPORT: '5432', DEBUG: 'true' } }]);
-    });
+  it('takes numbers where YAML reads them (`version: 7`, `POSTGRES_DB: 5432`) as the text written', () => {
+    withProject(
+      'simulators:\n  - name: redis\n    version: 7\n  - name: postgres\n    env: { POSTGRES_DB: 5432, POSTGRES_USER: true }\n',
+      (dir) => {
+        assert.deepEqual(readProjectSettings(dir).simulators, [
+          { name: 'redis', version: '7' },
+          { name: 'postgres', env: { POSTGRES_DB: '5432', POSTGRES_USER: 'true' } },
+        ]);
+      },
+    );
+  });
+
+  it('refuses an env name, an option or a field the simulator does not take, naming the key and what it takes', () => {
+    const env = refusal('simulators:\n  - redis\n  - name: postgres\n    env: { PGPORT: 5432 }\n');
+    assert.equal(
+      env.message,
+      'atelier.yaml: simulators.1.env.PGPORT: postgres simulator postgres: unknown env PGPORT (known: POSTGRES_DB, POSTGRES_USER, POSTGRES_PASSWORD)',
+    );
+    assert.equal((env.details as { field?: string }).field, 'simulators.1.env.PGPORT');
+    assert.match(refusal('simulators:\n  - name: redis\n    env: { X: 1 }\n').message, /unknown env X \(a redis simulator takes no env\)/);
+    assert.match(
+      refusal('simulators:\n  - name: postgres\n    options: { superuser: yes }\n').message,
+      /simulators\.0\.options\.superuser: .*true or false/,
+    );
+    assert.match(
+      refusal('simulators:\n  - name: redis\n    services: [s3]\n').message,
+      /simulators\.0\.services: services applies to localstack/,
+    );
+    assert.match(
+      refusal('simulators:\n  - mongodb\n').message,
+      /^atelier\.yaml: simulators\.0: unknown simulator type "mongodb": this server runs /,
+    );
   });
 
   it('names the file, the whole path of the wrong key and what is wrong, once', () => {

@@ -4,6 +4,7 @@ import { parse } from 'yaml';
 import { z } from 'zod';
 import { AtelierError, SimulatorRequest } from '../core/index.js';
 import { createEgressPolicy, parseBinding, type CredentialBinding } from '../egress/index.js';
+import { precheckSimulators } from './simulators.js';
 
 /**
  * The project's own settings, `atelier.yaml` at the repository root. This reads its `egress:`,
@@ -145,6 +146,9 @@ export function readProjectSettings(workspace: string): ProjectSettings {
   if (!r.success) throw invalidBlock('egress', r.error);
   const sims = Simulators.safeParse((doc as Record<string, unknown>).simulators ?? []);
   if (!sims.success) throw invalidBlock('simulators', sims.error);
+  // An env name, option or version the simulator cannot take fails the workshop now, with the key's
+  // path, rather than leaving it running without the simulator asked for.
+  precheckSimulators(sims.data, 'simulators', `${FILE}: `);
   // Refused entries (`*`, `*.com`, malformed names) are reported now, naming the entry.
   try {
     createEgressPolicy({ allow: r.data.allow, deny: r.data.deny });

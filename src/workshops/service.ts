@@ -1,6 +1,7 @@
 import {
   AtelierError,
   isWorkshopId,
+  type CreatePhaseEvent,
   type CreateWorkshopRequest,
   type ExecRequest,
   type SimulatorRequest,
@@ -121,9 +122,12 @@ export class WorkshopService {
     return this.opts.egress.journal.list(id, opts);
   }
 
-  /** Clones the repository and starts the sandbox; returns when the workshop is Running or Failed. */
-  create(req: CreateWorkshopRequest, actor: Principal): Promise<Workshop> {
-    return this.lifecycle.create(req, actor);
+  /**
+   * Clones the repository and starts the sandbox; returns when the workshop is Running or Failed.
+   * `onPhase` hears each step as it starts and ends (a request refused up front hears none).
+   */
+  create(req: CreateWorkshopRequest, actor: Principal, onPhase?: (event: CreatePhaseEvent) => void): Promise<Workshop> {
+    return this.lifecycle.create(req, actor, onPhase);
   }
 
   /** The caller's tenant's workshops on this server (an agent token: its own workshop only). */

@@ -5,6 +5,7 @@ import { queryRows, type Pool } from '../db/index.js';
 import { INTERNAL_SUFFIX } from '../egress/index.js';
 import { childCgroups, procsFiles, simulatorSandboxArgv, type SandboxHandle, type SandboxLayout } from '../sandbox/index.js';
 import {
+  checkSimulatorRequest,
   dropSimulatorSpares,
   isAlive,
   processTree,
@@ -158,16 +159,27 @@ function checkCount(count: number, field: string): void {
     );
 }
 
-/** The checks a create request can get before anything exists: types, names given twice, count. */
-export function precheckSimulators(requests: SimulatorRequest[], field = 'simulators'): void {
+/**
+ * The checks a create request gets before anything exists: types, `env` names and options the
+ * type does not read, versions not installed, names given twice, count. `where` prefixes the
+ * field and the message (`atelier.yaml: simulators.0.env.PGPORT: …`).
+ */
+export function precheckSimulators(requests: SimulatorRequest[], field = 'simulators', where = ''): void {
   const names = new Set<string>();
-  for (const r of requests) {
-    knownType(r, field);
+  requests.forEach((r, i) => {
     const name = simulatorName(r);
+    try {
+      checkSimulatorRequest({ ...r, type: knownType(r, ''), name });
+    } catch (err) {
+      if (!(err instanceof AtelierError)) throw err;
+      const key = err.details?.field;
+      const path = `${field}.${i}${typeof key === 'string' && key !== '' ? `.${key}` : ''}`;
+      throw new AtelierError(err.code, `${where}${path}: ${err.message}`, { ...err.details, field: path });
+    }
     if (names.has(name))
-      throw new AtelierError('INVALID_ARGUMENT', `two simulators are named ${name}: give one of them another name`, { field });
+      throw new AtelierError('INVALID_ARGUMENT', `${where}two simulators are named ${name}: give one of them another name`, { field });
     names.add(name);
-  }
+  });
   checkCount(names.size, field);
 }
 

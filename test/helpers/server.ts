@@ -61,8 +61,8 @@ export class TestServer {
     };
   }
 
-  /** Starts (or restarts) the server process and waits for /healthz. */
-  async boot(): Promise<void> {
+  /** Starts (or restarts) the server process and waits for /healthz (`timeoutMs`: a hang guard only). */
+  async boot(timeoutMs = 60_000): Promise<void> {
     const credentials = join(this.dataDir, 'credentials.txt');
     const before = existsSync(credentials) ? readFileSync(credentials, 'utf8') : '';
     rmSync(credentials, { force: true });
@@ -90,7 +90,7 @@ export class TestServer {
     this.proc = proc;
     proc.stdout!.on('data', (c: Buffer) => (this.log += c.toString()));
     proc.stderr!.on('data', (c: Buffer) => (this.log += c.toString()));
-    const deadline = Date.now() + 60_000;
+    const deadline = Date.now() + timeoutMs;
     // The file is written once before listening (so the first token is never lost), then again with the URL.
     while (!existsSync(credentials) || readFileSync(credentials, 'utf8').includes('not listening yet')) {
       if (proc.exitCode !== null) throw new Error(`server exited (${proc.exitCode}):\n${this.log}`);

@@ -29,6 +29,10 @@ export interface CatalogEntry {
    * prepares nothing, without waiting (an action's plan checks `atelier.yaml` with it).
    */
   checkVersion(spec: VersionAsked): void;
+  /** The `env` names it reads (anything else is refused, before a start: see checkSimulatorRequest). */
+  envKeys: readonly string[];
+  /** The `options` it takes (their types: SIMULATOR_OPTIONS in core). */
+  optionKeys: readonly string[];
   /** The fixed port inside the workshop (`<name>.atelier.internal:<port>`), known before anything starts. */
   port: number;
   /**
@@ -87,7 +91,11 @@ export function invalid(message: string, details?: Record<string, unknown>): Ate
 }
 
 /** Refuses env keys and option keys that the type does not know, naming the ones it does. */
-export function checkKeys(spec: SimulatorSpec, envKeys: readonly string[], optionKeys: readonly string[]): void {
+export function checkKeys(
+  spec: Pick<SimulatorSpec, 'type' | 'name' | 'env' | 'options'>,
+  envKeys: readonly string[],
+  optionKeys: readonly string[],
+): void {
   for (const key of Object.keys(spec.env ?? {})) {
     if (!envKeys.includes(key)) {
       throw invalid(

@@ -198,13 +198,15 @@ export const localstack: CatalogEntry = {
   stopSignal: 'SIGTERM',
   // Any key is accepted, but a project may well set its real-looking test keys there.
   secretEnv: ['AWS_SECRET_ACCESS_KEY'],
+  envKeys: ['SERVICES'],
+  optionKeys: [],
 
   checkVersion(spec) {
     versionOf(spec, [...AWS_SERVICES]);
   },
 
   async prepare(spec, sockDir) {
-    checkKeys(spec, ['SERVICES'], []);
+    checkKeys(spec, localstack.envKeys, localstack.optionKeys);
     const services = servicesOf(spec);
     const version = versionOf(spec, services);
     checkSocketPath(join(sockDir, SOCKET));

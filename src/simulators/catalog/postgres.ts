@@ -146,9 +146,11 @@ function checkName(value: string, field: string, what: string): void {
   }
 }
 
+const ENV_KEYS = ['POSTGRES_DB', 'POSTGRES_USER', 'POSTGRES_PASSWORD'] as const;
+
 /** POSTGRES_DB / POSTGRES_USER / POSTGRES_PASSWORD (or options database / user / password), as the official image reads them. */
 function settingsOf(spec: SimulatorSpec): Settings {
-  checkKeys(spec, ['POSTGRES_DB', 'POSTGRES_USER', 'POSTGRES_PASSWORD'], Object.keys(SIMULATOR_OPTIONS.postgres ?? {}));
+  checkKeys(spec, ENV_KEYS, Object.keys(SIMULATOR_OPTIONS.postgres ?? {}));
   const user = stringSetting(spec, 'user', 'POSTGRES_USER') ?? 'postgres';
   const database = stringSetting(spec, 'database', 'POSTGRES_DB') ?? user;
   // No well-known default: the socket is reachable by whoever can enter the socket directory.
@@ -890,6 +892,8 @@ export const postgres: CatalogEntry = {
   // Fast shutdown (SIGINT): SIGTERM is "smart" and waits for every client to disconnect.
   stopSignal: 'SIGINT',
   secretEnv: ['PGPASSWORD', 'DATABASE_URL'],
+  envKeys: ENV_KEYS,
+  optionKeys: Object.keys(SIMULATOR_OPTIONS.postgres ?? {}),
 
   checkVersion(spec) {
     const majors = installedMajors();

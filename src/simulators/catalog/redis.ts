@@ -70,6 +70,8 @@ export const redis: CatalogEntry = {
   port: PORT,
   // Redis saves nothing on SIGTERM when no save point is configured (--save "").
   stopSignal: 'SIGTERM',
+  envKeys: [],
+  optionKeys: [],
 
   checkVersion(spec) {
     if (versionNow === undefined) {
@@ -81,7 +83,7 @@ export const redis: CatalogEntry = {
   },
 
   async prepare(spec, sockDir) {
-    checkKeys(spec, [], []);
+    checkKeys(spec, redis.envKeys, redis.optionKeys);
     const found = await resolveInstallation(spec);
     checkSocketPath(join(sockDir, SOCKET));
     mkdirSync(spec.dir, { recursive: true, mode: 0o711 });

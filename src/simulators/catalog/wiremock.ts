@@ -368,13 +368,15 @@ export const wiremock: CatalogEntry = {
   stopSignal: 'SIGTERM',
   // ~1.5–2 s on an idle machine; a JVM's start stretches far more than a C server's under load.
   startTimeoutMs: 60_000,
+  envKeys: [],
+  optionKeys: [],
 
   checkVersion(spec) {
     checkVersion(spec, installation());
   },
 
   async prepare(spec, sockDir) {
-    checkKeys(spec, [], []);
+    checkKeys(spec, wiremock.envKeys, wiremock.optionKeys);
     const inst = installation();
     checkVersion(spec, inst);
     if (spec.stubsDirectory !== undefined) checkStubs(spec, spec.stubsDirectory);

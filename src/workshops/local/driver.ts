@@ -1,8 +1,10 @@
 import { execFile } from 'node:child_process';
 import { readdirSync, readFileSync, readlinkSync, rmdirSync, mkdirSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
+import { totalmem } from 'node:os';
 import type { ChildProcess } from 'node:child_process';
 import {
+  applyServerReserve,
   cgroupBase,
   createCgroups,
   diskUsage,
@@ -23,7 +25,9 @@ import {
   startSandbox,
   thaw,
   workshopCgroups,
+  type AppliedReserve,
   type CgroupPaths,
+  type ServerReserve,
   type ExecSpec,
   type SandboxHandle,
   type Runner,
@@ -264,6 +268,14 @@ export class LocalDriver implements WorkshopDriver {
       }
     }
     return orphans.length;
+  }
+
+  /**
+   * Keeps memory and CPU for the server and its PostgreSQL over all workshops together (see
+   * applyServerReserve); null without cgroups (rootless, cgroup v2), where nothing is kept.
+   */
+  reserveForServer(reserve: ServerReserve): AppliedReserve | null {
+    return this.base ? applyServerReserve(this.base, reserve, totalmem()) : null;
   }
 
   /** Removes this server's cgroup parents when no workshop is left in them (at shutdown). */

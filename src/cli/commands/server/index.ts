@@ -72,4 +72,47 @@ export function register(program: Command, cli: Cli): void {
       const r = await rotateKeys(c);
       await cli.render(c.output, r, () => `new signing key ${r.kid}; tokens signed with the previous one stay valid until they expire`);
     });
+
+  server
+    .command('install')
+    .description('install this release as a service: typed, journaled steps; a re-run changes nothing (root; docs/server.md)')
+    .option('--prefix <dir>', 'root of the installed layout (default /: /opt/atelier, /etc/atelier, /var/lib/atelier)')
+    .option('--data-dir <dir>', 'data directory (default /var/lib/atelier, or what the installed configuration says)')
+    .option('--listen <host:port>', 'address the server listens on (default 127.0.0.1:7878)')
+    .option('--database-url <url>', 'external PostgreSQL (default: an embedded cluster in the data dir)')
+    .option('--public-url <url>', 'URL browsers and CLIs use to reach this server')
+    .option('--domain <name>', 'TLS for this domain (not yet: refused with what to do instead)')
+    .option('--email <address>', 'ACME account for --domain (not yet)')
+    .option('--tls-cert <file>', 'TLS certificate (not yet)')
+    .option('--tls-key <file>', 'TLS key (not yet)')
+    .option('--plan', 'show every step and what it would do; change nothing')
+    .option('--yes', 'do not ask before applying (asked only on a terminal)')
+    .action(async (flags, cmd: Command) => {
+      const { serverInstall } = await import('./install.js');
+      cli.setExitCode(await serverInstall(flags as object, (cmd.optsWithGlobals() as { output: string }).output, cli.config.pgBinDir));
+    });
+
+  server
+    .command('uninstall')
+    .description('remove the service, configuration and releases; keeps data and the master key unless --purge (root)')
+    .option('--prefix <dir>', 'root of the installed layout (default /)')
+    .option('--purge', 'also delete every workshop, the data dir, the master key and the logs (asks, or --yes)')
+    .option('--yes', 'confirm --purge without asking')
+    .action(async (flags, cmd: Command) => {
+      const { serverUninstall } = await import('./uninstall.js');
+      cli.setExitCode(await serverUninstall(flags as object, (cmd.optsWithGlobals() as { output: string }).output));
+    });
+
+  server
+    .command('upgrade')
+    .description(
+      'move the installed service to another release: verify, unpack beside, back up the database, stop, start, health-check; rolls back by itself on failure (root)',
+    )
+    .option('--prefix <dir>', 'root of the installed layout (default /)')
+    .option('--release <file|url>', 'the new release: a tarball (its .sha256 beside it), or the folder/URL holding LATEST')
+    .option('--rollback', 'return to the release before the last upgrade')
+    .action(async (flags, cmd: Command) => {
+      const { serverUpgrade } = await import('./upgrade.js');
+      cli.setExitCode(await serverUpgrade(flags as object, (cmd.optsWithGlobals() as { output: string }).output, cli.config.pgBinDir));
+    });
 }

@@ -1,6 +1,14 @@
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { AtelierError, type CreateWorkshopRequest, type Workshop } from '../../../core/index.js';
+import {
+  AtelierError,
+  isErrorCode,
+  type CreatePhaseEvent,
+  type CreateWorkshopFrame,
+  type CreateWorkshopRequest,
+  type Workshop,
+} from '../../../core/index.js';
+import { ndjsonLines, raiseFor, request } from '../../client.js';
 import type { CommandContext } from '../../context.js';
 import { parseSimulatorFlag } from '../simulators/manage.js';
 
@@ -23,8 +31,11 @@ function number(flag: string, value: string | undefined): number | undefined {
   return n;
 }
 
-/** `atelier workshops create`: local paths are made absolute here, URLs go as they are. */
-export async function createWorkshop(ctx: CommandContext, flags: CreateFlags): Promise<Workshop> {
+/**
+ * `atelier workshops create`: local paths are made absolute here, URLs go as they are. With
+ * `onPhase`, the server streams the creation's phases (NDJSON) and each is handed to it as it comes.
+ */
+export async function createWorkshop(ctx: CommandContext, flags: CreateFlags, onPhase?: (e: CreatePhaseEvent) => void): Promise<Workshop> {
   const isUrl = /^[A-Za-z][A-Za-z0-9+.-]*:\/\//.test(flags.repo) || /^[^/\s]+@[^/\s]+:/.test(flags.repo);
   const repo = isUrl ? flags.repo : resolve(flags.repo);
   if (!isUrl && !existsSync(repo))
@@ -41,5 +52,21 @@ export async function createWorkshop(ctx: CommandContext, flags: CreateFlags): P
   if (pids !== undefined) body.pids = pids;
   if (flags.disk !== undefined) body.disk = flags.disk;
   if (flags.simulator && flags.simulator.length > 0) body.simulators = flags.simulator.map(parseSimulatorFlag);
-  return (await ctx.api()).call('createWorkshop', { body });
+  const api = await ctx.api();
+  if (!onPhase) return api.call('createWorkshop', { body });
+  const target = await ctx.target();
+  const { path } = api.request('createWorkshop', { body });
+  const res = await request(target, { method: 'POST', path, body, accept: 'application/x-ndjson' });
+  await raiseFor(res, target);
+  for await (const line of ndjsonLines(res)) {
+    if (!line) continue;
+    const frame = JSON.parse(line) as CreateWorkshopFrame;
+    if ('workshop' in frame) return frame.workshop;
+    if ('error' in frame) throw new AtelierError(isErrorCode(frame.error.code) ? frame.error.code : 'INTERNAL', frame.error.message);
+    onPhase(frame);
+  }
+  throw new AtelierError(
+    'UNAVAILABLE',
+    'the connection to the server ended before the workshop was made: see `atelier workshops list` for what became of it',
+  );
 }

@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import type { CreatePhaseEvent } from '../../../core/index.js';
 import type { Cli } from '../../cli.js';
 
 /** `atelier workshops …`: its commands, each loading its code only when it runs. */
@@ -27,7 +28,18 @@ export function register(program: Command, cli: Cli): void {
       const c = cli.ctx();
       const { createWorkshop } = await import('./create.js');
       const { workshopDetail } = await import('./render.js');
-      const w = await createWorkshop(c, flags as { repo: string });
+      // Its phases as they happen (stderr), unless the output is for a program (json, yaml).
+      let printer: { onPhase(e: CreatePhaseEvent): void; close(): void } | undefined;
+      if (c.output === 'table') {
+        const { createPhasePrinter } = await import('./phases.js');
+        printer = createPhasePrinter(process.stderr);
+      }
+      let w;
+      try {
+        w = await createWorkshop(c, flags as { repo: string }, printer?.onPhase);
+      } finally {
+        printer?.close();
+      }
       await cli.render(c.output, w, () => workshopDetail(w));
       if (w.status === 'Failed') {
         process.stderr.write(

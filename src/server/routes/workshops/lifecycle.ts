@@ -1,5 +1,6 @@
+import { PassThrough } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
-import { CreateWorkshopRequest } from '../../../core/index.js';
+import { AtelierError, CreateWorkshopRequest, type CreateWorkshopFrame } from '../../../core/index.js';
 import type { WorkshopService } from '../../../workshops/index.js';
 import { parse, principalOf } from '../common.js';
 import { MEMBER, OPERATE, READ, type IdParams } from './access.js';
@@ -8,8 +9,33 @@ import { MEMBER, OPERATE, READ, type IdParams } from './access.js';
 export function lifecycleRoutes(app: FastifyInstance, service: WorkshopService): void {
   app.post('/v1/workshops', { config: { access: MEMBER } }, async (request, reply) => {
     const body = parse(CreateWorkshopRequest, request.body);
-    const ws = await service.create(body, principalOf(request));
-    return reply.status(201).send(ws);
+    if (!(request.headers.accept ?? '').includes('application/x-ndjson')) {
+      const ws = await service.create(body, principalOf(request));
+      return reply.status(201).send(ws);
+    }
+    // NDJSON: the phases as they happen, then the workshop. The stream opens with the first
+    // phase, so that a request refused before anything exists is still a plain 4xx.
+    let stream: PassThrough | undefined;
+    const write = (frame: CreateWorkshopFrame): void => {
+      if (!stream) {
+        stream = new PassThrough();
+        // A client gone mid-create: the workshop is made all the same, its frames are dropped.
+        stream.on('error', () => undefined);
+        void reply.status(201).header('content-type', 'application/x-ndjson').header('cache-control', 'no-store').send(stream);
+      }
+      if (!stream.destroyed && !stream.writableEnded) stream.write(`${JSON.stringify(frame)}\n`);
+    };
+    try {
+      const ws = await service.create(body, principalOf(request), write);
+      write({ workshop: ws });
+    } catch (err) {
+      if (!stream) throw err;
+      request.log.error({ err }, 'workshop create failed after its phases were streamed');
+      const e = err instanceof AtelierError ? err : new AtelierError('INTERNAL', 'the workshop could not be created: see the server log');
+      write({ error: { code: e.code, message: e.message } });
+    }
+    stream!.end();
+    return reply;
   });
 
   app.get('/v1/workshops', { config: { access: READ } }, async (request) => ({ items: await service.list(principalOf(request)) }));
