@@ -11,7 +11,8 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 # openssh-client and openssh-sftp-server: `atelier config-ssh` (ssh-keygen), sftp into workshops; make and g++ build node-pty.
 # gcc and libc6-dev build the system-call filter's loader (src/sandbox/seccomp-exec.c, static).
 # awscli: the AWS CLI inside workshops, pointed at their localstack simulator (docs/simulators.md).
-PACKAGES=(bubblewrap socat util-linux mount e2fsprogs git perl iproute2 postgresql postgresql-client python3 ca-certificates curl redis-server openjdk-17-jre-headless openssh-client openssh-sftp-server make g++ gcc libc6-dev python3-pyflakes python3-requests awscli openssl zsh fish)
+# chromium: Debian's browser, driven by playwright-core in the dashboard's end-to-end test (never a downloaded one).
+PACKAGES=(bubblewrap socat util-linux mount e2fsprogs git perl iproute2 postgresql postgresql-client python3 ca-certificates curl redis-server openjdk-17-jre-headless openssh-client openssh-sftp-server make g++ gcc libc6-dev python3-pyflakes python3-requests awscli openssl zsh fish chromium)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -39,6 +40,9 @@ node -e 'const [maj, min] = process.versions.node.split(".").map(Number); if (ma
 
 npm ci --no-audit --no-fund --loglevel=error
 npm run -s build
+# The dashboard (web/, its own package and lock file): built into web/dist, served by the server at /.
+npm ci --prefix web --no-audit --no-fund --loglevel=error
+npm run -s build --prefix web
 
 if [ -w /usr/local/bin ] || [ -n "$SUDO" ]; then
   $SUDO ln -sf "$PWD/bin/atelier" /usr/local/bin/atelier

@@ -1,7 +1,11 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { TestServer, makeRepo } from './helpers/server.js';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { REPO_ROOT, TestServer, makeRepo } from './helpers/server.js';
+
+/** Whether web/dist holds a built dashboard (scripts/install.sh builds it). */
+const DASHBOARD_BUILT = existsSync(join(REPO_ROOT, 'web', 'dist', 'index.html'));
 
 /**
  * The authorization matrix: every route of the API × every kind of caller → the status it must
@@ -35,6 +39,8 @@ interface Call {
   raw?: Buffer;
   contentType?: string;
   accept?: string;
+  /** `manual`: the redirect itself is the answer (its status is checked). */
+  redirect?: 'manual';
 }
 
 interface Row {
@@ -120,6 +126,22 @@ const TABLE: Record<string, Row> = {
   'POST /oidc/interaction/:uid/consent': { expect: all(403), call: () => interactionPost('consent') },
   'POST /oidc/interaction/:uid/abort': { expect: all(403), call: () => interactionPost('abort') },
   'GET /v1/openapi.json': { expect: all(200), call: () => ({ method: 'GET', path: '/v1/openapi.json' }) },
+  // The dashboard (its app is built by scripts/install.sh; without it / says so with a 503).
+  'GET /': { expect: all(DASHBOARD_BUILT ? 200 : 503), call: () => ({ method: 'GET', path: '/', accept: 'text/html' }) },
+  'GET /*': { expect: all(DASHBOARD_BUILT ? 200 : 503), call: () => ({ method: 'GET', path: '/approvals', accept: 'text/html' }) },
+  'GET /auth/web/login': { expect: all(303), call: () => ({ method: 'GET', path: '/auth/web/login', redirect: 'manual' }) },
+  // Without the sign-in's cookie, whoever calls: refused.
+  'GET /auth/web/callback': { expect: all(401), call: () => ({ method: 'GET', path: '/auth/web/callback?code=x&state=y' }) },
+  // A bearer token is not a dashboard session: signed out, for everyone.
+  'GET /auth/web/session': { expect: all(200), call: () => ({ method: 'GET', path: '/auth/web/session' }) },
+  'POST /auth/web/tenant': {
+    expect: e(401, 400, 400, 400, 400, 400, 400, 400),
+    call: () => ({ method: 'POST', path: '/auth/web/tenant', body: { tenant: 'default' } }),
+  },
+  'POST /auth/web/logout': {
+    expect: e(401, 400, 400, 400, 400, 400, 400, 400),
+    call: () => ({ method: 'POST', path: '/auth/web/logout' }),
+  },
   'GET /v1/auth/config': { expect: all(200), call: () => ({ method: 'GET', path: '/v1/auth/config' }) },
   'POST /v1/auth/device/code': { expect: all(200), call: () => form('/v1/auth/device/code', 'client_id=atelier-cli&scope=openid') },
   'POST /v1/auth/device/token': {
@@ -490,7 +512,12 @@ async function as(f: Fixture, who: Subject, c: Call): Promise<{ status: number; 
     body = typeof c.body === 'string' ? c.body : JSON.stringify(c.body);
     headers['content-type'] = c.contentType ?? 'application/json';
   }
-  const res = await fetch(`${f.server.url}${c.path}`, { method: c.method, headers, ...(body !== undefined ? { body } : {}) });
+  const res = await fetch(`${f.server.url}${c.path}`, {
+    method: c.method,
+    headers,
+    ...(body !== undefined ? { body } : {}),
+    ...(c.redirect ? { redirect: c.redirect } : {}),
+  });
   const text = await res.text();
   let parsed: unknown = text;
   try {

@@ -296,6 +296,8 @@ const PINNED_EXPORTS: Record<string, readonly string[]> = {
     'ROLES',
     'TENANT_NAME',
     'USER_NAME',
+    'WEB_CALLBACK_PATH',
+    'WEB_CLIENT_ID',
     'atLeast',
     'checkRouteAccess',
     'checkWorkshopAccess',

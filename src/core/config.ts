@@ -30,6 +30,7 @@ import { z } from 'zod';
  * | ATELIER_TOKEN, ATELIER_URL  | token, url       | override the context (automation, in-workshop use)    |
  * | SUDO_UID, SUDO_GID          | sudoUser         | set by sudo: that user's CLI is also given the context |
  * | ATELIER_PUBLIC_URL          | publicUrl        | http://<listen address> (what browsers and CLIs use to reach the server; the embedded issuer is <publicUrl>/oidc) |
+ * | ATELIER_WEB_DIR             | webDir           | the repository's web/dist: the built dashboard the server serves at / |
  * | ATELIER_IDENTITY_CONFIG     | identityConfig   | (none: the embedded OIDC issuer) YAML file naming an external issuer and its group mapping |
  * | ATELIER_MASTER_KEY_FILE     | masterKeyFile    | DATA_DIR/master.key (replicas sharing a database must share this file) |
  * | ATELIER_TENANT              | tenant           | the context's tenant, else the user's first                |
@@ -83,6 +84,7 @@ const Env = z.object({
   ATELIER_TOKEN: z.string().min(1).optional(),
   ATELIER_URL: z.string().min(1).optional(),
   ATELIER_PUBLIC_URL: z.url({ protocol: /^https?$/ }).optional(),
+  ATELIER_WEB_DIR: z.string().min(1).optional(),
   ATELIER_IDENTITY_CONFIG: z.string().min(1).optional(),
   ATELIER_MASTER_KEY_FILE: z.string().min(1).optional(),
   ATELIER_TENANT: z.string().min(1).optional(),
@@ -137,6 +139,8 @@ export interface Config {
   url: string | undefined;
   isRoot: boolean;
   publicUrl: string | undefined;
+  /** The built dashboard (undefined: the repository's web/dist). */
+  webDir: string | undefined;
   identityConfig: string | undefined;
   masterKeyFile: string | undefined;
   tenant: string | undefined;
@@ -239,6 +243,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     url: e.ATELIER_URL,
     isRoot,
     publicUrl: e.ATELIER_PUBLIC_URL?.replace(/\/+$/, ''),
+    webDir: e.ATELIER_WEB_DIR ? resolve(e.ATELIER_WEB_DIR) : undefined,
     identityConfig: e.ATELIER_IDENTITY_CONFIG ? resolve(e.ATELIER_IDENTITY_CONFIG) : undefined,
     masterKeyFile: e.ATELIER_MASTER_KEY_FILE ? resolve(e.ATELIER_MASTER_KEY_FILE) : undefined,
     tenant: e.ATELIER_TENANT,

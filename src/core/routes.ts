@@ -97,6 +97,13 @@ export const ROUTES_OUTSIDE_TABLE = [
   { method: 'GET', path: '/mcp', why: 'the in-workshop MCP endpoint (Streamable HTTP): an MCP client speaks it' },
   { method: 'DELETE', path: '/mcp', why: 'the in-workshop MCP endpoint (Streamable HTTP): an MCP client speaks it' },
   { method: 'POST', path: '/v1/webhooks/slack/interactions', why: "Slack's button clicks, authenticated by Slack's signature" },
+  { method: 'GET', path: '/', why: 'the dashboard (docs/dashboard.md): its built single-page app' },
+  { method: 'GET', path: '/*', why: "the dashboard's files, and its pages (the app routes in the browser); API paths stay 404" },
+  { method: 'GET', path: '/auth/web/login', why: "the dashboard's sign-in: a redirect to the issuer (authorization code + PKCE)" },
+  { method: 'GET', path: '/auth/web/callback', why: "the dashboard's sign-in: the issuer sends the browser back here" },
+  { method: 'GET', path: '/auth/web/session', why: 'the dashboard asks who is signed in (its session cookie), and its CSRF token' },
+  { method: 'POST', path: '/auth/web/tenant', why: "the dashboard's tenant switch (session cookie + CSRF header)" },
+  { method: 'POST', path: '/auth/web/logout', why: "the dashboard's sign-out: revokes the session's grant" },
 ] as const;
 
 const ok = <T extends z.ZodRawShape>(shape: T): z.ZodObject<T> => z.object(shape);

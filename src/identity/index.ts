@@ -1,7 +1,7 @@
 export { AccountService, AddUserRequest, CreateTokenRequest, TENANT_NAME, USER_NAME, type TokenView, type UserView } from './accounts.js';
 export { loadExternalIssuerConfig, membershipsFromGroups, type ExternalIssuerConfig } from './external.js';
 export { MasterKey } from './masterKey.js';
-export { EmbeddedIssuer } from './oidc/issuer.js';
+export { EmbeddedIssuer, WEB_CALLBACK_PATH, WEB_CLIENT_ID } from './oidc/issuer.js';
 export { generatePassword, hashPassword, passwordProblem, verifyPassword } from './passwords.js';
 export {
   PLATFORM_TENANT_ID,

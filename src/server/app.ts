@@ -23,6 +23,8 @@ import { workshopRoutes } from './routes/workshops.js';
 import { simulatorRoutes } from './routes/simulators.js';
 import { execRoutes } from './routes/execs.js';
 import { secretRoutes } from './routes/secrets.js';
+import { csrfTokenValid, CSRF_HEADER } from './routes/actions.js';
+import { cookieValue, SESSION_COOKIE, type BrowserSessions } from './browserSessions.js';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -56,6 +58,8 @@ export interface AppDeps {
   sealer: { encrypt(plain: string, context: string): string; decrypt(sealed: string, context: string): Buffer };
   /** Where agent sessions' holders listen (DATA_DIR/sessions): they outlive the server. */
   sessionsDir: string;
+  /** Dashboard sessions: a request without a bearer token may carry their cookie (docs/dashboard.md). */
+  browser?: { sessions: BrowserSessions; csrfKey: string; origin(): string | undefined };
 }
 
 export interface RouteEntry {
@@ -70,6 +74,31 @@ const WORKSHOP_ROUTES = '/v1/workshops/:id';
 function tenantHeader(value: string | string[] | undefined): string | undefined {
   if (Array.isArray(value)) throw new AtelierError('INVALID_ARGUMENT', 'send the x-atelier-tenant header once');
   return value === undefined || value === '' ? undefined : value;
+}
+
+/**
+ * A request authenticated by the dashboard's cookie: a WebSocket must come from a page of this
+ * origin, and a write must carry the CSRF token the page got from GET /auth/web/session (the
+ * cookie is SameSite=Strict already; the header is a second, independent check).
+ */
+function checkBrowserRequest(
+  method: string,
+  h: Record<string, string | string[] | undefined>,
+  userId: string,
+  browser: NonNullable<AppDeps['browser']>,
+): void {
+  if (h.upgrade !== undefined && h.origin !== browser.origin())
+    throw new AtelierError('PERMISSION_DENIED', 'a WebSocket opened with the dashboard cookie must come from the dashboard’s own origin', {
+      field: 'origin',
+    });
+  if (method === 'GET' || method === 'HEAD' || method === 'OPTIONS') return;
+  const token = h[CSRF_HEADER];
+  if (typeof token !== 'string' || !csrfTokenValid(browser.csrfKey, userId, token))
+    throw new AtelierError(
+      'PERMISSION_DENIED',
+      `a write with the dashboard cookie needs the ${CSRF_HEADER} header: the token from GET /auth/web/session (reload the page if it expired)`,
+      { field: CSRF_HEADER },
+    );
 }
 
 /** Builds the HTTP server: health, metrics, and the authenticated /v1 API. */
@@ -145,10 +174,16 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     // form): each route's declared access rule; unknown URLs get a 404.
     const access = request.routeOptions.config.access;
     if (request.routeOptions.url === undefined || access === undefined || access === 'public') return;
-    const principal = await deps.authenticator.authenticate(
-      request.headers.authorization,
-      tenantHeader(request.headers['x-atelier-tenant']),
-    );
+    const tenant = tenantHeader(request.headers['x-atelier-tenant']);
+    const browser = deps.browser;
+    const fromCookie =
+      browser !== undefined &&
+      request.headers.authorization === undefined &&
+      cookieValue(request.headers.cookie, SESSION_COOKIE) !== undefined;
+    const principal = fromCookie
+      ? (await browser.sessions.authenticate(request.headers.cookie, tenant))!
+      : await deps.authenticator.authenticate(request.headers.authorization, tenant);
+    if (fromCookie) checkBrowserRequest(request.method, request.headers, principal.userId, browser);
     checkRouteAccess(access, principal);
     request.principal = principal;
     // Every route on one workshop (`/v1/workshops/:id…`, the route table's) takes its id or its

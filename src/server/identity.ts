@@ -1,6 +1,15 @@
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import type { Pool } from '../db/index.js';
-import { EmbeddedIssuer, JwtVerifier, loadExternalIssuerConfig, type MasterKey, type TokenAuthority } from '../identity/index.js';
+import {
+  EmbeddedIssuer,
+  JwtVerifier,
+  loadExternalIssuerConfig,
+  WEB_CALLBACK_PATH,
+  WEB_CLIENT_ID,
+  type MasterKey,
+  type TokenAuthority,
+} from '../identity/index.js';
+import type { WebSignIn } from './browserSessions.js';
 import { authRoutes, type IssuerInfo } from './routes/auth.js';
 
 /** Access tokens of the embedded issuer live 10 minutes; the CLI refreshes them silently. */
@@ -13,6 +22,8 @@ export interface IdentityRuntime {
   /** Called once the public URL is known (after listen): how bearer JWTs are checked. */
   ready(publicUrl: string): Promise<TokenAuthority>;
   close(): Promise<void>;
+  /** The dashboard's sign-in (authorization code + PKCE), with the embedded issuer only for now. */
+  web?: WebSignIn;
 }
 
 /** Reads an issuer's discovery document; an unreachable issuer is named in the error. */
@@ -134,5 +145,11 @@ export async function startIdentity(
       return { kind: 'embedded', issuer: issuer.issuer, verifier };
     },
     close: () => issuer.close(),
+    web: {
+      clientId: WEB_CLIENT_ID,
+      redirectUri: () => `${issuer.publicUrl()}${WEB_CALLBACK_PATH}`,
+      endpoints: () => issuer.endpoints(),
+      dispatch: (url, form, ip) => issuer.dispatch(url, form, ip),
+    },
   };
 }

@@ -40,6 +40,8 @@ import { createRecentErrors } from './recentErrors.js';
 import { principalOf } from './routes/common.js';
 import { startEgress } from './egress.js';
 import { startIdentity } from './identity.js';
+import { BrowserSessions } from './browserSessions.js';
+import { webRoutes } from './routes/web.js';
 import { McpGateway, workshopMcpRoutes } from '../mcp/index.js';
 
 export interface StartOptions {
@@ -455,8 +457,18 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       validateEgress: (allow, deny) => void createEgressPolicy({ allow, deny }),
       checkSimulatorVersion,
     });
+    const csrfKey = masterKey.derive('cockpit-csrf');
+    const browserSessions = new BrowserSessions({
+      pool,
+      authenticator,
+      sealer: masterKey,
+      key: masterKey.derive('dashboard-login'),
+      web: () => (publicOrigin.value !== undefined ? identity.web : undefined),
+      origin: () => publicOrigin.value,
+    });
     const app = buildApp({
       starting: () => starting.value,
+      browser: { sessions: browserSessions, csrfKey, origin: () => publicOrigin.value },
       isLeader: () => leadership.isLeader,
       pool,
       workshops,
@@ -473,7 +485,17 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
             projects,
             cockpitWrites: config.cockpitWrites,
             origin: () => publicOrigin.value,
-            csrfKey: masterKey.derive('cockpit-csrf'),
+            csrfKey,
+          }),
+        (a) =>
+          webRoutes(a, {
+            sessions: browserSessions,
+            csrfKey,
+            ...(config.webDir !== undefined ? { dist: config.webDir } : {}),
+            signInUnavailable: () =>
+              identity.web
+                ? undefined
+                : 'the dashboard signs in with the server’s own issuer only, and this server uses an external one (ATELIER_IDENTITY_CONFIG): use the CLI (`atelier auth login`) meanwhile',
           }),
         (a) => consoleRoutes(a, { url: () => localUrl.value, cli: opts.cliEntry }),
         (a) => workshopMcpRoutes(a, { workshops, approvals: approvals.service, version: opts.version, principalOf }),
@@ -510,6 +532,12 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     publicOrigin.value = new URL(publicUrlFlag ?? config.publicUrl ?? url).origin;
     localUrl.value = url;
     cleanups.push(() => identity.close());
+    // Ended dashboard sessions are removed now and then.
+    const pruneSessions = setInterval(() => {
+      browserSessions.prune().catch((err: Error) => logger.warn({ err: err.message }, 'pruning ended dashboard sessions failed'));
+    }, 10 * 60_000);
+    pruneSessions.unref();
+    cleanups.push(async () => clearInterval(pruneSessions));
     // Stacks with `restart: unless-stopped` come back with the server (the native backend's "machine").
     await actions.reconcileStacks((m) => logger.info(m));
 

@@ -28,6 +28,11 @@ export const OIDC_PREFIX = '/oidc';
 /** The one client: the Atelier CLI, public (no secret), device flow and refresh tokens only. */
 export const CLI_CLIENT_ID = 'atelier-cli';
 const CLI_CLIENT_NAME = 'Atelier CLI';
+/** The dashboard: public too, authorization code + PKCE (the server redeems the code for the browser). */
+export const WEB_CLIENT_ID = 'atelier-dashboard';
+const WEB_CLIENT_NAME = 'Atelier dashboard';
+/** Where the issuer sends the dashboard's browser back with its code, on the server's public origin. */
+export const WEB_CALLBACK_PATH = '/auth/web/callback';
 /** The resource indicator of the Atelier API; access tokens for it carry `aud` = the audience. */
 const API_RESOURCE = 'urn:atelier:api';
 const DEVICE_CODE_GRANT = 'urn:ietf:params:oauth:grant-type:device_code';
@@ -51,6 +56,7 @@ export interface EmbeddedIssuerOptions {
 }
 
 export interface IssuerEndpoints {
+  authorization_endpoint: string;
   device_authorization_endpoint: string;
   token_endpoint: string;
   revocation_endpoint: string;
@@ -195,6 +201,7 @@ export class EmbeddedIssuer {
 
   endpoints(): IssuerEndpoints {
     return {
+      authorization_endpoint: `${this.issuer}/auth`,
       device_authorization_endpoint: `${this.issuer}/device/auth`,
       token_endpoint: `${this.issuer}/token`,
       revocation_endpoint: `${this.issuer}/token/revocation`,
@@ -278,6 +285,14 @@ export class EmbeddedIssuer {
           response_types: [],
           redirect_uris: [],
         },
+        {
+          client_id: WEB_CLIENT_ID,
+          client_name: WEB_CLIENT_NAME,
+          token_endpoint_auth_method: 'none',
+          grant_types: ['authorization_code', 'refresh_token'],
+          response_types: ['code'],
+          redirect_uris: [`${this.origin}${WEB_CALLBACK_PATH}`],
+        },
       ],
       jwks: { keys: signing as JWKS['keys'] },
       cookies: {
@@ -330,8 +345,10 @@ export class EmbeddedIssuer {
       // The grant id rides in the access token, so the API refuses it at once after a logout
       // (revocation destroys the grant) instead of when it expires.
       extraTokenClaims: (_ctx, token) => ({ gid: (token as { grantId?: string }).grantId }),
-      // Refresh tokens always for the CLI (it asks for offline_access, but need not), rotated at each use.
-      issueRefreshToken: (_ctx, client) => client.clientId === CLI_CLIENT_ID && client.grantTypeAllowed('refresh_token'),
+      // Refresh tokens always for the CLI (it asks for offline_access, but need not) and for the
+      // dashboard's server-side session, rotated at each use.
+      issueRefreshToken: (_ctx, client) =>
+        (client.clientId === CLI_CLIENT_ID || client.clientId === WEB_CLIENT_ID) && client.grantTypeAllowed('refresh_token'),
       rotateRefreshToken: true,
       loadExistingGrant: async (ctx) => {
         const grantId = ctx.oidc.result?.consent?.grantId ?? ctx.oidc.session?.grantIdFor(ctx.oidc.client!.clientId);
@@ -343,7 +360,11 @@ export class EmbeddedIssuer {
         this.render(
           ctx,
           ctx.status >= 400 ? ctx.status : 400,
-          infoPage('Sign-in problem', `${text}. Start again from your terminal with \`atelier auth login\`.`, 'error'),
+          infoPage(
+            'Sign-in problem',
+            `${text}. Start again: \`atelier auth login\` in a terminal, or sign in to the dashboard again.`,
+            'error',
+          ),
         );
       },
       clientBasedCORS: () => false,

@@ -1,0 +1,180 @@
+import { readFile, stat } from 'node:fs/promises';
+import { extname, join, resolve, sep } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { FastifyInstance, FastifyReply } from 'fastify';
+import { AtelierError } from '../../core/index.js';
+import { issueCsrfToken, CSRF_HEADER } from './actions.js';
+import type { BrowserSessions } from '../browserSessions.js';
+import { principalOf } from './common.js';
+
+/** Where `npm run build --prefix web` writes the dashboard (the repository's web/dist). */
+export const WEB_DIST = fileURLToPath(new URL('../../../web/dist/', import.meta.url));
+
+/** The dashboard's pages: scripts and styles from this origin only, nothing inline, no framing. */
+export const DASHBOARD_CSP =
+  "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; connect-src 'self'; " +
+  "manifest-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+const TYPES: Record<string, string> = {
+  '.html': 'text/html; charset=utf-8',
+  '.js': 'text/javascript; charset=utf-8',
+  '.css': 'text/css; charset=utf-8',
+  '.svg': 'image/svg+xml',
+  '.png': 'image/png',
+  '.ico': 'image/x-icon',
+  '.json': 'application/json',
+  '.txt': 'text/plain; charset=utf-8',
+  '.woff2': 'font/woff2',
+};
+
+/** Paths that belong to the API and the issuer: an unknown one there is a 404, never the app. */
+const NOT_THE_APP = /^\/(v1|oidc|auth|api|mcp|healthz|metrics)(\/|$)/i;
+
+function escapeHtml(s: string): string {
+  return s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+}
+
+function page(reply: FastifyReply, status: number, title: string, text: string, link?: { href: string; text: string }): FastifyReply {
+  return reply
+    .status(status)
+    .headers({
+      'content-type': 'text/html; charset=utf-8',
+      'cache-control': 'no-store',
+      'content-security-policy': "default-src 'none'; frame-ancestors 'none'; base-uri 'none'",
+      'x-content-type-options': 'nosniff',
+    })
+    .send(
+      `<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">` +
+        `<title>${escapeHtml(title)} · Atelier</title></head><body><main><h1>${escapeHtml(title)}</h1><p>${escapeHtml(text)}</p>` +
+        (link ? `<p><a href="${escapeHtml(link.href)}">${escapeHtml(link.text)}</a></p>` : '') +
+        `</main></body></html>`,
+    );
+}
+
+export interface WebRouteDeps {
+  sessions: BrowserSessions;
+  /** The CSRF key (shared with the cockpit's write guard: one token serves both). */
+  csrfKey: string;
+  /** Why the dashboard cannot sign in on this server, if it cannot (external issuer). */
+  signInUnavailable(): string | undefined;
+  /** Where the built app is (tests point elsewhere). */
+  dist?: string;
+}
+
+/** The dashboard: its sign-in endpoints, and the built single-page app at `/`. */
+export function webRoutes(app: FastifyInstance, deps: WebRouteDeps): void {
+  const PUBLIC = { config: { access: 'public' as const } };
+  const dist = resolve(deps.dist ?? WEB_DIST);
+
+  app.get<{ Querystring: { return?: string } }>('/auth/web/login', PUBLIC, async (request, reply) => {
+    const why = deps.signInUnavailable();
+    if (why) return page(reply, 503, 'Dashboard sign-in unavailable', why);
+    const { location, cookie } = deps.sessions.beginLogin(request.query.return);
+    return reply.header('set-cookie', cookie).header('cache-control', 'no-store').redirect(location, 303);
+  });
+
+  app.get<{ Querystring: Record<string, string | undefined> }>('/auth/web/callback', PUBLIC, async (request, reply) => {
+    try {
+      const { cookie, returnTo } = await deps.sessions.completeLogin(request.query, request.headers.cookie, request.ip);
+      return reply
+        .header('set-cookie', [cookie, ...deps.sessions.clearedCookies().slice(1)])
+        .header('cache-control', 'no-store')
+        .redirect(returnTo, 303);
+    } catch (err) {
+      if (!(err instanceof AtelierError)) throw err;
+      return page(reply, err.code === 'UNAUTHENTICATED' ? 401 : 400, 'Sign-in failed', err.message, {
+        href: '/',
+        text: 'Back to the dashboard',
+      });
+    }
+  });
+
+  // What the app asks first: who is signed in (with the CSRF token its writes send back), or how to sign in.
+  app.get('/auth/web/session', PUBLIC, async (request, reply) => {
+    void reply.header('cache-control', 'no-store');
+    const why = deps.signInUnavailable();
+    let p;
+    try {
+      p = await deps.sessions.authenticate(request.headers.cookie, undefined);
+    } catch (err) {
+      if (!(err instanceof AtelierError) || (err.code !== 'UNAUTHENTICATED' && err.code !== 'TOKEN_REVOKED')) throw err;
+      void reply.header('set-cookie', deps.sessions.clearedCookies());
+    }
+    if (!p) return { signedIn: false, signIn: why ? { available: false, reason: why } : { available: true, url: '/auth/web/login' } };
+    const tenants = await deps.sessions.tenantsOf(p.userId);
+    return {
+      signedIn: true,
+      user: { id: p.userId, name: p.userName },
+      tenant: p.tenantName,
+      role: p.role,
+      tenants,
+      csrf: { header: CSRF_HEADER, token: issueCsrfToken(deps.csrfKey, p.userId).token },
+    };
+  });
+
+  // Cookie-authenticated writes: the onRequest hook has checked the CSRF header already.
+  app.post<{ Body: { tenant?: unknown } }>('/auth/web/tenant', { config: { access: 'authenticated' } }, async (request) => {
+    const tenant = request.body?.tenant;
+    if (typeof tenant !== 'string' || tenant === '')
+      throw new AtelierError('INVALID_ARGUMENT', 'send {"tenant": "<name>"}: one of the tenants listed by GET /auth/web/session', {
+        field: 'tenant',
+      });
+    if (principalOf(request).via !== 'oidc' || request.headers.authorization !== undefined)
+      throw new AtelierError('INVALID_ARGUMENT', 'the tenant switch is for dashboard sessions: the CLI sends x-atelier-tenant instead');
+    const p = await deps.sessions.switchTenant(request.headers.cookie, tenant);
+    return { tenant: p.tenantName, role: p.role };
+  });
+
+  app.post('/auth/web/logout', { config: { access: 'authenticated' } }, async (request, reply) => {
+    if (request.headers.authorization !== undefined)
+      throw new AtelierError('INVALID_ARGUMENT', 'sign-out here is for dashboard sessions: the CLI signs out with `atelier auth logout`');
+    await deps.sessions.logout(request.headers.cookie);
+    return reply.header('set-cookie', deps.sessions.clearedCookies()).send({ signedOut: true });
+  });
+
+  // The app itself: a built file if it exists, else index.html (the app routes in the browser).
+  const serveApp = async (url: string, reply: FastifyReply): Promise<FastifyReply> => {
+    let path: string;
+    try {
+      path = decodeURIComponent(url.split('?')[0] ?? '/');
+    } catch {
+      throw new AtelierError('INVALID_ARGUMENT', 'this URL is not valid percent-encoding', { field: 'path' });
+    }
+    if (NOT_THE_APP.test(path)) throw new AtelierError('NOT_FOUND', `no route GET ${path}: see docs/api.md`);
+    const index = join(dist, 'index.html');
+    const exists = await stat(index).then(
+      (s) => s.isFile(),
+      () => false,
+    );
+    if (!exists)
+      return page(
+        reply,
+        503,
+        'The dashboard is not built',
+        `This server has no built dashboard at ${dist}. Build it with \`npm ci --prefix web && npm run build --prefix web\` (scripts/install.sh does), then reload this page. The API (/v1) works without it.`,
+      );
+    const candidate = resolve(dist, `.${path}`);
+    let file = index;
+    if (candidate.startsWith(dist + sep) && path !== '/') {
+      const s = await stat(candidate).catch(() => undefined);
+      if (s?.isFile()) file = candidate;
+      else if (path.startsWith('/assets/'))
+        throw new AtelierError('NOT_FOUND', `no file ${path} in this build of the dashboard: reload the page`);
+    }
+    const body = await readFile(file);
+    const immutable = file !== index && file.startsWith(join(dist, 'assets') + sep);
+    return reply
+      .headers({
+        'content-type': TYPES[extname(file)] ?? 'application/octet-stream',
+        'cache-control': immutable ? 'public, max-age=31536000, immutable' : 'no-cache',
+        'content-security-policy': DASHBOARD_CSP,
+        'x-content-type-options': 'nosniff',
+        'x-frame-options': 'DENY',
+        'referrer-policy': 'no-referrer',
+        'cross-origin-opener-policy': 'same-origin',
+      })
+      .send(body);
+  };
+  app.get('/', PUBLIC, async (request, reply) => serveApp(request.url, reply));
+  app.get('/*', PUBLIC, async (request, reply) => serveApp(request.url, reply));
+}

@@ -1,0 +1,62 @@
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Page } from 'playwright-core';
+import { REPO_ROOT } from './server.js';
+
+/** Debian's Chromium (scripts/install.sh installs it): the only browser the tests and benchmarks drive. */
+export const CHROMIUM = '/usr/bin/chromium';
+export const CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu'];
+const WEB = join(REPO_ROOT, 'web');
+
+/**
+ * Builds the dashboard from its sources into a fresh directory (for ATELIER_WEB_DIR), leaving
+ * web/dist alone; throws saying what to install when something is missing.
+ */
+export function buildDashboard(): string {
+  if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: run scripts/install.sh (it installs Debian's chromium)`);
+  if (!existsSync(join(WEB, 'node_modules')))
+    throw new Error('web/node_modules is missing: run scripts/install.sh (or `npm ci --prefix web`)');
+  const dist = mkdtempSync('/tmp/atelier-web-');
+  const build = spawnSync('npm', ['run', '-s', 'build', '--prefix', WEB, '--', '--outDir', dist], { encoding: 'utf8' });
+  if (build.status !== 0) throw new Error(`building the dashboard failed:\n${build.stdout}\n${build.stderr}`);
+  return dist;
+}
+
+/**
+ * Signs in on `page` through the issuer's real pages (login, the first-login password change,
+ * consent) and waits for the dashboard to be live. Returns the password now in force.
+ */
+export async function signInThroughPages(
+  page: Page,
+  baseUrl: string,
+  name: string,
+  password: string,
+  newPassword: string,
+): Promise<string> {
+  try {
+    await page.goto(`${baseUrl}/`);
+    await page.getByRole('link', { name: 'Sign in' }).click();
+    await page.waitForURL(/\/oidc\/interaction\//);
+    await page.fill('#username', name);
+    await page.fill('#password', password);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    let now = password;
+    if (await page.locator('#confirm').count()) {
+      await page.fill('#password', newPassword);
+      await page.fill('#confirm', newPassword);
+      await page.getByRole('button', { name: 'Save and continue' }).click();
+      now = newPassword;
+    }
+    await page.getByRole('button', { name: 'Allow' }).click();
+    await page.getByTestId('who').waitFor();
+    await page.getByText('Live: new requests appear here').waitFor();
+    return now;
+  } catch (err) {
+    const text = await page
+      .locator('body')
+      .innerText()
+      .catch(() => '?');
+    throw new Error(`signing in as ${name} failed at ${page.url()} showing:\n${text}\n${(err as Error).message}`);
+  }
+}

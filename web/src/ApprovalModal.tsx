@@ -1,0 +1,282 @@
+import { useEffect, useRef, useState } from 'react';
+import { ApiError, canDecide, decide, getWorkshop, type Approval, type Role, type Workshop } from './api.ts';
+import { CATEGORY_LABEL, visible } from './ApprovalsList.tsx';
+import { countdown, page, splitDiff } from './pending.ts';
+
+const DIFF_PAGE = 400;
+
+/**
+ * One request: what is asked, by whom, why (the agent's words, shown as text only), until when,
+ * and the before/after of its category; approve, or reject with a reason. Viewers see no buttons
+ * (and the server refuses them anyway).
+ */
+export function ApprovalModal({
+  approval,
+  role,
+  userName,
+  now,
+  onClose,
+}: {
+  approval: Approval;
+  role: Role;
+  userName: string;
+  now: number;
+  onClose: () => void;
+}) {
+  const dialog = useRef<HTMLDialogElement>(null);
+  const [reason, setReason] = useState('');
+  const [busy, setBusy] = useState(false);
+  const [answer, setAnswer] = useState<{ kind: 'error' | 'done'; text: string }>();
+  const [decided, setDecided] = useState<Approval>();
+
+  useEffect(() => {
+    const d = dialog.current;
+    if (d && !d.open) d.showModal();
+    return () => d?.close();
+  }, []);
+
+  const current = decided ?? approval;
+  const pending = current.status === 'PENDING';
+  const mayDecide = canDecide(role) && pending && current.requestedBy !== userName;
+
+  const submit = async (decision: 'APPROVE' | 'REJECT'): Promise<void> => {
+    if (reason.trim() === '') {
+      setAnswer({
+        kind: 'error',
+        text: decision === 'REJECT' ? 'Say why you reject it: the agent is told.' : 'Say why you approve it: it goes in the audit trail.',
+      });
+      return;
+    }
+    setBusy(true);
+    try {
+      const a = await decide(current.id, decision, reason.trim());
+      setDecided(a);
+      setAnswer({ kind: 'done', text: `${a.status === 'APPROVED' ? 'Approved' : 'Rejected'}.` });
+    } catch (err) {
+      // The server's own answer (self-approval, already decided, not allowed…), not a generic error.
+      setAnswer({ kind: 'error', text: err instanceof ApiError ? `${err.message} (${err.code})` : String(err) });
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  return (
+    <dialog ref={dialog} className="modal" aria-labelledby="modal-title" onClose={onClose} data-testid="approval-modal">
+      <header className="modal-head">
+        <h2 id="modal-title">{CATEGORY_LABEL[current.category]}</h2>
+        <button type="button" className="secondary" onClick={() => dialog.current?.close()} aria-label="Close">
+          Close
+        </button>
+      </header>
+      <dl className="facts">
+        <dt>Category</dt>
+        <dd>
+          <code>{current.category}</code>
+        </dd>
+        <dt>Workshop</dt>
+        <dd>
+          <code>{current.workshopId}</code>
+        </dd>
+        <dt>Asked by</dt>
+        <dd>{current.requestedBy}</dd>
+        <dt>Status</dt>
+        <dd data-testid="modal-status">
+          {pending ? (
+            <>PENDING · expires in {countdown(Date.parse(current.expiresAt) - now)}</>
+          ) : (
+            <>
+              {current.status}
+              {current.decidedBy ? ` by ${current.decidedBy}` : ''}
+              {current.decisionReason ? `: ${visible(current.decisionReason)}` : ''}
+            </>
+          )}
+        </dd>
+        {current.effect.appliedAt && (
+          <>
+            <dt>Effect</dt>
+            <dd>applied at {new Date(current.effect.appliedAt).toLocaleString()}</dd>
+          </>
+        )}
+        {current.effect.error && (
+          <>
+            <dt>Effect</dt>
+            <dd className="error">{visible(current.effect.error)}</dd>
+          </>
+        )}
+      </dl>
+      <h3>The agent says</h3>
+      <p className="justification full" data-testid="justification">
+        {visible(String(current.payload.justification ?? ''))}
+      </p>
+      <Details approval={current} />
+      {mayDecide && (
+        <form className="decide" onSubmit={(e) => e.preventDefault()}>
+          <label htmlFor="reason">Reason (required; the agent sees it on a rejection)</label>
+          <textarea id="reason" value={reason} maxLength={4000} onChange={(e) => setReason(e.target.value)} rows={3} />
+          <div className="row">
+            <button type="button" disabled={busy} onClick={() => void submit('APPROVE')}>
+              Approve
+            </button>
+            <button type="button" className="danger" disabled={busy} onClick={() => void submit('REJECT')}>
+              Reject
+            </button>
+          </div>
+        </form>
+      )}
+      {!canDecide(role) && <p className="muted">You are a viewer in this tenant: you can see requests, not decide them.</p>}
+      {canDecide(role) && pending && current.requestedBy === userName && (
+        <p className="muted">You asked for this: someone else decides it.</p>
+      )}
+      {answer && (
+        <p
+          role={answer.kind === 'error' ? 'alert' : 'status'}
+          className={answer.kind === 'error' ? 'error' : 'ok'}
+          data-testid="decision-answer"
+        >
+          {answer.text}
+        </p>
+      )}
+    </dialog>
+  );
+}
+
+function Details({ approval }: { approval: Approval }) {
+  const p = approval.payload;
+  switch (approval.category) {
+    case 'ALLOWLIST_EXPANSION':
+      return <AllowlistDiff approval={approval} />;
+    case 'SHELL_COMMAND':
+      return (
+        <section>
+          <h3>Command</h3>
+          <pre className="code" data-testid="command">
+            {Array.isArray(p.command) ? p.command.map((w) => JSON.stringify(visible(String(w)))).join(' ') : ''}
+          </pre>
+          {typeof p.cwd === 'string' && (
+            <p>
+              in <code>{visible(p.cwd)}</code>
+            </p>
+          )}
+          {typeof p.pattern === 'string' && (
+            <p>
+              caught by the pattern <code>{visible(p.pattern)}</code>
+            </p>
+          )}
+          {typeof p.stdinPreview === 'string' && (
+            <>
+              <h4>Standard input ({String(p.stdinBytes ?? '?')} bytes), first characters</h4>
+              <pre className="code">{visible(p.stdinPreview)}</pre>
+            </>
+          )}
+        </section>
+      );
+    case 'SECRET_REQUEST':
+      return (
+        <section>
+          <h3>Secret</h3>
+          <p>
+            <code data-testid="secret-name">{String(p.name ?? '')}</code> for{' '}
+            {typeof p.ttlSeconds === 'number' ? countdown(p.ttlSeconds * 1000) : 'the default duration'} (its value is never shown)
+          </p>
+        </section>
+      );
+    case 'PR_GATEWAY':
+      return <PrDiff approval={approval} />;
+  }
+}
+
+function AllowlistDiff({ approval }: { approval: Approval }) {
+  const [workshop, setWorkshop] = useState<Workshop>();
+  const [error, setError] = useState<string>();
+  useEffect(() => {
+    getWorkshop(approval.workshopId).then(setWorkshop, (err: unknown) => setError(err instanceof Error ? err.message : String(err)));
+  }, [approval.workshopId]);
+  const p = approval.payload;
+  const entry = typeof p.entry === 'string' ? p.entry : `${String(p.host ?? '')}${typeof p.port === 'number' ? `:${p.port}` : ''}`;
+  const before = workshop ? [...new Set(workshop.egress.policy.filter((e) => e.rule === 'allow').map((e) => e.entry))] : [];
+  const after = before.includes(entry) ? before : [...before, entry];
+  return (
+    <section>
+      <h3>Allowlist</h3>
+      <p>
+        Adds <code data-testid="allowlist-entry">{visible(entry)}</code>
+      </p>
+      {error && <p className="error">The workshop’s current allowlist could not be read: {error}</p>}
+      {workshop && <p className="muted">The workshop’s live allowlist: the server’s, the project’s and what approvals added.</p>}
+      {workshop && (
+        <div className="before-after">
+          <div>
+            <h4>Before</h4>
+            <ul data-testid="allowlist-before">
+              {before.length === 0 ? <li className="muted">(nothing)</li> : before.map((h) => <li key={h}>{visible(h)}</li>)}
+            </ul>
+          </div>
+          <div>
+            <h4>After</h4>
+            <ul data-testid="allowlist-after">
+              {after.map((h) => (
+                <li key={h} className={before.includes(h) ? undefined : 'added'}>
+                  {visible(h)}
+                </li>
+              ))}
+            </ul>
+          </div>
+        </div>
+      )}
+    </section>
+  );
+}
+
+function PrDiff({ approval }: { approval: Approval }) {
+  const p = approval.payload;
+  const files = typeof p.diff === 'string' ? splitDiff(p.diff) : [];
+  return (
+    <section>
+      <h3>Push</h3>
+      <p>
+        branch <code>{visible(String(p.branch ?? ''))}</code>
+        {typeof p.remote === 'string' && (
+          <>
+            {' '}
+            to <code>{visible(p.remote)}</code>
+          </>
+        )}
+      </p>
+      {typeof p.title === 'string' && <p>title: {visible(p.title)}</p>}
+      {typeof p.diffStat === 'string' && <pre className="code">{visible(p.diffStat)}</pre>}
+      {files.length === 0 ? (
+        <p className="muted">No diff was attached.</p>
+      ) : (
+        files.map((f, i) => <DiffFileView key={i} name={f.name} lines={f.lines} />)
+      )}
+    </section>
+  );
+}
+
+function DiffFileView({ name, lines }: { name: string; lines: string[] }) {
+  const [pages, setPages] = useState(1);
+  const { shown, more } = page(lines, DIFF_PAGE, pages);
+  return (
+    <details open className="diff-file">
+      <summary>
+        <code>{visible(name)}</code>
+      </summary>
+      <pre className="code diff" data-testid="diff">
+        {shown.map((l, i) => (
+          <span
+            key={i}
+            className={l.startsWith('+') && !l.startsWith('+++') ? 'add' : l.startsWith('-') && !l.startsWith('---') ? 'del' : undefined}
+          >
+            {visible(l)}
+            {'\n'}
+          </span>
+        ))}
+      </pre>
+      {more > 0 && (
+        <button type="button" className="secondary" onClick={() => setPages(pages + 1)}>
+          Show {Math.min(more, DIFF_PAGE)} more lines ({more} left)
+        </button>
+      )}
+    </details>
+  );
+}
