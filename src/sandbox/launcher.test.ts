@@ -26,8 +26,9 @@ describe('environment handover to a sandbox', () => {
 
   it('gives the program exactly the workshop environment, values intact', () => {
     const argv = sandboxArgv(handle, spec);
-    // The part that runs after the privilege drop, run here as it is.
-    const tail = argv.slice(argv.indexOf('/bin/sh'));
+    // The part that runs after the privilege drop, run here as it is (the last shell: the first
+    // is the wrapper that sets the OOM score and joins the cgroups, before nsenter).
+    const tail = argv.slice(argv.lastIndexOf('/bin/sh'));
     const r = spawnSync(tail[0]!, tail.slice(1), { env: privilegedEnv(spec), cwd: '/' });
     assert.equal(r.status, 0, r.stderr.toString());
     const out = r.stdout.toString();
