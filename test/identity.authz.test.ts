@@ -112,6 +112,8 @@ function matrixExec(f: Fixture): Promise<string> {
 
 const TABLE: Record<string, Row> = {
   'GET /healthz': { expect: all(200), call: () => ({ method: 'GET', path: '/healthz' }) },
+  // The bootstrap script (scripts/get.sh): public, as `curl -fsSL URL/install.sh | sh` fetches it.
+  'GET /install.sh': { expect: all(200), call: () => ({ method: 'GET', path: '/install.sh' }) },
   'GET /metrics': { expect: all(200), call: () => ({ method: 'GET', path: '/metrics' }) },
   // The embedded issuer and the login relay are public by design: same answer whoever calls.
   'GET /oidc/*': { expect: all(200), call: () => ({ method: 'GET', path: '/oidc/.well-known/openid-configuration' }) },

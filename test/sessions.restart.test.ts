@@ -121,7 +121,8 @@ describe('agent sessions outlive the server', () => {
     const before = holders(server.dataDir).length;
     const stopped = await server.cli(['run', ws, '--session', 'gone', '-d', '--', 'sleep', '600']);
     assert.equal(stopped.code, 0, stopped.stderr);
-    assert.equal(holders(server.dataDir).length, before + 1);
+    // Read until it settles (a holder's child shows the holder's command line until its exec).
+    await until('one more holder', () => (holders(server.dataDir).length === before + 1 ? true : undefined));
     const del = await server.api('DELETE', `/v1/workshops/${ws}/sessions/gone`);
     assert.equal(del.status, 200, JSON.stringify(del.body));
     await until("the stopped session's holder exits", () => (holders(server.dataDir).length === before ? true : undefined));

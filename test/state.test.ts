@@ -186,7 +186,11 @@ describe('a workshop whose sandbox died', () => {
       'for p in $(cat /proc/1/task/1/children); do echo 1000 > /proc/$p/oom_score_adj; done',
     ]);
     assert.equal(marked.exitCode, 0, marked.stderr);
-    await server.api('POST', `/v1/workshops/${w.id}/exec`, { command: hog });
+    // Every workshop process enters at oom_score_adj 500 (the server's reserve): the hog goes back
+    // to 0 (allowed unprivileged where nothing privileged raised the floor), so the marked one is chosen.
+    await server.api('POST', `/v1/workshops/${w.id}/exec`, {
+      command: ['sh', '-c', 'echo 0 > /proc/self/oom_score_adj; head -c 400m /dev/zero | tail -n 1 >/dev/null'],
+    });
     const dead = await untilNotRunning(w.id);
     assert.equal(dead.status, 'Dead', JSON.stringify(dead));
     assert.match(dead.statusReason ?? '', /^out of memory: .*64m memory limit/);

@@ -350,6 +350,9 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     } else if (config.isRoot) {
       opts.say(`server reserve: no memory or CPU kept for the server (no cgroup v1 controllers, see above); ${oomNote}`);
     }
+    opts.say(
+      `disk quotas: ${driver.diskNote ?? `a filesystem of its own per workshop (default ${formatSize(config.defaultDiskBytes)}, at most ${formatSize(config.maxDiskBytes)})`}; ${formatSize(config.diskReserveBytes)} kept free for the database`,
+    );
     const sudoHome = config.sudoUser ? homeOf(config.sudoUser.uid) : undefined;
     const approvals = createApprovals({
       isLeader: () => leadership.isLeader,
