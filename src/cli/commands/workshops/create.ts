@@ -59,7 +59,8 @@ export async function createWorkshop(ctx: CommandContext, flags: CreateFlags, on
   const res = await request(target, { method: 'POST', path, body, accept: 'application/x-ndjson' });
   await raiseFor(res, target);
   // A server from before the phases answers the workshop at once, as one JSON document.
-  if (!String(res.headers['content-type'] ?? '').includes('application/x-ndjson')) return JSON.parse((await readBody(res)).toString('utf8')) as Workshop;
+  if (!String(res.headers['content-type'] ?? '').includes('application/x-ndjson'))
+    return JSON.parse((await readBody(res)).toString('utf8')) as Workshop;
   for await (const line of ndjsonLines(res)) {
     if (!line) continue;
     const frame = JSON.parse(line) as CreateWorkshopFrame;
