@@ -168,7 +168,9 @@ describe('rootless server (started by an ordinary user)', () => {
       ssh.stdin.write('SSH-2.0-probe\r\n');
       const banner = await new Promise<string>((resolve, reject) => {
         let out = '';
-        const t = setTimeout(() => reject(new Error(`no SSH banner: ${out}`)), 30_000);
+        // A hang guard only: beside the release build or Chromium of another test file, the CLI's
+        // start, the tunnel and the endpoint's first answer took over 30 s once.
+        const t = setTimeout(() => reject(new Error(`no SSH banner: ${out}`)), 120_000);
         ssh.stdout.on('data', (c: Buffer) => {
           out += c.toString('latin1');
           if (out.includes('\r\n')) {
