@@ -245,7 +245,7 @@ export async function broker(server: BenchServer): Promise<Record<string, unknow
       const order = r % 2 ? [...ways].reverse() : ways;
       for (const w of order) rates[w.name]!.push(await round(w, hostOf(w), ROUND_MS, lats[w.name]));
     }
-    const med = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+    const med = (xs: number[]): number => summarize(xs).p50;
     const result: Record<string, unknown> = {};
     for (const w of ways) {
       const s = summarize(lats[w.name]!);

@@ -70,11 +70,6 @@ async function rounds(servers: BenchServer[], pauseMs = 0): Promise<Rounds[]> {
   return out;
 }
 
-function median(values: number[]): number {
-  const v = [...values].sort((a, b) => a - b);
-  return v.length % 2 ? v[(v.length - 1) / 2]! : (v[v.length / 2 - 1]! + v[v.length / 2]!) / 2;
-}
-
 export async function createExec(server: BenchServer): Promise<Record<string, unknown>> {
   heading(`1. create -> first exec completed (${ROUNDS} workshops; goal p50 < ${GOAL_P50_MS} ms)`);
   // The peer without disk quotas: a second server of this run (ATELIER_DISK_QUOTA=off).
@@ -106,7 +101,7 @@ export async function createExec(server: BenchServer): Promise<Record<string, un
       const ns = summarize(off.total);
       statLine('atelier', 'the same without disk quotas (ATELIER_DISK_QUOTA=off, second server, rounds interleaved)', ns, ['p50', 'p95']);
       ratioLine('with quota (spare) / without (p50)', s.p50, ns.p50);
-      const paired = median(total.map((t, i) => t - off.total[i]!));
+      const paired = summarize(total.map((t, i) => t - off.total[i]!)).p50;
       line(
         `         quota cost: ${ms(paired)} (median of the ${total.length} paired differences; goal with the filter's share of section 2: <= 15 ms)`,
       );

@@ -1,11 +1,10 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { cachedRelease, livePid, runGetSh, runProcess, serveDir } from './helpers/release.js';
+import { cachedRelease, hostTarget, livePid, runGetSh, runProcess, serveDir } from './helpers/release.js';
 import { REPO_ROOT, killStrays } from './helpers/server.js';
-import { freePort } from './terminals.helpers.js';
 
 // The host install as a new user runs it, on this machine: a release tarball (npm run release,
 // cached in .cache/host-release) served by a local HTTP server, scripts/get.sh pointed at it, and
@@ -42,21 +41,7 @@ describe('host install from a release tarball (bootstrap, install, supervisor, u
   before(async () => {
     release = cachedRelease(VERSION);
     site = await serveDir(release);
-    prefix = mkdtempSync('/tmp/atelier-host-');
-    home = mkdtempSync('/tmp/atelier-host-home-');
-    // The embedded PostgreSQL runs as `postgres`: it must pass through the prefix to the data dir.
-    chmodSync(prefix, 0o755);
-    chmodSync(home, 0o755);
-    listen = `127.0.0.1:${await freePort()}`;
-    env = {
-      PATH: process.env.PATH,
-      // The service's HOME: its CLI context and allowed repository root land here, not in root's.
-      HOME: home,
-      ATELIER_CONFIG_DIR: join(home, 'cli-config'),
-      ATELIER_RELEASE_URL: site.url,
-      ATELIER_PREFIX: prefix,
-      ATELIER_SKIP_APT: '1',
-    };
+    ({ prefix, home, listen, env } = await hostTarget('host', site.url));
   });
 
   after(async () => {

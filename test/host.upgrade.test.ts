@@ -1,11 +1,10 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { cachedRelease, derivedReleases, livePid, runGetSh, runProcess, serveDir } from './helpers/release.js';
+import { cachedRelease, derivedReleases, hostTarget, livePid, runGetSh, runProcess, serveDir } from './helpers/release.js';
 import { killStrays } from './helpers/server.js';
-import { freePort } from './terminals.helpers.js';
 
 // `atelier server upgrade` on an installed host (temporary prefix, supervisor service): to a second
 // release that carries a migration (made in the test from the first: a throwaway migration, never
@@ -103,19 +102,7 @@ describe('host upgrade: migration, automatic rollback of a broken release, --rol
       },
     ]) as [string, string];
     site = await serveDir(r0);
-    prefix = mkdtempSync('/tmp/atelier-host-up-');
-    home = mkdtempSync('/tmp/atelier-host-up-home-');
-    chmodSync(prefix, 0o755);
-    chmodSync(home, 0o755);
-    listen = `127.0.0.1:${await freePort()}`;
-    env = {
-      PATH: process.env.PATH,
-      HOME: home,
-      ATELIER_CONFIG_DIR: join(home, 'cli-config'),
-      ATELIER_RELEASE_URL: site.url,
-      ATELIER_PREFIX: prefix,
-      ATELIER_SKIP_APT: '1',
-    };
+    ({ prefix, home, listen, env } = await hostTarget('host-up', site.url));
     const installed = await runGetSh(['--listen', listen, '--yes'], env);
     assert.equal(installed.code, 0, installed.stderr);
 

@@ -7,7 +7,7 @@
 // tunnel (tunnel.ts), untouched.
 import http from 'node:http';
 import https from 'node:https';
-import type net from 'node:net';
+import { isIP, type Socket } from 'node:net';
 import tls from 'node:tls';
 import type { Authorities } from './certificates.js';
 import type { Listener, ProxyContext } from './context.js';
@@ -64,7 +64,7 @@ function answer(res: http.ServerResponse, status: number, code: string, message:
 export class CredentialBroker {
   private readonly bindings = new Map<string, Map<string, CredentialBinding>>();
   private readonly agents = new Map<string, https.Agent>();
-  private readonly conns = new WeakMap<net.Socket, Intercepted>();
+  private readonly conns = new WeakMap<Socket, Intercepted>();
   private readonly http: http.Server;
 
   constructor(private readonly opts: BrokerOptions) {
@@ -120,7 +120,7 @@ export class CredentialBroker {
   async intercept(
     ctx: ProxyContext,
     l: Listener,
-    s: net.Socket,
+    s: Socket,
     binding: CredentialBinding,
     addresses: readonly string[],
     early: Buffer,
@@ -178,7 +178,7 @@ export class CredentialBroker {
       agent: c.agent,
       host: b.host,
       port: b.port,
-      servername: /^[0-9.]+$/.test(b.host) || b.host.includes(':') ? undefined : b.host,
+      servername: isIP(b.host) ? undefined : b.host,
       lookup: pinnedLookup(c.address),
       method: req.method,
       path: req.url,

@@ -4,6 +4,7 @@
 import 'reflect-metadata';
 import { randomBytes, webcrypto } from 'node:crypto';
 import { mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { isIP } from 'node:net';
 import { join } from 'node:path';
 import * as x509 from '@peculiar/x509';
 import { writeFileAtomic } from '../core/index.js';
@@ -142,7 +143,6 @@ async function makeLeaf(ca: WorkshopAuthority, host: string): Promise<Leaf> {
   const keys = await webcrypto.subtle.generateKey(ALG, true, ['sign', 'verify']);
   const now = Date.now();
   const notAfter = new Date(now + LEAF_DAYS * DAY_MS);
-  const ip = /^[0-9.]+$/.test(host) || host.includes(':');
   const cert = await x509.X509CertificateGenerator.create({
     serialNumber: serial(),
     subject: `CN=${host}`,
@@ -153,7 +153,7 @@ async function makeLeaf(ca: WorkshopAuthority, host: string): Promise<Leaf> {
     publicKey: keys.publicKey as never,
     signingKey: ca.key as never,
     extensions: [
-      new x509.SubjectAlternativeNameExtension([{ type: ip ? 'ip' : 'dns', value: host }]),
+      new x509.SubjectAlternativeNameExtension([{ type: isIP(host) ? 'ip' : 'dns', value: host }]),
       new x509.BasicConstraintsExtension(false, undefined, true),
       new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature, true),
       new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.serverAuth]),

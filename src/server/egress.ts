@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { isIP } from 'node:net';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Config } from '../core/index.js';
+import { HOST_TRUST_BUNDLE } from '../sandbox/index.js';
 import type { Pool } from '../db/index.js';
 import {
   Authorities,
@@ -71,7 +72,7 @@ export interface EgressRuntime {
 function upstreamAuthorities(extra: string | undefined): string[] {
   const out: string[] = [];
   for (const [file, what] of [
-    ['/etc/ssl/certs/ca-certificates.crt', 'the host trust store'],
+    [HOST_TRUST_BUNDLE, 'the host trust store'],
     [extra, 'ATELIER_EGRESS_UPSTREAM_CA'],
   ] as const) {
     if (!file) continue;

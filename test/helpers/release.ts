@@ -1,10 +1,23 @@
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  renameSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { createReadStream } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { REPO_ROOT } from './server.js';
+import { freePort } from '../terminals.helpers.js';
 
 function hashTree(dir: string, h: ReturnType<typeof createHash>): void {
   for (const e of readdirSync(dir, { withFileTypes: true }).sort((a, b) => a.name.localeCompare(b.name))) {
@@ -178,4 +191,30 @@ export function derivedReleases(base: string, key: string, steps: { version: str
       rmSync(work, { recursive: true, force: true });
     }
   });
+}
+
+/**
+ * A machine to install on, under temporary directories: the prefix (its /opt, /etc, /var, /run),
+ * the service's HOME (its CLI context and allowed repository root land there, not in root's), a
+ * free listen address, and the environment get.sh and the installed CLI run with.
+ */
+export async function hostTarget(
+  label: string,
+  releaseUrl: string,
+): Promise<{ prefix: string; home: string; listen: string; env: NodeJS.ProcessEnv }> {
+  const prefix = mkdtempSync(`/tmp/atelier-${label}-`);
+  const home = mkdtempSync(`/tmp/atelier-${label}-home-`);
+  // The embedded PostgreSQL runs as `postgres`: it must pass through the prefix to the data dir.
+  chmodSync(prefix, 0o755);
+  chmodSync(home, 0o755);
+  const listen = `127.0.0.1:${await freePort()}`;
+  const env = {
+    PATH: process.env.PATH,
+    HOME: home,
+    ATELIER_CONFIG_DIR: join(home, 'cli-config'),
+    ATELIER_RELEASE_URL: releaseUrl,
+    ATELIER_PREFIX: prefix,
+    ATELIER_SKIP_APT: '1',
+  };
+  return { prefix, home, listen, env };
 }

@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import { AtelierError, readClientConfig, writeClientConfig } from '../../../core/index.js';
 import { credentialFromTokens, oidcConfiguration, oidcError, openIdClient, sdkFor, type Target } from '../../client.js';
 import type { CommandContext } from '../../context.js';
+import { printable } from '../../output.js';
 
 /** GET /v1/auth/config: how this server's users log in (the relay endpoints are the server's own). */
 export interface AuthConfig {
@@ -64,12 +65,6 @@ export function browserUrl(da: { verification_uri: string; verification_uri_comp
     );
   // The parsed form: no leading space or dash, whatever the answer had, reaches the opener.
   return url.href;
-}
-
-/** Text from the network, safe to print on a terminal: control characters (escape sequences) shown as \uXXXX. */
-function printable(s: string): string {
-  // eslint-disable-next-line no-control-regex
-  return s.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }
 
 /**

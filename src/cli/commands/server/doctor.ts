@@ -3,7 +3,7 @@ import type { Config } from '../../../core/index.js';
 import type { CommandContext } from '../../context.js';
 import { preflightChecks, type DoctorCheck } from './doctorChecks.js';
 import type { ProbeReport } from './probe.js';
-import { printable } from './status.js';
+import { printable } from '../../output.js';
 
 export interface DoctorFlags {
   dataDir?: string;

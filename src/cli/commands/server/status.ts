@@ -2,7 +2,7 @@ import { resolve } from 'node:path';
 import { connect } from 'node:tls';
 import { AtelierError, formatSize, type Config, type ServerStatus } from '../../../core/index.js';
 import type { CommandContext } from '../../context.js';
-import { keyValues } from '../../output.js';
+import { keyValues, printable } from '../../output.js';
 import { runningServerPid } from './doctorChecks.js';
 
 export interface StatusFlags {
@@ -89,12 +89,6 @@ function byKey(counts: Record<string, number>): string {
     .sort(([a], [b]) => a.localeCompare(b))
     .map(([k, n]) => `${n} ${k}`);
   return parts.length > 0 ? parts.join(', ') : 'none';
-}
-
-/** Text from the server, safe to print on a terminal: control characters shown as \uXXXX. */
-export function printable(s: string): string {
-  // eslint-disable-next-line no-control-regex
-  return s.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }
 
 export function statusText(r: StatusReport): string {
