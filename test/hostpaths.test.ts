@@ -1,9 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync, spawnSync } from 'node:child_process';
-import { chownSync, cpSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
-import { join } from 'node:path';
-import { REPO_ROOT, TestServer, makeRepo } from './helpers/server.js';
+import { rmSync } from 'node:fs';
+import { REPO_ROOT, TestServer, makeRepo, makeNobodyRepo, startRootlessServer } from './helpers/server.js';
 
 // What a process inside a workshop can read about where it runs.
 const LOOK = [
@@ -49,34 +47,14 @@ describe('nothing inside a workshop names the host layout (root)', () => {
 });
 
 // The server started by an ordinary user (as in rootless.test.ts): workshops are user namespaces.
-const NOBODY = 65534;
 
 describe('nothing inside a workshop names the host layout (rootless)', () => {
   let server: TestServer;
   let base: string;
   let repo: string;
   before(async () => {
-    base = mkdtempSync('/tmp/atelier-rootless-');
-    chownSync(base, NOBODY, NOBODY);
-    let bin = join(REPO_ROOT, 'bin', 'atelier');
-    if (
-      spawnSync('setpriv', [`--reuid=${NOBODY}`, `--regid=${NOBODY}`, '--clear-groups', 'test', '-r', join(REPO_ROOT, 'package.json')])
-        .status !== 0
-    ) {
-      const copy = join(base, 'app');
-      for (const part of ['bin', 'dist', 'node_modules', 'package.json'])
-        cpSync(join(REPO_ROOT, part), join(copy, part), { recursive: true });
-      execFileSync('chmod', ['-R', 'a+rX', copy]);
-      bin = join(copy, 'bin', 'atelier');
-    }
-    const home = join(base, 'home');
-    mkdirSync(home);
-    chownSync(home, NOBODY, NOBODY);
-    server = new TestServer(join(base, 'data'));
-    server.runAs = { uid: NOBODY, gid: NOBODY, home, bin };
-    await server.boot();
-    repo = makeRepo();
-    execFileSync('chown', ['-R', `${NOBODY}:${NOBODY}`, repo]);
+    ({ server, base } = await startRootlessServer('/tmp/atelier-rootless-'));
+    repo = makeNobodyRepo();
   });
   after(async () => {
     await server?.dispose();

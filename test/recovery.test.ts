@@ -4,7 +4,7 @@ import { execFileSync } from 'node:child_process';
 import { readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import pg from 'pg';
-import { TestServer, makeRepo, processesNaming } from './helpers/server.js';
+import { TestServer, makeRepo, processesNaming, pollUntil } from './helpers/server.js';
 import { ExternalPostgres } from './helpers/postgres.js';
 
 // Recovery after a restart never gives a workshop up for a transient reason: the database
@@ -58,15 +58,8 @@ function startTime(pid: number): string | undefined {
   }
 }
 
-/** Polls `fn` until `ok` says yes (generous deadline: a busy 2-core machine), then returns the last value. */
-async function until<T>(fn: () => Promise<T>, ok: (v: T) => boolean, seconds = 120): Promise<T> {
-  const deadline = Date.now() + seconds * 1000;
-  for (;;) {
-    const v = await fn();
-    if (ok(v) || Date.now() > deadline) return v;
-    await sleep(200);
-  }
-}
+/** Polls `fn` until `ok` says yes (a hang guard: a busy 2-core machine). */
+const until = pollUntil;
 
 describe('recovery after a restart meets an unavailable database', () => {
   let db: ExternalPostgres;

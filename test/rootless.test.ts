@@ -1,16 +1,11 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync, spawn, spawnSync } from 'node:child_process';
-import { chownSync, cpSync, existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { REPO_ROOT, TestServer, makeRepo, processesNaming, HARD_TO_DELETE } from './helpers/server.js';
+import { REPO_ROOT, type TestServer, processesNaming, HARD_TO_DELETE, makeNobodyRepo, startRootlessServer } from './helpers/server.js';
 
 // The server started by an ordinary user (here `nobody`): workshops are user namespaces.
-const NOBODY = 65534;
-
-function asNobody(args: string[]): boolean {
-  return spawnSync('setpriv', [`--reuid=${NOBODY}`, `--regid=${NOBODY}`, '--clear-groups', ...args]).status === 0;
-}
 
 describe('rootless server (started by an ordinary user)', () => {
   let server: TestServer;
@@ -18,26 +13,9 @@ describe('rootless server (started by an ordinary user)', () => {
   let repo: string;
 
   before(async () => {
-    base = mkdtempSync('/tmp/atelier-rootless-');
-    chownSync(base, NOBODY, NOBODY);
-    // The user must be able to read the checkout; a checkout under /root is copied where it can.
-    let bin = join(REPO_ROOT, 'bin', 'atelier');
-    if (!asNobody(['test', '-r', join(REPO_ROOT, 'package.json')])) {
-      const copy = join(base, 'app');
-      for (const part of ['bin', 'dist', 'node_modules', 'package.json'])
-        cpSync(join(REPO_ROOT, part), join(copy, part), { recursive: true });
-      execFileSync('chmod', ['-R', 'a+rX', copy]);
-      bin = join(copy, 'bin', 'atelier');
-    }
-    const home = join(base, 'home');
-    mkdirSync(home);
-    chownSync(home, NOBODY, NOBODY);
-    server = new TestServer(join(base, 'data'));
-    server.runAs = { uid: NOBODY, gid: NOBODY, home, bin };
-    await server.boot();
+    ({ server, base } = await startRootlessServer('/tmp/atelier-rootless-'));
     // askHoldSeconds 0: a host no policy names is filed for approval and refused at once, not held.
-    repo = makeRepo({ 'README.md': '# rootless\n', 'atelier.yaml': 'egress:\n  askHoldSeconds: 0\n' });
-    execFileSync('chown', ['-R', `${NOBODY}:${NOBODY}`, repo]);
+    repo = makeNobodyRepo({ 'README.md': '# rootless\n', 'atelier.yaml': 'egress:\n  askHoldSeconds: 0\n' });
   });
   after(async () => {
     await server?.dispose();

@@ -1,20 +1,14 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync, spawnSync } from 'node:child_process';
-import { chownSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
+import { existsSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { REPO_ROOT, TestServer, makeRepo } from './helpers/server.js';
+import { type TestServer, NOBODY, makeNobodyRepo, startRootlessServer } from './helpers/server.js';
 import { processesMounting } from './helpers/simulators.js';
 
 // Simulators of a rootless server (started by `nobody`): every catalog type in a sandbox of its
 // own made with a user namespace (no root anywhere), reached from inside the workshop by its
 // real clients, and contained as with a root server: its own namespaces, no capability, an
 // empty bounding set, no_new_privs, loopback only, no host process in view, no host file written.
-const NOBODY = 65534;
-
-function asNobody(args: string[]): boolean {
-  return spawnSync('setpriv', [`--reuid=${NOBODY}`, `--regid=${NOBODY}`, '--clear-groups', ...args]).status === 0;
-}
 
 function status(pid: number, field: string): string | undefined {
   try {
@@ -31,27 +25,11 @@ describe('simulators of a rootless server', () => {
   const marker = `/tmp/atelier-rootless-escape-${process.pid}`;
 
   before(async () => {
-    base = mkdtempSync('/tmp/atelier-rootless-sim-');
-    chownSync(base, NOBODY, NOBODY);
-    let bin = join(REPO_ROOT, 'bin', 'atelier');
-    if (!asNobody(['test', '-r', join(REPO_ROOT, 'package.json')])) {
-      const copy = join(base, 'app');
-      for (const part of ['bin', 'dist', 'node_modules', 'package.json'])
-        cpSync(join(REPO_ROOT, part), join(copy, part), { recursive: true });
-      execFileSync('chmod', ['-R', 'a+rX', copy]);
-      bin = join(copy, 'bin', 'atelier');
-    }
-    const home = join(base, 'home');
-    mkdirSync(home);
-    chownSync(home, NOBODY, NOBODY);
-    server = new TestServer(join(base, 'data'));
-    server.runAs = { uid: NOBODY, gid: NOBODY, home, bin };
-    await server.boot();
-    const repo = makeRepo({
+    ({ server, base } = await startRootlessServer('/tmp/atelier-rootless-sim-'));
+    const repo = makeNobodyRepo({
       'README.md': '# rootless simulators\n',
       'mocks/mappings/hello.json': JSON.stringify({ request: { url: '/hello' }, response: { body: 'bonjour' } }),
     });
-    execFileSync('chown', ['-R', `${NOBODY}:${NOBODY}`, repo]);
     const w = await server.createWorkshop({
       repo,
       simulators: [

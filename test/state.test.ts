@@ -1,10 +1,9 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync, spawnSync } from 'node:child_process';
-import { chownSync, cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import pg from 'pg';
-import { REPO_ROOT, TestServer, makeRepo } from './helpers/server.js';
+import { TestServer, makeRepo, makeNobodyRepo, startRootlessServer } from './helpers/server.js';
 import { ExternalPostgres } from './helpers/postgres.js';
 
 // A workshop's state is the truth: a sandbox that died (killed from inside or from the host, out
@@ -215,7 +214,6 @@ describe('a workshop whose sandbox died', () => {
 
 // The server started by an ordinary user: PID 1 of a workshop is its own reaper, which no
 // process inside can kill; killed from the host, the workshop is Dead as with a root server.
-const NOBODY = 65534;
 
 describe('a rootless workshop whose sandbox died', () => {
   let server: TestServer;
@@ -223,26 +221,8 @@ describe('a rootless workshop whose sandbox died', () => {
   let repo: string;
 
   before(async () => {
-    base = mkdtempSync('/tmp/atelier-state-rootless-');
-    chownSync(base, NOBODY, NOBODY);
-    let bin = join(REPO_ROOT, 'bin', 'atelier');
-    const asNobody = (args: string[]): boolean =>
-      spawnSync('setpriv', [`--reuid=${NOBODY}`, `--regid=${NOBODY}`, '--clear-groups', ...args]).status === 0;
-    if (!asNobody(['test', '-r', join(REPO_ROOT, 'package.json')])) {
-      const copy = join(base, 'app');
-      for (const part of ['bin', 'dist', 'node_modules', 'package.json'])
-        cpSync(join(REPO_ROOT, part), join(copy, part), { recursive: true });
-      execFileSync('chmod', ['-R', 'a+rX', copy]);
-      bin = join(copy, 'bin', 'atelier');
-    }
-    const home = join(base, 'home');
-    mkdirSync(home);
-    chownSync(home, NOBODY, NOBODY);
-    server = new TestServer(join(base, 'data'));
-    server.runAs = { uid: NOBODY, gid: NOBODY, home, bin };
-    await server.boot();
-    repo = makeRepo();
-    execFileSync('chown', ['-R', `${NOBODY}:${NOBODY}`, repo]);
+    ({ server, base } = await startRootlessServer('/tmp/atelier-state-rootless-'));
+    repo = makeNobodyRepo();
   });
   after(async () => {
     await server?.dispose();

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { readdirSync, readFileSync, rmSync } from 'node:fs';
 import { totalmem } from 'node:os';
 import { join } from 'node:path';
-import { TestServer, makeRepo } from './helpers/server.js';
+import { TestServer, makeRepo, pollUntil } from './helpers/server.js';
 
 // One workshop cannot starve the server (issue 18): with a fork bomb, a CPU hog on every core and
 // a memory hog in workshop A, the server still answers, B's exec works, an approval is filed and
@@ -19,7 +19,6 @@ interface W {
   statusReason: string | null;
 }
 
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** All workshops together get this much in the test: small enough that A's hog meets the total, not its own limit. */
 const WORKSHOPS_MEMORY = 2 ** 30;
@@ -81,14 +80,7 @@ function startTime(pid: number): string | undefined {
 }
 
 /** Polls `fn` until `ok` says yes (a hang guard only: a busy 2-core machine), then returns the last value. */
-async function until<T>(fn: () => Promise<T>, ok: (v: T) => boolean, seconds = 180): Promise<T> {
-  const deadline = Date.now() + seconds * 1000;
-  for (;;) {
-    const v = await fn();
-    if (ok(v) || Date.now() > deadline) return v;
-    await sleep(250);
-  }
-}
+const until = <T>(fn: () => Promise<T>, ok: (v: T) => boolean, seconds = 180): Promise<T> => pollUntil(fn, ok, seconds, 250);
 
 /** Proportional set size of `pid` and every descendant outside workshops (shared memory counted once over them), in bytes. */
 function treePss(pid: number): number {

@@ -1,5 +1,16 @@
-import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, mkdirSync, writeFileSync } from 'node:fs';
+import { spawn, spawnSync, execFileSync, type ChildProcess } from 'node:child_process';
+import {
+  chownSync,
+  cpSync,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  mkdirSync,
+  writeFileSync,
+} from 'node:fs';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -318,5 +329,62 @@ export class CliProcess {
   stop(): Promise<number> {
     if (this.proc.exitCode === null) this.proc.kill('SIGTERM');
     return this.exited;
+  }
+}
+
+/** The uid and gid the rootless tests run their server as. */
+export const NOBODY = 65534;
+
+/** Runs `args` as `nobody`: true when it exits 0. */
+export function asNobody(args: string[]): boolean {
+  return spawnSync('setpriv', [`--reuid=${NOBODY}`, `--regid=${NOBODY}`, '--clear-groups', ...args]).status === 0;
+}
+
+/**
+ * A server run by `nobody` (rootless), its data dir and home in a new scratch directory named
+ * from `prefix` (removed by the caller, or here when the start fails). `nobody` must read the
+ * checkout: one under /root is copied into the scratch directory first.
+ */
+export async function startRootlessServer(prefix: string): Promise<{ server: TestServer; base: string }> {
+  const base = mkdtempSync(prefix);
+  let server: TestServer | undefined;
+  try {
+    chownSync(base, NOBODY, NOBODY);
+    let bin = join(REPO_ROOT, 'bin', 'atelier');
+    if (!asNobody(['test', '-r', join(REPO_ROOT, 'package.json')])) {
+      const copy = join(base, 'app');
+      for (const part of ['bin', 'dist', 'node_modules', 'package.json'])
+        cpSync(join(REPO_ROOT, part), join(copy, part), { recursive: true });
+      execFileSync('chmod', ['-R', 'a+rX', copy]);
+      bin = join(copy, 'bin', 'atelier');
+    }
+    const home = join(base, 'home');
+    mkdirSync(home);
+    chownSync(home, NOBODY, NOBODY);
+    server = new TestServer(join(base, 'data'));
+    server.runAs = { uid: NOBODY, gid: NOBODY, home, bin };
+    await server.boot();
+    return { server, base };
+  } catch (err) {
+    await server?.dispose();
+    rmSync(base, { recursive: true, force: true });
+    throw err;
+  }
+}
+
+/** A test repository (makeRepo) that `nobody` owns. */
+export function makeNobodyRepo(files?: Record<string, string>): string {
+  const repo = makeRepo(files);
+  execFileSync('chown', ['-R', `${NOBODY}:${NOBODY}`, repo]);
+  return repo;
+}
+
+/** Polls `fn` until `ok` says yes or `seconds` pass (a hang guard: a busy 2-core machine), then returns the last value. */
+export async function pollUntil<T>(fn: () => Promise<T>, ok: (v: T) => boolean, seconds = 120, everyMs = 200): Promise<T> {
+  const deadline = Date.now() + seconds * 1000;
+  for (;;) {
+    const v = await fn();
+    if (ok(v) || Date.now() > deadline) return v;
+    await new Promise((res) => setTimeout(res, everyMs));
   }
 }

@@ -43,6 +43,6 @@ describe('the create phase printer', () => {
     p.onPhase({ phase: 'simulators', step: 'postgres, \x1b[31mredis', state: 'started' });
     p.onPhase({ phase: 'simulators', step: 'postgres, \x1b[31mredis', state: 'done', ms: 2040 });
     p.close();
-    assert.equal(c.text(), 'simulators postgres, ?[31mredis: started\nsimulators postgres, ?[31mredis: done in 2.0 s\n');
+    assert.equal(c.text(), 'simulators postgres, \\u001b[31mredis: started\nsimulators postgres, \\u001b[31mredis: done in 2.0 s\n');
   });
 });

@@ -1,10 +1,5 @@
 import type { CreatePhaseEvent } from '../../../core/index.js';
-
-/** Text from the server shown on a terminal: control characters (escape sequences) as `?`. */
-function printable(text: string): string {
-  // eslint-disable-next-line no-control-regex
-  return text.replace(/[\u0000-\u001f\u007f-\u009f]/g, '?');
-}
+import { printable } from '../../output.js';
 
 function label(e: CreatePhaseEvent): string {
   return printable(e.step === undefined ? e.phase : `${e.phase} ${e.step}`);
