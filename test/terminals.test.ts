@@ -2,14 +2,14 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import pg from 'pg';
 import WebSocket from 'ws';
-import { CliProcess, TestServer, makeRepo } from './helpers/server.js';
-import { freePort, httpGet } from './terminals.helpers.js';
+import { CliProcess, type TestServer } from './helpers/server.js';
+import { freePort, httpGet, startTerminalsWorkshop, stopTerminalsWorkshop } from './terminals.helpers.js';
 
 /** An `Upgrade: atelier-tunnel` request, as the CLI makes it: the 101's socket, or the HTTP refusal. */
 function upgradeTunnel(
@@ -91,25 +91,9 @@ describe('terminals and tunnels', () => {
   const procs: CliProcess[] = [];
 
   before(async () => {
-    server = await TestServer.start({ args: ['--listen', `127.0.0.1:${await freePort()}`] });
-    repo = makeRepo({ 'README.md': '# terminals\n', 'app/index.html': '<h1>inside the workshop</h1>\n' });
-    ws = (await server.createWorkshop({ repo })).id;
-    home = mkdtempSync('/tmp/atelier-ssh-home-');
-    // An HTTP server inside the workshop, on its loopback only.
-    await server.exec(ws, ['sh', '-c', 'cd app && nohup python3 -m http.server 8000 --bind 127.0.0.1 >/dev/null 2>&1 & sleep 0.1']);
-    for (let i = 0; i < 100; i++) {
-      const r = await server.exec(ws, ['python3', '-c', 'import socket; socket.create_connection(("127.0.0.1", 8000)).close()']);
-      if (r.exitCode === 0) break;
-      await new Promise((r) => setTimeout(r, 100));
-    }
+    ({ server, repo, ws, home } = await startTerminalsWorkshop());
   });
-
-  after(async () => {
-    for (const p of procs) await p.stop();
-    await server?.dispose();
-    rmSync(repo, { recursive: true, force: true });
-    rmSync(home, { recursive: true, force: true });
-  });
+  after(() => stopTerminalsWorkshop({ server, repo, home }, procs));
 
   const env = (): NodeJS.ProcessEnv => ({ ...server.env(), ATELIER_SSH_CONFIG: join(home, 'ssh_config') });
   const start = (args: string[]): CliProcess => {
