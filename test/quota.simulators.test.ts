@@ -110,4 +110,30 @@ describe('postgres simulator in a workshop with a disk quota', () => {
     assert.equal((await server.cli(['simulators', 'reset', ws.id, 'postgres'])).code, 0);
     assert.equal(statSync(data).ino, refillIno, 'the reset renamed the refilled spare');
   });
+
+  it('stops seeding spare disks once no workshop has a postgres simulator', async () => {
+    const list = await server.api<{ items: { id: string }[] }>('GET', '/v1/workshops');
+    for (const w of list.body.items) {
+      const del = await server.api('DELETE', `/v1/workshops/${w.id}`);
+      assert.ok(del.status < 300, JSON.stringify(del.body)); // answered once its rows are gone
+    }
+    // The spare ready now was seeded while postgres was in use: a workshop takes it…
+    const taker = await server.createWorkshop({ repo });
+    assert.equal(taker.status, 'Running', taker.statusReason ?? '');
+    // …and the next one is made with no postgres simulator anywhere: mounted, and left empty.
+    const disks = join(server.dataDir, 'disks');
+    const mounted = (d: string): boolean => {
+      try {
+        return statSync(join(disks, d)).dev !== statSync(disks).dev;
+      } catch {
+        return false; // dropped meanwhile
+      }
+    };
+    await until('the next spare disk, mounted', () =>
+      readdirSync(disks).find((d) => d.startsWith('spare-') && !d.endsWith('.img') && mounted(d)),
+    );
+    const ws = await server.createWorkshop({ repo });
+    assert.equal(ws.status, 'Running', ws.statusReason ?? '');
+    assert.equal(existsSync(join(root(ws.id), 'simulators', '.spares')), false, 'no postgres spare was copied into its disk');
+  });
 });

@@ -222,8 +222,18 @@ export class SimulatorManager {
    * Fills a workshop filesystem not yet given to a workshop (a spare disk mounted at `root`)
    * with the simulators' spares (one copy of the PostgreSQL template): the first postgres start
    * of the workshop that takes it renames that copy instead of copying ~35 MB.
+   *
+   * Only while some workshop of the installation has a postgres simulator: elsewhere that copy
+   * is ~35 MB written into every spare disk and removed again by every create (~70 MB of I/O
+   * per workshop, in the background of the next creates, for nothing). The first postgres
+   * workshop after a quiet spell copies the template at its start instead (~100 ms idle).
    */
   async seedSpares(root: string, signal?: AbortSignal): Promise<void> {
+    const used = await queryRows<{ used: boolean }>(
+      this.pool,
+      "SELECT EXISTS (SELECT 1 FROM workshop_simulators WHERE type = 'postgres') AS used",
+    ).catch(() => [{ used: true }]);
+    if (!used[0]?.used || signal?.aborted) return;
     await seedSimulatorSpares({ simulatorsDir: join(root, 'simulators'), cacheDir: this.cacheDir, signal });
   }
 
