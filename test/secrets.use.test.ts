@@ -6,6 +6,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
+import { build } from 'esbuild';
 import { slackMessage, type ApprovalRequest } from '../src/approvals/index.js';
 import { actors } from './helpers/actors.js';
 import { TestServer, makeRepo } from './helpers/server.js';
@@ -24,6 +25,20 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 function openssl(args: string[], cwd: string): void {
   execFileSync('openssl', args, { cwd, stdio: 'ignore' });
 }
+
+/** The official MCP SDK client, bundled and run by the workshop's own node: calls one tool, prints its result. */
+const MCP_CLIENT = `
+const { Client } = require('@modelcontextprotocol/sdk/client/index.js');
+const { StreamableHTTPClientTransport } = require('@modelcontextprotocol/sdk/client/streamableHttp.js');
+(async () => {
+  const call = JSON.parse(process.argv[2]);
+  const client = new Client({ name: 'secret-use-test', version: '1.0.0' });
+  await client.connect(new StreamableHTTPClientTransport(new URL(process.env.ATELIER_MCP_URL)));
+  const result = await client.callTool(call, undefined, { timeout: 120000, resetTimeoutOnProgress: true, onprogress: () => undefined });
+  await client.close();
+  console.log(JSON.stringify(result));
+})().catch((e) => { console.error(String(e && e.message || e)); process.exit(1); });
+`;
 
 const KEY = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes'];
 
@@ -279,6 +294,44 @@ describe('SECRET_REQUEST in use mode: the proxy adds the secret, the workshop ne
     let seen = '';
     while (Date.now() < end && (seen = await tunnelled('/expired')) !== 'none') await sleep(250);
     assert.equal(seen, 'none', 'after its expiry the host is a plain tunnel again');
+  });
+
+  it('the MCP tool request_approval asks for use the same way', async () => {
+    const bundle = await build({
+      stdin: { contents: MCP_CLIENT, resolveDir: process.cwd(), loader: 'js' },
+      bundle: true,
+      platform: 'node',
+      format: 'cjs',
+      write: false,
+      logLevel: 'silent',
+    });
+    const put = await server.api('PUT', `/v1/workshops/${ws}/files?path=mcp-client.cjs`, Buffer.from(bundle.outputFiles[0]!.contents));
+    assert.equal(put.status, 200, JSON.stringify(put.body));
+    const call = {
+      name: 'request_approval',
+      arguments: {
+        category: 'SECRET_REQUEST',
+        payload: { name: 'API_TOKEN', host: api, ttlSeconds: 3600, justification: 'asked over MCP' },
+      },
+    };
+    const running = sh(`node mcp-client.cjs '${JSON.stringify(call)}'`);
+    let pending: ApprovalRequest | undefined;
+    for (let i = 0; i < 200 && !pending; i++) {
+      const r = await as<{ items: ApprovalRequest[] }>('owner', 'GET', `/v1/approvals?workshop=${ws}&status=PENDING`);
+      pending = r.body.items[0];
+      if (!pending) await sleep(100);
+    }
+    assert.ok(pending, 'the MCP request was filed');
+    assert.equal(pending.payload.mode, 'use');
+    assert.equal(pending.payload.risk, 'lower');
+    assert.equal(pending.payload.host, api);
+    await approve(pending.id);
+    const out = await running;
+    assert.equal(out.exitCode, 0, out.stderr);
+    assert.equal((JSON.parse(out.stdout) as { structuredContent: { status: string } }).structuredContent.status, 'APPROVED');
+    assert.equal(await whose('/mcp'), 'broker');
+    assert.equal((await as('owner', 'DELETE', `/v1/secrets/grants/${pending.id}`)).status, 204);
+    assert.equal(await tunnelled('/mcp-revoked'), 'none');
   });
 
   it('reveal stays, shown as the riskier choice', async () => {

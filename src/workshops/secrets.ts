@@ -215,13 +215,11 @@ export class SecretStore {
    * included). The workshop's owner or a maintainer of its tenant may; ending one already ended is a no-op.
    */
   async revoke(actor: Principal, requestId: string): Promise<void> {
+    const list = '`atelier approvals list --category SECRET_REQUEST --status APPROVED` shows the approved requests';
+    if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(requestId))
+      throw new AtelierError('INVALID_ARGUMENT', `that is not an approval request's id (a UUID): ${list}`, { field: 'id' });
     const missing = (): AtelierError =>
-      new AtelierError(
-        'NOT_FOUND',
-        `no grant of request ${requestId.slice(0, 80)} in tenant ${actor.tenantName}: \`atelier approvals list --category SECRET_REQUEST --status APPROVED\` shows the approved requests`,
-        { id: requestId.slice(0, 80) },
-      );
-    if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(requestId)) throw missing();
+      new AtelierError('NOT_FOUND', `no grant of request ${requestId} in tenant ${actor.tenantName}: ${list}`, { id: requestId });
     const [g] = await queryRows<{ workshop_id: string; owner_id: string | null }>(
       this.pool,
       'SELECT g.workshop_id, w.owner_id FROM secret_grants g LEFT JOIN workshops w ON w.id = g.workshop_id WHERE g.request_id = $1 AND g.tenant_id = $2',
