@@ -346,6 +346,21 @@ describe('SECRET_REQUEST in use mode: the proxy adds the secret, the workshop ne
     assert.equal((await cliAs('owner', ['approvals', 'reject', r.body.id, '--reason', 'use mode instead'])).code, 0);
   });
 
+  it('a live use grant is bound again after a server restart', async () => {
+    const a = (await ask({ host: api, ttlSeconds: 3600 })).body;
+    await approve(a.id);
+    assert.equal(await whose('/before-restart'), 'broker');
+    await server.stop();
+    await server.boot();
+    // The workshop ran on meanwhile; its proxy listener and its grants come back with the server.
+    const end = Date.now() + 30_000;
+    let seen = '';
+    while (Date.now() < end && (seen = await whose('/after-restart').catch((e: Error) => e.message)) !== 'broker') await sleep(250);
+    assert.equal(seen, 'broker');
+    assert.equal((await as('owner', 'DELETE', `/v1/secrets/grants/${a.id}`)).status, 204);
+    assert.equal(await tunnelled('/after-restart-revoked'), 'none');
+  });
+
   it('the value is nowhere: the workshop’s files, environment and processes, the answers, the egress log, the server log', async () => {
     const inside = await sh(
       `echo "files:$(grep -rIl '${PATTERN}' /workspace /tmp /home /run /etc 2>/dev/null)"; ` +
