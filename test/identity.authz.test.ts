@@ -387,6 +387,12 @@ const TABLE: Record<string, Row> = {
       return { method: 'DELETE', path: `/v1/secrets/${name}` };
     },
   },
+  // Ending a grant: members may call (the workshop's owner may end its grants), agents and viewers not;
+  // a request id with no grant is 404 for those who may.
+  'DELETE /v1/secrets/grants/:id': {
+    expect: e(401, 403, 403, 404, 404, 404, 404, 404),
+    call: () => ({ method: 'DELETE', path: '/v1/secrets/grants/00000000-0000-4000-8000-000000000000' }),
+  },
   'GET /v1/audit/verify': {
     expect: e(401, 403, 403, 403, 403, 403, 200, 403),
     call: () => ({ method: 'GET', path: '/v1/audit/verify' }),

@@ -138,7 +138,8 @@ describe('secrets and SECRET_REQUEST', () => {
     assert.equal(before.stdout, '');
     const r = await ask('STRIPE_KEY', { ttlSeconds: 12 });
     assert.equal(r.status, 201, JSON.stringify(r.body));
-    assert.deepEqual(Object.keys(r.body.payload).sort(), ['justification', 'name', 'ttlSeconds']);
+    assert.deepEqual(Object.keys(r.body.payload).sort(), ['justification', 'mode', 'name', 'risk', 'ttlSeconds']);
+    assert.equal(r.body.payload.mode, 'reveal');
     const ok = await cliAs('owner', ['approvals', 'approve', r.body.id, '--reason', 'test key only']);
     assert.equal(ok.code, 0, ok.stderr);
     const a = await applied(r.body.id);

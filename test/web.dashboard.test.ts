@@ -227,6 +227,41 @@ describe('dashboard in Chromium', { timeout: 280_000 }, () => {
     await page.getByTestId('approvals-banner').waitFor({ state: 'detached' });
   });
 
+  it('a SECRET_REQUEST shows its mode: use as the lower risk, reveal as the riskier', async () => {
+    assert.equal((await as('admin', 'PUT', '/v1/secrets/DASH_TOKEN', { value: 'dash-value' })).status, 200);
+    // The host a use request names must be allowed: approved first.
+    const allow = await file({ host: 'keys.example.test', justification: 'the key host' });
+    await as('owner', 'POST', `/v1/approvals/${allow.body.id}/decision`, { decision: 'APPROVE', reason: 'ok' });
+    for (let i = 0; i < 200; i++) {
+      const a = await as<{ effect: { appliedAt: string | null } }>('owner', 'GET', `/v1/approvals/${allow.body.id}`);
+      if (a.body.effect.appliedAt) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const use = await file({ name: 'DASH_TOKEN', host: 'keys.example.test', justification: 'use it' }, 'SECRET_REQUEST');
+    assert.equal(use.status, 201, JSON.stringify(use.body));
+    const reveal = await file({ name: 'DASH_TOKEN', justification: 'reveal it' }, 'SECRET_REQUEST');
+    assert.equal(reveal.status, 201, JSON.stringify(reveal.body));
+    const page = await signedIn('lead');
+    const modal = page.getByTestId('approval-modal');
+    await page.getByRole('button', { name: `Open request ${use.body.id}` }).click();
+    const mode = modal.getByTestId('secret-mode');
+    assert.equal(await mode.getAttribute('data-mode'), 'use');
+    assert.match(
+      await mode.innerText(),
+      /^Use \(lower risk\): the egress proxy sends Authorization: Bearer \$\{secret:DASH_TOKEN\} to keys\.example\.test/,
+    );
+    await page.screenshot({ path: join(SHOTS, 'approval-modal-secret-use.png') });
+    await modal.getByRole('button', { name: 'Close' }).click();
+    await page.getByRole('button', { name: `Open request ${reveal.body.id}` }).click();
+    assert.equal(await mode.getAttribute('data-mode'), 'reveal');
+    assert.match(await mode.innerText(), /^Reveal \(riskier\): the value enters the workshop/);
+    await page.screenshot({ path: join(SHOTS, 'approval-modal-secret-reveal.png') });
+    await modal.getByRole('button', { name: 'Close' }).click();
+    for (const id of [use.body.id, reveal.body.id])
+      await as('owner', 'POST', `/v1/approvals/${id}/decision`, { decision: 'REJECT', reason: 'done' });
+    await page.getByTestId('approvals-banner').waitFor({ state: 'detached' });
+  });
+
   it('hostile text in a justification and a diff is shown as text: nothing runs, nothing is injected', async () => {
     const page = await signedIn('lead');
     const hostile =

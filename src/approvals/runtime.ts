@@ -2,7 +2,7 @@ import { AtelierError } from '../core/index.js';
 import type { Pool } from '../db/index.js';
 import { SlackNotifier, type SlackConfig } from './notifiers/slack.js';
 import { ApprovalService, type ApprovalServiceOptions } from './service.js';
-import { parseTtls, type ApprovalActor, type ApprovalRequest } from './types.js';
+import { parseTtls, type ApprovalActor, type ApprovalRequest, type SecretMode } from './types.js';
 import { execInputs, gateCommand } from './commandGate.js';
 
 /**
@@ -16,7 +16,14 @@ export interface ApprovalEffects {
   /** SECRET_REQUEST: the tenants' secrets and their grants. */
   secrets: {
     existsFor(workshopId: string, name: string): Promise<boolean>;
-    grant(approvalId: string, workshopId: string, name: string, ttlSeconds: number): Promise<void>;
+    /** `use`: the binding the grant makes (the value stays outside the workshop); none: reveal. */
+    grant(approvalId: string, workshopId: string, name: string, ttlSeconds: number, use?: SecretUse): Promise<void>;
+    /**
+     * A use request's binding checked for this workshop (one host its live policy allows, the
+     * header and value by atelier.yaml's `egress.credentials` rules, the value naming `name`):
+     * returned normalised, or an AtelierError naming the payload field.
+     */
+    checkUse(workshopId: string, name: string, use: SecretUse): Promise<SecretUse>;
     /** A grant's life when the request names none. */
     defaultTtlSeconds: number;
   };
@@ -49,6 +56,13 @@ export interface ApprovalsOptions {
   pool: Pool;
   databaseUrl: string;
   log: ApprovalServiceOptions['log'];
+}
+
+/** A SECRET_REQUEST in use mode: where the secret is sent, as an atelier.yaml `egress.credentials` entry. */
+export interface SecretUse {
+  host: string;
+  header: string;
+  value: string;
 }
 
 /** What the egress proxy asks about a host its policy does not name (its ask hook). */
@@ -175,22 +189,50 @@ export function createApprovals(opts: ApprovalsOptions): Approvals {
       service.register('SECRET_REQUEST', {
         async prepare(workshopId, payload) {
           const name = String(payload.name);
+          const mode = (payload.mode as SecretMode | undefined) ?? (payload.host !== undefined ? 'use' : 'reveal');
+          if (mode === 'reveal') {
+            const named = (['host', 'header', 'value'] as const).find((f) => payload[f] !== undefined);
+            if (named)
+              throw new AtelierError(
+                'INVALID_ARGUMENT',
+                `payload.${named}: only a request in use mode names a ${named} (the value then never enters the workshop): remove "mode": "reveal", or remove ${named}`,
+                { field: `payload.${named}` },
+              );
+          } else if (payload.host === undefined)
+            throw new AtelierError(
+              'INVALID_ARGUMENT',
+              `payload.host: a request in use mode names the host the secret is sent to (for example "api.github.com"); only if the value itself must be inside the workshop, ask with "mode": "reveal" (riskier)`,
+              { field: 'payload.host' },
+            );
           if (!(await effects.secrets.existsFor(workshopId, name)))
             throw new AtelierError(
               'NOT_FOUND',
               `secret ${name} is not set in this workshop's tenant: a maintainer sets it with \`atelier secrets set ${name}\` (value on stdin), then ask again`,
               { field: 'payload.name' },
             );
-          return { ...payload, ttlSeconds: (payload.ttlSeconds as number | undefined) ?? effects.secrets.defaultTtlSeconds };
+          const use =
+            mode === 'use'
+              ? await effects.secrets.checkUse(workshopId, name, {
+                  host: String(payload.host),
+                  header: (payload.header as string | undefined) ?? 'Authorization',
+                  value: (payload.value as string | undefined) ?? `Bearer \${secret:${name}}`,
+                })
+              : {};
+          return {
+            ...payload,
+            mode,
+            ...use,
+            // What a decider is shown: a revealed value can be copied anywhere the allowlist reaches.
+            risk: mode === 'reveal' ? 'higher' : 'lower',
+            ttlSeconds: (payload.ttlSeconds as number | undefined) ?? effects.secrets.defaultTtlSeconds,
+          };
         },
         local,
         async apply(a) {
-          await effects.secrets.grant(
-            a.id,
-            a.workshopId,
-            String(a.payload.name),
-            Number(a.payload.ttlSeconds ?? effects.secrets.defaultTtlSeconds),
-          );
+          const p = a.payload;
+          // Requests filed before use mode existed have no mode: they were reveals.
+          const use = p.mode === 'use' ? { host: String(p.host), header: String(p.header), value: String(p.value) } : undefined;
+          await effects.secrets.grant(a.id, a.workshopId, String(p.name), Number(p.ttlSeconds ?? effects.secrets.defaultTtlSeconds), use);
         },
       });
       service.register('ALLOWLIST_EXPANSION', {

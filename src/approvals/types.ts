@@ -53,6 +53,10 @@ const justification = z
 
 const noNul = (s: string): boolean => !s.includes('\0');
 
+/** How an approved SECRET_REQUEST grants its secret (see PAYLOADS.SECRET_REQUEST.mode). */
+export const SECRET_MODES = ['use', 'reveal'] as const;
+export type SecretMode = (typeof SECRET_MODES)[number];
+
 /** What each category's payload must hold. Unknown keys are refused (they would be shown to the decider unchecked). */
 export const PAYLOADS = {
   ALLOWLIST_EXPANSION: z.strictObject({
@@ -63,6 +67,20 @@ export const PAYLOADS = {
   SECRET_REQUEST: z.strictObject({
     name: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,63}$/, 'payload.name: a secret name is letters, digits and _, at most 64'),
     ttlSeconds: z.number().int().min(10).max(86400).optional(),
+    /**
+     * `use`: the secret is added by the egress proxy to requests to `host` (the value never
+     * enters the workshop); `reveal`: the value enters the workshop (a file and a variable), the
+     * riskier choice. Default: `use` when a host is named, else `reveal`.
+     */
+    mode: z.enum(SECRET_MODES).optional(),
+    /** use: the one host (optionally :port, default 443) the secret is sent to. */
+    host: z.string().min(1).max(300).refine(noNul, 'may not contain NUL bytes').optional(),
+    /** use: the header it is sent in (default Authorization). */
+    header: z.string().min(1).max(100).optional(),
+    /** use: the header's value, naming the secret once as ${secret:NAME} (default `Bearer ${secret:NAME}`). */
+    value: z.string().min(1).max(1000).optional(),
+    /** Filled in by the server: `higher` for reveal, `lower` for use (what a decider is shown). */
+    risk: z.enum(['higher', 'lower']).optional(),
     justification,
   }),
   SHELL_COMMAND: z.strictObject({

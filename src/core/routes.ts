@@ -616,6 +616,14 @@ export const ROUTES = {
     auth: 'bearer',
     status: 204,
   },
+  revokeSecretGrant: {
+    method: 'DELETE',
+    path: '/v1/secrets/grants/:id',
+    summary: "end an approved SECRET_REQUEST's grant at once, by the request's id (the workshop's owner or maintainers)",
+    tag: 'secrets',
+    auth: 'bearer',
+    status: 204,
+  },
 
   // ---- projects and typed actions ----
   addProject: {

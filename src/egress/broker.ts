@@ -21,6 +21,8 @@ export interface CredentialBinding {
   secret: string;
   prefix: string;
   suffix: string;
+  /** A binding of an approved SECRET_REQUEST in use mode: its request, and when it ends (epoch ms). */
+  grant?: { requestId: string; until: number };
 }
 
 export interface BrokerOptions {
@@ -63,6 +65,8 @@ function answer(res: http.ServerResponse, status: number, code: string, message:
 
 export class CredentialBroker {
   private readonly bindings = new Map<string, Map<string, CredentialBinding>>();
+  /** Bindings of approved SECRET_REQUESTs (use mode), apart from the project's, which win for the same host. */
+  private readonly granted = new Map<string, Map<string, CredentialBinding>>();
   private readonly agents = new Map<string, https.Agent>();
   private readonly conns = new WeakMap<Socket, Intercepted>();
   private readonly http: http.Server;
@@ -81,18 +85,33 @@ export class CredentialBroker {
     this.bindings.set(workshopId, new Map(bindings.map((b) => [`${b.host}:${b.port}`, b])));
   }
 
+  /** Replaces a workshop's granted bindings (each with its `grant`); one that ended stops at once, kept-alive connections included. */
+  setGrantedBindings(workshopId: string, bindings: readonly CredentialBinding[]): void {
+    if (bindings.length === 0) this.granted.delete(workshopId);
+    else this.granted.set(workshopId, new Map(bindings.map((b) => [`${b.host}:${b.port}`, b])));
+  }
+
   /** The PEM certificate of the workshop's authority (made now if it has none): what its tools must trust. */
   async authorityPem(workshopId: string): Promise<string> {
     return (await this.opts.authorities.authority(workshopId)).certPem;
   }
 
   bindingFor(workshopId: string, host: string, port: number): CredentialBinding | undefined {
-    return this.bindings.get(workshopId)?.get(`${host.toLowerCase()}:${port}`);
+    const key = `${host.toLowerCase()}:${port}`;
+    const granted = this.granted.get(workshopId)?.get(key);
+    return this.bindings.get(workshopId)?.get(key) ?? (granted && granted.grant!.until > Date.now() ? granted : undefined);
+  }
+
+  /** A granted binding still live: its grant the one in force for its host, not past its end. */
+  private grantLive(workshopId: string, b: CredentialBinding): boolean {
+    const now = this.granted.get(workshopId)?.get(`${b.host}:${b.port}`)?.grant;
+    return now !== undefined && now.requestId === b.grant!.requestId && now.until > Date.now();
   }
 
   /** Forgets a workshop (deleted): its bindings, its upstream connections, its authority. */
   forget(workshopId: string): void {
     this.bindings.delete(workshopId);
+    this.granted.delete(workshopId);
     this.agents.get(workshopId)?.destroy();
     this.agents.delete(workshopId);
     this.opts.authorities.remove(workshopId);
@@ -150,6 +169,14 @@ export class CredentialBroker {
     const c = this.conns.get(req.socket);
     if (!c) return void res.destroy();
     const b = c.binding;
+    // A grant that ended (expired, revoked, its secret deleted) stops here, on a kept-alive connection too.
+    if (b.grant && !this.grantLive(c.workshopId, b))
+      return answer(
+        res,
+        403,
+        'CREDENTIAL_GONE',
+        `atelier egress: the grant of ${b.secret} for ${b.host} has ended: nothing was sent; ask again (a SECRET_REQUEST in use mode)`,
+      );
     let value: string | undefined;
     try {
       value = await this.opts.secretValue(c.workshopId, b.secret);

@@ -200,7 +200,7 @@ export function createWorkshopMcpServer(deps: WorkshopMcpDeps, actor: Principal,
       {
         title: 'Ask a person for approval',
         description:
-          'Files an approval request for this workshop and waits for a person to decide (progress notifications every few seconds while it waits). Returns APPROVED, REJECTED with the reason, or EXPIRED when nobody decided in time (then the answer is no). Categories: ALLOWLIST_EXPANSION (payload: host, port?, justification), SECRET_REQUEST (name, justification), PR_GATEWAY (branch, title, justification), SHELL_COMMAND (command, justification). If this call is cut short, the request stays filed: its id is in the first progress message.',
+          'Files an approval request for this workshop and waits for a person to decide (progress notifications every few seconds while it waits). Returns APPROVED, REJECTED with the reason, or EXPIRED when nobody decided in time (then the answer is no). Categories: ALLOWLIST_EXPANSION (payload: host, port?, justification), SECRET_REQUEST (name, justification; with host, and optionally header and value such as "Bearer ${secret:NAME}", the proxy adds the secret to requests to that host and the value never enters the workshop (mode use, preferred); without a host the value is put inside the workshop (mode reveal, riskier)), PR_GATEWAY (branch, title, justification), SHELL_COMMAND (command, justification). If this call is cut short, the request stays filed: its id is in the first progress message.',
         inputSchema: {
           category: z.enum(APPROVAL_CATEGORIES),
           payload: z.record(z.string(), z.unknown()).describe('what is asked, with a "justification" a person can judge'),

@@ -99,7 +99,7 @@ export function prepareLayout(spec: SandboxSpec): SandboxLayout {
   writeFileSync(join(layout.etc, LOGIN_PROFILE_NAME), LOGIN_PROFILE, { mode: 0o644 });
   if (!spec.rootless) for (const dir of [layout.tmp, layout.home]) chownSync(dir, spec.uid, spec.uid);
   // The workshop's own copy of the host's CA bundle, seen at its usual path (mountPlan): the
-  // server adds the workshop's egress CA to it when the workshop has credential bindings.
+  // server adds the workshop's egress CA to it (every workshop, when the server has a credential broker).
   const bundle = join(layout.etc, TRUST_BUNDLE);
   if (!existsSync(bundle) && existsSync(HOST_TRUST_BUNDLE)) copyFileSync(HOST_TRUST_BUNDLE, bundle);
   return layout;

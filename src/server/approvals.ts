@@ -50,7 +50,8 @@ export function createApprovals(opts: {
         isLocal: (id) => workshops.isLocal(id),
         secrets: {
           existsFor: (id, name) => secrets.existsFor(id, name),
-          grant: (approvalId, id, name, ttlSeconds) => secrets.grant(approvalId, id, name, ttlSeconds),
+          grant: (approvalId, id, name, ttlSeconds, use) => secrets.grant(approvalId, id, name, ttlSeconds, use),
+          checkUse: (id, name, use) => workshops.checkSecretUse(id, name, use),
           defaultTtlSeconds: DEFAULT_GRANT_SECONDS,
         },
         allowlist: {
@@ -66,7 +67,10 @@ export function createApprovals(opts: {
         },
         publisher: { prepare: (id, payload) => publisher.prepare(id, payload), apply: (a) => publisher.apply(a) },
       });
-      secrets.start((id) => workshops.localSandbox(id));
+      secrets.start(
+        (id) => workshops.localSandbox(id),
+        (id, bindings) => workshops.setGrantedBindings(id, bindings),
+      );
     },
     async close() {
       await secrets.close();

@@ -22,7 +22,15 @@ import {
 import { queryRows, withTransaction, type Pool } from '../db/index.js';
 import { atLeast, type Principal } from '../identity/index.js';
 import { EGRESS_PORT, HOST_TRUST_BUNDLE, listenInSandbox, TRUST_BUNDLE, type SandboxHandle, type SandboxLayout } from '../sandbox/index.js';
-import { canonicalizeHost, createEgressPolicy, parseBinding, type CredentialBinding, type EgressPolicy } from '../egress/index.js';
+import {
+  canonicalizeHost,
+  createEgressPolicy,
+  hostForAuthority,
+  parseBinding,
+  type CredentialBinding,
+  type CredentialEntry,
+  type EgressPolicy,
+} from '../egress/index.js';
 import { readDevcontainer } from './devcontainer.js';
 import { readProjectSettings } from './project.js';
 import type { WorkshopDriver } from './driver.js';
@@ -214,7 +222,7 @@ export class WorkshopLifecycle {
   /**
    * The project's credential bindings, checked for this workshop: each host allowed by its policy,
    * each secret one its tenant has, and the person creating it one who may use the tenant's secrets
-   * without asking (a maintainer or admin; never an agent). Its egress CA is made when it has any.
+   * without asking (a maintainer or admin; never an agent).
    */
   private async checkBindings(row: WorkshopRow, actor: Principal): Promise<CredentialBinding[]> {
     const entries = row.egress.credentials ?? [];
@@ -248,6 +256,37 @@ export class WorkshopLifecycle {
         );
     }
     return out;
+  }
+
+  /**
+   * A SECRET_REQUEST's use binding, checked as atelier.yaml's `egress.credentials` entries are
+   * (the place named is `payload.host`, `payload.header` or `payload.value`): its value names the
+   * requested secret, its host is one the workshop's live policy allows and the project does not
+   * bind already (the project's binding would win). The host comes back canonical.
+   */
+  checkSecretUse(row: WorkshopRow, name: string, use: CredentialEntry): CredentialEntry {
+    const refuse = (field: string, message: string): AtelierError =>
+      new AtelierError('INVALID_ARGUMENT', message, { field: `payload.${field}` });
+    if (!this.opts.egress.broker) throw refuse('host', 'this server has no credential broker: ask with "mode": "reveal" instead');
+    let b: CredentialBinding;
+    try {
+      b = parseBinding(use, 'payload');
+    } catch (err) {
+      const message = (err as Error).message;
+      throw refuse(/^payload\.(\w+)/.exec(message)?.[1] ?? 'value', message);
+    }
+    if (b.secret !== name)
+      throw refuse('value', `payload.value: names the secret ${b.secret}, but the request is for ${name}: write \${secret:${name}}`);
+    const host = canonicalizeHost(b.host);
+    if (host.kind === 'refused' || this.egressPolicy(row).evaluate(host, b.port, 'connect').outcome !== 'allow')
+      throw refuse(
+        'host',
+        `payload.host: ${b.host}:${b.port} is not allowed by the workshop's egress policy: ask for it first (an ALLOWLIST_EXPANSION request) or add it to egress.allow in atelier.yaml`,
+      );
+    if (bindingsOf(row).some((p) => p.host === b.host && p.port === b.port))
+      throw refuse('host', `payload.host: atelier.yaml's egress.credentials already binds ${b.host}:${b.port}; that binding is used`);
+    const authority = hostForAuthority(host);
+    return { host: b.port === 443 ? authority : `${authority}:${b.port}`, header: b.header, value: use.value };
   }
 
   /**
@@ -314,7 +353,9 @@ export class WorkshopLifecycle {
       this.opts.egress.proxy.setPolicy(id, this.egressPolicy(row));
       this.opts.egress.broker?.setBindings(id, bindings);
       await this.driver.adoptWorkspace(id, row.uid);
-      const env: Record<string, string> = { ...dev.env, ...(bindings.length > 0 ? await this.trustBroker(id, layout) : {}) };
+      // Every workshop trusts its broker when there is one: a SECRET_REQUEST in use mode binds a
+      // host later, and tools started before it must trust the proxy's certificates then.
+      const env: Record<string, string> = { ...dev.env, ...(this.opts.egress.broker ? await this.trustBroker(id, layout) : {}) };
       if (req.budgetUsd !== undefined) env.ATELIER_MAX_BUDGET_USD = String(req.budgetUsd);
       await queryRows(
         this.pool,

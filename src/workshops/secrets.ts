@@ -16,8 +16,9 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { AtelierError } from '../core/index.js';
 import { queryRows, type Pool } from '../db/index.js';
-import type { Principal } from '../identity/index.js';
+import { atLeast, type Principal } from '../identity/index.js';
 import { nsenterArgs, type SandboxHandle } from '../sandbox/index.js';
+import { parseBinding, type CredentialBinding, type CredentialEntry } from '../egress/index.js';
 
 const run = promisify(execFile);
 
@@ -51,6 +52,9 @@ export interface SecretStoreOptions {
   log: { warn(obj: object, msg?: string): void };
   sweepIntervalMs?: number;
 }
+
+/** Where use-mode grants go: the credential broker of this server (setGrantedBindings). */
+export type GrantedBindings = (workshopId: string, bindings: CredentialBinding[]) => void;
 
 /** Checks a secret's name; the message says what a valid one is. */
 export function checkSecretName(name: string): void {
@@ -86,6 +90,7 @@ function context(tenantId: string, name: string): string {
 export class SecretStore {
   private sweeper: NodeJS.Timeout | undefined;
   private sandboxOf: (workshopId: string) => Promise<LocalSandbox | undefined> = async () => undefined;
+  private granted: GrantedBindings = () => undefined;
   /** Workshop → the sandbox pid its files were last written to (a resumed workshop has a new one, and an empty tmpfs). */
   private readonly synced = new Map<string, number>();
   private sweeping: Promise<void> | undefined;
@@ -184,14 +189,18 @@ export class SecretStore {
 
   // ---- grants ----------------------------------------------------------------------------
 
-  /** The effect of an approved SECRET_REQUEST: idempotent (the grant row is keyed by the request). */
-  async grant(requestId: string, workshopId: string, name: string, ttlSeconds: number): Promise<void> {
+  /**
+   * The effect of an approved SECRET_REQUEST: idempotent (the grant row is keyed by the request).
+   * `use`: the secret is bound to a host at the egress proxy for the grant's life, never revealed.
+   */
+  async grant(requestId: string, workshopId: string, name: string, ttlSeconds: number, use?: CredentialEntry): Promise<void> {
+    if (use) parseBinding(use, 'payload');
     const r = await queryRows<{ workshop_id: string }>(
       this.pool,
-      `INSERT INTO secret_grants (request_id, workshop_id, tenant_id, name, expires_at)
-       SELECT $1, w.id, w.tenant_id, $3, now() + make_interval(secs => $4) FROM workshops w WHERE w.id = $2
+      `INSERT INTO secret_grants (request_id, workshop_id, tenant_id, name, expires_at, binding)
+       SELECT $1, w.id, w.tenant_id, $3, now() + make_interval(secs => $4), $5::jsonb FROM workshops w WHERE w.id = $2
        ON CONFLICT (request_id) DO NOTHING RETURNING workshop_id`,
-      [requestId, workshopId, name, ttlSeconds],
+      [requestId, workshopId, name, ttlSeconds, use ? JSON.stringify({ host: use.host, header: use.header, value: use.value }) : null],
     );
     if (r.length === 0 && (await queryRows(this.pool, 'SELECT 1 FROM secret_grants WHERE request_id = $1', [requestId])).length === 0)
       throw new Error(`workshop ${workshopId} no longer exists: the secret was not granted`);
@@ -200,13 +209,40 @@ export class SecretStore {
     await this.sync(workshopId);
   }
 
-  /** Live grants of a workshop with their values (by the database clock). */
+  /**
+   * Ends a grant now (the approved SECRET_REQUEST `requestId`): a revealed value's file and
+   * variable go, a use grant's binding stops (the next request, kept-alive connections
+   * included). The workshop's owner or a maintainer of its tenant may; ending one already ended is a no-op.
+   */
+  async revoke(actor: Principal, requestId: string): Promise<void> {
+    const list = '`atelier approvals list --category SECRET_REQUEST --status APPROVED` shows the approved requests';
+    if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(requestId))
+      throw new AtelierError('INVALID_ARGUMENT', `that is not an approval request's id (a UUID): ${list}`, { field: 'id' });
+    const missing = (): AtelierError =>
+      new AtelierError('NOT_FOUND', `no grant of request ${requestId} in tenant ${actor.tenantName}: ${list}`, { id: requestId });
+    const [g] = await queryRows<{ workshop_id: string; owner_id: string | null }>(
+      this.pool,
+      'SELECT g.workshop_id, w.owner_id FROM secret_grants g LEFT JOIN workshops w ON w.id = g.workshop_id WHERE g.request_id = $1 AND g.tenant_id = $2',
+      [requestId, actor.tenantId],
+    );
+    if (!g) throw missing();
+    if (actor.kind !== 'user' || (!atLeast(actor.role, 'maintainer') && g.owner_id !== actor.userId))
+      throw new AtelierError(
+        'PERMISSION_DENIED',
+        `only the owner of workshop ${g.workshop_id} or a maintainer of ${actor.tenantName} may revoke its grants`,
+        { id: requestId },
+      );
+    await queryRows(this.pool, 'UPDATE secret_grants SET expires_at = least(expires_at, now()) WHERE request_id = $1', [requestId]);
+    await this.sync(g.workshop_id);
+  }
+
+  /** Live reveal grants of a workshop with their values (by the database clock); use grants never reach the workshop. */
   private async live(workshopId: string): Promise<{ at: Date; values: Map<string, string> }> {
     const rows = await queryRows<{ name: string; sealed: string; tenant_id: string; at: Date }>(
       this.pool,
       `SELECT DISTINCT s.name, s.sealed, s.tenant_id, now() AS at FROM secret_grants g
          JOIN secrets s ON s.tenant_id = g.tenant_id AND s.name = g.name
-        WHERE g.workshop_id = $1 AND g.removed_at IS NULL AND g.expires_at > now()`,
+        WHERE g.workshop_id = $1 AND g.removed_at IS NULL AND g.expires_at > now() AND g.binding IS NULL`,
       [workshopId],
     );
     const values = new Map<string, string>();
@@ -244,6 +280,7 @@ export class SecretStore {
    * grants as removed. A workshop not running here has no files: its ended grants are just recorded.
    */
   async sync(workshopId: string): Promise<void> {
+    await this.syncUses(workshopId);
     const sb = await this.sandboxOf(workshopId);
     const { at, values } = await this.live(workshopId);
     if (sb) {
@@ -261,6 +298,36 @@ export class SecretStore {
       'UPDATE secret_grants SET removed_at = now() WHERE workshop_id = $1 AND removed_at IS NULL AND expires_at <= $2',
       [workshopId, at],
     );
+  }
+
+  /**
+   * Gives this server's broker the workshop's live use grants (none: all ended), each with its
+   * end by the database clock; a later grant for the same host wins over an earlier one.
+   */
+  private async syncUses(workshopId: string): Promise<void> {
+    const rows = await queryRows<{ request_id: string; name: string; binding: CredentialEntry; until: string; local: boolean }>(
+      this.pool,
+      `SELECT g.request_id, g.name, g.binding, (extract(epoch FROM g.expires_at) * 1000)::bigint AS until, w.node_id = $2 AS local
+         FROM secret_grants g JOIN workshops w ON w.id = g.workshop_id
+         JOIN secrets s ON s.tenant_id = g.tenant_id AND s.name = g.name
+        WHERE g.workshop_id = $1 AND g.removed_at IS NULL AND g.expires_at > now() AND g.binding IS NOT NULL
+        ORDER BY g.granted_at, g.request_id`,
+      [workshopId, this.opts.nodeId],
+    );
+    if (rows.length > 0 && !rows[0]!.local) return;
+    const out: CredentialBinding[] = [];
+    for (const r of rows) {
+      try {
+        out.push({ ...parseBinding(r.binding, 'binding'), grant: { requestId: r.request_id, until: Number(r.until) } });
+      } catch (err) {
+        // Checked when it was filed and granted; a rule made stricter since leaves it out.
+        this.opts.log.warn(
+          { workshop: workshopId, request: r.request_id, err: (err as Error).message },
+          'secrets: a use grant was not bound',
+        );
+      }
+    }
+    this.granted(workshopId, out);
   }
 
   /**
@@ -295,9 +362,13 @@ export class SecretStore {
 
   // ---- expiry ----------------------------------------------------------------------------
 
-  /** Gives the store its way to the workshops' sandboxes, then sweeps now (grants that ended while the server was down) and every second. */
-  start(sandboxOf: (workshopId: string) => Promise<LocalSandbox | undefined>): void {
+  /**
+   * Gives the store its way to the workshops' sandboxes and to this server's broker, then sweeps
+   * now (grants that ended while the server was down, use grants to bind again) and every second.
+   */
+  start(sandboxOf: (workshopId: string) => Promise<LocalSandbox | undefined>, granted?: GrantedBindings): void {
     this.sandboxOf = sandboxOf;
+    if (granted) this.granted = granted;
     void this.sweep();
     this.sweeper = setInterval(() => void this.sweep(), this.opts.sweepIntervalMs ?? 1000);
     this.sweeper.unref();

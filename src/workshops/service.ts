@@ -10,7 +10,7 @@ import {
 import { queryRows, type Pool } from '../db/index.js';
 import { type Principal, type WorkshopAction } from '../identity/index.js';
 import { type SandboxHandle } from '../sandbox/index.js';
-import { type EgressRecord } from '../egress/index.js';
+import { type CredentialBinding, type CredentialEntry, type EgressRecord } from '../egress/index.js';
 import type { WorkshopDriver } from './driver.js';
 import { WorkshopEvents } from './events.js';
 import { resolveRepoSource } from './repo.js';
@@ -114,6 +114,19 @@ export class WorkshopService {
     const [row] = await queryRows<WorkshopRow>(this.pool, 'SELECT * FROM workshops WHERE id = $1', [id]);
     if (row && row.node_id === this.opts.nodeId && this.opts.egress.proxy.getPolicy(id))
       this.opts.egress.proxy.setPolicy(id, this.lifecycle.egressPolicy(row));
+  }
+
+  /**
+   * A SECRET_REQUEST's use binding checked for this workshop (see WorkshopLifecycle.checkSecretUse);
+   * returned normalised, or INVALID_ARGUMENT naming the payload field.
+   */
+  async checkSecretUse(id: string, name: string, use: CredentialEntry): Promise<CredentialEntry> {
+    return this.lifecycle.checkSecretUse(await this.shared.row(id), name, use);
+  }
+
+  /** Hands this server's credential broker a workshop's granted bindings (the secret store's use grants). */
+  setGrantedBindings(id: string, bindings: CredentialBinding[]): void {
+    this.opts.egress.broker?.setGrantedBindings(id, bindings);
   }
 
   /** What the workshop's proxy decided, oldest first (see EgressJournal.list). */

@@ -178,6 +178,17 @@ function Details({ approval }: { approval: Approval }) {
             <code data-testid="secret-name">{String(p.name ?? '')}</code> for{' '}
             {typeof p.ttlSeconds === 'number' ? countdown(p.ttlSeconds * 1000) : 'the default duration'} (its value is never shown)
           </p>
+          {p.mode === 'use' ? (
+            <p data-testid="secret-mode" data-mode="use">
+              <strong>Use (lower risk)</strong>: the egress proxy sends <code>{visible(`${String(p.header)}: ${String(p.value)}`)}</code> to{' '}
+              <code>{visible(String(p.host))}</code>; the value never enters the workshop.
+            </p>
+          ) : (
+            <p data-testid="secret-mode" data-mode="reveal" className="error">
+              <strong>Reveal (riskier)</strong>: the value enters the workshop as a file and a variable; the agent can copy it anywhere its
+              allowlist reaches. A request in use mode, naming a host, would keep it outside.
+            </p>
+          )}
         </section>
       );
     case 'PR_GATEWAY':

@@ -63,7 +63,9 @@ function what(a: ApprovalRequest): string {
     case 'ALLOWLIST_EXPANSION':
       return `reach \`${String(p.entry ?? p.host)}\``;
     case 'SECRET_REQUEST':
-      return `the secret \`${String(p.name)}\``;
+      return p.mode === 'use'
+        ? `use the secret \`${String(p.name)}\` at \`${String(p.host)}\` (lower risk: the proxy adds \`${String(p.header)}\`; the value never enters the workshop)`
+        : `reveal the secret \`${String(p.name)}\` inside the workshop (*riskier*: the agent can copy the value anywhere its allowlist reaches)`;
     case 'SHELL_COMMAND':
       return `run \`${(Array.isArray(p.command) ? p.command.join(' ') : '').slice(0, 500)}\``;
     case 'PR_GATEWAY':

@@ -9,6 +9,7 @@ import { parse, principalOf } from './common.js';
 // ever answers a value: a secret leaves the server only into a workshop, by an approved grant.
 const LIST: RouteAccess = { role: 'member', agent: true };
 const WRITE: RouteAccess = { role: 'maintainer' };
+const REVOKE: RouteAccess = { role: 'member' };
 
 type NameParams = { Params: { name: string } };
 
@@ -18,6 +19,12 @@ export function secretRoutes(app: FastifyInstance, secrets: SecretStore): void {
   app.put<NameParams>('/v1/secrets/:name', { config: { access: WRITE } }, async (request) => {
     const body = parse(SetSecretRequest, request.body);
     return secrets.set(principalOf(request), request.params.name, body.value);
+  });
+
+  // Ends a grant at once (an approved SECRET_REQUEST's, by its id): the workshop's owner or a maintainer.
+  app.delete<{ Params: { id: string } }>('/v1/secrets/grants/:id', { config: { access: REVOKE } }, async (request, reply) => {
+    await secrets.revoke(principalOf(request), request.params.id);
+    return reply.status(204).send();
   });
 
   app.delete<NameParams>('/v1/secrets/:name', { config: { access: WRITE } }, async (request, reply) => {

@@ -63,7 +63,10 @@ export function register(program: Command, cli: Cli): void {
     .command('request')
     .description('file a request for a workshop (what an agent runs, with ATELIER_URL and ATELIER_TOKEN)')
     .requiredOption('--category <category>', 'ALLOWLIST_EXPANSION, SECRET_REQUEST, PR_GATEWAY or SHELL_COMMAND')
-    .requiredOption('--payload <json>', 'what is asked, with a justification, e.g. \'{"host":"api.stripe.com","justification":"…"}\'')
+    .requiredOption(
+      '--payload <json>',
+      'what is asked, with a justification, e.g. \'{"host":"api.stripe.com","justification":"…"}\'; SECRET_REQUEST: \'{"name":"STRIPE_KEY","host":"api.stripe.com","justification":"…"}\' (use: the value stays outside the workshop; without host it is revealed inside, riskier)',
+    )
     .option('--workshop <id>', "the workshop (default: the agent token's own)")
     .option('--wait', 'wait for the decision; exit 1 unless approved')
     .option('--timeout <seconds>', 'with --wait: give up after this long (the request stays pending)')

@@ -1,7 +1,7 @@
 import { AtelierError } from '../../../core/index.js';
 import { APPROVAL_CATEGORIES, APPROVAL_STATUSES, type ApprovalRequest } from '../../../approvals/index.js';
 import type { CommandContext } from '../../context.js';
-import { keyValues, table } from '../../output.js';
+import { keyValues, printable, table } from '../../output.js';
 
 export type { ApprovalRequest };
 
@@ -112,12 +112,21 @@ export function summary(a: ApprovalRequest): string {
     case 'ALLOWLIST_EXPANSION':
       return `reach ${String(p.entry ?? p.host)}`;
     case 'SECRET_REQUEST':
-      return `secret ${String(p.name)}`;
+      return p.mode === 'use'
+        ? `use secret ${String(p.name)} at ${String(p.host)} (never revealed)`
+        : `reveal secret ${String(p.name)} inside the workshop (riskier)`;
     case 'SHELL_COMMAND':
       return `run ${Array.isArray(p.command) ? p.command.join(' ') : ''}`.slice(0, 80);
     case 'PR_GATEWAY':
       return `publish branch ${String(p.branch)}${p.remote ? ` to ${String(p.remote)}` : ''}`;
   }
+}
+
+/** A SECRET_REQUEST's mode as a decider reads it: what approving does, and which choice is the riskier. */
+function secretMode(p: Record<string, unknown>): string {
+  if (p.mode === 'use')
+    return `use (lower risk): the egress proxy sends ${printable(`${String(p.header)}: ${String(p.value)}`)} to ${String(p.host)}; the value never enters the workshop`;
+  return 'reveal (RISKIER): the value enters the workshop as a file and a variable; the agent can copy it anywhere its allowlist reaches (use mode, naming a host, would keep it outside)';
 }
 
 export function approvalTable(items: ApprovalRequest[]): string {
@@ -145,6 +154,7 @@ export function approvalDetail(a: ApprovalRequest): string {
     ['created', a.createdAt],
     ['expires', a.expiresAt],
   ];
+  if (a.category === 'SECRET_REQUEST') pairs.push(['mode', secretMode(a.payload)]);
   if (a.category === 'PR_GATEWAY') {
     pairs.push(['title', String(a.payload.title ?? '')]);
     // The stat here; the whole diff with --output json (payload.diff).

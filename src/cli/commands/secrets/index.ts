@@ -24,6 +24,17 @@ export function register(program: Command, cli: Cli): void {
       await cli.render(c.output, items, () => secretTable(items));
     });
   secrets
+    .command('revoke <request-id>')
+    .description(
+      "end an approved SECRET_REQUEST's grant now: a revealed value leaves the workshop, a used one stops being added (the workshop's owner or maintainers)",
+    )
+    .action(async (id: string) => {
+      const c = cli.ctx();
+      const { revokeGrant } = await import('./manage.js');
+      await revokeGrant(c, id);
+      await cli.render(c.output, { revoked: id }, () => `grant of request ${id} ended`);
+    });
+  secrets
     .command('delete <name>')
     .alias('rm')
     .description('delete a secret; workshops holding a grant of it lose it at once (maintainers)')

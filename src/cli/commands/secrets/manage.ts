@@ -67,6 +67,10 @@ export async function deleteSecret(ctx: CommandContext, name: string): Promise<v
   await (await ctx.api()).call('deleteSecret', { params: { name } });
 }
 
+export async function revokeGrant(ctx: CommandContext, id: string): Promise<void> {
+  await (await ctx.api()).call('revokeSecretGrant', { params: { id } });
+}
+
 export function secretTable(items: SecretInfo[]): string {
   if (items.length === 0) return 'no secrets: a maintainer sets one with `atelier secrets set NAME` (value on stdin)';
   return table(items, [
