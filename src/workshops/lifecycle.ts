@@ -329,6 +329,9 @@ export class WorkshopLifecycle {
     const id = row.id;
     let handle: SandboxHandle | null = null;
     try {
+      // Its egress CA (~5 ms of CPU: a key and a signature) is made while the disk, the sandbox
+      // and the clone wait on I/O; trustBroker then finds it ready (Authorities keeps the promise).
+      this.opts.egress.broker?.authorityPem(id).catch(() => undefined);
       const layout = await this.driver.prepareRoot(id, this.diskBytes(req));
       // The sandbox (bound to the workspace directory, not its contents) and its egress listener
       // start while the repository is cloned: neither needs the files. Until the project's policy
