@@ -314,7 +314,12 @@ export class WorkshopLifecycle {
       this.opts.egress.proxy.setPolicy(id, this.egressPolicy(row));
       this.opts.egress.broker?.setBindings(id, bindings);
       await this.driver.adoptWorkspace(id, row.uid);
-      const env: Record<string, string> = { ...dev.env, ...(bindings.length > 0 ? await this.trustBroker(id, layout) : {}) };
+      const gateway = this.opts.egress.llmGateway;
+      const env: Record<string, string> = {
+        ...gateway?.env,
+        ...dev.env,
+        ...(bindings.length > 0 || gateway ? await this.trustBroker(id, layout) : {}),
+      };
       if (req.budgetUsd !== undefined) env.ATELIER_MAX_BUDGET_USD = String(req.budgetUsd);
       await queryRows(
         this.pool,
