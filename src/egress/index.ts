@@ -8,11 +8,9 @@ export { createDnsResolver, createHostsResolver, ResolveError } from './resolver
 export type { DnsResolverOptions, HostsEntry, Resolver, ResolveErrorCode } from './resolver.js';
 export { EgressProxy } from './proxy.js';
 export { CredentialBroker } from './broker.js';
-export type { BrokerHook, BrokerOptions, CredentialBinding, HookedRequest } from './broker.js';
+export type { BrokerOptions, CredentialBinding } from './broker.js';
 export { LlmGateway, parseGatewayConfig } from './gateway.js';
-export type { GatewayConfig, LlmGatewayOptions, LlmProvider, LlmRequestRecord, ProviderKind } from './gateway.js';
-export { DEFAULT_PRICES, priceOf } from './prices.js';
-export type { ModelPrice, PriceTable } from './prices.js';
+export type { LlmRequestRecord } from './gateway.js';
 export { Authorities } from './certificates.js';
 export { parseBinding } from './bindings.js';
 export type { CredentialEntry } from './bindings.js';
