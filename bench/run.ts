@@ -1,7 +1,7 @@
 /**
  * Atelier benchmarks, each beside its peer measured in the same run (DESIGN.md, "Peers to
  * measure against"). Usage: `npm run bench [-- NAME]` with NAME one of create, exec, resume,
- * memory, cli, egress, postgres-sim, terminals, approvals, mcp, secrets, broker (or 1-12), hogs (13), create-sims, live-sim, console, dashboard; without it, all of them. Needs root (cgroups, freezer) and `npm run
+ * memory, cli, egress, postgres-sim, terminals, approvals, mcp, secrets, broker (or 1-12), hogs (13), gateway (14), create-sims, live-sim, console, dashboard; without it, all of them. Needs root (cgroups, freezer) and `npm run
  * build` first: the server and the CLI run from dist/.
  *
  * One server is started for the run with a data dir under /tmp; every workshop it made is
@@ -13,6 +13,7 @@ import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { approvals } from './approvals.js';
 import { broker } from './broker.js';
+import { gateway } from './gateway.js';
 import { createExec } from './create-exec.js';
 import { dashboard } from './dashboard.js';
 import { createSimulators, liveSimulator } from './create-simulators.js';
@@ -48,6 +49,7 @@ const BENCHES: { name: string; aliases: string[]; fn: Bench }[] = [
   { name: 'console', aliases: ['workspace-console'], fn: consoleBench },
   { name: 'broker', aliases: ['12', 'credentials'], fn: broker },
   { name: 'hogs', aliases: ['13', 'server-under-load'], fn: hogs },
+  { name: 'gateway', aliases: ['14', 'llm-gateway'], fn: gateway },
   { name: 'dashboard', aliases: ['web', 'banner'], fn: dashboard },
 ];
 

@@ -211,6 +211,12 @@ const TABLE: Record<string, Row> = {
       assert.equal((await as(f, 'admin', { method: 'POST', path: `/v1/workshops/${f.ws}/resume` })).status, 200);
     },
   },
+  'PUT /v1/workshops/:id/budget': {
+    // Like delete: the owner or a maintainer; never an agent token (a workshop's agent cannot raise its own budget).
+    expect: e(401, 403, 403, 403, 200, 200, 200, 404),
+    call: (f) => ({ method: 'PUT', path: `/v1/workshops/${f.ws}/budget`, body: { budgetUsd: 10 } }),
+  },
+  'GET /v1/spend': { expect: e(401, 403, 200, 200, 200, 200, 200, 200), call: () => ({ method: 'GET', path: '/v1/spend' }) },
   'POST /v1/workshops/:id/resume': {
     expect: e(401, 404, 403, 403, 200, 200, 200, 404),
     call: (f) => ({ method: 'POST', path: `/v1/workshops/${f.ws}/resume` }),

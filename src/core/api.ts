@@ -172,6 +172,25 @@ const EgressPolicyEntry = z.object({
     .describe('for origin approval: the request that added the entry (null fields: not recorded, approved before they were kept)'),
 });
 
+/** The body of PUT /v1/workshops/:id/budget: USD, or null for no budget. */
+export const SetBudgetRequest = z.strictObject({
+  budgetUsd: z.number().nonnegative().max(1_000_000).nullable().describe('USD; null: no budget'),
+});
+export type SetBudgetRequest = z.infer<typeof SetBudgetRequest>;
+
+export const LlmSpendSchema = z.object({
+  spentUsd: z.number(),
+  requests: z.number(),
+  requestsWithoutUsage: z.number().describe('requests whose answer reported no usage: counted, priced at 0'),
+  inputTokens: z.number(),
+  outputTokens: z.number(),
+});
+
+export const SpendReportSchema = z.object({
+  tenant: LlmSpendSchema,
+  users: z.array(LlmSpendSchema.extend({ userId: z.string().nullable() })),
+});
+
 export const WorkshopSchema = z.object({
   id: z.string(),
   name: z.string(),
@@ -180,6 +199,7 @@ export const WorkshopSchema = z.object({
   repo: z.string(),
   limits: z.object({ cpus: z.number(), memoryBytes: z.number(), pids: z.number() }),
   budgetUsd: z.number().nullable(),
+  llm: LlmSpendSchema,
   forwardPorts: z.array(z.number()),
   egress: z.object({
     /** The project's own entries (atelier.yaml). */

@@ -39,6 +39,7 @@ import { z } from 'zod';
  * | ATELIER_EGRESS_DNS          | egressDns        | the nameservers of /etc/resolv.conf (`,`-separated addresses) |
  * | ATELIER_EGRESS_HOSTS        | egressHosts      | (none) a hosts-format file whose names the proxy resolves first (air-gapped sites, tests) |
  * | ATELIER_EGRESS_UPSTREAM_CA  | egressUpstreamCa | (none) a PEM file of certificate authorities trusted for brokered upstreams besides the host's store (a corporate CA, tests) |
+ * | ATELIER_LLM_GATEWAY         | llmGateway       | (none) a YAML file of the LLM gateway's providers and prices (docs/egress.md) |
  * | ATELIER_SIMULATORS_WARM     | simulatorsWarm   | 1: prepare the PostgreSQL simulator template at start (0: on first use) |
  * | ATELIER_TRUST_PROXY         | trustProxy       | (none) addresses/CIDRs of reverse proxies whose X-Forwarded-For is believed (client addresses for login rate limits) |
  * | ATELIER_APPROVAL_TTL        | approvalTtl      | 15m for every category; `15m,SECRET_REQUEST=5m,PR_GATEWAY=1h` (the default first, then per category) |
@@ -93,6 +94,7 @@ const Env = z.object({
   ATELIER_EGRESS_DNS: z.string().min(1).optional(),
   ATELIER_EGRESS_HOSTS: z.string().min(1).optional(),
   ATELIER_EGRESS_UPSTREAM_CA: z.string().min(1).optional(),
+  ATELIER_LLM_GATEWAY: z.string().min(1).optional(),
   ATELIER_TRUST_PROXY: z.string().min(1).optional(),
   ATELIER_APPROVAL_TTL: z.string().min(1).optional(),
   ATELIER_APPROVALS_SELF_CONFIRM: z.enum(['off', 'sole-maintainer']).optional(),
@@ -159,6 +161,8 @@ export interface Config {
   egressHosts: string | undefined;
   /** Extra CAs for the credential broker's upstreams (ATELIER_EGRESS_UPSTREAM_CA). */
   egressUpstreamCa: string | undefined;
+  /** The LLM gateway's file: providers and prices (ATELIER_LLM_GATEWAY). */
+  llmGateway: string | undefined;
   /** How long an approval request waits for a decision (ATELIER_APPROVAL_TTL, parsed by approvals). */
   approvalTtl: string | undefined;
   /** Whether a sole maintainer may confirm what they filed by hand (ATELIER_APPROVALS_SELF_CONFIRM). */
@@ -266,6 +270,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       .filter(Boolean),
     egressHosts: e.ATELIER_EGRESS_HOSTS ? resolve(e.ATELIER_EGRESS_HOSTS) : undefined,
     egressUpstreamCa: e.ATELIER_EGRESS_UPSTREAM_CA ? resolve(e.ATELIER_EGRESS_UPSTREAM_CA) : undefined,
+    llmGateway: e.ATELIER_LLM_GATEWAY ? resolve(e.ATELIER_LLM_GATEWAY) : undefined,
     approvalTtl: e.ATELIER_APPROVAL_TTL,
     approvalsSelfConfirm: e.ATELIER_APPROVALS_SELF_CONFIRM ?? 'off',
     slack: {

@@ -10,6 +10,7 @@ export type {
   CreateWorkshopFrame,
   ExecFrame,
   ExecResult,
+  LlmSpend,
   SimulatorOptionType,
   Workshop,
   WorkshopDisk,

@@ -48,6 +48,8 @@ import {
   Whoami,
   WorkshopSchema,
   WorkshopSshInfo,
+  SetBudgetRequest,
+  SpendReportSchema,
 } from './api.js';
 import { CreateWorkshopRequest, ExecRequest, SimulatorRequest } from './schemas.js';
 
@@ -296,6 +298,23 @@ export const ROUTES = {
     tag: 'workshops',
     auth: 'bearer',
     response: ok({ id: z.string(), deleted: z.literal(true) }),
+  },
+  setWorkshopBudget: {
+    method: 'PUT',
+    path: '/v1/workshops/:id/budget',
+    summary: "set (raise, lower or remove) the workshop's LLM budget: enforced by the LLM gateway from the next model request",
+    tag: 'workshops',
+    auth: 'bearer',
+    body: SetBudgetRequest,
+    response: WorkshopSchema,
+  },
+  llmSpend: {
+    method: 'GET',
+    path: '/v1/spend',
+    summary: "the tenant's spend on models through the LLM gateway, by user (members see their own line; maintainers every one)",
+    tag: 'workshops',
+    auth: 'bearer',
+    response: SpendReportSchema,
   },
   stopWorkshop: {
     method: 'POST',

@@ -114,6 +114,16 @@ export interface WorkshopEgressEntry {
   approval: { requestId: string | null; decidedBy: string | null; decidedAt: string | null } | null;
 }
 
+/** Model requests through the LLM gateway and their price (USD, from the admin's price table). */
+export interface LlmSpend {
+  spentUsd: number;
+  requests: number;
+  /** Requests whose answer reported no usage: counted, priced at 0. */
+  requestsWithoutUsage: number;
+  inputTokens: number;
+  outputTokens: number;
+}
+
 /** The stable JSON shape of a workshop (`--output json`, REST). */
 export interface Workshop {
   id: string;
@@ -125,6 +135,8 @@ export interface Workshop {
   /** Shown by `get` and `list` (status), not in other answers. */
   disk?: WorkshopDisk;
   budgetUsd: number | null;
+  /** What it spent on models through the LLM gateway (docs/egress.md). */
+  llm: LlmSpend;
   forwardPorts: number[];
   /**
    * The project's egress policy (atelier.yaml: `allow`, `deny`, `askHoldSeconds`), and `policy`:

@@ -31,6 +31,32 @@ export interface BrokerOptions {
   secretValue(workshopId: string, name: string): Promise<string | undefined>;
   /** PEM certificates upstreams are verified against (the host's trust store, plus any added). */
   upstreamCa: string[];
+  /** The LLM gateway (gateway.ts): bindings every workshop has, and a look at each request to them. */
+  hook?: BrokerHook | undefined;
+}
+
+/** What the broker asks of its hook (the LLM gateway) for each request to one of its bindings. */
+export interface BrokerHook {
+  /** A binding every workshop has for `host:port`; it wins over the workshop's own. */
+  bindingFor(host: string, port: number): CredentialBinding | undefined;
+  /** Before the request leaves (undefined: not one of the hook's bindings, sent as it is). */
+  request(workshopId: string, binding: CredentialBinding, req: http.IncomingMessage): Promise<HookedRequest | undefined>;
+}
+
+export interface HookedRequest {
+  /** Answered here, never sent on. */
+  refuse?: { status: number; headers: Record<string, string>; body: string };
+  /** Fields set on the request that leaves. */
+  headers?: Record<string, string>;
+  /** The request's body, read and possibly rewritten by the hook: sent in place of the client's. */
+  body?: Buffer;
+  /**
+   * The upstream's answer: a copy of each chunk of its body as it passes, then `end` (also when
+   * cut; may be called twice). The client's answer ends once `end` has settled.
+   */
+  answered(status: number, headers: http.IncomingHttpHeaders): { data(chunk: Buffer): void; end(): Promise<void> };
+  /** No answer came (the upstream could not be reached, or the client left first). */
+  unanswered(): void;
 }
 
 /** Hop-by-hop headers (RFC 9110 §7.6.1) and the proxy's own: never passed on. */
@@ -99,6 +125,9 @@ export class CredentialBroker {
   bindingFor(workshopId: string, host: string, port: number): CredentialBinding | undefined {
     const key = `${host.toLowerCase()}:${port}`;
     const granted = this.granted.get(workshopId)?.get(key);
+    // The LLM gateway's binding wins over the project's and over grants: nothing routes around the meter.
+    const gateway = this.opts.hook?.bindingFor(host.toLowerCase(), port);
+    if (gateway) return gateway;
     return this.bindings.get(workshopId)?.get(key) ?? (granted && granted.grant!.until > Date.now() ? granted : undefined);
   }
 
@@ -196,11 +225,30 @@ export class CredentialBroker {
         'CREDENTIAL_GONE',
         `atelier egress: the secret ${b.secret} bound to ${b.host} no longer exists: ask a maintainer (\`atelier secrets set ${b.secret}\`)`,
       );
+    let hooked: HookedRequest | undefined;
+    try {
+      hooked = await this.opts.hook?.request(c.workshopId, b, req);
+    } catch {
+      return answer(
+        res,
+        503,
+        'BROKER_UNAVAILABLE',
+        `atelier egress: the request to ${b.host} could not be metered (the database is unavailable); try again`,
+      );
+    }
+    if (hooked?.refuse) {
+      const r = hooked.refuse;
+      res.writeHead(r.status, { ...r.headers, 'content-length': Buffer.byteLength(r.body) });
+      return void res.end(r.body);
+    }
     const headers: http.OutgoingHttpHeaders = {};
     const name = b.header.toLowerCase();
     for (const [k, v] of Object.entries(req.headers)) if (!HOP.has(k) && k !== name && k !== 'host' && v !== undefined) headers[k] = v;
     headers.host = b.port === 443 ? b.host : `${b.host}:${b.port}`;
     headers[name] = `${b.prefix}${value}${b.suffix}`;
+    if (hooked?.headers) Object.assign(headers, hooked.headers);
+    if (hooked?.body) headers['content-length'] = hooked.body.length;
+    let settled = false;
     const up = https.request({
       agent: c.agent,
       host: b.host,
@@ -215,16 +263,33 @@ export class CredentialBroker {
       const out: http.OutgoingHttpHeaders = {};
       for (const [k, v] of Object.entries(r.headers)) if (!HOP.has(k) && v !== undefined) out[k] = v;
       res.writeHead(r.statusCode ?? 502, r.statusMessage, out);
-      r.pipe(res);
+      if (hooked && !settled) {
+        settled = true;
+        const tap = hooked.answered(r.statusCode ?? 502, r.headers);
+        r.on('data', (chunk: Buffer) => tap.data(chunk));
+        // Recorded before the client sees the end: its next request is checked against this one's spend.
+        r.once('end', () => void tap.end().finally(() => res.end()));
+        r.once('close', () => void tap.end());
+        r.pipe(res, { end: false });
+      } else r.pipe(res);
       r.on('error', () => res.destroy());
     });
     up.on('error', (err: NodeJS.ErrnoException) => {
+      if (hooked && !settled) {
+        settled = true;
+        hooked.unanswered();
+      }
       // The message names the host and the cause, never a header.
       answer(res, 502, 'UPSTREAM_FAILED', `atelier egress: ${b.host} could not be reached: ${err.code ?? err.message}`);
     });
     res.on('close', () => {
       if (!res.writableFinished) up.destroy();
+      if (hooked && !settled) {
+        settled = true;
+        hooked.unanswered();
+      }
     });
-    req.pipe(up);
+    if (hooked?.body) up.end(hooked.body);
+    else req.pipe(up);
   }
 }

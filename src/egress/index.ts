@@ -9,6 +9,8 @@ export type { DnsResolverOptions, HostsEntry, Resolver, ResolveErrorCode } from 
 export { EgressProxy } from './proxy.js';
 export { CredentialBroker } from './broker.js';
 export type { BrokerOptions, CredentialBinding } from './broker.js';
+export { LlmGateway, parseGatewayConfig } from './gateway.js';
+export type { LlmRequestRecord } from './gateway.js';
 export { Authorities } from './certificates.js';
 export { parseBinding } from './bindings.js';
 export type { CredentialEntry } from './bindings.js';

@@ -161,6 +161,58 @@ export function buildApp(deps: AppDeps): FastifyInstance {
       }
     },
   });
+  // The LLM gateway's meter, from the ledger (so every replica shows the installation's totals).
+  new Gauge({
+    name: 'atelier_llm_spend_usd',
+    help: 'USD spent on models through the LLM gateway, by tenant (deleted workshops included)',
+    labelNames: ['tenant'],
+    registers: [registry],
+    async collect() {
+      this.reset();
+      try {
+        const r = await deps.pool.query<{ tenant_id: string; usd: string }>(
+          'SELECT tenant_id, sum(cost_usd) AS usd FROM llm_requests GROUP BY tenant_id',
+        );
+        for (const row of r.rows) this.set({ tenant: row.tenant_id }, Number(row.usd));
+      } catch {
+        // database down: /healthz says so
+      }
+    },
+  });
+  new Gauge({
+    name: 'atelier_llm_requests',
+    help: 'Model requests through the LLM gateway, by tenant and whether the answer reported its usage',
+    labelNames: ['tenant', 'usage'],
+    registers: [registry],
+    async collect() {
+      this.reset();
+      try {
+        const r = await deps.pool.query<{ tenant_id: string; reported: boolean; n: string }>(
+          'SELECT tenant_id, usage_reported AS reported, count(*) AS n FROM llm_requests GROUP BY tenant_id, usage_reported',
+        );
+        for (const row of r.rows) this.set({ tenant: row.tenant_id, usage: row.reported ? 'reported' : 'unreported' }, Number(row.n));
+      } catch {
+        // database down: /healthz says so
+      }
+    },
+  });
+  new Gauge({
+    name: 'atelier_llm_workshop_spend_usd',
+    help: 'USD each existing workshop spent on models through the LLM gateway (those that spent any)',
+    labelNames: ['workshop'],
+    registers: [registry],
+    async collect() {
+      this.reset();
+      try {
+        const r = await deps.pool.query<{ id: string; usd: string }>(
+          'SELECT id, llm_spent_usd AS usd FROM workshops WHERE llm_requests > 0',
+        );
+        for (const row of r.rows) this.set({ workshop: row.id }, Number(row.usd));
+      } catch {
+        // database down: /healthz says so
+      }
+    },
+  });
 
   app.addHook('onRequest', async (request, reply) => {
     void reply.header('x-request-id', String(request.id));

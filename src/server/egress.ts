@@ -10,6 +10,8 @@ import {
   CredentialBroker,
   EgressJournal,
   EgressProxy,
+  LlmGateway,
+  parseGatewayConfig,
   ResolveError,
   createDnsResolver,
   createEgressPolicy,
@@ -18,7 +20,7 @@ import {
   type HostsEntry,
   type Resolver,
 } from '../egress/index.js';
-import type { EgressWiring } from '../workshops/index.js';
+import { SpendLedger, type EgressWiring } from '../workshops/index.js';
 
 /** The nameservers of /etc/resolv.conf: the proxy resolves with them, never through the workshop. */
 function systemNameservers(): string[] {
@@ -90,6 +92,29 @@ function upstreamAuthorities(extra: string | undefined): string[] {
   return out;
 }
 
+/** The LLM gateway of ATELIER_LLM_GATEWAY (undefined: none, or a file without providers). */
+function llmGateway(config: Config, pool: Pool, logger: FastifyBaseLogger): LlmGateway | undefined {
+  if (!config.llmGateway) return undefined;
+  let text: string;
+  try {
+    text = readFileSync(config.llmGateway, 'utf8');
+  } catch (err) {
+    throw new Error(
+      `cannot read ATELIER_LLM_GATEWAY ${config.llmGateway}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
+    );
+  }
+  const parsed = parseGatewayConfig(text, `ATELIER_LLM_GATEWAY ${config.llmGateway}`);
+  if (parsed.providers.length === 0) return undefined;
+  const ledger = new SpendLedger(pool);
+  logger.info({ providers: parsed.providers.map((p) => `${p.kind} ${p.baseUrl} (key: secret ${p.secret})`) }, 'LLM gateway');
+  return new LlmGateway({
+    ...parsed,
+    budget: (id) => ledger.budgetOf(id),
+    record: async (id, r) => void (await ledger.record(id, r)),
+    onError: (id, err) => logger.error({ workshop: id, err: String(err) }, 'LLM gateway: a request could not be recorded'),
+  });
+}
+
 /** One proxy for all of this server's workshops, each with its own listener (in its sandbox) and policy. */
 export async function startEgress(
   config: Config,
@@ -121,10 +146,12 @@ export async function startEgress(
         },
       });
   const journal = new EgressJournal(pool, logger);
+  const gateway = llmGateway(config, pool, logger);
   const broker = new CredentialBroker({
     authorities: new Authorities(join(opts.dataDir, 'egress-ca')),
     secretValue: opts.secretValue,
     upstreamCa: upstreamAuthorities(config.egressUpstreamCa),
+    hook: gateway,
   });
   const proxy = new EgressProxy({
     broker,
@@ -135,7 +162,17 @@ export async function startEgress(
     onError: (workshopId, err) => logger.error({ workshop: workshopId, err: String(err) }, 'egress proxy internal error'),
   });
   return {
-    wiring: { proxy, journal, broker, defaults: config.egressDefaults, allowRanges: config.egressAllowRanges },
+    wiring: {
+      proxy,
+      journal,
+      broker,
+      // The providers' hosts join every workshop's allowlist, as the platform's.
+      defaults: [...new Set([...config.egressDefaults, ...(gateway?.allowEntries() ?? [])])],
+      allowRanges: config.egressAllowRanges,
+      ...(gateway
+        ? { llmGateway: { env: gateway.workshopEnv(), bindingFor: (host: string, port: number) => gateway.bindingFor(host, port) } }
+        : {}),
+    },
     async close() {
       await proxy.closeAll();
       broker.close();

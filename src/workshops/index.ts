@@ -19,3 +19,4 @@ export {
 } from './execLog.js';
 export { SecretStore, checkSecretName, DEFAULT_GRANT_SECONDS, SECRETS_DIR, type SecretInfo, type LocalSandbox } from './secrets.js';
 export { Publisher } from './publish.js';
+export { SpendLedger } from './spend.js';

@@ -283,6 +283,8 @@ export class WorkshopLifecycle {
         'host',
         `payload.host: ${b.host}:${b.port} is not allowed by the workshop's egress policy: ask for it first (an ALLOWLIST_EXPANSION request) or add it to egress.allow in atelier.yaml`,
       );
+    if (this.opts.egress.llmGateway?.bindingFor(b.host, b.port))
+      throw refuse('host', `payload.host: ${b.host}:${b.port} is a model provider of the LLM gateway, which adds its key itself`);
     if (bindingsOf(row).some((p) => p.host === b.host && p.port === b.port))
       throw refuse('host', `payload.host: atelier.yaml's egress.credentials already binds ${b.host}:${b.port}; that binding is used`);
     const authority = hostForAuthority(host);
@@ -358,7 +360,11 @@ export class WorkshopLifecycle {
       await this.driver.adoptWorkspace(id, row.uid);
       // Every workshop trusts its broker when there is one: a SECRET_REQUEST in use mode binds a
       // host later, and tools started before it must trust the proxy's certificates then.
-      const env: Record<string, string> = { ...dev.env, ...(this.opts.egress.broker ? await this.trustBroker(id, layout) : {}) };
+      const env: Record<string, string> = {
+        ...this.opts.egress.llmGateway?.env,
+        ...dev.env,
+        ...(this.opts.egress.broker ? await this.trustBroker(id, layout) : {}),
+      };
       if (req.budgetUsd !== undefined) env.ATELIER_MAX_BUDGET_USD = String(req.budgetUsd);
       await queryRows(
         this.pool,

@@ -8,7 +8,7 @@ import {
   type Workshop,
 } from '../core/index.js';
 import { queryRows, type Pool } from '../db/index.js';
-import { type Principal, type WorkshopAction } from '../identity/index.js';
+import { atLeast, type Principal, type WorkshopAction } from '../identity/index.js';
 import { type SandboxHandle } from '../sandbox/index.js';
 import { type CredentialBinding, type CredentialEntry, type EgressRecord } from '../egress/index.js';
 import type { WorkshopDriver } from './driver.js';
@@ -16,6 +16,7 @@ import { WorkshopEvents } from './events.js';
 import { resolveRepoSource } from './repo.js';
 import { type SimulatorView } from './simulators.js';
 import { DeathWatch } from './deathWatch.js';
+import { SpendLedger, type SpendTotals } from './spend.js';
 import { WorkshopExecs } from './exec.js';
 import { WorkshopFiles } from './files.js';
 import { WorkshopLifecycle } from './lifecycle.js';
@@ -36,6 +37,7 @@ export class WorkshopService {
   private readonly execs: WorkshopExecs;
   private readonly files: WorkshopFiles;
   private readonly lifecycle: WorkshopLifecycle;
+  private readonly spend: SpendLedger;
 
   constructor(
     private readonly pool: Pool,
@@ -49,6 +51,7 @@ export class WorkshopService {
     this.execs = new WorkshopExecs(this.shared);
     this.files = new WorkshopFiles(this.execs);
     this.lifecycle = new WorkshopLifecycle(this.shared, this.execs, this.deaths, this.events);
+    this.spend = new SpendLedger(pool);
   }
 
   /**
@@ -183,6 +186,22 @@ export class WorkshopService {
     // One lookup per tunnel connection unless the workshop was just resumed.
     const row = await this.shared.runnable(id, access, resumed ? undefined : first);
     return { id: row.id, name: row.name, sandbox: row.sandbox, env: this.execs.sandboxEnv(row), resumed };
+  }
+
+  /**
+   * Sets the workshop's LLM budget (null: none), enforced from its next model request: its owner
+   * or a maintainer, never the workshop's own agent (the route refuses agent tokens).
+   */
+  async setBudget(id: string, actor: Principal, budgetUsd: number | null): Promise<Workshop> {
+    await this.shared.row(id, { actor, action: 'delete' });
+    await this.spend.setBudget(id, budgetUsd);
+    return this.get(id, actor);
+  }
+
+  /** The tenant's spend through the LLM gateway, by user: a maintainer's tenant sees every line, others their own. */
+  async spendReport(actor: Principal): Promise<{ tenant: SpendTotals; users: (SpendTotals & { userId: string | null })[] }> {
+    const all = await this.spend.tenantTotals(actor.tenantId);
+    return atLeast(actor.role, 'maintainer') ? all : { tenant: all.tenant, users: all.users.filter((u) => u.userId === actor.userId) };
   }
 
   /** Freezes every process of the workshop (cgroup freezer); memory and files stay as they are. */

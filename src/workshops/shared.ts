@@ -18,6 +18,7 @@ import { type CredentialBroker, type CredentialEntry, type EgressJournal, type E
 import type { WorkshopDriver } from './driver.js';
 import type { InternalNetwork } from './internal.js';
 import { type SimulatorManager, type WorkshopContext } from './simulators.js';
+import { spendOfRow } from './spend.js';
 
 export interface WorkshopRow {
   id: string;
@@ -33,6 +34,12 @@ export interface WorkshopRow {
   memory_bytes: string;
   pids: number;
   budget_usd: string | null;
+  /** The LLM gateway's totals (migration 024). */
+  llm_spent_usd: string;
+  llm_requests: string;
+  llm_requests_unreported: string;
+  llm_input_tokens: string;
+  llm_output_tokens: string;
   env: Record<string, string>;
   forward_ports: number[];
   /**
@@ -103,6 +110,11 @@ export interface EgressWiring {
   allowRanges: string[];
   /** Injects credentials bound to hosts (atelier.yaml `egress.credentials`); absent in some tests. */
   broker?: CredentialBroker;
+  /**
+   * Set when the LLM gateway has providers: every workshop then trusts the broker's authority and
+   * gets `env` (placeholder keys the SDKs insist on, replaced on the way out; base URLs).
+   */
+  llmGateway?: { env: Record<string, string>; bindingFor(host: string, port: number): unknown };
 }
 
 /** Who asks, and for what: checked against the workshop's tenant and owner. */
@@ -159,6 +171,7 @@ export function toWorkshop(r: WorkshopRow, platform: Pick<EgressWiring, 'default
     repo: r.repo,
     limits: { cpus: r.cpus, memoryBytes: Number(r.memory_bytes), pids: r.pids },
     budgetUsd: r.budget_usd === null ? null : Number(r.budget_usd),
+    llm: spendOfRow(r),
     forwardPorts: r.forward_ports,
     egress: {
       allow: r.egress.allow ?? [],

@@ -61,7 +61,9 @@ function registerCreate({ server, api, fail }: ToolContext): void {
           .nonnegative()
           .max(1_000_000)
           .optional()
-          .describe('LLM budget in USD for agents inside (exported as ATELIER_MAX_BUDGET_USD)'),
+          .describe(
+            'LLM budget in USD for agents inside: model requests through the LLM gateway are refused once it is spent (also exported as ATELIER_MAX_BUDGET_USD)',
+          ),
         disk: z
           .string()
           .min(1)

@@ -5,6 +5,7 @@ import { egressRoutes } from './workshops/egress.js';
 import { execRoutes } from './workshops/exec.js';
 import { fileRoutes, gitRoutes } from './workshops/files.js';
 import { lifecycleRoutes } from './workshops/lifecycle.js';
+import { spendRoutes } from './workshops/spend.js';
 
 /** REST routes for workshops under /v1 (bearer token required; see app.ts). */
 export function workshopRoutes(app: FastifyInstance, service: WorkshopService, approvals?: ApprovalService): void {
@@ -14,4 +15,5 @@ export function workshopRoutes(app: FastifyInstance, service: WorkshopService, a
   fileRoutes(app, service);
   egressRoutes(app, service);
   gitRoutes(app, service);
+  spendRoutes(app, service);
 }

@@ -10,7 +10,7 @@ export function register(program: Command, cli: Cli): void {
     .requiredOption('--repo <path|url>', 'local path, file://, https://, ssh:// or git@host:path')
     .option('--name <name>', 'unique name (default: from the repository)')
     .option('--devcontainer <path>', 'devcontainer.json inside the repository (default: .devcontainer/devcontainer.json)')
-    .option('--budget <usd>', 'LLM budget in USD, exported as ATELIER_MAX_BUDGET_USD')
+    .option('--budget <usd>', 'LLM budget in USD, enforced by the LLM gateway (and exported as ATELIER_MAX_BUDGET_USD)')
     .option('--cpus <n>', 'CPU limit (cores)')
     .option('--memory <size>', 'memory limit, for example 2g')
     .option('--pids <n>', 'process limit')
@@ -47,6 +47,15 @@ export function register(program: Command, cli: Cli): void {
         );
         cli.setExitCode(1);
       }
+    });
+  ws.command('budget <id> <usd>')
+    .description('set the LLM budget (USD, or `none`): model requests are refused once the spend reaches it')
+    .action(async (id: string, usd: string) => {
+      const c = cli.ctx();
+      const { setWorkshopBudget } = await import('./budget.js');
+      const { workshopDetail } = await import('./render.js');
+      const w = await setWorkshopBudget(c, id, usd);
+      await cli.render(c.output, w, () => workshopDetail(w));
     });
   ws.command('publish <id>')
     .description('ask to publish the workspace as a branch: once approved, the server commits it and pushes (never the agent)')

@@ -1,4 +1,4 @@
-import { formatSize, type Workshop, type WorkshopDisk, type WorkshopEgressEntry } from '../../../core/index.js';
+import { formatSize, type LlmSpend, type Workshop, type WorkshopDisk, type WorkshopEgressEntry } from '../../../core/index.js';
 import { keyValues, printable, table } from '../../output.js';
 
 function age(iso: string): string {
@@ -41,6 +41,7 @@ export function workshopDetail(w: Workshop): string {
     ['pids', String(w.limits.pids)],
     ...(w.disk ? ([['disk', diskLine(w.disk)]] as [string, string][]) : []),
     ['budget', w.budgetUsd === null ? 'none' : `$${w.budgetUsd.toFixed(2)} (enforced by the LLM gateway)`],
+    ['llm spend', llmLine(w.llm)],
   );
   if (w.forwardPorts.length > 0) pairs.push(['forward ports', w.forwardPorts.join(', ')]);
   pairs.push(['created', w.createdAt]);
@@ -48,6 +49,12 @@ export function workshopDetail(w: Workshop): string {
   out += `\n${egressPolicy(w.egress.policy)}`;
   for (const warning of w.warnings) out += `\nwarning: ${warning}`;
   return out;
+}
+
+function llmLine(s: LlmSpend): string {
+  if (s.requests === 0) return 'none';
+  const unreported = s.requestsWithoutUsage > 0 ? ` (${s.requestsWithoutUsage} reported no usage)` : '';
+  return `$${s.spentUsd.toFixed(4)} in ${s.requests} model request${s.requests === 1 ? '' : 's'}${unreported}, ${s.inputTokens} tokens in, ${s.outputTokens} out`;
 }
 
 function origin(e: WorkshopEgressEntry): string {
