@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import Fastify from 'fastify';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { actors } from './helpers/actors.js';
-import { CHROMIUM, CHROMIUM_ARGS, accessibilityProblems, buildDashboard, signInThroughPages } from './helpers/dashboard.js';
+import { CHROMIUM, CHROMIUM_ARGS, accessibilityProblems, buildDashboard, signInThroughPages, until } from './helpers/dashboard.js';
 import { REPO_ROOT, TestServer, makeRepo } from './helpers/server.js';
 import { webRoutes } from '../src/server/routes/web.js';
 import type { BrowserSessions } from '../src/server/browserSessions.js';
@@ -302,7 +302,7 @@ describe('dashboard in Chromium', { timeout: 280_000 }, () => {
       assert.equal(d1.status, 200, JSON.stringify(d1.body));
       const d2 = await as('admin', 'POST', `/v1/approvals/${forOther.body.id}/decision`, { decision: 'REJECT', reason: 'scoped' });
       assert.equal(d2.status, 200, JSON.stringify(d2.body));
-      await otherPage.waitForFunction('window.frames_.length > 0');
+      await until('a frame on the stream', async () => (await otherPage.evaluate<number>('window.frames_.length')) > 0);
       assert.deepEqual(await otherPage.evaluate<string[]>('window.frames_'), ['decided other-only.example.test']);
       for (const p of [ownerPage, otherPage, leadPage]) await p.getByTestId('approvals-banner').waitFor({ state: 'detached' });
       // A bad value is refused before the upgrade, saying what it takes.
@@ -364,9 +364,11 @@ describe('dashboard in Chromium', { timeout: 280_000 }, () => {
     const showsAsApi = async (query: string): Promise<string[]> => {
       const listed = await as<{ items: (Approval & { category: string })[] }>('admin', 'GET', `/v1/approvals?limit=200&${query}`);
       const ids = listed.body.items.map((a) => `history-${a.id}`);
-      await page.waitForFunction(
-        `JSON.stringify([...document.querySelectorAll('[data-testid="history"] tbody tr')].map((r) => r.getAttribute('data-testid'))) === ${JSON.stringify(JSON.stringify(ids))}`,
-      );
+      const rows = table.locator('tbody tr');
+      await until(`the history to show ${query}`, async () => {
+        const shown = await rows.evaluateAll((trs) => trs.map((tr) => tr.getAttribute('data-testid')));
+        return JSON.stringify(shown) === JSON.stringify(ids);
+      });
       return listed.body.items.map((a) => a.status);
     };
     await page.getByLabel('Status').selectOption('APPROVED');

@@ -4,7 +4,7 @@ import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { actors } from './helpers/actors.js';
-import { CHROMIUM, CHROMIUM_ARGS, accessibilityProblems, buildDashboard, signInThroughPages } from './helpers/dashboard.js';
+import { CHROMIUM, CHROMIUM_ARGS, accessibilityProblems, buildDashboard, signInThroughPages, until } from './helpers/dashboard.js';
 import { REPO_ROOT, TestServer, makeRepo } from './helpers/server.js';
 
 // The dashboard's workshops in Debian's Chromium, against a real server: a workshop created from
@@ -16,11 +16,11 @@ const SHOTS = join(REPO_ROOT, 'web', 'screenshots');
 /** What xterm shows (its DOM renderer's rows), as text. */
 const screen = (page: Page): Promise<string> => page.locator('.xterm-rows').innerText();
 
-/** Waits until the terminal shows `re`. */
+/** Waits until the terminal shows `re`; what it shows then. */
 async function shows(page: Page, re: RegExp): Promise<string> {
-  // (In-page code is written as text: the tests are compiled without the DOM's types.)
-  await page.waitForFunction(`new RegExp(${JSON.stringify(re.source)}).test(document.querySelector('.xterm-rows')?.textContent ?? '')`);
-  return screen(page);
+  let text = '';
+  await until(`the terminal to show ${re}`, async () => re.test((text = await screen(page))));
+  return text;
 }
 
 describe('dashboard workshops and terminal in Chromium', { timeout: 280_000 }, () => {
@@ -124,8 +124,8 @@ describe('dashboard workshops and terminal in Chromium', { timeout: 280_000 }, (
       .waitFor();
     await page.locator('.xterm').click();
     await page.keyboard.type('echo $((6*7))-answer; stty size\n');
-    const out = await shows(page, /42-answer/);
-    const before = /(\d+) (\d+)\s*$/m.exec(out.split('42-answer')[1] ?? '');
+    const out = await shows(page, /42-answer\s+\d+ \d+/);
+    const before = /42-answer\s+(\d+) (\d+)/.exec(out);
     assert.ok(before, out);
     await page.screenshot({ path: join(SHOTS, 'terminal.png') });
     assert.deepEqual(await accessibilityProblems(page), [], "axe-core on a workshop's page with its terminal");
@@ -148,7 +148,7 @@ describe('dashboard workshops and terminal in Chromium', { timeout: 280_000 }, (
     await shows(page, /session-says-hello/);
     await page.locator('.xterm').click();
     await page.keyboard.type('typed-into-the-session\n');
-    await page.waitForFunction("(document.querySelector('.xterm-rows')?.textContent?.match(/typed-into-the-session/g) ?? []).length >= 2");
+    await until('the session to echo the input', async () => ((await screen(page)).match(/typed-into-the-session/g) ?? []).length >= 2);
     await page.screenshot({ path: join(SHOTS, 'terminal-session.png') });
     await page.getByRole('button', { name: 'Close the terminal' }).click();
 

@@ -80,3 +80,16 @@ export async function accessibilityProblems(page: Page): Promise<string[]> {
     .filter((v) => v.impact === 'serious' || v.impact === 'critical')
     .map((v) => `${v.id} (${v.impact}): ${v.targets.slice(0, 5).join(', ')}`);
 }
+
+/**
+ * Waits until `check` holds, asking again every 100 ms (a hang guard of `seconds`, not a timing
+ * assertion). For what the page shows that a locator cannot wait for: the page's CSP refuses the
+ * `eval` that Playwright's waitForFunction would use for a condition written as text.
+ */
+export async function until(what: string, check: () => Promise<boolean>, seconds = 30): Promise<void> {
+  const end = Date.now() + seconds * 1000;
+  while (!(await check())) {
+    if (Date.now() > end) throw new Error(`waited ${seconds} s for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}

@@ -147,9 +147,11 @@ export function approvalRoutes(
       const onEvent = (scoped: { event: ApprovalEvent; tenantId: string }): void => {
         if (!eventVisibleTo(actor, scoped)) return;
         if (!concerning) return send(scoped.event);
-        chain = chain.then(async () => {
-          if (await concerning(scoped.event.approval)) send(scoped.event);
-        });
+        chain = chain
+          .then(async () => {
+            if (await concerning(scoped.event.approval)) send(scoped.event);
+          })
+          .catch(() => undefined);
       };
       service.events.on('event', onEvent);
       const ends = actor.expiresAt ? Date.parse(actor.expiresAt) - Date.now() : undefined;
