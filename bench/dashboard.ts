@@ -5,7 +5,7 @@
  * time until the approvals list is live (goal ≤ 200 KB gzipped and < 1 s). Its own server.
  */
 import { readdirSync, readFileSync, rmSync } from 'node:fs';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { chromium, type Browser } from 'playwright-core';
 import { CHROMIUM, CHROMIUM_ARGS, buildDashboard, signInThroughPages } from '../test/helpers/dashboard.js';
@@ -88,31 +88,53 @@ export async function dashboard(_server: BenchServer): Promise<Record<string, un
 
     heading(`dashboard: first load on loopback, cold cache (${LOADS} loads; goals ≤ 200 KB gzipped JS, < 1 s to a live list)`);
     const assets = join(dist, 'assets');
-    let raw = 0;
-    let gz = 0;
-    for (const f of readdirSync(assets).filter((x) => x.endsWith('.js'))) {
-      const data = readFileSync(join(assets, f));
-      raw += data.length;
-      gz += gzipSync(data, { level: 9 }).length;
-    }
-    line(`JavaScript: ${(gz / 1024).toFixed(1)} KB gzipped, ${(raw / 1024).toFixed(1)} KB as the server sends it (it does not compress)`);
-    goalLine('JavaScript ≤ 200 KB gzipped', gz, GOAL_JS_BYTES, (x) => `${(x / 1024).toFixed(1)} KB`);
     const cookies = await context.cookies();
     const loads: number[] = [];
+    // What the first load fetches (the terminal's chunk is not: it loads when a terminal opens),
+    // with the bytes that crossed the wire (the server sends the precompressed brotli copy).
+    const fetched: Promise<{ name: string; sent: number }>[] = [];
     for (let i = 0; i < LOADS; i++) {
       const cold = await browser.newContext();
       await cold.addCookies(cookies);
       const p = await cold.newPage();
+      if (i === 0)
+        p.on('response', (r) => {
+          if (!r.url().endsWith('.js')) return;
+          fetched.push(
+            r
+              .finished()
+              .then(async () => ({ name: basename(new URL(r.url()).pathname), sent: (await r.request().sizes()).responseBodySize })),
+          );
+        });
       const t0 = Date.now();
       await p.goto(`${s.url}/`);
       await p.getByText('Live: new requests appear here').waitFor();
       loads.push(Date.now() - t0);
+      if (i === 0) await Promise.all(fetched);
       await cold.close();
     }
+    const firstJs = await Promise.all(fetched);
+    let raw = 0;
+    let gz = 0;
+    let sent = 0;
+    for (const f of firstJs) {
+      const data = readFileSync(join(assets, f.name));
+      raw += data.length;
+      gz += gzipSync(data, { level: 9 }).length;
+      sent += f.sent;
+    }
+    let lazyGz = 0;
+    for (const f of readdirSync(assets).filter((x) => x.endsWith('.js') && !firstJs.some((j) => j.name === x)))
+      lazyGz += gzipSync(readFileSync(join(assets, f)), { level: 9 }).length;
+    line(
+      `JavaScript of the first load: ${(gz / 1024).toFixed(1)} KB gzipped, ${(sent / 1024).toFixed(1)} KB as sent (brotli), ` +
+        `${(raw / 1024).toFixed(1)} KB uncompressed; loaded later (the terminal): ${(lazyGz / 1024).toFixed(1)} KB gzipped`,
+    );
+    goalLine('JavaScript ≤ 200 KB gzipped', gz, GOAL_JS_BYTES, (x) => `${(x / 1024).toFixed(1)} KB`);
     const l = summarize(loads);
     statLine('atelier', 'navigation → approvals list live (cold cache)', l, ['p50', 'p99']);
     goalLine('first load < 1 s (p50)', l.p50, GOAL_LOAD_MS);
-    result.js = { gzipBytes: gz, rawBytes: raw };
+    result.js = { gzipBytes: gz, sentBytes: sent, rawBytes: raw, lazyGzipBytes: lazyGz };
     result.firstLoad = l;
     return result;
   } finally {

@@ -357,6 +357,11 @@ const TABLE: Record<string, Row> = {
     expect: e(401, 404, 200, 200, 200, 200, 200, 404),
     call: async (f) => ({ method: 'GET', path: `/v1/approvals/${await agentRequest(f)}/wait?timeout=0` }),
   },
+  // The audit trail names people and their addresses: people of the tenant, never an agent token.
+  'GET /v1/approvals/:id/audit': {
+    expect: e(401, 403, 200, 200, 200, 200, 200, 404),
+    call: async (f) => ({ method: 'GET', path: `/v1/approvals/${await agentRequest(f)}/audit` }),
+  },
   'POST /v1/approvals/:id/decision': {
     expect: e(401, 403, 403, 403, 200, 200, 200, 404),
     call: async (f) => ({

@@ -96,6 +96,7 @@ const PINNED_EXPORTS: Record<string, readonly string[]> = {
     'AddSshKeyRequest',
     'AddUserRequest',
     'ApplyPlanRequest',
+    'ApprovalAuditEntry',
     'ApprovalRequestSchema',
     'AtelierError',
     'AuditVerification',

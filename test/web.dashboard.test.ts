@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import Fastify from 'fastify';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { actors } from './helpers/actors.js';
-import { CHROMIUM, CHROMIUM_ARGS, buildDashboard, signInThroughPages } from './helpers/dashboard.js';
+import { CHROMIUM, CHROMIUM_ARGS, accessibilityProblems, buildDashboard, signInThroughPages, until } from './helpers/dashboard.js';
 import { REPO_ROOT, TestServer, makeRepo } from './helpers/server.js';
 import { webRoutes } from '../src/server/routes/web.js';
 import type { BrowserSessions } from '../src/server/browserSessions.js';
@@ -46,13 +46,14 @@ describe('dashboard in Chromium', { timeout: 280_000 }, () => {
       ['owner', 'member'],
       ['lead', 'maintainer'],
       ['watcher', 'viewer'],
+      ['other', 'member'],
     ] as const) {
       const u = await as<{ temporaryPassword: string }>('admin', 'POST', '/v1/users', { name, role });
       assert.equal(u.status, 201, JSON.stringify(u.body));
       passwords[name] = u.body.temporaryPassword;
-      if (name === 'owner') {
+      if (name === 'owner' || name === 'other') {
         const t = await as<{ token: string }>('admin', 'POST', '/v1/tokens', { user: name, expiresInSeconds: 3600 });
-        tokens.owner = t.body.token;
+        tokens[name] = t.body.token;
       }
     }
     repo = makeRepo();
@@ -99,9 +100,29 @@ describe('dashboard in Chromium', { timeout: 280_000 }, () => {
     assert.doesNotMatch(html, /<script(?![^>]*\bsrc=)[^>]*>/, 'no inline script in index.html');
     const asset = /src="(\/assets\/[^"]+\.js)"/.exec(html)?.[1];
     assert.ok(asset, html);
-    const js = await fetch(`${server.url}${asset}`);
+    const js = await fetch(`${server.url}${asset}`, { headers: { 'accept-encoding': 'identity' } });
     assert.equal(js.status, 200);
     assert.match(js.headers.get('cache-control') ?? '', /immutable/);
+    assert.equal(js.headers.get('content-encoding'), null);
+    const plain = await js.text();
+    // Precompressed copies: brotli when taken, else gzip; each decodes to the same script.
+    for (const [accept, coding] of [
+      ['gzip, deflate, br', 'br'],
+      ['br;q=0, gzip', 'gzip'],
+      ['gzip;q=0.5', 'gzip'],
+      ['deflate', null],
+    ] as const) {
+      const r = await fetch(`${server.url}${asset}`, { headers: { 'accept-encoding': accept } });
+      assert.equal(r.headers.get('content-encoding'), coding, accept);
+      assert.match(r.headers.get('vary') ?? '', /accept-encoding/i);
+      assert.equal(await r.text(), plain, accept);
+    }
+    // index.html carries a fresh style nonce in its CSP and its meta tag, and is never cached.
+    const again = await fetch(`${server.url}/`);
+    const nonce = /style-src 'self' 'nonce-([A-Za-z0-9+/=]+)'/.exec(again.headers.get('content-security-policy') ?? '')?.[1];
+    assert.ok(nonce, again.headers.get('content-security-policy') ?? '');
+    assert.ok((await again.text()).includes(`<meta name="atelier-style-nonce" content="${nonce}"`));
+    assert.ok(!csp.includes(nonce), 'each load has its own nonce');
     // The app routes in the browser: an unknown page is the app; API paths are not.
     assert.equal((await fetch(`${server.url}/workshops/anything`)).status, 200);
     const api = await fetch(`${server.url}/v1/no-such-thing`);
@@ -134,6 +155,7 @@ describe('dashboard in Chromium', { timeout: 280_000 }, () => {
   it('sign in; the banner appears when the agent files a request, the modal shows before/after, approving lets the agent through and the banner leaves', async () => {
     const page = await signedIn('lead');
     await page.screenshot({ path: join(SHOTS, 'approvals-empty.png') });
+    assert.deepEqual(await accessibilityProblems(page), [], 'axe-core on approvals page');
     assert.equal(await page.getByTestId('approvals-banner').count(), 0);
 
     const filed = await file({ host: 'pypi.example.test', justification: 'install the test dependencies' });
@@ -155,6 +177,7 @@ describe('dashboard in Chromium', { timeout: 280_000 }, () => {
     assert.doesNotMatch(await modal.getByTestId('allowlist-before').innerText(), /pypi\.example\.test/);
     assert.match(await modal.getByTestId('allowlist-after').innerText(), /pypi\.example\.test/);
     await page.screenshot({ path: join(SHOTS, 'approval-modal.png') });
+    assert.deepEqual(await accessibilityProblems(page), [], 'axe-core on the modal');
 
     // Approve without a reason: the page asks for one; with one, the server decides.
     await modal.getByRole('button', { name: 'Approve' }).click();
@@ -200,13 +223,17 @@ describe('dashboard in Chromium', { timeout: 280_000 }, () => {
   it('a viewer sees the request but no decide button, and the API refuses the decision made with their cookie anyway', async () => {
     const page = await signedIn('watcher');
     const filed = await file({ host: 'viewer.example.test', justification: 'for the viewer' });
-    await page.getByTestId('approvals-banner').waitFor();
-    await page.getByTestId('approvals-banner').getByRole('button', { name: 'Review' }).click();
+    // A viewer owns no workshop and decides nothing: no banner; the request is in the history.
+    await page.getByRole('navigation').getByRole('link', { name: 'History' }).click();
+    await page.getByTestId(`history-${filed.body.id}`).waitFor();
+    assert.equal(await page.getByTestId('approvals-banner').count(), 0);
+    await page.getByRole('button', { name: `Open request ${filed.body.id}` }).click();
     const modal = page.getByTestId('approval-modal');
     await modal.getByText('You are a viewer in this tenant').waitFor();
     assert.equal(await modal.getByRole('button', { name: 'Approve' }).count(), 0);
     assert.equal(await modal.getByRole('button', { name: 'Reject' }).count(), 0);
     await page.screenshot({ path: join(SHOTS, 'approval-modal-viewer.png') });
+    assert.deepEqual(await accessibilityProblems(page), [], "axe-core on the viewer's modal");
 
     // The same call the page would make, from the page (its cookie, its CSRF token): 403.
     const answer = await page.evaluate(async (id) => {
@@ -224,7 +251,67 @@ describe('dashboard in Chromium', { timeout: 280_000 }, () => {
     assert.equal(still.body.status, 'PENDING');
     // Tidy: decided by the owner, so the next test starts with nothing pending.
     await as('owner', 'POST', `/v1/approvals/${filed.body.id}/decision`, { decision: 'REJECT', reason: 'done' });
-    await page.getByTestId('approvals-banner').waitFor({ state: 'detached' });
+    await page.getByTestId(`history-${filed.body.id}`).getByText('REJECTED by owner').waitFor();
+  });
+
+  it("the banner counts only what concerns the user: a member's own workshops; the server filters the list and the stream", async () => {
+    // `other` (a member) has a workshop of their own; `owner` (a member) has `ws`; `lead` is a maintainer.
+    const mine = await as<{ id: string; status: string }>('other', 'POST', '/v1/workshops', { repo, name: 'others' });
+    assert.equal(mine.status, 201, JSON.stringify(mine.body));
+    try {
+      const [ownerPage, otherPage, leadPage] = [await signedIn('owner'), await signedIn('other'), await signedIn('lead')];
+      const forOwner = await file({ host: 'owner-only.example.test', justification: "about owner's workshop" });
+      assert.equal(forOwner.status, 201, JSON.stringify(forOwner.body));
+      await ownerPage.getByText('1 request waits for a decision').waitFor();
+      await leadPage.getByText('1 request waits for a decision').waitFor();
+      // A request filed by `other` in their own workshop: theirs and the maintainer's, not `owner`'s.
+      const forOther = await as<Approval>('other', 'POST', `/v1/workshops/${mine.body.id}/approvals`, {
+        category: 'ALLOWLIST_EXPANSION',
+        payload: { host: 'other-only.example.test', justification: "about other's workshop" },
+      });
+      assert.equal(forOther.status, 201, JSON.stringify(forOther.body));
+      await otherPage.getByText('1 request waits for a decision').waitFor();
+      await leadPage.getByText('2 requests wait for a decision').waitFor();
+      // Both events have reached every page by now (the lead's counts the second): the owner's still counts one.
+      assert.match(await ownerPage.getByTestId('banner-count').innerText(), /^1 request waits/);
+      assert.match(await otherPage.getByTestId('banner-count').innerText(), /^1 request waits/);
+      assert.equal(await otherPage.getByRole('button', { name: `Open request ${forOwner.body.id}` }).count(), 0);
+      await ownerPage.getByRole('button', { name: `Open request ${forOwner.body.id}` }).waitFor();
+      assert.equal(await ownerPage.getByRole('button', { name: `Open request ${forOther.body.id}` }).count(), 0);
+      await ownerPage.screenshot({ path: join(SHOTS, 'approvals-owner-scope.png') });
+
+      // The server filters: the list with concerns=me, and the stream after a reload (a fresh list).
+      const ids = async (who: string): Promise<string[]> =>
+        (await as<{ items: Approval[] }>(who, 'GET', '/v1/approvals?status=PENDING&concerns=me')).body.items.map((a) => a.id);
+      assert.deepEqual(await ids('owner'), [forOwner.body.id]);
+      assert.deepEqual(await ids('other'), [forOther.body.id]);
+      assert.deepEqual((await ids('admin')).sort(), [forOwner.body.id, forOther.body.id].sort());
+      // The stream: what `other` receives over the dashboard's WebSocket (their cookie), decided elsewhere.
+      // (In-page code is written as text: the tests are compiled without the DOM's types.)
+      await otherPage.evaluate(`new Promise((ready) => {
+        window.frames_ = [];
+        const s = new WebSocket('ws://' + location.host + '/v1/approvals/stream?concerns=me');
+        s.onmessage = (e) => {
+          const ev = JSON.parse(e.data);
+          if (ev.type === 'ready') return ready();
+          window.frames_.push(ev.type + ' ' + (ev.approval?.payload.host ?? '?'));
+        };
+      })`);
+      // Ordered: the owner's decision first, then the lead's of other's request; other sees only the second.
+      const d1 = await as('owner', 'POST', `/v1/approvals/${forOwner.body.id}/decision`, { decision: 'REJECT', reason: 'scoped' });
+      assert.equal(d1.status, 200, JSON.stringify(d1.body));
+      const d2 = await as('admin', 'POST', `/v1/approvals/${forOther.body.id}/decision`, { decision: 'REJECT', reason: 'scoped' });
+      assert.equal(d2.status, 200, JSON.stringify(d2.body));
+      await until('a frame on the stream', async () => (await otherPage.evaluate<number>('window.frames_.length')) > 0);
+      assert.deepEqual(await otherPage.evaluate<string[]>('window.frames_'), ['decided other-only.example.test']);
+      for (const p of [ownerPage, otherPage, leadPage]) await p.getByTestId('approvals-banner').waitFor({ state: 'detached' });
+      // A bad value is refused before the upgrade, saying what it takes.
+      const bad = await as<{ code: string; message: string }>('owner', 'GET', '/v1/approvals?concerns=everyone');
+      assert.equal(bad.status, 400);
+      assert.match(bad.body.message, /concerns.*must be me/);
+    } finally {
+      await as('other', 'DELETE', `/v1/workshops/${mine.body.id}`);
+    }
   });
 
   it('a SECRET_REQUEST shows its mode: use as the lower risk, reveal as the riskier', async () => {
@@ -299,6 +386,65 @@ describe('dashboard in Chromium', { timeout: 280_000 }, () => {
     await modal.getByText('Rejected.').waitFor();
   });
 
+  it('history filters by status, category and workshop; a request shows its audit trail; the modal is keyboard-only usable', async () => {
+    const all = await as<{ items: (Approval & { category: string; workshopId: string })[] }>('owner', 'GET', '/v1/approvals?limit=1000');
+    const mirror = all.body.items.find((a) => a.decisionReason === 'use the mirror instead');
+    assert.ok(mirror, JSON.stringify(all.body));
+    const page = await signedIn('lead');
+    await page.getByRole('navigation').getByRole('link', { name: 'History' }).click();
+    await page.waitForURL(`${server.url}/history`);
+    const table = page.getByTestId('history');
+    await table.waitFor();
+    // After each change of a filter the table shows exactly what the API lists for that filter, in its order.
+    const showsAsApi = async (query: string): Promise<string[]> => {
+      const listed = await as<{ items: (Approval & { category: string })[] }>('admin', 'GET', `/v1/approvals?limit=200&${query}`);
+      const ids = listed.body.items.map((a) => `history-${a.id}`);
+      const rows = table.locator('tbody tr');
+      await until(`the history to show ${query}`, async () => {
+        const shown = await rows.evaluateAll((trs) => trs.map((tr) => tr.getAttribute('data-testid')));
+        return JSON.stringify(shown) === JSON.stringify(ids);
+      });
+      return listed.body.items.map((a) => a.status);
+    };
+    await page.getByLabel('Status').selectOption('APPROVED');
+    assert.deepEqual([...new Set(await showsAsApi('status=APPROVED'))], ['APPROVED']);
+    await page.getByLabel('Status').selectOption('REJECTED');
+    assert.deepEqual([...new Set(await showsAsApi('status=REJECTED'))], ['REJECTED']);
+    await page.getByLabel('Category').selectOption('PR_GATEWAY');
+    assert.ok((await showsAsApi('status=REJECTED&category=PR_GATEWAY')).length > 0);
+    // The hostile justification of the earlier PR request is text here too.
+    assert.match(await table.innerText(), /<script>window\.__pwned=1<\/script>/);
+    await page.getByLabel('Category').selectOption('');
+    await page.getByLabel('Workshop').selectOption(ws);
+    await showsAsApi(`status=REJECTED&workshop=${ws}`);
+    assert.equal(await page.getByTestId(`history-${mirror.id}`).count(), 1);
+    await page.screenshot({ path: join(SHOTS, 'history.png') });
+    assert.deepEqual(await accessibilityProblems(page), [], 'axe-core on history');
+
+    // The audit trail: filed by the agent through the API, rejected by owner from the dashboard, with the address.
+    await page.getByRole('button', { name: `Open request ${mirror.id}` }).click();
+    const modal = page.getByTestId('approval-modal');
+    const trail = modal.getByTestId('audit-trail');
+    await trail.waitFor();
+    const rows = await trail.locator('tbody tr').allInnerTexts();
+    assert.equal(rows.length, 2, rows.join('\n'));
+    assert.match(rows[0]!, new RegExp(`CREATED\\s+agent/${ws}\\s+api\\s+127\\.0\\.0\\.1`));
+    assert.match(rows[1]!, /REJECTED\s+user\/owner\s+dashboard\s+127\.0\.0\.1/);
+    await page.screenshot({ path: join(SHOTS, 'audit-trail.png') });
+    assert.deepEqual(await accessibilityProblems(page), [], 'axe-core on the audit trail');
+
+    // Keyboard only: Tab goes round the dialog's controls and never leaves it; Escape closes it.
+    for (let i = 0; i < 12; i++) {
+      await page.keyboard.press(i % 3 === 2 ? 'Shift+Tab' : 'Tab');
+      assert.ok(
+        await page.evaluate<boolean>("!!document.activeElement?.closest('dialog[open]')"),
+        `focus left the dialog after ${i + 1} presses`,
+      );
+    }
+    await page.keyboard.press('Escape');
+    await modal.waitFor({ state: 'detached' });
+  });
+
   it('writes with the cookie need the CSRF header; sign-out revokes the session', async () => {
     const page = await signedIn('owner');
     const noCsrf = await page.evaluate(async () => {
@@ -355,6 +501,7 @@ describe('dashboard in Chromium', { timeout: 280_000 }, () => {
     await row.first().waitFor();
     assert.match(await row.first().innerText(), /denied/);
     await page.screenshot({ path: join(SHOTS, 'workshop.png') });
+    assert.deepEqual(await accessibilityProblems(page), [], "axe-core on a workshop's page");
 
     // A reload lands on the same page (the server answers it with the app); back goes to the list.
     await page.reload();
@@ -362,6 +509,7 @@ describe('dashboard in Chromium', { timeout: 280_000 }, () => {
     await page.goBack();
     await page.getByTestId('workshops').waitFor();
     await page.screenshot({ path: join(SHOTS, 'workshops.png') });
+    assert.deepEqual(await accessibilityProblems(page), [], 'axe-core on the workshops list');
 
     // Stopped through the API: the list follows without a reload.
     const stopped = await as('owner', 'POST', `/v1/workshops/${ws}/stop`);

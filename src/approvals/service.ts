@@ -1,5 +1,5 @@
 import { EventEmitter } from 'node:events';
-import { AtelierError, describeZodError } from '../core/index.js';
+import { AtelierError, describeZodError, type ApprovalAuditEntry } from '../core/index.js';
 import { listenChannel, queryRows, withTransaction, type NotificationBus, type Pool, type PoolClient } from '../db/index.js';
 import {
   APPROVAL_CATEGORIES,
@@ -342,7 +342,7 @@ export class ApprovalService {
 
   async list(
     actor: ApprovalActor,
-    filter: { status?: ApprovalStatus; workshopId?: string; category?: ApprovalCategory; limit?: number },
+    filter: { status?: ApprovalStatus; workshopId?: string; category?: ApprovalCategory; limit?: number; concerning?: boolean },
   ): Promise<ApprovalRequest[]> {
     await this.expireDue();
     const where = ['c.tenant_id = $1'];
@@ -355,6 +355,8 @@ export class ApprovalService {
     if (filter.workshopId !== undefined) add('r.workshop_id = ?', filter.workshopId);
     if (filter.status !== undefined) add('r.status = ?', filter.status);
     if (filter.category !== undefined) add('r.category = ?', filter.category);
+    if (filter.concerning && !concernsEveryWorkshop(actor))
+      add('EXISTS (SELECT 1 FROM workshops w WHERE w.id = r.workshop_id AND w.owner_id = ?)', actor.userId);
     params.push(filter.limit ?? 100);
     const rows = await queryRows<Row>(
       this.pool,
@@ -362,6 +364,47 @@ export class ApprovalService {
       params,
     );
     return rows.map(toApproval);
+  }
+
+  /**
+   * A filter of events down to those that concern `actor` (see `concernsEveryWorkshop`): the
+   * owner of each workshop is read once, then kept (a workshop's owner never changes).
+   */
+  concerning(actor: ApprovalActor): (approval: ApprovalRequest) => Promise<boolean> {
+    if (concernsEveryWorkshop(actor)) return async () => true;
+    const owned = new Map<string, Promise<boolean>>();
+    return (approval) => {
+      let known = owned.get(approval.workshopId);
+      if (!known) {
+        known = this.workshop(approval.workshopId).then(
+          (w) => w?.owner_id === actor.userId,
+          () => (owned.delete(approval.workshopId), false),
+        );
+        owned.set(approval.workshopId, known);
+      }
+      return known;
+    };
+  }
+
+  /** The audit rows of one request, oldest first: what happened, who, through which channel, from which address, when. */
+  async auditTrail(id: string, actor: ApprovalActor): Promise<ApprovalAuditEntry[]> {
+    await this.get(id, actor);
+    const rows = await queryRows<{
+      seq: string;
+      at: Date;
+      event: ApprovalAuditEntry['event'];
+      subject: string;
+      channel: ApprovalAuditEntry['channel'];
+      ip: string | null;
+    }>(this.pool, 'SELECT seq, at, event, subject, channel, ip FROM hitl_audit WHERE request_id = $1 ORDER BY seq', [id]);
+    return rows.map((r) => ({
+      seq: Number(r.seq),
+      at: r.at.toISOString(),
+      event: r.event,
+      subject: r.subject,
+      channel: r.channel,
+      ip: r.ip,
+    }));
   }
 
   // ---- writing ---------------------------------------------------------------------------
@@ -821,6 +864,14 @@ export function isApprovalStatus(v: unknown): v is ApprovalStatus {
 /** True for a category name (query parameters). */
 export function isApprovalCategory(v: unknown): v is ApprovalCategory {
   return typeof v === 'string' && (APPROVAL_CATEGORIES as readonly string[]).includes(v);
+}
+
+/**
+ * Whether every request of the tenant concerns `actor`: a maintainer or admin decides any; anyone
+ * else is concerned by the workshops they own (an agent by its own workshop, which `visible` keeps).
+ */
+function concernsEveryWorkshop(actor: ApprovalActor): boolean {
+  return actor.kind === 'agent' || actor.role === 'maintainer' || actor.role === 'admin';
 }
 
 /** Whether an event may be shown to this caller (the WebSocket stream's filter). */

@@ -287,6 +287,17 @@ export const ApprovalRequestSchema = z.object({
 });
 export type ApprovalRequestView = z.infer<typeof ApprovalRequestSchema>;
 
+/** One row of a request's audit: what happened, who did it, through which channel, from which address, when. */
+export const ApprovalAuditEntry = z.object({
+  seq: z.number(),
+  at: time,
+  event: z.enum(['CREATED', 'APPROVED', 'REJECTED', 'EXPIRED']),
+  subject: z.string().describe('user/NAME, agent/WORKSHOP or system'),
+  channel: z.enum(['cli', 'slack', 'dashboard', 'api', 'system']),
+  ip: z.string().nullable().describe("the caller's address as the server saw it (for Slack, Slack's; null for the system's expiries)"),
+});
+export type ApprovalAuditEntry = z.infer<typeof ApprovalAuditEntry>;
+
 export const AuditVerification = z.object({
   ok: z.boolean(),
   rows: z.number(),

@@ -10,6 +10,7 @@ import {
   APPROVAL_CATEGORIES,
   APPROVAL_STATUSES,
   ApplyPlanRequest,
+  ApprovalAuditEntry,
   ApprovalRequestSchema,
   AuditVerification,
   AuthConfig,
@@ -52,6 +53,11 @@ import {
   SpendReportSchema,
 } from './api.js';
 import { CreateWorkshopRequest, ExecRequest, SimulatorRequest } from './schemas.js';
+
+const CONCERNS_ME = z
+  .enum(['me'])
+  .optional()
+  .describe('only what concerns the caller: the workshops they own, or every workshop of the tenant for a maintainer or admin');
 
 /**
  * The route table of the HTTP API: every route's method, path, query, request body and answer,
@@ -563,6 +569,7 @@ export const ROUTES = {
       category: z.enum(APPROVAL_CATEGORIES).optional(),
       workshop: z.string().min(1).optional().describe('only this workshop'),
       limit: z.number().int().min(1).max(1000).optional().describe('how many (default 100)'),
+      concerns: CONCERNS_ME,
     }),
     response: itemsOf(ApprovalRequestSchema),
   },
@@ -583,6 +590,14 @@ export const ROUTES = {
     query: z.object({ timeout: z.number().min(0).max(300).optional().describe('seconds (default 30)') }),
     response: ApprovalRequestSchema,
   },
+  approvalAudit: {
+    method: 'GET',
+    path: '/v1/approvals/:id/audit',
+    summary: "a request's audit trail, oldest first: what happened, who, channel, address, time (people only)",
+    tag: 'approvals',
+    auth: 'bearer',
+    response: itemsOf(ApprovalAuditEntry),
+  },
   decideApproval: {
     method: 'POST',
     path: '/v1/approvals/:id/decision',
@@ -598,6 +613,7 @@ export const ROUTES = {
     summary: 'live approval events (WebSocket, one JSON text frame per event)',
     tag: 'approvals',
     auth: 'bearer',
+    query: z.object({ concerns: CONCERNS_ME }),
     produces: 'websocket',
   },
   verifyAudit: {

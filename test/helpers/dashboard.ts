@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Page } from 'playwright-core';
 import { REPO_ROOT } from './server.js';
@@ -18,7 +18,9 @@ export function buildDashboard(): string {
   if (!existsSync(join(WEB, 'node_modules')))
     throw new Error('web/node_modules is missing: run scripts/install.sh (or `npm ci --prefix web`)');
   const dist = mkdtempSync('/tmp/atelier-web-');
-  const build = spawnSync('npm', ['run', '-s', 'build', '--prefix', WEB, '--', '--outDir', dist], { encoding: 'utf8' });
+  // Each build writes its own directory, so test files that build at the same time do not need
+  // Vite's one-build-per-project lock.
+  const build = spawnSync('npm', ['run', '-s', 'build', '--prefix', WEB, '--', '--outDir', dist, '--bypass-lock'], { encoding: 'utf8' });
   if (build.status !== 0) throw new Error(`building the dashboard failed:\n${build.stdout}\n${build.stderr}`);
   return dist;
 }
@@ -58,5 +60,36 @@ export async function signInThroughPages(
       .innerText()
       .catch(() => '?');
     throw new Error(`signing in as ${name} failed at ${page.url()} showing:\n${text}\n${(err as Error).message}`);
+  }
+}
+
+const AXE = join(WEB, 'node_modules', 'axe-core', 'axe.min.js');
+
+/**
+ * axe-core's serious and critical violations of WCAG 2.1 A and AA on the page as it is now, one
+ * line each (`rule (impact): target`). axe is evaluated through the browser's debugging protocol,
+ * which the page's CSP does not govern; the page itself is not changed.
+ */
+export async function accessibilityProblems(page: Page): Promise<string[]> {
+  if (!(await page.evaluate<boolean>("typeof window.axe === 'object'"))) await page.evaluate(readFileSync(AXE, 'utf8'));
+  const violations = await page.evaluate<{ id: string; impact: string | null; targets: string[] }[]>(
+    `axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'] } })
+       .then((r) => r.violations.map((v) => ({ id: v.id, impact: v.impact, targets: v.nodes.map((n) => n.target.join(' ')) })))`,
+  );
+  return violations
+    .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+    .map((v) => `${v.id} (${v.impact}): ${v.targets.slice(0, 5).join(', ')}`);
+}
+
+/**
+ * Waits until `check` holds, asking again every 100 ms (a hang guard of `seconds`, not a timing
+ * assertion). For what the page shows that a locator cannot wait for: the page's CSP refuses the
+ * `eval` that Playwright's waitForFunction would use for a condition written as text.
+ */
+export async function until(what: string, check: () => Promise<boolean>, seconds = 30): Promise<void> {
+  const end = Date.now() + seconds * 1000;
+  while (!(await check())) {
+    if (Date.now() > end) throw new Error(`waited ${seconds} s for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
   }
 }

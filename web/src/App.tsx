@@ -1,5 +1,6 @@
 import { useCallback, useEffect, useState } from 'react';
-import { ApiError, getSession, setCsrf, signOut, switchTenant, type Session, type SignedOut } from './api.ts';
+import { ApiError, getSession, setCsrf, signOut, switchTenant, type Approval, type Session, type SignedOut } from './api.ts';
+import { History } from './History.tsx';
 import { Banner } from './Banner.tsx';
 import { ApprovalsList } from './ApprovalsList.tsx';
 import { ApprovalModal } from './ApprovalModal.tsx';
@@ -69,13 +70,15 @@ function SignIn({ signIn }: { signIn: SignedOut['signIn'] }) {
 function Dashboard({ session, reload }: { session: Session; reload: () => Promise<void> }) {
   const { state, live, error } = usePending(session.tenant, () => void reload());
   const now = useNow();
-  const [openId, setOpenId] = useState<string>();
+  // The request shown in the modal: as the live feed last saw it, else as the history read it.
+  const [open, setOpen] = useState<{ id: string; seen?: Approval }>();
+  const setOpenId = (id: string): void => setOpen({ id });
   const [headerError, setHeaderError] = useState<string>();
   const path = usePath();
   const workshop = decoded(/^\/workshops\/([^/]+)$/.exec(path)?.[1]);
   const signedOut = (): void => void reload();
   const s = summary(state, now);
-  const opened = openId ? (state.pending.get(openId) ?? state.ended.get(openId)) : undefined;
+  const opened = open ? (state.pending.get(open.id) ?? state.ended.get(open.id) ?? open.seen) : undefined;
 
   const act = async (f: () => Promise<unknown>): Promise<void> => {
     try {
@@ -95,6 +98,9 @@ function Dashboard({ session, reload }: { session: Session; reload: () => Promis
         <nav aria-label="Sections">
           <Link to="/" current={path === '/'}>
             Approvals
+          </Link>
+          <Link to="/history" current={path === '/history'}>
+            History
           </Link>
           <Link to="/workshops" current={path.startsWith('/workshops')}>
             Workshops
@@ -130,10 +136,12 @@ function Dashboard({ session, reload }: { session: Session; reload: () => Promis
       <main className="page">
         {path === '/' ? (
           <ApprovalsList items={s.items} now={now} live={live} error={error} onOpen={setOpenId} />
+        ) : path === '/history' ? (
+          <History onOpen={(a) => setOpen({ id: a.id, seen: a })} onSignedOut={signedOut} />
         ) : path === '/workshops' ? (
-          <WorkshopsList onSignedOut={signedOut} />
+          <WorkshopsList role={session.role} onSignedOut={signedOut} />
         ) : workshop !== undefined ? (
-          <WorkshopPage id={workshop} onSignedOut={signedOut} />
+          <WorkshopPage id={workshop} role={session.role} onSignedOut={signedOut} />
         ) : (
           <section>
             <h1>No such page</h1>
@@ -144,7 +152,14 @@ function Dashboard({ session, reload }: { session: Session; reload: () => Promis
         )}
       </main>
       {opened && (
-        <ApprovalModal approval={opened} role={session.role} userName={session.user.name} now={now} onClose={() => setOpenId(undefined)} />
+        <ApprovalModal
+          key={opened.id}
+          approval={opened}
+          role={session.role}
+          userName={session.user.name}
+          now={now}
+          onClose={() => setOpen(undefined)}
+        />
       )}
     </>
   );

@@ -1,6 +1,7 @@
-import { useEffect, useRef, useState } from 'react';
+import { useEffect, useRef, useState, type KeyboardEvent } from 'react';
 import { ApiError, canDecide, decide, getWorkshop, type Approval, type Role, type Workshop } from './api.ts';
 import { CATEGORY_LABEL, visible } from './ApprovalsList.tsx';
+import { AuditTrail } from './History.tsx';
 import { countdown, page, splitDiff } from './pending.ts';
 
 const DIFF_PAGE = 400;
@@ -61,7 +62,7 @@ export function ApprovalModal({
   };
 
   return (
-    <dialog ref={dialog} className="modal" aria-labelledby="modal-title" onClose={onClose} data-testid="approval-modal">
+    <dialog ref={dialog} className="modal" aria-labelledby="modal-title" onClose={onClose} onKeyDown={trapTab} data-testid="approval-modal">
       <header className="modal-head">
         <h2 id="modal-title">{CATEGORY_LABEL[current.category]}</h2>
         <button type="button" className="secondary" onClick={() => dialog.current?.close()} aria-label="Close">
@@ -109,6 +110,7 @@ export function ApprovalModal({
         {visible(String(current.payload.justification ?? ''))}
       </p>
       <Details approval={current} />
+      <AuditTrail id={current.id} status={current.status} />
       {mayDecide && (
         <form className="decide" onSubmit={(e) => e.preventDefault()}>
           <label htmlFor="reason">Reason (required; the agent sees it on a rejection)</label>
@@ -138,6 +140,30 @@ export function ApprovalModal({
       )}
     </dialog>
   );
+}
+
+const FOCUSABLE =
+  'button:not([disabled]), [href], input:not([disabled]), select:not([disabled]), textarea:not([disabled]), summary, [tabindex]:not([tabindex="-1"])';
+
+/**
+ * Tab and Shift+Tab go round the dialog's own controls: a modal <dialog> makes the page behind
+ * it inert, but the browser would still move focus out to its own toolbar. Escape closes (the
+ * dialog's own `cancel`).
+ */
+function trapTab(e: KeyboardEvent<HTMLDialogElement>): void {
+  if (e.key !== 'Tab') return;
+  const items = [...e.currentTarget.querySelectorAll<HTMLElement>(FOCUSABLE)].filter((el) => el.offsetParent !== null);
+  const first = items[0];
+  const last = items.at(-1);
+  if (!first || !last) return;
+  const at = document.activeElement;
+  if (e.shiftKey && (at === first || !e.currentTarget.contains(at))) {
+    e.preventDefault();
+    last.focus();
+  } else if (!e.shiftKey && (at === last || !e.currentTarget.contains(at))) {
+    e.preventDefault();
+    first.focus();
+  }
 }
 
 function Details({ approval }: { approval: Approval }) {

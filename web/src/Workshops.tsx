@@ -1,8 +1,26 @@
-import { useRef } from 'react';
-import { egressLog, getWorkshop, listWorkshops, type EgressEntry, type EgressRecord } from './api.ts';
+import { lazy, Suspense, useRef, useState } from 'react';
+import {
+  deleteWorkshop,
+  egressLog,
+  getWorkshop,
+  listSessions,
+  listSimulators,
+  listWorkshops,
+  resumeWorkshop,
+  said,
+  stopWorkshop,
+  type EgressEntry,
+  type EgressRecord,
+  type Role,
+  type Workshop,
+} from './api.ts';
 import { visible } from './ApprovalsList.tsx';
-import { Link } from './router.tsx';
+import { CreateWorkshopForm } from './CreateWorkshop.tsx';
+import { Link, navigate } from './router.tsx';
 import { usePoll } from './usePoll.ts';
+
+// xterm.js is most of the app's weight: loaded when a terminal is first opened, not with the page.
+const WorkshopTerminal = lazy(() => import('./Terminal.tsx').then((m) => ({ default: m.WorkshopTerminal })));
 
 const POLL_MS = 2000;
 
@@ -33,11 +51,20 @@ function EntryList({ entries, testId }: { entries: EgressEntry[]; testId: string
 }
 
 /** The tenant's workshops, their status read again every 2 s. */
-export function WorkshopsList({ onSignedOut }: { onSignedOut: () => void }) {
+export function WorkshopsList({ role, onSignedOut }: { role: Role; onSignedOut: () => void }) {
   const { data, error } = usePoll(listWorkshops, POLL_MS, onSignedOut, 'list');
+  const [creating, setCreating] = useState(false);
   return (
     <section aria-labelledby="ws-title">
       <h1 id="ws-title">Workshops</h1>
+      {role !== 'viewer' &&
+        (creating ? (
+          <CreateWorkshopForm onCancel={() => setCreating(false)} onCreated={(w) => navigate(`/workshops/${encodeURIComponent(w.id)}`)} />
+        ) : (
+          <button type="button" onClick={() => setCreating(true)}>
+            New workshop
+          </button>
+        ))}
       {error && (
         <p role="alert" className="error">
           {error}
@@ -46,7 +73,7 @@ export function WorkshopsList({ onSignedOut }: { onSignedOut: () => void }) {
       {!data ? (
         <p className="muted">Loading…</p>
       ) : data.items.length === 0 ? (
-        <p>No workshop yet: create one with `atelier workshops create --repo PATH`.</p>
+        <p>No workshop yet.</p>
       ) : (
         <div className="table-wrap">
           <table data-testid="workshops">
@@ -82,8 +109,11 @@ export function WorkshopsList({ onSignedOut }: { onSignedOut: () => void }) {
 }
 
 /** One workshop: status, limits, its egress policy and the proxy's decisions, read again every 2 s. */
-export function WorkshopPage({ id, onSignedOut }: { id: string; onSignedOut: () => void }) {
+export function WorkshopPage({ id, role, onSignedOut }: { id: string; role: Role; onSignedOut: () => void }) {
   const { data: w, error } = usePoll(() => getWorkshop(id), POLL_MS, onSignedOut, id);
+  const simulators = usePoll(() => listSimulators(id), POLL_MS, onSignedOut, `sim-${id}`);
+  const sessions = usePoll(() => listSessions(id), POLL_MS, onSignedOut, `sess-${id}`);
+  const [terminal, setTerminal] = useState<{ session?: string }>();
   // The log grows: each poll asks only for what came after the last record seen.
   const log = useRef<{ id: string; items: EgressRecord[] }>({ id, items: [] });
   if (log.current.id !== id) log.current = { id, items: [] };
@@ -133,6 +163,7 @@ export function WorkshopPage({ id, onSignedOut }: { id: string; onSignedOut: () 
             <dt>Budget</dt>
             <dd>{w.budgetUsd === null ? 'none' : `$${w.budgetUsd}`}</dd>
           </dl>
+          {role !== 'viewer' && <WorkshopActions workshop={w} />}
           {w.warnings.length > 0 && (
             <ul className="error">
               {w.warnings.map((x, i) => (
@@ -151,6 +182,107 @@ export function WorkshopPage({ id, onSignedOut }: { id: string; onSignedOut: () 
               <EntryList entries={w.egress.policy.filter((e) => e.rule === 'deny')} testId="egress-deny" />
             </div>
           </div>
+        </>
+      )}
+      <h2>Simulators</h2>
+      {simulators.error && <p className="error">{simulators.error}</p>}
+      {simulators.data &&
+        (simulators.data.items.length === 0 ? (
+          <p className="muted" data-testid="simulators-empty">
+            No simulator.
+          </p>
+        ) : (
+          <div className="table-wrap">
+            <table data-testid="simulators">
+              <thead>
+                <tr>
+                  <th scope="col">Name</th>
+                  <th scope="col">Type</th>
+                  <th scope="col">Status</th>
+                  <th scope="col">Endpoint (inside the workshop)</th>
+                  <th scope="col">Memory</th>
+                </tr>
+              </thead>
+              <tbody>
+                {simulators.data.items.map((s) => (
+                  <tr key={s.name}>
+                    <td>{visible(s.name)}</td>
+                    <td>
+                      {visible(s.type)}
+                      {s.version ? ` ${visible(s.version)}` : ''}
+                    </td>
+                    <td>
+                      {visible(s.status)}
+                      {s.statusReason ? `: ${visible(s.statusReason)}` : ''}
+                    </td>
+                    <td>{s.endpoint ? <code>{`${visible(s.endpoint.host)}:${s.endpoint.port}`}</code> : '—'}</td>
+                    <td>{s.memoryBytes === null ? '—' : bytes(s.memoryBytes)}</td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </div>
+        ))}
+      <h2>Agent sessions</h2>
+      {sessions.error && <p className="error">{sessions.error}</p>}
+      {sessions.data &&
+        (sessions.data.items.length === 0 ? (
+          <p className="muted" data-testid="sessions-empty">
+            No agent session.
+          </p>
+        ) : (
+          <div className="table-wrap">
+            <table data-testid="sessions">
+              <thead>
+                <tr>
+                  <th scope="col">Name</th>
+                  <th scope="col">Command</th>
+                  <th scope="col">Started</th>
+                  <th scope="col">State</th>
+                  <th scope="col">
+                    <span className="sr-only">Attach</span>
+                  </th>
+                </tr>
+              </thead>
+              <tbody>
+                {sessions.data.items.map((s) => (
+                  <tr key={s.name}>
+                    <td>{visible(s.name)}</td>
+                    <td className="wrap">
+                      <code>{s.command.map((a) => visible(a)).join(' ')}</code>
+                    </td>
+                    <td>{new Date(s.startedAt).toLocaleString()}</td>
+                    <td>{s.running ? `running, ${s.attached} attached` : `ended (exit ${s.exitCode ?? '?'})`}</td>
+                    <td>
+                      {s.running && role !== 'viewer' && (
+                        <button type="button" className="secondary" onClick={() => setTerminal({ session: s.name })}>
+                          Attach
+                        </button>
+                      )}
+                    </td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </div>
+        ))}
+      {role !== 'viewer' && (
+        <>
+          <h2>Terminal</h2>
+          {terminal ? (
+            <>
+              <Suspense fallback={<p className="muted">Loading the terminal…</p>}>
+                <WorkshopTerminal key={terminal.session ?? ''} workshopId={id} {...terminal} />
+              </Suspense>
+              <button type="button" className="secondary" onClick={() => setTerminal(undefined)}>
+                Close the terminal
+              </button>
+            </>
+          ) : (
+            <button type="button" onClick={() => setTerminal({})}>
+              Open a shell
+            </button>
+          )}
         </>
       )}
       <h2>Egress log</h2>
@@ -193,5 +325,87 @@ export function WorkshopPage({ id, onSignedOut }: { id: string; onSignedOut: () 
         </div>
       )}
     </section>
+  );
+}
+
+/** Stop, resume and delete (after typing the workshop's name); the server's answer when it refuses. */
+function WorkshopActions({ workshop }: { workshop: Workshop }) {
+  const [busy, setBusy] = useState(false);
+  const [answer, setAnswer] = useState<string>();
+  const [confirming, setConfirming] = useState(false);
+  const [typed, setTyped] = useState('');
+  const run = async (f: () => Promise<unknown>, after?: () => void): Promise<void> => {
+    setBusy(true);
+    setAnswer(undefined);
+    try {
+      await f();
+      after?.();
+    } catch (err) {
+      setAnswer(said(err));
+    } finally {
+      setBusy(false);
+    }
+  };
+  const id = workshop.id;
+  return (
+    <div className="actions">
+      <div className="row">
+        {workshop.status === 'Running' && (
+          <button type="button" className="secondary" disabled={busy} onClick={() => void run(() => stopWorkshop(id))}>
+            Stop
+          </button>
+        )}
+        {(workshop.status === 'Suspended' || workshop.status === 'Dead') && (
+          <button type="button" disabled={busy} onClick={() => void run(() => resumeWorkshop(id))}>
+            Resume
+          </button>
+        )}
+        {!confirming && (
+          <button type="button" className="danger" disabled={busy} onClick={() => setConfirming(true)}>
+            Delete…
+          </button>
+        )}
+        {busy && <span className="muted">working…</span>}
+      </div>
+      {confirming && (
+        <form
+          className="confirm"
+          onSubmit={(e) => {
+            e.preventDefault();
+            if (typed === workshop.name)
+              void run(
+                () => deleteWorkshop(id),
+                () => navigate('/workshops'),
+              );
+          }}
+        >
+          <label htmlFor="confirm-delete">
+            Deleting removes the workshop, its files and its simulators for good. Type its name, <code>{visible(workshop.name)}</code>, to
+            confirm.
+          </label>
+          <input id="confirm-delete" value={typed} onChange={(e) => setTyped(e.target.value)} autoComplete="off" />
+          <div className="row">
+            <button type="submit" className="danger" disabled={busy || typed !== workshop.name}>
+              Delete for good
+            </button>
+            <button
+              type="button"
+              className="secondary"
+              onClick={() => {
+                setConfirming(false);
+                setTyped('');
+              }}
+            >
+              Cancel
+            </button>
+          </div>
+        </form>
+      )}
+      {answer && (
+        <p role="alert" className="error" data-testid="workshop-answer">
+          {visible(answer)}
+        </p>
+      )}
+    </div>
   );
 }

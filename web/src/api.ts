@@ -3,7 +3,12 @@
  * never sees it), and on every write the CSRF token from GET /auth/web/session. No token is kept
  * in localStorage or anywhere else script-readable but memory.
  */
-export type Role = 'viewer' | 'member' | 'maintainer' | 'admin';
+import type { z } from 'zod';
+import type * as core from '../../src/core/api.ts';
+import type * as schemas from '../../src/core/schemas.ts';
+import type * as terminals from '../../src/core/terminals.ts';
+
+export type Role = (typeof core.ROLES)[number];
 
 export interface Session {
   signedIn: true;
@@ -19,62 +24,30 @@ export interface SignedOut {
   signIn: { available: true; url: string } | { available: false; reason: string };
 }
 
-export type ApprovalCategory = 'ALLOWLIST_EXPANSION' | 'SECRET_REQUEST' | 'SHELL_COMMAND' | 'PR_GATEWAY';
-export type ApprovalStatus = 'PENDING' | 'APPROVED' | 'REJECTED' | 'EXPIRED';
+// The server's own wire types (zod schemas in src/core), imported as types only: nothing of zod
+// or of the server is bundled, and a change there that the app does not follow fails its build.
+type Wire<T extends z.ZodType> = z.infer<T>;
+export type Approval = Wire<typeof core.ApprovalRequestSchema>;
+export type ApprovalCategory = Approval['category'];
+export type ApprovalStatus = Approval['status'];
+export type AuditEntry = Wire<typeof core.ApprovalAuditEntry>;
+export type Workshop = Wire<typeof core.WorkshopSchema>;
+export type EgressEntry = Workshop['egress']['policy'][number];
+/** One decision of the workshop's egress proxy. */
+export type EgressRecord = Wire<typeof core.EgressRecord>;
+export type Simulator = Wire<typeof core.SimulatorView>;
+export type AgentSession = Wire<typeof core.SessionInfo>;
+export type CreateWorkshop = z.input<typeof schemas.CreateWorkshopRequest>;
+export type CreateFrame = schemas.CreateWorkshopFrame;
+/** What the PTY WebSocket says in its text frames. */
+export type TerminalEvent = terminals.TerminalEvent;
 
-export interface Approval {
-  id: string;
-  workshopId: string;
-  category: ApprovalCategory;
-  requestedBy: string;
-  payload: Record<string, unknown>;
-  status: ApprovalStatus;
-  decidedBy: string | null;
-  decisionReason: string | null;
-  createdAt: string;
-  expiresAt: string;
-  decidedAt: string | null;
-  effect: { appliedAt: string | null; error: string | null };
-}
+export const APPROVAL_STATUSES: readonly ApprovalStatus[] = ['PENDING', 'APPROVED', 'REJECTED', 'EXPIRED'];
+export const APPROVAL_CATEGORIES: readonly ApprovalCategory[] = ['ALLOWLIST_EXPANSION', 'SHELL_COMMAND', 'SECRET_REQUEST', 'PR_GATEWAY'];
 
 export interface ApprovalEvent {
   type: 'created' | 'decided' | 'expired' | 'ready';
   approval?: Approval;
-}
-
-export interface Workshop {
-  id: string;
-  name: string;
-  status: string;
-  statusReason: string | null;
-  repo: string;
-  limits: { cpus: number; memoryBytes: number; pids: number };
-  budgetUsd: number | null;
-  /** `policy`: the live policy the workshop's proxy applies, each entry with where it came from. */
-  egress: { allow: string[]; deny: string[]; policy: EgressEntry[] };
-  warnings: string[];
-  createdAt: string;
-}
-
-export interface EgressEntry {
-  rule: 'allow' | 'deny' | 'allowRange';
-  entry: string;
-  origin: 'platform' | 'project' | 'approval';
-  approval: { requestId: string | null; decidedBy: string | null; decidedAt: string | null } | null;
-}
-
-/** One decision of the workshop's egress proxy. */
-export interface EgressRecord {
-  id: number;
-  at: string;
-  protocol: string;
-  host: string;
-  port: number;
-  allowed: boolean;
-  outcome: string;
-  reason: string;
-  message: string;
-  approvalId: string | null;
 }
 
 /** An answer of the server that is not a success: its code and message, shown as they are. */
@@ -86,6 +59,11 @@ export class ApiError extends Error {
   ) {
     super(message);
   }
+}
+
+/** The server's answer to a refused call, as it said it. */
+export function said(err: unknown): string {
+  return err instanceof ApiError ? `${err.message} (${err.code})` : err instanceof Error ? err.message : String(err);
 }
 
 let csrf: Session['csrf'] | undefined;
@@ -104,6 +82,11 @@ export async function call<T>(method: string, path: string, body?: unknown): Pro
     credentials: 'same-origin',
     ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
   });
+  return answer<T>(res);
+}
+
+/** The JSON of an answer, or its error as an ApiError (code and message as the server said them). */
+async function answer<T>(res: Response): Promise<T> {
   const text = await res.text();
   let data: unknown;
   try {
@@ -123,13 +106,72 @@ export async function call<T>(method: string, path: string, body?: unknown): Pro
 }
 
 export const getSession = (): Promise<Session | SignedOut> => call('GET', '/auth/web/session');
-export const listPending = (): Promise<{ items: Approval[] }> => call('GET', '/v1/approvals?status=PENDING&limit=1000');
+/** What waits for the signed-in user: PENDING requests of the workshops they own, or all of the tenant's for a maintainer or admin (the server filters). */
+export const listPending = (): Promise<{ items: Approval[] }> => call('GET', '/v1/approvals?status=PENDING&concerns=me&limit=1000');
+
+export interface HistoryFilter {
+  status?: ApprovalStatus;
+  category?: ApprovalCategory;
+  workshop?: string;
+}
+
+/** The tenant's requests, newest first, filtered by the server. */
+export function listApprovals(f: HistoryFilter, limit = 200): Promise<{ items: Approval[] }> {
+  const q = new URLSearchParams({ limit: String(limit) });
+  if (f.status) q.set('status', f.status);
+  if (f.category) q.set('category', f.category);
+  if (f.workshop) q.set('workshop', f.workshop);
+  return call('GET', `/v1/approvals?${q}`);
+}
+export const getApproval = (id: string): Promise<Approval> => call('GET', `/v1/approvals/${encodeURIComponent(id)}`);
+export const approvalAudit = (id: string): Promise<{ items: AuditEntry[] }> => call('GET', `/v1/approvals/${encodeURIComponent(id)}/audit`);
 export const getWorkshop = (id: string): Promise<Workshop> => call('GET', `/v1/workshops/${encodeURIComponent(id)}`);
 export const listWorkshops = (): Promise<{ items: Workshop[] }> => call('GET', '/v1/workshops');
 export const egressLog = (id: string, after: number | undefined): Promise<{ items: EgressRecord[] }> =>
   call('GET', `/v1/workshops/${encodeURIComponent(id)}/egress?limit=200${after !== undefined ? `&after=${after}` : ''}`);
 export const decide = (id: string, decision: 'APPROVE' | 'REJECT', reason: string): Promise<Approval> =>
   call('POST', `/v1/approvals/${encodeURIComponent(id)}/decision`, { decision, reason });
+export const stopWorkshop = (id: string): Promise<Workshop> => call('POST', `/v1/workshops/${encodeURIComponent(id)}/stop`);
+export const resumeWorkshop = (id: string): Promise<Workshop> => call('POST', `/v1/workshops/${encodeURIComponent(id)}/resume`);
+export const deleteWorkshop = (id: string): Promise<{ id: string; deleted: true }> =>
+  call('DELETE', `/v1/workshops/${encodeURIComponent(id)}`);
+export const listSimulators = (id: string): Promise<{ items: Simulator[] }> =>
+  call('GET', `/v1/workshops/${encodeURIComponent(id)}/simulators`);
+export const listSessions = (id: string): Promise<{ items: AgentSession[] }> =>
+  call('GET', `/v1/workshops/${encodeURIComponent(id)}/sessions`);
+
+/**
+ * Creates a workshop, telling each phase as it happens (`POST /v1/workshops` as NDJSON); the
+ * workshop (Running or Failed) at the end. A request refused before anything exists throws its ApiError.
+ */
+export async function createWorkshop(body: CreateWorkshop, onPhase: (frame: schemas.CreatePhaseEvent) => void): Promise<Workshop> {
+  const headers: Record<string, string> = {
+    accept: 'application/x-ndjson',
+    'content-type': 'application/json',
+    'x-atelier-channel': 'dashboard',
+  };
+  if (csrf) headers[csrf.header] = csrf.token;
+  const res = await fetch('/v1/workshops', { method: 'POST', headers, credentials: 'same-origin', body: JSON.stringify(body) });
+  if (!res.ok || !(res.headers.get('content-type') ?? '').includes('ndjson')) return answer<Workshop>(res);
+  const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
+  let buffered = '';
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (value) buffered += value;
+    const lines = buffered.split('\n');
+    buffered = done ? '' : (lines.pop() ?? '');
+    for (const line of lines) {
+      if (!line.trim()) continue;
+      const frame = JSON.parse(line) as CreateFrame;
+      if ('workshop' in frame) return frame.workshop as Workshop;
+      if ('error' in frame) throw new ApiError(res.status, frame.error.code, frame.error.message);
+      onPhase(frame);
+    }
+    if (done)
+      throw new ApiError(res.status, 'UNAVAILABLE', 'the server ended the creation without saying how it went: look at the workshops list');
+  }
+}
+
 export const switchTenant = (tenant: string): Promise<{ tenant: string }> => call('POST', '/auth/web/tenant', { tenant });
 export const signOut = (): Promise<unknown> => call('POST', '/auth/web/logout');
 

@@ -3,8 +3,10 @@ import { ApiError, listPending, type ApprovalEvent } from './api.ts';
 import { applyEvent, EMPTY, fromList, type PendingState } from './pending.ts';
 
 /**
- * The live PENDING set: the stream (/v1/approvals/stream, authenticated by the session cookie)
- * and, each time it (re)connects, the list. Reconnects after a blip; reports a lost session.
+ * The live PENDING set that concerns the user (the server filters both the stream and the list
+ * with `concerns=me`: the workshops they own, or all of the tenant's for a maintainer or admin):
+ * the stream (/v1/approvals/stream, authenticated by the session cookie) and, each time it
+ * (re)connects, the list. Reconnects after a blip; reports a lost session.
  */
 export function usePending(tenant: string, onSignedOut: () => void): { state: PendingState; live: boolean; error: string | undefined } {
   const [state, setState] = useState<PendingState>(EMPTY);
@@ -41,7 +43,7 @@ export function usePending(tenant: string, onSignedOut: () => void): { state: Pe
 
     const connect = (): void => {
       const scheme = location.protocol === 'https:' ? 'wss' : 'ws';
-      const ws = new WebSocket(`${scheme}://${location.host}/v1/approvals/stream`);
+      const ws = new WebSocket(`${scheme}://${location.host}/v1/approvals/stream?concerns=me`);
       socket = ws;
       ws.addEventListener('message', (e: MessageEvent<string>) => {
         let ev: ApprovalEvent;

@@ -23,9 +23,21 @@ const READ: RouteAccess = { role: 'viewer', agent: true };
 const FILE: RouteAccess = { role: 'member', agent: true };
 const DECIDE: RouteAccess = { role: 'member' };
 
+// The audit trail names people and their addresses: people of the tenant only, not agents.
+const AUDIT: RouteAccess = { role: 'viewer' };
+
 const MAX_WAIT_SECONDS = 300;
+/** `concerns=me`: only the requests of workshops the caller owns, or all of the tenant's for a maintainer or admin. */
+const CONCERNS = ['me'] as const;
 
 type IdParams = { Params: { id: string } };
+
+function streamConcerns(request: FastifyRequest): (typeof CONCERNS)[number] | undefined {
+  const q = queryOf(request.query);
+  const concerns = q.oneOf('concerns', CONCERNS);
+  q.done();
+  return concerns;
+}
 
 /** The channel a caller says it is (the CLI and dashboard set x-atelier-channel); anything else is `api`. */
 function originOf(request: FastifyRequest): CallOrigin {
@@ -67,6 +79,7 @@ export function approvalRoutes(
     const category = q.oneOf('category', APPROVAL_CATEGORIES);
     const workshop = q.string('workshop');
     const limit = q.int('limit', { min: 1, max: 1000 }) ?? 100;
+    const concerns = q.oneOf('concerns', CONCERNS);
     q.done();
     const workshopId = workshop !== undefined && resolveWorkshop ? await resolveWorkshop(workshop, principalOf(request)) : workshop;
     return {
@@ -74,6 +87,7 @@ export function approvalRoutes(
         ...(status !== undefined ? { status } : {}),
         ...(category !== undefined ? { category } : {}),
         ...(workshopId !== undefined ? { workshopId } : {}),
+        ...(concerns === 'me' ? { concerning: true } : {}),
         limit,
       }),
     };
@@ -95,6 +109,10 @@ export function approvalRoutes(
     return service.wait(request.params.id, actor, Math.min(seconds * 1000, tokenLeft), gone.signal);
   });
 
+  app.get<IdParams>('/v1/approvals/:id/audit', { config: { access: AUDIT } }, async (request) => ({
+    items: await service.auditTrail(request.params.id, principalOf(request)),
+  }));
+
   app.post<IdParams>('/v1/approvals/:id/decision', { config: { access: DECIDE } }, async (request) => {
     const body = parse(DecideApprovalRequest, request.body);
     return service.decide(request.params.id, body, principalOf(request), originOf(request));
@@ -111,16 +129,29 @@ export function approvalRoutes(
     handler: async () => {
       throw new AtelierError('INVALID_ARGUMENT', 'this is a WebSocket stream: connect with Upgrade: websocket (`atelier approvals watch`)');
     },
+    // A bad query is a 400 before the upgrade.
+    preHandler: async (request) => void streamConcerns(request),
     wsHandler: (socket, request) => {
       const actor = principalOf(request);
-      const onEvent = (scoped: { event: ApprovalEvent; tenantId: string }): void => {
-        if (!eventVisibleTo(actor, scoped)) return;
+      const concerning = streamConcerns(request) === 'me' ? service.concerning(actor) : undefined;
+      // The owner look-up is asynchronous: events go out through one chain, in the order they came.
+      let chain = Promise.resolve();
+      const send = (event: ApprovalEvent): void => {
         // A client that does not read is dropped rather than buffered for without limit.
         if (socket.bufferedAmount > 4 << 20) {
           socket.terminate();
           return;
         }
-        socket.send(JSON.stringify(scoped.event));
+        socket.send(JSON.stringify(event));
+      };
+      const onEvent = (scoped: { event: ApprovalEvent; tenantId: string }): void => {
+        if (!eventVisibleTo(actor, scoped)) return;
+        if (!concerning) return send(scoped.event);
+        chain = chain
+          .then(async () => {
+            if (await concerning(scoped.event.approval)) send(scoped.event);
+          })
+          .catch(() => undefined);
       };
       service.events.on('event', onEvent);
       const ends = actor.expiresAt ? Date.parse(actor.expiresAt) - Date.now() : undefined;

@@ -71,7 +71,11 @@ export class QueryParams {
   oneOf<const T extends string>(name: string, values: readonly T[]): T | undefined {
     const v = this.string(name);
     if (v === undefined) return undefined;
-    if (!(values as readonly string[]).includes(v)) return this.#bad(name, `must be ${values.slice(0, -1).join(', ')} or ${values.at(-1)}`);
+    if (!(values as readonly string[]).includes(v))
+      return this.#bad(
+        name,
+        values.length === 1 ? `must be ${values[0]}` : `must be ${values.slice(0, -1).join(', ')} or ${values.at(-1)}`,
+      );
     return v as T;
   }
 

@@ -1,7 +1,8 @@
+import { randomBytes } from 'node:crypto';
 import { readFile, stat } from 'node:fs/promises';
 import { extname, join, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { FastifyInstance, FastifyReply } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AtelierError } from '../../core/index.js';
 import { issueCsrfToken, CSRF_HEADER } from './actions.js';
 import type { BrowserSessions } from '../browserSessions.js';
@@ -15,6 +16,9 @@ export const DASHBOARD_CSP =
   "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; connect-src 'self'; " +
   "manifest-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
+/** Replaced in index.html by the nonce of that response's `style-src`. */
+const STYLE_NONCE_PLACEHOLDER = '__ATELIER_STYLE_NONCE__';
+
 const TYPES: Record<string, string> = {
   '.html': 'text/html; charset=utf-8',
   '.js': 'text/javascript; charset=utf-8',
@@ -26,6 +30,37 @@ const TYPES: Record<string, string> = {
   '.txt': 'text/plain; charset=utf-8',
   '.woff2': 'font/woff2',
 };
+
+const ENCODINGS = [
+  { name: 'br', suffix: 'br' },
+  { name: 'gzip', suffix: 'gz' },
+] as const;
+
+/** The content codings an `Accept-Encoding` header takes (those with q=0 refused). */
+function accepted(header: string | undefined): Set<string> {
+  const out = new Set<string>();
+  for (const part of (header ?? '').split(',')) {
+    const [token, ...params] = part.trim().toLowerCase().split(';');
+    const q = params.map((p) => /^\s*q=([0-9.]+)\s*$/.exec(p)?.[1]).find((v) => v !== undefined);
+    if (token && (q === undefined || Number(q) > 0)) out.add(token);
+  }
+  return out;
+}
+
+/** The best precompressed copy of `file` that exists and is accepted (brotli first), if any. */
+async function precompressed(file: string, codings: Set<string>): Promise<(typeof ENCODINGS)[number] | undefined> {
+  for (const e of ENCODINGS) {
+    if (!codings.has(e.name) && !codings.has('*')) continue;
+    if (
+      await stat(`${file}.${e.suffix}`).then(
+        (s) => s.isFile(),
+        () => false,
+      )
+    )
+      return e;
+  }
+  return undefined;
+}
 
 /** Paths that belong to the API and the issuer: an unknown one there is a 404, never the app. */
 const NOT_THE_APP = /^\/(v1|oidc|auth|api|mcp|healthz|metrics)(\/|$)/i;
@@ -133,7 +168,8 @@ export function webRoutes(app: FastifyInstance, deps: WebRouteDeps): void {
   });
 
   // The app itself: a built file if it exists, else index.html (the app routes in the browser).
-  const serveApp = async (url: string, reply: FastifyReply): Promise<FastifyReply> => {
+  const serveApp = async (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> => {
+    const url = request.url;
     let path: string;
     try {
       path = decodeURIComponent(url.split('?')[0] ?? '/');
@@ -161,13 +197,24 @@ export function webRoutes(app: FastifyInstance, deps: WebRouteDeps): void {
       else if (path.startsWith('/assets/'))
         throw new AtelierError('NOT_FOUND', `no file ${path} in this build of the dashboard: reload the page`);
     }
-    const body = await readFile(file);
+    // A precompressed copy (web/vite.config.ts writes NAME.br and NAME.gz) when the browser takes one.
+    const encoding = file === index ? undefined : await precompressed(file, accepted(request.headers['accept-encoding']));
+    let body: Buffer | string = await readFile(encoding ? `${file}.${encoding.suffix}` : file);
+    let csp = DASHBOARD_CSP;
+    if (file === index) {
+      // A fresh nonce per load for the <style> elements the terminal (xterm.js) makes; see web/src/styleNonce.ts.
+      const nonce = randomBytes(18).toString('base64');
+      body = body.toString('utf8').replace(STYLE_NONCE_PLACEHOLDER, nonce);
+      csp = DASHBOARD_CSP.replace("style-src 'self'", `style-src 'self' 'nonce-${nonce}'`);
+    }
     const immutable = file !== index && file.startsWith(join(dist, 'assets') + sep);
     return reply
       .headers({
         'content-type': TYPES[extname(file)] ?? 'application/octet-stream',
+        ...(encoding ? { 'content-encoding': encoding.name } : {}),
+        vary: 'accept-encoding',
         'cache-control': immutable ? 'public, max-age=31536000, immutable' : 'no-cache',
-        'content-security-policy': DASHBOARD_CSP,
+        'content-security-policy': csp,
         'x-content-type-options': 'nosniff',
         'x-frame-options': 'DENY',
         'referrer-policy': 'no-referrer',
@@ -175,6 +222,6 @@ export function webRoutes(app: FastifyInstance, deps: WebRouteDeps): void {
       })
       .send(body);
   };
-  app.get('/', PUBLIC, async (request, reply) => serveApp(request.url, reply));
-  app.get('/*', PUBLIC, async (request, reply) => serveApp(request.url, reply));
+  app.get('/', PUBLIC, async (request, reply) => serveApp(request, reply));
+  app.get('/*', PUBLIC, async (request, reply) => serveApp(request, reply));
 }

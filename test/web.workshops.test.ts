@@ -1,0 +1,183 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { actors } from './helpers/actors.js';
+import { CHROMIUM, CHROMIUM_ARGS, accessibilityProblems, buildDashboard, signInThroughPages, until } from './helpers/dashboard.js';
+import { REPO_ROOT, TestServer, makeRepo } from './helpers/server.js';
+
+// The dashboard's workshops in Debian's Chromium, against a real server: a workshop created from
+// the form (with a real simulator), stopped, resumed and deleted from its page; a shell in the
+// browser (xterm.js on the PTY WebSocket) runs a command, follows a resize; an agent session is
+// attached with its recent output.
+const SHOTS = join(REPO_ROOT, 'web', 'screenshots');
+
+/** What xterm shows (its DOM renderer's rows), as text. */
+const screen = (page: Page): Promise<string> => page.locator('.xterm-rows').innerText();
+
+/** Waits until the terminal shows `re`; what it shows then. */
+async function shows(page: Page, re: RegExp): Promise<string> {
+  let text = '';
+  await until(`the terminal to show ${re}`, async () => re.test((text = await screen(page))));
+  return text;
+}
+
+describe('dashboard workshops and terminal in Chromium', { timeout: 280_000 }, () => {
+  let server: TestServer;
+  let repo: string;
+  let dist: string;
+  let browser: Browser;
+  let context: BrowserContext;
+  let password = '';
+  const { tokens, as } = actors(() => server);
+  const cspViolations: string[] = [];
+
+  before(async () => {
+    dist = buildDashboard();
+    mkdirSync(SHOTS, { recursive: true });
+    server = await TestServer.start({ env: { ATELIER_WEB_DIR: dist } });
+    tokens.admin = server.token;
+    const u = await as<{ temporaryPassword: string }>('admin', 'POST', '/v1/users', { name: 'maker', role: 'member' });
+    assert.equal(u.status, 201, JSON.stringify(u.body));
+    password = u.body.temporaryPassword;
+    const t = await as<{ token: string }>('admin', 'POST', '/v1/tokens', { user: 'maker', expiresInSeconds: 3600 });
+    tokens.maker = t.body.token;
+    repo = makeRepo({ 'README.md': '# made in the browser\n' });
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
+  });
+
+  after(async () => {
+    await context?.close().catch(() => undefined);
+    await browser?.close().catch(() => undefined);
+    if (server) {
+      if (process.exitCode) console.log(server.log);
+      await server.dispose();
+    }
+    if (repo) rmSync(repo, { recursive: true, force: true });
+    if (dist) rmSync(dist, { recursive: true, force: true });
+  });
+
+  /** A page signed in as `maker` (through the real pages the first time; the session cookie after). */
+  async function signedIn(): Promise<Page> {
+    const first = !context;
+    context ??= await browser.newContext({ viewport: { width: 1100, height: 900 } });
+    const page = await context.newPage();
+    page.setDefaultTimeout(30_000);
+    page.on('console', (m) => {
+      if (/Content Security Policy/i.test(m.text())) cspViolations.push(m.text());
+    });
+    if (first) password = await signInThroughPages(page, server.url, 'maker', password, 'a passphrase chosen in the browser');
+    return page;
+  }
+
+  it('create from the form (with a simulator), stop, resume, a shell that runs a command and follows a resize, an attached session, delete with confirmation', async () => {
+    const page = await signedIn();
+    await page.getByRole('navigation').getByRole('link', { name: 'Workshops' }).click();
+    await page.getByRole('button', { name: 'New workshop' }).click();
+    const form = page.getByTestId('create-workshop');
+
+    // A bad field is refused by the server, which says which one.
+    await form.getByLabel(/^Repository/).fill(repo);
+    await form.getByLabel(/^Name/).fill('Not A Name');
+    await form.getByRole('button', { name: 'Create' }).click();
+    assert.match(await form.getByTestId('create-answer').innerText(), /name: lowercase letters/);
+
+    await form.getByLabel(/^Name/).fill('from-the-browser');
+    await form.getByLabel(/^Simulators/).fill('redis');
+    await form.getByLabel(/^Processes/).fill('600');
+    await page.screenshot({ path: join(SHOTS, 'workshop-create.png') });
+    assert.deepEqual(await accessibilityProblems(page), [], 'axe-core on the creation form');
+    await form.getByRole('button', { name: 'Create' }).click();
+    await page.waitForURL(/\/workshops\/ws-[0-9a-z]+$/, { timeout: 120_000 });
+    const id = new URL(page.url()).pathname.split('/').pop()!;
+    await page
+      .getByTestId('workshop-status')
+      .getByText(/^Running/)
+      .waitFor();
+    assert.match(await page.getByTestId('workshop-limits').innerText(), /600 processes/);
+    const sims = page.getByTestId('simulators');
+    await sims.getByText('redis', { exact: true }).first().waitFor();
+    assert.match(await sims.innerText(), /redis.*\n?.*:\d+/);
+    const made = await as<{ name: string; limits: { pids: number } }>('maker', 'GET', `/v1/workshops/${id}`);
+    assert.equal(made.body.name, 'from-the-browser');
+    assert.equal(made.body.limits.pids, 600);
+
+    // Stop, then resume, from the page.
+    await page.getByRole('button', { name: 'Stop', exact: true }).click();
+    await page
+      .getByTestId('workshop-status')
+      .getByText(/^Suspended/)
+      .waitFor();
+    assert.equal((await as<{ status: string }>('maker', 'GET', `/v1/workshops/${id}`)).body.status, 'Suspended');
+    await page.getByRole('button', { name: 'Resume', exact: true }).click();
+    await page
+      .getByTestId('workshop-status')
+      .getByText(/^Running/)
+      .waitFor();
+
+    // A shell: typed keys reach bash in the workshop, its output comes back.
+    await page.getByRole('button', { name: 'Open a shell' }).click();
+    await page
+      .getByTestId('terminal-state')
+      .getByText(/connected/)
+      .waitFor();
+    await page.locator('.xterm').click();
+    await page.keyboard.type('echo $((6*7))-answer; stty size\n');
+    const out = await shows(page, /42-answer\s+\d+ \d+/);
+    const before = /42-answer\s+(\d+) (\d+)/.exec(out);
+    assert.ok(before, out);
+    await page.screenshot({ path: join(SHOTS, 'terminal.png') });
+    assert.deepEqual(await accessibilityProblems(page), [], "axe-core on a workshop's page with its terminal");
+    // Resize: a narrower window, a terminal with fewer columns, and the PTY is told.
+    await page.setViewportSize({ width: 640, height: 900 });
+    await page.keyboard.type('clear; echo cols-$(tput cols)-now\n');
+    const narrowed = await shows(page, /cols-\d+-now/);
+    const cols = Number(/cols-(\d+)-now/.exec(narrowed)![1]);
+    assert.ok(cols < Number(before[2]), `${cols} columns after the resize, ${before[2]} before`);
+    await page.setViewportSize({ width: 1100, height: 900 });
+    await page.getByRole('button', { name: 'Close the terminal' }).click();
+
+    // An agent session started through the API: attached from the page, its recent output first.
+    const started = await as('maker', 'POST', `/v1/workshops/${id}/sessions`, {
+      name: 'agent',
+      command: ['sh', '-c', 'echo session-says-hello; exec cat'],
+    });
+    assert.equal(started.status, 201, JSON.stringify(started.body));
+    await page.getByTestId('sessions').getByRole('button', { name: 'Attach' }).click();
+    await shows(page, /session-says-hello/);
+    await page.locator('.xterm').click();
+    await page.keyboard.type('typed-into-the-session\n');
+    await until('the session to echo the input', async () => ((await screen(page)).match(/typed-into-the-session/g) ?? []).length >= 2);
+    await page.screenshot({ path: join(SHOTS, 'terminal-session.png') });
+    await page.getByRole('button', { name: 'Close the terminal' }).click();
+
+    // Delete: the button asks for the name first.
+    await page.getByRole('button', { name: 'Delete…' }).click();
+    const confirm = page.getByRole('button', { name: 'Delete for good' });
+    assert.equal(await confirm.isDisabled(), true);
+    await page.getByLabel(/Type its name/).fill('from-the-browse');
+    assert.equal(await confirm.isDisabled(), true);
+    await page.getByLabel(/Type its name/).fill('from-the-browser');
+    await page.screenshot({ path: join(SHOTS, 'workshop-delete.png') });
+    assert.deepEqual(await accessibilityProblems(page), [], 'axe-core on the delete confirmation');
+    await confirm.click();
+    await page.waitForURL(`${server.url}/workshops`);
+    assert.equal((await as('maker', 'GET', `/v1/workshops/${id}`)).status, 404);
+    assert.deepEqual(cspViolations, []);
+  });
+
+  it('a member who does not own a workshop is told by the server when they try to stop it', async () => {
+    const w = await as<{ id: string; status: string }>('admin', 'POST', '/v1/workshops', { repo, name: 'admins' });
+    assert.equal(w.status, 201, JSON.stringify(w.body));
+    try {
+      const page = await signedIn();
+      await page.goto(`${server.url}/workshops/${w.body.id}`);
+      await page.getByRole('button', { name: 'Stop', exact: true }).click();
+      assert.match(await page.getByTestId('workshop-answer').innerText(), /belongs to someone else.*\(PERMISSION_DENIED\)/);
+      assert.equal((await as<{ status: string }>('admin', 'GET', `/v1/workshops/${w.body.id}`)).body.status, 'Running');
+    } finally {
+      await as('admin', 'DELETE', `/v1/workshops/${w.body.id}`);
+    }
+  });
+});
