@@ -17,6 +17,7 @@ import net from 'node:net';
 import { join } from 'node:path';
 import tls from 'node:tls';
 import { heading, line, ratioLine, REPO_ROOT, statLine, summarize, type BenchServer } from './lib.js';
+import { makeOriginCertificates } from '../test/helpers/tls.js';
 
 const CONCURRENCY = 8;
 const ROUNDS = 3;
@@ -151,75 +152,20 @@ export async function broker(server: BenchServer): Promise<Record<string, unknow
   );
   const dir = join(server.scratch.dir, 'broker');
   execFileSync('mkdir', ['-p', join(dir, 'ca')]);
-  const ossl = (args: string[]): void => void execFileSync('openssl', args, { cwd: dir, stdio: 'ignore' });
-  ossl([
-    'req',
-    '-x509',
-    '-newkey',
-    'ec',
-    '-pkeyopt',
-    'ec_paramgen_curve:P-256',
-    '-nodes',
-    '-keyout',
-    'oca.key',
-    '-out',
-    'oca.pem',
-    '-days',
-    '2',
-    '-subj',
-    '/CN=bench origin CA',
-  ]);
-  writeFileSync(join(dir, 'ext.cnf'), `subjectAltName=DNS:${BOUND},DNS:${PLAIN}\n`);
-  ossl([
-    'req',
-    '-newkey',
-    'ec',
-    '-pkeyopt',
-    'ec_paramgen_curve:P-256',
-    '-nodes',
-    '-keyout',
-    'o.key',
-    '-out',
-    'o.csr',
-    '-subj',
-    `/CN=${PLAIN}`,
-  ]);
-  ossl([
-    'x509',
-    '-req',
-    '-in',
-    'o.csr',
-    '-CA',
-    'oca.pem',
-    '-CAkey',
-    'oca.key',
-    '-CAcreateserial',
-    '-out',
-    'o.pem',
-    '-days',
-    '2',
-    '-extfile',
-    'ext.cnf',
-  ]);
+  const certs = makeOriginCertificates(dir, [BOUND, PLAIN], 'bench origin CA');
   writeFileSync(join(dir, 'origin.mjs'), ORIGIN_JS);
   writeFileSync(join(dir, 'proxy.mjs'), PROXY_JS);
   let origin: ChildProcess | undefined;
   let proxy: ChildProcess | undefined;
   try {
-    const o = start(join(dir, 'origin.mjs'), [join(dir, 'o.key'), join(dir, 'o.pem')]);
+    const o = start(join(dir, 'origin.mjs'), [certs.key, certs.cert]);
     origin = o.child;
     const port = Number(await o.first);
     const socketPath = join(dir, 'proxy.sock');
-    const p = start(join(dir, 'proxy.mjs'), [
-      join(REPO_ROOT, 'dist/egress/index.js'),
-      socketPath,
-      join(dir, 'oca.pem'),
-      join(dir, 'ca'),
-      String(port),
-    ]);
+    const p = start(join(dir, 'proxy.mjs'), [join(REPO_ROOT, 'dist/egress/index.js'), socketPath, certs.ca, join(dir, 'ca'), String(port)]);
     proxy = p.child;
     await p.first;
-    const originCa = execFileSync('cat', [join(dir, 'oca.pem')]);
+    const originCa = execFileSync('cat', [certs.ca]);
     const workshopCa = execFileSync('sh', ['-c', `cat ${join(dir, 'ca')}/*.crt 2>/dev/null || true`]);
     const ways: Way[] = [
       { name: 'direct', open: () => tlsOver(undefined, { host: '127.0.0.1', port, servername: PLAIN, ca: originCa }) },

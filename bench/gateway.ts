@@ -16,6 +16,7 @@ import net from 'node:net';
 import { join } from 'node:path';
 import tls from 'node:tls';
 import { heading, line, ratioLine, REPO_ROOT, statLine, summarize, type BenchServer } from './lib.js';
+import { makeOriginCertificates } from '../test/helpers/tls.js';
 
 const CONCURRENCY = 8;
 const ROUNDS = 3;
@@ -157,44 +158,17 @@ export async function gateway(server: BenchServer): Promise<Record<string, unkno
   heading(`14. LLM gateway: model requests through the metering hook, beside a plain injecting binding (${CONCURRENCY} connections)`);
   const dir = join(server.scratch.dir, 'gateway');
   execFileSync('mkdir', ['-p', join(dir, 'ca')]);
-  const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes'];
-  const ossl = (args: string[]): void => void execFileSync('openssl', args, { cwd: dir, stdio: 'ignore' });
-  ossl(['req', '-x509', ...ec, '-keyout', 'oca.key', '-out', 'oca.pem', '-days', '2', '-subj', '/CN=bench origin CA']);
-  writeFileSync(join(dir, 'ext.cnf'), `subjectAltName=DNS:${BOUND},DNS:${GATEWAY}\n`);
-  ossl(['req', ...ec, '-keyout', 'o.key', '-out', 'o.csr', '-subj', `/CN=${BOUND}`]);
-  ossl([
-    'x509',
-    '-req',
-    '-in',
-    'o.csr',
-    '-CA',
-    'oca.pem',
-    '-CAkey',
-    'oca.key',
-    '-CAcreateserial',
-    '-out',
-    'o.pem',
-    '-days',
-    '2',
-    '-extfile',
-    'ext.cnf',
-  ]);
+  const certs = makeOriginCertificates(dir, [BOUND, GATEWAY], 'bench origin CA');
   writeFileSync(join(dir, 'origin.mjs'), ORIGIN_JS);
   writeFileSync(join(dir, 'proxy.mjs'), PROXY_JS);
   let origin: ChildProcess | undefined;
   let proxy: ChildProcess | undefined;
   try {
-    const o = start(join(dir, 'origin.mjs'), [join(dir, 'o.key'), join(dir, 'o.pem')]);
+    const o = start(join(dir, 'origin.mjs'), [certs.key, certs.cert]);
     origin = o.child;
     const port = Number(await o.first);
     const socketPath = join(dir, 'proxy.sock');
-    const p = start(join(dir, 'proxy.mjs'), [
-      join(REPO_ROOT, 'dist/egress/index.js'),
-      socketPath,
-      join(dir, 'oca.pem'),
-      join(dir, 'ca'),
-      String(port),
-    ]);
+    const p = start(join(dir, 'proxy.mjs'), [join(REPO_ROOT, 'dist/egress/index.js'), socketPath, certs.ca, join(dir, 'ca'), String(port)]);
     proxy = p.child;
     await p.first;
     const open = async (host: string): Promise<tls.TLSSocket> => {

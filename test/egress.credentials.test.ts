@@ -8,16 +8,13 @@ import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { TestServer, makeRepo } from './helpers/server.js';
+import { makeOriginCertificates } from './helpers/tls.js';
 
 // Brokered credentials (atelier.yaml `egress.credentials`): a local HTTPS origin, with a CA of
 // this test's own, stands in for a provider's API under two names; the clients inside the
 // workshop are the real curl and python's requests, through the workshop's egress proxy.
 const SECRET = `ghp_${randomBytes(18).toString('hex')}`;
 const sha = (s: string): string => createHash('sha256').update(s).digest('hex');
-
-function openssl(args: string[], cwd: string): void {
-  execFileSync('openssl', args, { cwd, stdio: 'ignore' });
-}
 
 /** git's smart HTTP through `git http-backend` (CGI), for requests that carry `expected` as their Authorization. */
 function gitBackend(req: http.IncomingMessage, res: http.ServerResponse, root: string, expected: string): void {
@@ -78,64 +75,7 @@ describe('credentials injected at the egress proxy', () => {
   before(async () => {
     dir = mkdtempSync('/tmp/atelier-broker-');
     // The stand-in provider's CA and its certificate for both names.
-    openssl(
-      [
-        'req',
-        '-x509',
-        '-newkey',
-        'ec',
-        '-pkeyopt',
-        'ec_paramgen_curve:P-256',
-        '-nodes',
-        '-keyout',
-        'ca.key',
-        '-out',
-        'ca.pem',
-        '-days',
-        '2',
-        '-subj',
-        '/CN=stand-in provider CA',
-      ],
-      dir,
-    );
-    writeFileSync(join(dir, 'ext.cnf'), 'subjectAltName=DNS:api.stand-in.test,DNS:plain.stand-in.test\n');
-    openssl(
-      [
-        'req',
-        '-newkey',
-        'ec',
-        '-pkeyopt',
-        'ec_paramgen_curve:P-256',
-        '-nodes',
-        '-keyout',
-        'origin.key',
-        '-out',
-        'origin.csr',
-        '-subj',
-        '/CN=api.stand-in.test',
-      ],
-      dir,
-    );
-    openssl(
-      [
-        'x509',
-        '-req',
-        '-in',
-        'origin.csr',
-        '-CA',
-        'ca.pem',
-        '-CAkey',
-        'ca.key',
-        '-CAcreateserial',
-        '-out',
-        'origin.pem',
-        '-days',
-        '2',
-        '-extfile',
-        'ext.cnf',
-      ],
-      dir,
-    );
+    makeOriginCertificates(dir, ['api.stand-in.test', 'plain.stand-in.test'], 'stand-in provider CA');
     // A repository the origin serves over HTTPS with git's own http-backend, to holders of the token only.
     execFileSync('git', ['init', '-q', '--bare', '-b', 'main', join(dir, 'git', 'served.git')]);
     execFileSync('git', ['-C', join(dir, 'git', 'served.git'), 'config', 'http.receivepack', 'true']);

@@ -404,6 +404,15 @@ const TABLE: Record<string, Row> = {
     expect: e(401, 403, 403, 404, 404, 404, 404, 404),
     call: () => ({ method: 'DELETE', path: '/v1/secrets/grants/00000000-0000-4000-8000-000000000000' }),
   },
+  // The tenant's credential policy: members read it (what their workshops get), maintainers set it.
+  'GET /v1/credential-policy': {
+    expect: e(401, 403, 403, 200, 200, 200, 200, 200),
+    call: () => ({ method: 'GET', path: '/v1/credential-policy' }),
+  },
+  'PUT /v1/credential-policy': {
+    expect: e(401, 403, 403, 403, 403, 200, 200, 200),
+    call: () => ({ method: 'PUT', path: '/v1/credential-policy', body: { credentials: [], forbid: [] } }),
+  },
   'GET /v1/audit/verify': {
     expect: e(401, 403, 403, 403, 403, 403, 200, 403),
     call: () => ({ method: 'GET', path: '/v1/audit/verify' }),

@@ -10,6 +10,7 @@ import { build } from 'esbuild';
 import { slackMessage, type ApprovalRequest } from '../src/approvals/index.js';
 import { actors } from './helpers/actors.js';
 import { TestServer, makeRepo } from './helpers/server.js';
+import { makeOriginCertificates } from './helpers/tls.js';
 
 // SECRET_REQUEST in use mode, end to end: the workshop's agent asks (API and real CLI) to have a
 // secret sent to one host; a person approves; the egress proxy then adds it to the real curl's
@@ -21,10 +22,6 @@ const VALUE = `zyx_use_${randomBytes(16).toString('hex')}`;
 const PATTERN = 'zy[x]_use_';
 const sha = (s: string): string => createHash('sha256').update(s).digest('hex');
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-function openssl(args: string[], cwd: string): void {
-  execFileSync('openssl', args, { cwd, stdio: 'ignore' });
-}
 
 /** The official MCP SDK client, bundled and run by the workshop's own node: calls one tool, prints its result. */
 const MCP_CLIENT = `
@@ -39,8 +36,6 @@ const { StreamableHTTPClientTransport } = require('@modelcontextprotocol/sdk/cli
   console.log(JSON.stringify(result));
 })().catch((e) => { console.error(String(e && e.message || e)); process.exit(1); });
 `;
-
-const KEY = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes'];
 
 describe('SECRET_REQUEST in use mode: the proxy adds the secret, the workshop never holds it', () => {
   let dir: string;
@@ -96,27 +91,7 @@ describe('SECRET_REQUEST in use mode: the proxy adds the secret, the workshop ne
 
   before(async () => {
     dir = mkdtempSync('/tmp/atelier-secret-use-');
-    openssl(['req', '-x509', ...KEY, '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '2', '-subj', '/CN=stand-in provider CA'], dir);
-    writeFileSync(join(dir, 'ext.cnf'), 'subjectAltName=DNS:api.stand-in.test,DNS:other.stand-in.test\n');
-    openssl(['req', ...KEY, '-keyout', 'origin.key', '-out', 'origin.csr', '-subj', '/CN=api.stand-in.test'], dir);
-    openssl(
-      [
-        'x509',
-        '-req',
-        '-in',
-        'origin.csr',
-        '-CA',
-        'ca.pem',
-        '-CAkey',
-        'ca.key',
-        '-CAcreateserial',
-        '-out',
-        'origin.pem',
-        '-days',
-        '2',
-      ].concat(['-extfile', 'ext.cnf']),
-      dir,
-    );
+    makeOriginCertificates(dir, ['api.stand-in.test', 'other.stand-in.test'], 'stand-in provider CA');
     origin = https.createServer({ key: readFileSync(join(dir, 'origin.key')), cert: readFileSync(join(dir, 'origin.pem')) }, (req, res) => {
       const a = req.headers['x-api-key'] ?? req.headers.authorization;
       const expected = req.headers['x-api-key'] !== undefined ? VALUE : `Bearer ${VALUE}`;

@@ -93,6 +93,30 @@ export type StartExecRequest = z.infer<typeof StartExecRequest>;
 export const SetSecretRequest = z.strictObject({ value: z.string({ message: 'value must be a string (the CLI reads it from stdin)' }) });
 export type SetSecretRequest = z.infer<typeof SetSecretRequest>;
 
+/** A credential binding as atelier.yaml and the tenant's policy write it (checked by the server). */
+export const CredentialBindingEntry = z.strictObject({
+  host: z.string().min(1).max(300),
+  header: z.string().min(1).max(100),
+  value: z.string().min(1).max(4096),
+});
+
+/**
+ * A tenant's credential policy: `credentials` every workshop of the tenant gets (as atelier.yaml's
+ * `egress.credentials`), `forbid` the hosts no project binding nor SECRET_REQUEST may bind.
+ */
+export const CredentialPolicy = z.strictObject({
+  credentials: z.array(CredentialBindingEntry).max(50).default([]),
+  forbid: z.array(z.string().min(1).max(300)).max(200).default([]),
+});
+export type CredentialPolicy = z.infer<typeof CredentialPolicy>;
+
+export const CredentialPolicyView = CredentialPolicy.extend({
+  tenant: z.string(),
+  setBy: z.string().nullable(),
+  setAt: z.string().nullable(),
+});
+export type CredentialPolicyView = z.infer<typeof CredentialPolicyView>;
+
 export const AddProjectRequest = z.strictObject({ path: z.string().min(1).max(4096), name: z.string().min(1).max(63).optional() });
 export type AddProjectRequest = z.infer<typeof AddProjectRequest>;
 

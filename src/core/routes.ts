@@ -39,6 +39,8 @@ import {
   ServerStatus,
   SessionInfo,
   SetSecretRequest,
+  CredentialPolicy,
+  CredentialPolicyView,
   SimulatorView,
   SshKeyView,
   StartExecRequest,
@@ -658,6 +660,24 @@ export const ROUTES = {
     tag: 'secrets',
     auth: 'bearer',
     status: 204,
+  },
+
+  getCredentialPolicy: {
+    method: 'GET',
+    path: '/v1/credential-policy',
+    summary: "the tenant's credential policy: bindings every new workshop gets, hosts no binding may name",
+    tag: 'secrets',
+    auth: 'bearer',
+    response: CredentialPolicyView,
+  },
+  setCredentialPolicy: {
+    method: 'PUT',
+    path: '/v1/credential-policy',
+    summary: "replace the tenant's credential policy; applies to workshops created from then on (maintainers)",
+    tag: 'secrets',
+    auth: 'bearer',
+    body: CredentialPolicy,
+    response: CredentialPolicyView,
   },
 
   // ---- projects and typed actions ----

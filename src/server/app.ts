@@ -4,7 +4,7 @@ import websocket from '@fastify/websocket';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { AtelierError, newRequestId, openApiDocument } from '../core/index.js';
 import type { Pool } from '../db/index.js';
-import { ExecLog, type SecretStore, type WorkshopService } from '../workshops/index.js';
+import { ExecLog, type CredentialPolicies, type SecretStore, type WorkshopService } from '../workshops/index.js';
 import { createTerminals } from '../terminals/index.js';
 import type { ApprovalService, SlackNotifier } from '../approvals/index.js';
 import {
@@ -50,6 +50,7 @@ export interface AppDeps {
   approvals?: ApprovalService;
   slack?: SlackNotifier;
   secrets?: SecretStore;
+  credentialPolicies?: CredentialPolicies;
   /** Whether this node runs the installation's periodic jobs (src/db/leader.ts); always, without it. */
   isLeader?: () => boolean;
   /** True until the server can serve every route (its issuer ready, the CLI context written). */
@@ -283,7 +284,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   workshopRoutes(app, deps.workshops, deps.approvals);
   simulatorRoutes(app, deps.workshops);
   identityRoutes(app, deps.accounts, deps.workshops);
-  if (deps.secrets) secretRoutes(app, deps.secrets);
+  if (deps.secrets) secretRoutes(app, deps.secrets, deps.credentialPolicies);
   const execs = new ExecLog(deps.pool, deps.workshops, deps.logger, deps.isLeader);
   execRoutes(app, execs);
   app.addHook('onClose', () => execs.close());

@@ -26,11 +26,11 @@ import {
   SERVER_OOM_SCORE_ADJ,
   WORKSHOP_OOM_SCORE_ADJ,
 } from '../sandbox/index.js';
-import { InternalNetwork, LocalDriver, SimulatorManager, WorkshopService } from '../workshops/index.js';
+import { CredentialPolicies, InternalNetwork, LocalDriver, SimulatorManager, WorkshopService } from '../workshops/index.js';
 import { checkSimulatorVersion, runOffServer, warmSimulators } from '../simulators/index.js';
 import { AccountService, Authenticator, MasterKey, generatePassword, hashPassword } from '../identity/index.js';
 import { createActionService, createProjectRegistry, selectStackBackend } from '../actions/index.js';
-import { createEgressPolicy } from '../egress/index.js';
+import { canonicalizeHost, createEgressPolicy } from '../egress/index.js';
 import { buildApp } from './app.js';
 import { createApprovals } from './approvals.js';
 import { actionRoutes } from './routes/actions.js';
@@ -408,8 +408,20 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
         logger.warn({ err: String(err) }, 'could not prepare the simulator templates (they are made on first use)'),
       );
     }
+    // A tenant's credential policy may bind only hosts every workshop may reach (the platform's list).
+    const platformPolicy = createEgressPolicy({
+      allow: egress.wiring.defaults,
+      deny: [],
+      allowRanges: egress.wiring.allowRanges,
+      askHoldSeconds: 0,
+    });
+    const credentialPolicies = new CredentialPolicies(pool, (host, port) => {
+      const h = canonicalizeHost(host);
+      return h.kind !== 'refused' && platformPolicy.evaluate(h, port, 'connect').outcome === 'allow';
+    });
     const workshops = new WorkshopService(pool, driver, {
       nodeId,
+      credentialPolicies,
       // Under sudo, the home of the user who ran it is allowed too (repositories live there).
       allowRepoRoots: opts.allowRepoRoots ?? [...config.allowRepoRoots, ...(sudoHome ? [sudoHome] : [])],
       defaults: { cpus: config.defaultCpus, memory: config.defaultMemory, pids: config.defaultPids },
@@ -517,6 +529,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       approvals: approvals.service,
       slack: approvals.slack,
       secrets: approvals.secrets,
+      credentialPolicies,
       sealer: masterKey,
       sessionsDir: join(dataDir, 'sessions'),
     });

@@ -18,5 +18,6 @@ export {
   type ExecStatus,
 } from './execLog.js';
 export { SecretStore, checkSecretName, DEFAULT_GRANT_SECONDS, SECRETS_DIR, type SecretInfo, type LocalSandbox } from './secrets.js';
+export { CredentialPolicies, type PlatformAllows } from './credentialPolicy.js';
 export { Publisher } from './publish.js';
 export { SpendLedger } from './spend.js';

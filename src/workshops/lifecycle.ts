@@ -225,6 +225,22 @@ export class WorkshopLifecycle {
    * without asking (a maintainer or admin; never an agent).
    */
   private async checkBindings(row: WorkshopRow, actor: Principal): Promise<CredentialBinding[]> {
+    const tenant = await this.opts.credentialPolicies?.forTenant(row.tenant_id);
+    const project = await this.checkProjectBindings(row, actor, tenant?.check);
+    // The tenant's policy's bindings first (their hosts cannot be the project's: checked above),
+    // kept with the workshop's row as the project's are: a later policy change leaves it as it is.
+    if (tenant && tenant.credentials.length > 0 && this.opts.egress.broker) {
+      row.egress = { ...row.egress, credentials: [...tenant.credentials, ...(row.egress.credentials ?? [])] };
+      return bindingsOf(row);
+    }
+    return project;
+  }
+
+  private async checkProjectBindings(
+    row: WorkshopRow,
+    actor: Principal,
+    tenantCheck: ((b: CredentialBinding, where: string) => void) | undefined,
+  ): Promise<CredentialBinding[]> {
     const entries = row.egress.credentials ?? [];
     if (entries.length === 0) return [];
     if (!this.opts.egress.broker) throw new AtelierError('UNAVAILABLE', 'this server has no credential broker: remove egress.credentials');
@@ -238,6 +254,7 @@ export class WorkshopLifecycle {
     const out = bindingsOf(row);
     for (const [i, b] of out.entries()) {
       const where = `atelier.yaml: egress.credentials.${i}`;
+      tenantCheck?.(b, `${where}.host`);
       const host = canonicalizeHost(b.host);
       if (host.kind === 'refused' || policy.evaluate(host, b.port, 'connect').outcome !== 'allow')
         throw new AtelierError(
@@ -264,7 +281,7 @@ export class WorkshopLifecycle {
    * requested secret, its host is one the workshop's live policy allows and the project does not
    * bind already (the project's binding would win). The host comes back canonical.
    */
-  checkSecretUse(row: WorkshopRow, name: string, use: CredentialEntry): CredentialEntry {
+  async checkSecretUse(row: WorkshopRow, name: string, use: CredentialEntry): Promise<CredentialEntry> {
     const refuse = (field: string, message: string): AtelierError =>
       new AtelierError('INVALID_ARGUMENT', message, { field: `payload.${field}` });
     if (!this.opts.egress.broker) throw refuse('host', 'this server has no credential broker: ask with "mode": "reveal" instead');
@@ -283,6 +300,7 @@ export class WorkshopLifecycle {
         'host',
         `payload.host: ${b.host}:${b.port} is not allowed by the workshop's egress policy: ask for it first (an ALLOWLIST_EXPANSION request) or add it to egress.allow in atelier.yaml`,
       );
+    (await this.opts.credentialPolicies?.forTenant(row.tenant_id))?.check(b, 'payload.host');
     if (this.opts.egress.llmGateway?.bindingFor(b.host, b.port))
       throw refuse('host', `payload.host: ${b.host}:${b.port} is a model provider of the LLM gateway, which adds its key itself`);
     if (bindingsOf(row).some((p) => p.host === b.host && p.port === b.port))
@@ -374,7 +392,7 @@ export class WorkshopLifecycle {
           JSON.stringify(env),
           dev.forwardPorts,
           JSON.stringify(dev.warnings),
-          JSON.stringify(project.egress),
+          JSON.stringify(row.egress),
           JSON.stringify(project.approvalCommands),
         ],
       );

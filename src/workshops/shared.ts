@@ -19,6 +19,7 @@ import type { WorkshopDriver } from './driver.js';
 import type { InternalNetwork } from './internal.js';
 import { type SimulatorManager, type WorkshopContext } from './simulators.js';
 import { spendOfRow } from './spend.js';
+import type { CredentialPolicies } from './credentialPolicy.js';
 
 export interface WorkshopRow {
   id: string;
@@ -65,6 +66,8 @@ export interface WorkshopRow {
 }
 
 export interface ServiceOptions {
+  /** The tenants' credential policies (bindings every new workshop gets, hosts none may bind). */
+  credentialPolicies?: CredentialPolicies;
   nodeId: string;
   allowRepoRoots: string[];
   defaults: { cpus: number; memory: string; pids: number };

@@ -4,12 +4,12 @@
 // (api.anthropic.com, api.openai.com) on port 443 of a loopback address of its own, with a
 // certificate of a CA made here. It keeps its own count of the tokens it reported, and of what
 // each request carried (never the key itself: whether it was the expected one).
-import { execFileSync } from 'node:child_process';
 import { createHash, randomInt } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import type http from 'node:http';
 import https from 'node:https';
 import { join } from 'node:path';
+import { makeOriginCertificates } from './tls.js';
 
 export const PROVIDER_NAMES = ['api.anthropic.com', 'api.openai.com'];
 
@@ -64,28 +64,7 @@ export class LlmProviderStandIn {
 
   static async start(keys: { anthropic: string; openai: string }): Promise<LlmProviderStandIn> {
     const dir = mkdtempSync('/tmp/atelier-llm-stand-in-');
-    const openssl = (args: string[]): void => void execFileSync('openssl', args, { cwd: dir, stdio: 'ignore' });
-    const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes'];
-    openssl(['req', '-x509', ...ec, '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '2', '-subj', '/CN=LLM provider stand-in CA']);
-    writeFileSync(join(dir, 'ext.cnf'), `subjectAltName=${PROVIDER_NAMES.map((n) => `DNS:${n}`).join(',')}\n`);
-    openssl(['req', ...ec, '-keyout', 'origin.key', '-out', 'origin.csr', '-subj', `/CN=${PROVIDER_NAMES[0]}`]);
-    openssl([
-      'x509',
-      '-req',
-      '-in',
-      'origin.csr',
-      '-CA',
-      'ca.pem',
-      '-CAkey',
-      'ca.key',
-      '-CAcreateserial',
-      '-out',
-      'origin.pem',
-      '-days',
-      '2',
-      '-extfile',
-      'ext.cnf',
-    ]);
+    makeOriginCertificates(dir, PROVIDER_NAMES, 'LLM provider stand-in CA');
     const holder: { self?: LlmProviderStandIn } = {};
     const server = https.createServer(
       { key: readFileSync(join(dir, 'origin.key')), cert: readFileSync(join(dir, 'origin.pem')) },

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
-import { SetSecretRequest } from '../../core/index.js';
+import { CredentialPolicy, SetSecretRequest } from '../../core/index.js';
 import type { RouteAccess } from '../../identity/index.js';
-import type { SecretStore } from '../../workshops/index.js';
+import type { CredentialPolicies, SecretStore } from '../../workshops/index.js';
 import { parse, principalOf } from './common.js';
 
 // Names (who set them, when) for members and the workshops' agent tokens (an agent must know
@@ -13,7 +13,7 @@ const REVOKE: RouteAccess = { role: 'member' };
 
 type NameParams = { Params: { name: string } };
 
-export function secretRoutes(app: FastifyInstance, secrets: SecretStore): void {
+export function secretRoutes(app: FastifyInstance, secrets: SecretStore, policies?: CredentialPolicies): void {
   app.get('/v1/secrets', { config: { access: LIST } }, async (request) => ({ items: await secrets.list(principalOf(request)) }));
 
   app.put<NameParams>('/v1/secrets/:name', { config: { access: WRITE } }, async (request) => {
@@ -26,6 +26,14 @@ export function secretRoutes(app: FastifyInstance, secrets: SecretStore): void {
     await secrets.revoke(principalOf(request), request.params.id);
     return reply.status(204).send();
   });
+
+  // The tenant's credential policy: members read it (it says what their workshops get), maintainers set it.
+  if (policies) {
+    app.get('/v1/credential-policy', { config: { access: { role: 'member' } } }, async (request) => policies.get(principalOf(request)));
+    app.put('/v1/credential-policy', { config: { access: WRITE } }, async (request) =>
+      policies.set(principalOf(request), parse(CredentialPolicy, request.body)),
+    );
+  }
 
   app.delete<NameParams>('/v1/secrets/:name', { config: { access: WRITE } }, async (request, reply) => {
     await secrets.delete(principalOf(request), request.params.name);

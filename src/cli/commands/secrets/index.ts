@@ -34,6 +34,29 @@ export function register(program: Command, cli: Cli): void {
       await revokeGrant(c, id);
       await cli.render(c.output, { revoked: id }, () => `grant of request ${id} ended`);
     });
+  const policy = secrets
+    .command('policy')
+    .description("the tenant's credential policy: bindings every new workshop gets, hosts no binding may name");
+  policy
+    .command('show')
+    .description('show the policy (members)')
+    .action(async () => {
+      const c = cli.ctx();
+      const { showPolicy, policyText } = await import('./manage.js');
+      const p = await showPolicy(c);
+      await cli.render(c.output, p, () => policyText(p));
+    });
+  policy
+    .command('set <file>')
+    .description(
+      "replace the policy from a YAML or JSON file (`-`: stdin) with `credentials:` (as atelier.yaml's egress.credentials) and `forbid:` (hosts); applies to workshops created from now on (maintainers)",
+    )
+    .action(async (file: string) => {
+      const c = cli.ctx();
+      const { setPolicy, policyText } = await import('./manage.js');
+      const p = await setPolicy(c, file);
+      await cli.render(c.output, p, () => policyText(p));
+    });
   secrets
     .command('delete <name>')
     .alias('rm')

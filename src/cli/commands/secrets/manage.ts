@@ -1,6 +1,7 @@
-import { AtelierError } from '../../../core/index.js';
+import { readFileSync } from 'node:fs';
+import { AtelierError, loadYaml, type CredentialPolicyView } from '../../../core/index.js';
 import type { CommandContext } from '../../context.js';
-import { table } from '../../output.js';
+import { printable, table } from '../../output.js';
 
 export interface SecretInfo {
   name: string;
@@ -78,4 +79,40 @@ export function secretTable(items: SecretInfo[]): string {
     { header: 'SET BY', get: (s) => s.setBy },
     { header: 'SET AT', get: (s) => s.setAt },
   ]);
+}
+
+/**
+ * The tenant's credential policy from a YAML or JSON file (`-`: stdin), as the server takes it:
+ * `credentials:` (atelier.yaml's `egress.credentials` form) and `forbid:` (hosts).
+ */
+export async function setPolicy(ctx: CommandContext, file: string): Promise<CredentialPolicyView> {
+  let text: string;
+  try {
+    text = file === '-' ? await readValue(process.stdin) : readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new AtelierError('INVALID_ARGUMENT', `cannot read ${file}: ${(err as Error).message}`, { field: 'file' });
+  }
+  let body: unknown;
+  try {
+    body = (await loadYaml()).parse(text) ?? {};
+  } catch (err) {
+    throw new AtelierError('INVALID_ARGUMENT', `${file} is not YAML or JSON: ${(err as Error).message.split('\n')[0]}`, { field: 'file' });
+  }
+  return (await ctx.api()).call('setCredentialPolicy', { body: body as CredentialPolicyView });
+}
+
+export async function showPolicy(ctx: CommandContext): Promise<CredentialPolicyView> {
+  return (await ctx.api()).call('getCredentialPolicy');
+}
+
+export function policyText(p: CredentialPolicyView): string {
+  const lines = [
+    `credential policy of tenant ${printable(p.tenant)}${p.setBy ? ` (set by ${printable(p.setBy)} at ${p.setAt})` : ' (none set)'}`,
+  ];
+  lines.push('bound for every new workshop:');
+  if (p.credentials.length === 0) lines.push('  (nothing)');
+  for (const c of p.credentials) lines.push(`  ${printable(c.host)}  ${printable(c.header)}: ${printable(c.value)}`);
+  lines.push('no binding may name:');
+  lines.push(p.forbid.length === 0 ? '  (no host)' : p.forbid.map((h) => `  ${printable(h)}`).join('\n'));
+  return lines.join('\n');
 }
