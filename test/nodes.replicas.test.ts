@@ -292,4 +292,44 @@ describe('nodes: three servers on one PostgreSQL are one installation', () => {
     assert.equal(back.statusReason, null);
     assert.equal((await a.exec(onC.id, ['hostname'])).stdout, 'on-c\n');
   });
+
+  it('a node older than the installation refuses to join, and says what to do', async () => {
+    const env = { ATELIER_MASTER_KEY_FILE: join(keyDir, 'master.key') };
+    const attempt = async (name: string, expected: RegExp): Promise<void> => {
+      const s = new TestServer(mkdtempSync('/tmp/atelier-test-'), ['--database-url', db.url, '--node-name', name]);
+      s.serverEnv = env;
+      try {
+        await assert.rejects(s.boot(), (err: Error) => {
+          assert.match(err.message, expected);
+          return true;
+        });
+      } finally {
+        await s.stop();
+        rmSync(s.dataDir, { recursive: true, force: true });
+      }
+    };
+    // A migration this build does not know: a newer node applied it.
+    await sql.query("INSERT INTO schema_migrations (version) VALUES ('999_from_a_newer_node.sql')");
+    try {
+      await attempt(
+        'old-schema',
+        /this node \(Atelier [^)]+\) is older than the database it joins: a newer node applied 999_from_a_newer_node\.sql; upgrade this node/,
+      );
+    } finally {
+      await sql.query("DELETE FROM schema_migrations WHERE version = '999_from_a_newer_node.sql'");
+    }
+    // A live node that no longer talks to this build's node protocol.
+    await sql.query(
+      `INSERT INTO nodes (id, name, address, version, protocol, min_protocol, schema_version, key_sealed)
+       VALUES ('node-future', 'future', 'http://127.0.0.1:9', '99.0.0', 3, 2, '999', 'x')`,
+    );
+    try {
+      await attempt(
+        'old-protocol',
+        /this node speaks node protocol 1, and node future \(Atelier 99\.0\.0\) needs at least 2: upgrade this node/,
+      );
+    } finally {
+      await sql.query("DELETE FROM nodes WHERE id = 'node-future'");
+    }
+  });
 });

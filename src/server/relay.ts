@@ -1,9 +1,10 @@
 import http, { type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
 import https from 'node:https';
-import type { Duplex } from 'node:stream';
+import type { Socket } from 'node:net';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { AtelierError } from '../core/index.js';
 import type { Principal } from '../identity/index.js';
+import { relaySpliced } from '../relay/index.js';
 import { NODE_HEADERS, type NodeRegistry } from './nodes.js';
 
 /**
@@ -147,7 +148,7 @@ function headLines(statusCode: number, statusMessage: string, rawHeaders: string
 
 function relayUpgrade(
   raw: IncomingMessage,
-  socket: Duplex,
+  socket: Socket,
   head: Buffer,
   base: URL,
   signed: Record<string, string>,
@@ -159,18 +160,13 @@ function relayUpgrade(
   headers.upgrade = raw.headers.upgrade;
   const up = mod.request(new URL(raw.url ?? '/', base), { method: raw.method, headers, agent: false });
   up.setNoDelay(true);
-  socket.on('error', () => up.destroy());
-  up.on('upgrade', (answer, upSocket, upHead) => {
-    upSocket.setNoDelay(true);
-    socket.write(headLines(answer.statusCode ?? 101, answer.statusMessage ?? 'Switching Protocols', answer.rawHeaders));
-    if (upHead.length > 0) socket.write(upHead);
-    if (head.length > 0) upSocket.write(head);
-    upSocket.on('error', () => socket.destroy());
-    socket.on('error', () => upSocket.destroy());
-    socket.on('close', () => upSocket.destroy());
-    upSocket.on('close', () => socket.destroy());
-    socket.pipe(upSocket);
-    upSocket.pipe(socket);
+  const onClientError = (): void => void up.destroy();
+  socket.on('error', onClientError);
+  up.on('upgrade', (answer, upSocket: Socket, upHead: Buffer) => {
+    // The owner's 101 and what followed it go first; then both ways through the splice relay
+    // (zero copy, as the owner relays its tunnels), a reset on one side passed on to the other.
+    const head101 = Buffer.from(headLines(answer.statusCode ?? 101, answer.statusMessage ?? 'Switching Protocols', answer.rawHeaders));
+    relaySpliced(socket, upSocket, { tag: `node-relay-${requestId}`, fromA: head, fromB: Buffer.concat([head101, upHead]) });
   });
   // Refused by the owner (401, 404, 409…): its answer as it is, then the connection ends.
   up.on('response', (answer) => {
