@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import pg from 'pg';
 import WebSocket from 'ws';
-import { TestServer, makeRepo } from './helpers/server.js';
+import { CliProcess, TestServer, makeRepo } from './helpers/server.js';
 import { ExternalPostgres } from './helpers/postgres.js';
 
 // Three server processes (separate data dirs) on one external PostgreSQL are one installation:
@@ -194,6 +194,45 @@ describe('nodes: three servers on one PostgreSQL are one installation', () => {
     const r = await b.cli(['port-forward', '--stdio', onA.id, '8300'], { input: 'through node b\n' });
     assert.equal(r.code, 0, r.stderr);
     assert.equal(r.stdout, 'THROUGH NODE B\n');
+  });
+
+  it('an agent session started through one non-owner node, attached through another', async () => {
+    const run = await b.cli([
+      'run',
+      onA.id,
+      '--session',
+      'bot',
+      '-d',
+      '--',
+      'sh',
+      '-c',
+      'echo "agent on $(hostname)"; read line; echo "agent got $line"; exit 5',
+    ]);
+    assert.equal(run.code, 0, run.stderr);
+    const listed = await c.api<{ items: { name: string; running: boolean }[] }>('GET', `/v1/workshops/${onA.id}/sessions`);
+    assert.ok(
+      listed.body.items.some((x) => x.name === 'bot' && x.running),
+      JSON.stringify(listed.body),
+    );
+    const attached = new CliProcess(['attach', onA.id, '--session', 'bot'], c.env());
+    try {
+      await attached.waitFor(/agent on on-a/);
+      attached.proc.stdin!.write('ping\n');
+      assert.equal(await attached.exited, 5);
+      assert.match(attached.stdout, /agent got ping/);
+    } finally {
+      await attached.stop();
+    }
+  });
+
+  it('suspend and resume through a non-owner node', async () => {
+    const stopped = await b.api<Ws>('POST', `/v1/workshops/${onA.id}/stop`);
+    assert.equal(stopped.status, 200, JSON.stringify(stopped.body));
+    assert.equal(stopped.body.status, 'Suspended');
+    assert.equal((await c.api<Ws>('GET', `/v1/workshops/${onA.id}`)).body.status, 'Suspended');
+    const resumed = await c.api<Ws>('POST', `/v1/workshops/${onA.id}/resume`);
+    assert.equal(resumed.body.status, 'Running', JSON.stringify(resumed.body));
+    assert.equal((await b.exec(onA.id, ['echo', 'awake'])).stdout, 'awake\n');
   });
 
   it('a forged node-to-node request is refused', async () => {
