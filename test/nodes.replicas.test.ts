@@ -181,6 +181,15 @@ describe('nodes: three servers on one PostgreSQL are one installation', () => {
     }
   });
 
+  it('`atelier ssh` and the simulators list through a non-owner node', async () => {
+    const ssh = await c.cli(['ssh', onA.id, '--', 'sh', '-c', 'test -t 0 && echo "tty on $(hostname)"; exit 9']);
+    assert.equal(ssh.code, 9, ssh.stderr);
+    assert.match(ssh.stdout, /tty on on-a/);
+    const sims = await Promise.all([a, b].map((s) => s.api('GET', `/v1/workshops/${onA.id}/simulators`)));
+    assert.equal(sims[0]!.status, 200, JSON.stringify(sims[0]!.body));
+    assert.deepEqual(sims[1], sims[0]);
+  });
+
   it('a port-forward through a non-owner node', async () => {
     const echo =
       "import socket\ns = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind(('127.0.0.1', 8300)); s.listen(8)\nopen('/tmp/echo.ready', 'w').close()\n" +
