@@ -1,7 +1,7 @@
 /**
  * Atelier benchmarks, each beside its peer measured in the same run (DESIGN.md, "Peers to
  * measure against"). Usage: `npm run bench [-- NAME]` with NAME one of create, exec, resume,
- * memory, cli, egress, postgres-sim, terminals, approvals, mcp, secrets, broker (or 1-12), hogs (13), gateway (14), create-sims, live-sim, console, dashboard; without it, all of them. Needs root (cgroups, freezer) and `npm run
+ * memory, cli, egress, postgres-sim, terminals, approvals, mcp, secrets, broker (or 1-12), hogs (13), gateway (14), create-sims, live-sim, console, dashboard, nodes (15); without it, all of them. Needs root (cgroups, freezer) and `npm run
  * build` first: the server and the CLI run from dist/.
  *
  * One server is started for the run with a data dir under /tmp; every workshop it made is
@@ -24,6 +24,7 @@ import { execRoundTrip } from './exec-roundtrip.js';
 import { hogs } from './hogs.js';
 import { BenchServer, killLiveChildren, makeScratch, REPO_ROOT, removeScratch, type Scratch } from './lib.js';
 import { memory } from './memory.js';
+import { nodes } from './nodes.js';
 import { mcpExec } from './mcp-exec.js';
 import { resumeExec } from './resume-exec.js';
 import { secrets } from './secrets.js';
@@ -51,6 +52,7 @@ const BENCHES: { name: string; aliases: string[]; fn: Bench }[] = [
   { name: 'hogs', aliases: ['13', 'server-under-load'], fn: hogs },
   { name: 'gateway', aliases: ['14', 'llm-gateway'], fn: gateway },
   { name: 'dashboard', aliases: ['web', 'banner'], fn: dashboard },
+  { name: 'nodes', aliases: ['15', 'replicas', 'relay'], fn: nodes },
 ];
 
 function newestMtime(dir: string): number {

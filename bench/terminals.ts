@@ -48,7 +48,7 @@ const PORT_IN_WORKSHOP = 9000;
 const GOAL_THROUGHPUT_OF_DIRECT = 0.5;
 const GOAL_ECHO_P99_MS = 10;
 
-const SERVER_PY = `
+export const SERVER_PY = `
 import socket, sys, threading
 CHUNK = b"a" * 262144
 def serve(c):
@@ -195,7 +195,7 @@ async function timedRequests(server: BenchServer, path: string, upgrade: boolean
   return summarize(samples);
 }
 
-interface PathResult {
+export interface PathResult {
   down: number;
   up: number;
   rtt: ReturnType<typeof summarize>;
@@ -203,7 +203,7 @@ interface PathResult {
   connectSpaced: ReturnType<typeof summarize>;
 }
 
-async function measure(port: number): Promise<PathResult> {
+export async function measure(port: number): Promise<PathResult> {
   const downs: number[] = [];
   const ups: number[] = [];
   for (let i = 0; i < TRANSFERS; i++) {
@@ -219,7 +219,7 @@ async function measure(port: number): Promise<PathResult> {
   };
 }
 
-function watch(child: ChildProcess, re: RegExp, what: string): Promise<RegExpMatchArray> {
+export function watch(child: ChildProcess, re: RegExp, what: string): Promise<RegExpMatchArray> {
   return new Promise((resolve, reject) => {
     let text = '';
     const on = (c: Buffer): void => {

@@ -42,11 +42,12 @@ describe('approvals across replicas', () => {
     db = ExternalPostgres.start();
     keyDir = mkdtempSync('/tmp/atelier-key-');
     const env = { ATELIER_MASTER_KEY_FILE: join(keyDir, 'master.key') };
-    a = await TestServer.start({ databaseUrl: db.url, env });
-    b = await TestServer.start({ databaseUrl: db.url, env });
+    a = await TestServer.start({ databaseUrl: db.url, env, args: ['--node-name', 'replica-a'] });
+    b = await TestServer.start({ databaseUrl: db.url, env, args: ['--node-name', 'replica-b'] });
     b.token = a.token;
     repo = makeRepo();
-    const w = await a.createWorkshop({ repo, name: 'replicas' });
+    // On node a: the tests stop it to see what its own workshop's effects wait for.
+    const w = await a.createWorkshop({ repo, name: 'replicas', node: 'replica-a' });
     assert.equal(w.status, 'Running', w.statusReason ?? '');
     ws = w.id;
     agent = (await a.api<{ token: string }>('POST', '/v1/tokens', { workshopId: ws, expiresInSeconds: 3600 })).body.token;

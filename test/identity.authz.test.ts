@@ -159,6 +159,17 @@ const TABLE: Record<string, Row> = {
   },
   // Server-wide (`atelier server status`): the default tenant's admins only.
   'GET /v1/admin/status': { expect: e(401, 403, 403, 403, 403, 403, 200, 403), call: () => ({ method: 'GET', path: '/v1/admin/status' }) },
+  // The installation's nodes (docs/replicas.md): the default tenant's admins only. Drained by
+  // name: an unknown one here (draining the only node would stop every create of this matrix).
+  'GET /v1/nodes': { expect: e(401, 403, 403, 403, 403, 403, 200, 403), call: () => ({ method: 'GET', path: '/v1/nodes' }) },
+  'POST /v1/nodes/:name/drain': {
+    expect: e(401, 403, 403, 403, 403, 403, 404, 403),
+    call: () => ({ method: 'POST', path: '/v1/nodes/no-such-node/drain' }),
+  },
+  'POST /v1/nodes/:name/undrain': {
+    expect: e(401, 403, 403, 403, 403, 403, 404, 403),
+    call: () => ({ method: 'POST', path: '/v1/nodes/no-such-node/undrain' }),
+  },
   'GET /v1/admin/routes': { expect: e(401, 403, 403, 403, 403, 403, 200, 200), call: () => ({ method: 'GET', path: '/v1/admin/routes' }) },
   'GET /v1/auth/whoami': { expect: e(401, 200, 200, 200, 200, 200, 200, 200), call: () => ({ method: 'GET', path: '/v1/auth/whoami' }) },
   'GET /v1/users': { expect: e(401, 403, 403, 403, 403, 403, 200, 200), call: () => ({ method: 'GET', path: '/v1/users' }) },

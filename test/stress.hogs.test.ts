@@ -19,7 +19,6 @@ interface W {
   statusReason: string | null;
 }
 
-
 /** All workshops together get this much in the test: small enough that A's hog meets the total, not its own limit. */
 const WORKSHOPS_MEMORY = 2 ** 30;
 const RESERVE_MB = Math.floor(totalmem() / 2 ** 20) - WORKSHOPS_MEMORY / 2 ** 20;

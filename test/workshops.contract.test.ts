@@ -1,7 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { TestServer, makeRepo, processesNaming, HARD_TO_DELETE } from './helpers/server.js';
 import { ExternalPostgres } from './helpers/postgres.js';
@@ -17,21 +17,37 @@ type W = {
   limits: { cpus: number; memoryBytes: number; pids: number };
 };
 
-// One contract, two databases: the embedded cluster and an external PostgreSQL.
-for (const mode of ['embedded', 'external'] as const) {
-  describe(`workshops contract (${mode} database)`, () => {
+// One contract, three set-ups: the embedded cluster, an external PostgreSQL, and two nodes on an
+// external PostgreSQL where every call goes through the node that does not run the workshops
+// (it is drained, so they are placed on the other: docs/replicas.md).
+for (const mode of ['embedded', 'external', 'relayed'] as const) {
+  describe(`workshops contract (${mode === 'relayed' ? 'through a non-owner node' : `${mode} database`})`, () => {
     let server: TestServer;
+    let owner: TestServer | undefined;
     let external: ExternalPostgres | undefined;
+    let keyDir: string | undefined;
     let repo: string;
+    // Where the workshops' sandboxes live: the data dir of the node that runs them.
+    const sandboxes = (): string => (owner ?? server).dataDir;
 
     before(async () => {
-      if (mode === 'external') external = ExternalPostgres.start();
-      server = await TestServer.start(external ? { databaseUrl: external.url } : {});
+      if (mode !== 'embedded') external = ExternalPostgres.start();
+      if (mode === 'relayed') {
+        keyDir = mkdtempSync('/tmp/atelier-key-');
+        const env = { ATELIER_MASTER_KEY_FILE: join(keyDir, 'master.key') };
+        owner = await TestServer.start({ databaseUrl: external!.url, env, args: ['--node-name', 'owner'] });
+        server = await TestServer.start({ databaseUrl: external!.url, env, args: ['--node-name', 'edge'] });
+        server.token = owner.token;
+        const drained = await server.api('POST', '/v1/nodes/edge/drain');
+        assert.equal(drained.status, 200, JSON.stringify(drained.body));
+      } else server = await TestServer.start(external ? { databaseUrl: external.url } : {});
       repo = makeRepo({ 'README.md': '# demo\n', 'src/app.js': 'console.log(1)\n' });
     });
     after(async () => {
       await server?.dispose();
+      await owner?.dispose();
       external?.stop();
+      if (keyDir) rmSync(keyDir, { recursive: true, force: true });
     });
 
     it('creates a running workshop, lists it and shows its status', async () => {
@@ -206,7 +222,7 @@ for (const mode of ['embedded', 'external'] as const) {
       // A tree deeper than PATH_MAX and a read-only directory do not stop the delete.
       const deep = await server.exec(w.id, ['sh', '-c', HARD_TO_DELETE]);
       assert.equal(deep.exitCode, 0, deep.stderr);
-      const root = join(server.dataDir, 'workshops', w.id);
+      const root = join(sandboxes(), 'workshops', w.id);
       assert.ok(existsSync(root));
       const del = await server.cli(['workshops', 'delete', w.id]);
       assert.equal(del.code, 0, del.stderr);
@@ -276,7 +292,7 @@ for (const mode of ['embedded', 'external'] as const) {
       const execFailed = await server.api<{ code: string }>('POST', `/v1/workshops/${f.id}/exec`, { command: ['true'] });
       assert.equal(execFailed.body.code, 'WORKSHOP_NOT_RUNNING');
       await server.api('DELETE', `/v1/workshops/${f.id}`);
-      assert.ok(!existsSync(join(server.dataDir, 'workshops', f.id)));
+      assert.ok(!existsSync(join(sandboxes(), 'workshops', f.id)));
     });
 
     it('marks a workshop whose clone fails as Failed with the reason; delete leaves nothing', async () => {
@@ -286,7 +302,7 @@ for (const mode of ['embedded', 'external'] as const) {
       assert.match(w.statusReason ?? '', /cloning https:\/\/127\.0\.0\.1:1\/org\/repo\.git failed/);
       const del = await server.api('DELETE', `/v1/workshops/${w.id}`);
       assert.equal(del.status, 200);
-      assert.ok(!existsSync(join(server.dataDir, 'workshops', w.id)));
+      assert.ok(!existsSync(join(sandboxes(), 'workshops', w.id)));
       assert.deepEqual(cgroupDirs(w.id), []);
     });
 

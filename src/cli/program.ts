@@ -65,6 +65,7 @@ export async function createProgram(config: Config, version: string): Promise<{ 
     import('./commands/context/index.js'),
     import('./commands/users/index.js'),
     import('./commands/tokens/index.js'),
+    import('./commands/nodes/index.js'),
     import('./commands/approvals/index.js'),
     import('./commands/secrets/index.js'),
     import('./commands/audit/index.js'),

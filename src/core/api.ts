@@ -233,9 +233,31 @@ export const WorkshopSchema = z.object({
     policy: z.array(EgressPolicyEntry).describe('the live policy, every entry with its origin'),
   }),
   warnings: z.array(z.string()),
+  node: z.string().describe('the node that runs it (`atelier nodes list`)'),
+  placement: z.string().nullable().describe('why it runs on that node'),
   createdAt: time,
   updatedAt: time,
 });
+
+/** A node of the installation (`atelier nodes list`). */
+export const NodeView = z.object({
+  id: z.string(),
+  name: z.string(),
+  address: z.string(),
+  version: z.string(),
+  protocol: z.number().int(),
+  schemaVersion: z.string(),
+  memoryTotalBytes: z.number(),
+  memoryFreeBytes: z.number(),
+  workshops: z.number().int(),
+  draining: z.boolean(),
+  state: z.enum(['ready', 'draining', 'unreachable']),
+  joinedAt: time,
+  heartbeatAt: time,
+  /** The node that answered. */
+  self: z.boolean(),
+});
+export type NodeView = z.infer<typeof NodeView>;
 
 export const SimulatorView = z.object({
   name: z.string(),

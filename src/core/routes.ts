@@ -53,6 +53,7 @@ import {
   WorkshopSshInfo,
   SetBudgetRequest,
   SpendReportSchema,
+  NodeView,
 } from './api.js';
 import { CreateWorkshopRequest, ExecRequest, SimulatorRequest } from './schemas.js';
 
@@ -152,6 +153,30 @@ export const ROUTES = {
     tag: 'server',
     auth: 'bearer',
     response: ServerStatus,
+  },
+  listNodes: {
+    method: 'GET',
+    path: '/v1/nodes',
+    summary: 'the nodes of the installation (every server on this PostgreSQL): address, version, load, last heartbeat, state',
+    tag: 'server',
+    auth: 'bearer',
+    response: itemsOf(NodeView),
+  },
+  drainNode: {
+    method: 'POST',
+    path: '/v1/nodes/:name/drain',
+    summary: 'no new workshops on this node (those it runs stay); server admins',
+    tag: 'server',
+    auth: 'bearer',
+    response: NodeView,
+  },
+  undrainNode: {
+    method: 'POST',
+    path: '/v1/nodes/:name/undrain',
+    summary: 'the node takes new workshops again; server admins',
+    tag: 'server',
+    auth: 'bearer',
+    response: NodeView,
   },
   rotateSigningKeys: {
     method: 'POST',

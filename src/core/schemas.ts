@@ -2,7 +2,8 @@ import { z } from 'zod';
 import { isWorkshopId } from './ids.js';
 
 /** Workshop lifecycle states, as shown by `atelier workshops status`. */
-export const WORKSHOP_STATUSES = ['Building', 'Running', 'Suspended', 'Dead', 'Failed', 'Deleting'] as const;
+// NodeUnreachable is never stored: it is shown while the workshop's node misses its heartbeats (docs/replicas.md).
+export const WORKSHOP_STATUSES = ['Building', 'Running', 'Suspended', 'Dead', 'Failed', 'Deleting', 'NodeUnreachable'] as const;
 export type WorkshopStatus = (typeof WORKSHOP_STATUSES)[number];
 
 const envName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'environment variable names are letters, digits and _');
@@ -61,6 +62,11 @@ export const CreateWorkshopRequest = z
     /** Disk quota covering everything the workshop writes (`10g`); the server's default when absent. */
     disk: z.string().min(1).max(32).optional(),
     simulators: z.array(SimulatorRequest).max(16).optional(),
+    /** The node to run it on (`atelier nodes list`); the least loaded accepting node when absent. */
+    node: z
+      .string()
+      .regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'node: a node name as `atelier nodes list` shows it')
+      .optional(),
   })
   .strict();
 export type CreateWorkshopRequest = z.infer<typeof CreateWorkshopRequest>;
@@ -144,6 +150,9 @@ export interface Workshop {
    */
   egress: { allow: string[]; deny: string[]; askHoldSeconds: number; policy: WorkshopEgressEntry[] };
   warnings: string[];
+  /** The node that runs it (its name), and why it was placed there. */
+  node: string;
+  placement: string | null;
   createdAt: string;
   updatedAt: string;
 }

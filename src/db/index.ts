@@ -1,6 +1,6 @@
 export { findPgBinDir, startEmbeddedPostgres } from './embedded.js';
 export type { EmbeddedPostgres } from './embedded.js';
-export { migrate } from './migrate.js';
+export { knownMigrations, migrate } from './migrate.js';
 export { asDatabaseError, createPool, isUnavailable, queryRows, withTransaction } from './pool.js';
 export type { Pool, PoolClient } from './pool.js';
 export { listenChannel } from './bus.js';

@@ -7,11 +7,16 @@ const MIGRATIONS_DIR = join(dirname(fileURLToPath(import.meta.url)), 'migrations
 // Any constant works; it only has to be the same for every Atelier server sharing the database.
 const MIGRATION_LOCK = 0x4174656c;
 
-/** Applies pending migrations under an advisory lock: safe to run twice and from two servers at once. */
-export async function migrate(pool: Pool): Promise<string[]> {
-  const files = readdirSync(MIGRATIONS_DIR)
+/** The migrations this build knows, oldest first (a node refuses a database with others: docs/replicas.md). */
+export function knownMigrations(): string[] {
+  return readdirSync(MIGRATIONS_DIR)
     .filter((f) => f.endsWith('.sql'))
     .sort();
+}
+
+/** Applies pending migrations under an advisory lock: safe to run twice and from two servers at once. */
+export async function migrate(pool: Pool): Promise<string[]> {
+  const files = knownMigrations();
   const client = await pool.connect();
   const applied: string[] = [];
   try {

@@ -25,6 +25,9 @@ import { execRoutes } from './routes/execs.js';
 import { secretRoutes } from './routes/secrets.js';
 import { csrfTokenValid, CSRF_HEADER } from './routes/actions.js';
 import { cookieValue, SESSION_COOKIE, type BrowserSessions } from './browserSessions.js';
+import { NodeRegistry } from './nodes.js';
+import type { Cluster } from './relay.js';
+import { nodeRoutes } from './routes/nodes.js';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -33,6 +36,8 @@ declare module 'fastify' {
   }
   interface FastifyRequest {
     principal?: Principal;
+    /** Set on a request another node relayed here (signed: src/server/nodes.ts). */
+    relayed?: { from: string; placement: string | undefined };
   }
 }
 
@@ -59,6 +64,8 @@ export interface AppDeps {
   sealer: { encrypt(plain: string, context: string): string; decrypt(sealed: string, context: string): Buffer };
   /** Where agent sessions' holders listen (DATA_DIR/sessions): they outlive the server. */
   sessionsDir: string;
+  /** The installation's nodes and the relay to them (docs/replicas.md); one node alone without it. */
+  cluster?: Cluster;
   /** Dashboard sessions: a request without a bearer token may carry their cookie (docs/dashboard.md). */
   browser?: { sessions: BrowserSessions; csrfKey: string; origin(): string | undefined };
 }
@@ -71,6 +78,8 @@ export interface RouteEntry {
 
 /** The prefix of the routes whose `:id` is a workshop's (its id or its name). */
 const WORKSHOP_ROUTES = '/v1/workshops/:id';
+/** A command started with POST /v1/workshops/:id/execs, read back. */
+const EXEC_ROUTE = '/v1/execs/:execId';
 
 function tenantHeader(value: string | string[] | undefined): string | undefined {
   if (Array.isArray(value)) throw new AtelierError('INVALID_ARGUMENT', 'send the x-atelier-tenant header once');
@@ -215,6 +224,18 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     },
   });
 
+  // A workshop never moves between nodes: its node is read once.
+  const owners = new Map<string, string>();
+  const ownerOf = async (id: string): Promise<string | undefined> => {
+    const known = owners.get(id);
+    if (known !== undefined) return known;
+    const node = await deps.workshops.nodeOf(id);
+    if (node === undefined) return undefined;
+    if (owners.size >= 10_000) owners.clear();
+    owners.set(id, node);
+    return node;
+  };
+
   app.addHook('onRequest', async (request, reply) => {
     void reply.header('x-request-id', String(request.id));
     if (deps.starting?.()) {
@@ -227,23 +248,59 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     // form): each route's declared access rule; unknown URLs get a 404.
     const access = request.routeOptions.config.access;
     if (request.routeOptions.url === undefined || access === undefined || access === 'public') return;
-    const tenant = tenantHeader(request.headers['x-atelier-tenant']);
-    const browser = deps.browser;
-    const fromCookie =
-      browser !== undefined &&
-      request.headers.authorization === undefined &&
-      cookieValue(request.headers.cookie, SESSION_COOKIE) !== undefined;
-    const principal = fromCookie
-      ? (await browser.sessions.authenticate(request.headers.cookie, tenant))!
-      : await deps.authenticator.authenticate(request.headers.authorization, tenant);
-    if (fromCookie) checkBrowserRequest(request.method, request.headers, principal.userId, browser);
+    let principal: Principal;
+    if (NodeRegistry.isNodeRequest(request.headers)) {
+      // Relayed by another node, which authenticated the caller and checked the route's rule.
+      if (!deps.cluster)
+        throw new AtelierError('UNAUTHENTICATED', 'node-to-node request refused: this server is not a node of an installation');
+      const v = await deps.cluster.nodes.verify(request.method, request.raw.url ?? '', request.headers);
+      principal = v.principal;
+      request.relayed = { from: v.from, placement: v.placement };
+    } else {
+      const tenant = tenantHeader(request.headers['x-atelier-tenant']);
+      const browser = deps.browser;
+      const fromCookie =
+        browser !== undefined &&
+        request.headers.authorization === undefined &&
+        cookieValue(request.headers.cookie, SESSION_COOKIE) !== undefined;
+      principal = fromCookie
+        ? (await browser.sessions.authenticate(request.headers.cookie, tenant))!
+        : await deps.authenticator.authenticate(request.headers.authorization, tenant);
+      if (fromCookie) checkBrowserRequest(request.method, request.headers, principal.userId, browser);
+    }
     checkRouteAccess(access, principal);
     request.principal = principal;
     // Every route on one workshop (`/v1/workshops/:id…`, the route table's) takes its id or its
     // name: resolved here, once, for the caller, so handlers, the CLI, the SDK and MCP see ids only.
     const params = request.params as { id?: unknown };
-    if (request.routeOptions.url.startsWith(WORKSHOP_ROUTES) && typeof params.id === 'string')
-      params.id = await deps.workshops.resolveRef(params.id, principal);
+    if (request.routeOptions.url.startsWith(WORKSHOP_ROUTES) && typeof params.id === 'string') {
+      const id = await deps.workshops.resolveRef(params.id, principal);
+      params.id = id;
+      // What must run where the sandbox is goes to the workshop's node, as it came (reading the
+      // workshop itself is answered here, from the database, also while its node is unreachable).
+      const cluster = deps.cluster;
+      if (cluster && !request.relayed && !(request.method === 'GET' && request.routeOptions.url === WORKSHOP_ROUTES)) {
+        const owner = await ownerOf(id);
+        if (owner !== undefined && owner !== cluster.nodeId) {
+          await cluster.forward(request, reply, owner, principal, { what: `workshop ${id}` });
+          return reply;
+        }
+      }
+    }
+    // A started command is followed by the node that runs its workshop (its live output, its end).
+    const execId = (request.params as { execId?: unknown }).execId;
+    if (deps.cluster && !request.relayed && request.routeOptions.url === EXEC_ROUTE && typeof execId === 'string') {
+      const [row] = (
+        await deps.pool.query<{ node_id: string; workshop_id: string }>(
+          'SELECT w.node_id, w.id AS workshop_id FROM execs e JOIN workshops w ON w.id = e.workshop_id WHERE e.id = $1',
+          [execId],
+        )
+      ).rows;
+      if (row && row.node_id !== deps.cluster.nodeId) {
+        await deps.cluster.forward(request, reply, row.node_id, principal, { what: `workshop ${row.workshop_id}` });
+        return reply;
+      }
+    }
   });
   app.addHook('onResponse', async (request, reply) => {
     // An upgrade answered over HTTP (refused before the WebSocket handler: 401, 404) owns a socket
@@ -281,7 +338,8 @@ export function buildApp(deps: AppDeps): FastifyInstance {
       .send(await readFile(new URL('../../scripts/get.sh', import.meta.url), 'utf8')),
   );
 
-  workshopRoutes(app, deps.workshops, deps.approvals);
+  workshopRoutes(app, deps.workshops, deps.approvals, deps.cluster);
+  if (deps.cluster) nodeRoutes(app, deps.cluster.nodes);
   simulatorRoutes(app, deps.workshops);
   identityRoutes(app, deps.accounts, deps.workshops);
   if (deps.secrets) secretRoutes(app, deps.secrets, deps.credentialPolicies);

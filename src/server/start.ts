@@ -43,6 +43,8 @@ import { startIdentity } from './identity.js';
 import { BrowserSessions } from './browserSessions.js';
 import { webRoutes } from './routes/web.js';
 import { McpGateway, workshopMcpRoutes } from '../mcp/index.js';
+import { NodeRegistry } from './nodes.js';
+import { Cluster } from './relay.js';
 
 export interface StartOptions {
   dataDir?: string;
@@ -53,6 +55,10 @@ export interface StartOptions {
   publicUrl?: string;
   /** Overrides ATELIER_IDENTITY_CONFIG. */
   identityConfig?: string;
+  /** This node's name in the installation (docs/replicas.md). */
+  nodeName?: string;
+  /** Where the other nodes reach this node (default: its listen URL). */
+  advertiseUrl?: string;
   version: string;
   /** The CLI's entry script (bin/atelier of this release): what the dashboard Console runs. */
   cliEntry: string;
@@ -100,16 +106,16 @@ function lockDataDir(dataDir: string): () => void {
   throw new Error(`could not take the lock ${path}: another server is starting on ${dataDir}`);
 }
 
-/** `--public-url`: an http(s) URL without a trailing slash. */
-function publicUrlOf(value: string | undefined): string | undefined {
+/** `--public-url` (or `--advertise-url`): an http(s) URL without a trailing slash. */
+function publicUrlOf(value: string | undefined, flag = '--public-url'): string | undefined {
   if (value === undefined) return undefined;
   let u: URL;
   try {
     u = new URL(value);
   } catch {
-    throw new Error(`--public-url must be a URL such as https://atelier.example.com, got "${value}"`);
+    throw new Error(`${flag} must be a URL such as https://atelier.example.com, got "${value}"`);
   }
-  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error(`--public-url must be http:// or https://, got "${value}"`);
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error(`${flag} must be http:// or https://, got "${value}"`);
   return u.toString().replace(/\/+$/, '');
 }
 
@@ -318,6 +324,9 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const masterKey = MasterKey.loadOrCreate(config.masterKeyFile ?? join(dataDir, 'master.key'));
 
     const nodeId = nodeIdOf(dataDir);
+    // Every server on this PostgreSQL is a node of one installation (src/server/nodes.ts); it joins once it listens.
+    const nodes = new NodeRegistry({ pool, id: nodeId, name: opts.nodeName, version: opts.version, sealer: masterKey, log: logger });
+    const advertiseUrl = publicUrlOf(opts.advertiseUrl, '--advertise-url');
     // The installation's periodic jobs run on one node of those sharing this database (src/db/leader.ts).
     const leadership = lead(databaseUrl ?? embedded!.connectionString, {
       onChange: (leader) =>
@@ -422,6 +431,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const workshops = new WorkshopService(pool, driver, {
       nodeId,
       credentialPolicies,
+      nodes,
       // Under sudo, the home of the user who ran it is allowed too (repositories live there).
       allowRepoRoots: opts.allowRepoRoots ?? [...config.allowRepoRoots, ...(sudoHome ? [sudoHome] : [])],
       defaults: { cpus: config.defaultCpus, memory: config.defaultMemory, pids: config.defaultPids },
@@ -492,6 +502,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       logger,
       version: opts.version,
       trustProxy: config.trustProxy,
+      cluster: new Cluster(nodes),
       extraRoutes: [
         ...identity.routes,
         (a) =>
@@ -544,6 +555,9 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     if (listen.host !== '0.0.0.0' && listen.host !== '::') apiTarget.host = listen.host;
     const host = listen.host.includes(':') ? `[${listen.host}]` : listen.host === '0.0.0.0' ? '127.0.0.1' : listen.host;
     const url = `http://${host}:${port}`;
+    await nodes.join(advertiseUrl ?? url);
+    cleanups.push(() => nodes.close());
+    opts.say(`node ${nodes.name} (${nodeId}) joined the installation, reachable by the other nodes at ${advertiseUrl ?? url}`);
     authenticator.setAuthority(await identity.ready(publicUrlFlag ?? config.publicUrl ?? url));
     publicOrigin.value = new URL(publicUrlFlag ?? config.publicUrl ?? url).origin;
     localUrl.value = url;

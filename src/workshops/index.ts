@@ -2,7 +2,7 @@ export { LocalDriver } from './local/driver.js';
 export type { EnterSpec, SandboxEntry, StartRequest, WorkshopDriver } from './driver.js';
 export { WorkshopService } from './service.js';
 export { WorkshopEvents, type WorkshopEvent, type WorkshopEventType, type WorkshopListener } from './events.js';
-export type { EgressWiring, ExecGate, RunningExec, ServiceOptions } from './service.js';
+export type { EgressWiring, ExecGate, NodeDirectory, RunningExec, ServiceOptions } from './service.js';
 export { readDevcontainer } from './devcontainer.js';
 export { resolveRepoSource } from './repo.js';
 export { InternalNetwork } from './internal.js';

@@ -161,7 +161,12 @@ export class WorkshopLifecycle {
   }
 
   /** Clones the repository and starts the sandbox; returns when the workshop is Running or Failed. */
-  async create(req: CreateWorkshopRequest, actor: Principal, onPhase?: (event: CreatePhaseEvent) => void): Promise<Workshop> {
+  async create(
+    req: CreateWorkshopRequest,
+    actor: Principal,
+    onPhase?: (event: CreatePhaseEvent) => void,
+    placement?: string,
+  ): Promise<Workshop> {
     const source = resolveRepoSource(req.repo, this.opts.allowRepoRoots);
     const limits = this.limits(req);
     this.driver.admitDisk(this.diskBytes(req));
@@ -179,8 +184,8 @@ export class WorkshopLifecycle {
       row = await withTransaction(this.pool, async (c) => {
         const uid = this.opts.uidBase + Number((await c.query<{ n: string }>("SELECT nextval('workshop_uid_seq') AS n")).rows[0]!.n);
         const r = await c.query<WorkshopRow>(
-          `INSERT INTO workshops (id, name, owner_id, tenant_id, node_id, status, repo, uid, cpus, memory_bytes, pids, budget_usd)
-           VALUES ($1, $2, $3, $11, $4, 'Building', $5, $6, $7, $8, $9, $10) RETURNING *`,
+          `INSERT INTO workshops (id, name, owner_id, tenant_id, node_id, status, repo, uid, cpus, memory_bytes, pids, budget_usd, placement)
+           VALUES ($1, $2, $3, $11, $4, 'Building', $5, $6, $7, $8, $9, $10, $12) RETURNING *`,
           [
             id,
             name,
@@ -193,6 +198,7 @@ export class WorkshopLifecycle {
             limits.pids,
             req.budgetUsd ?? null,
             actor.tenantId,
+            placement ?? null,
           ],
         );
         // The workshop's own agent token (ATELIER_TOKEN inside it): its owner's rights capped at

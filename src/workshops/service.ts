@@ -22,7 +22,7 @@ import { WorkshopFiles } from './files.js';
 import { WorkshopLifecycle } from './lifecycle.js';
 import { WorkshopShared, type Access, type ApprovalOrigin, type RunningExec, type ServiceOptions, type WorkshopRow } from './shared.js';
 
-export type { EgressWiring, ExecGate, RunningExec, ServiceOptions } from './shared.js';
+export type { EgressWiring, ExecGate, NodeDirectory, RunningExec, ServiceOptions } from './shared.js';
 
 /**
  * Workshops: the product's core noun. Every entry point (CLI, REST, MCP) goes through here. The
@@ -142,29 +142,42 @@ export class WorkshopService {
    * Clones the repository and starts the sandbox; returns when the workshop is Running or Failed.
    * `onPhase` hears each step as it starts and ends (a request refused up front hears none).
    */
-  create(req: CreateWorkshopRequest, actor: Principal, onPhase?: (event: CreatePhaseEvent) => void): Promise<Workshop> {
-    return this.lifecycle.create(req, actor, onPhase);
+  create(req: CreateWorkshopRequest, actor: Principal, onPhase?: (event: CreatePhaseEvent) => void, placement?: string): Promise<Workshop> {
+    return this.lifecycle.create(req, actor, onPhase, placement);
   }
 
-  /** The caller's tenant's workshops on this server (an agent token: its own workshop only). */
+  /** The caller's tenant's workshops on every node of the installation (an agent token: its own workshop only). */
   async list(actor: Principal): Promise<Workshop[]> {
     return (
       await queryRows<WorkshopRow>(
         this.pool,
-        'SELECT * FROM workshops WHERE node_id = $1 AND tenant_id = $2 AND ($3::text IS NULL OR id = $3) ORDER BY created_at',
-        [this.opts.nodeId, actor.tenantId, actor.kind === 'agent' ? actor.workshopId : null],
+        'SELECT * FROM workshops WHERE tenant_id = $1 AND ($2::text IS NULL OR id = $2) ORDER BY created_at',
+        [actor.tenantId, actor.kind === 'agent' ? actor.workshopId : null],
       )
-    ).map((r) => ({ ...this.shared.view(r), disk: this.driver.diskOf(r.id) }));
+    ).map((r) => this.withDisk(r));
   }
 
+  /** One workshop, wherever it runs (read from the database). */
   async get(id: string, actor: Principal): Promise<Workshop> {
-    const row = await this.shared.row(id, { actor, action: 'read' });
-    return { ...this.shared.view(row), disk: this.driver.diskOf(row.id) };
+    return this.withDisk(await this.shared.row(id, { actor, action: 'read' }, true));
+  }
+
+  // The disk is known to the node that runs it only.
+  private withDisk(r: WorkshopRow): Workshop {
+    const w = this.shared.view(r);
+    return r.node_id === this.opts.nodeId ? { ...w, disk: this.driver.diskOf(r.id) } : w;
+  }
+
+  /** The node that runs the workshop (its id), or undefined when there is no such workshop. */
+  async nodeOf(id: string): Promise<string | undefined> {
+    const [r] = await queryRows<{ node_id: string }>(this.pool, 'SELECT node_id FROM workshops WHERE id = $1', [id]);
+    return r?.node_id;
   }
 
   /** Checks that `actor` may do `action` on the workshop (for routes that act on it indirectly). */
   async authorize(id: string, actor: Principal, action: WorkshopAction): Promise<void> {
-    await this.shared.row(id, { actor, action });
+    // A check on the row: answered by any node, wherever the workshop runs.
+    await this.shared.row(id, { actor, action }, true);
   }
 
   /**

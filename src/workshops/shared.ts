@@ -61,14 +61,26 @@ export interface WorkshopRow {
   agent_token: string | null;
   /** When its first build finished (null: it never did, so a Failed one has nothing to resume). */
   built_at: Date | null;
+  /** Why it runs on its node (placement at create). */
+  placement: string | null;
   created_at: Date;
   updated_at: Date;
+}
+
+/** What the service knows of the installation's nodes (the server's node registry). */
+export interface NodeDirectory {
+  /** Whether the node answered its heartbeats lately (this node always has). */
+  isLive(nodeId: string): boolean;
+  /** Its name, address, and last heartbeat. */
+  describe(nodeId: string): { name: string; address: string; heartbeatAt: string | null };
 }
 
 export interface ServiceOptions {
   /** The tenants' credential policies (bindings every new workshop gets, hosts none may bind). */
   credentialPolicies?: CredentialPolicies;
   nodeId: string;
+  /** The installation's nodes; without it, every workshop is taken for this node's (tests of one node). */
+  nodes?: NodeDirectory;
   allowRepoRoots: string[];
   defaults: { cpus: number; memory: string; pids: number };
   /** Disk quotas: the default a create gets and the most it may ask for (bytes). */
@@ -165,12 +177,17 @@ export function egressPolicyView(r: WorkshopRow, platform: Pick<EgressWiring, 'd
   ];
 }
 
-export function toWorkshop(r: WorkshopRow, platform: Pick<EgressWiring, 'defaults' | 'allowRanges'>): Workshop {
+export function toWorkshop(r: WorkshopRow, platform: Pick<EgressWiring, 'defaults' | 'allowRanges'>, nodes?: NodeDirectory): Workshop {
+  const node = nodes?.describe(r.node_id);
+  // Shown, never stored: the row keeps its status for when the node is back.
+  const unreachable = nodes !== undefined && !nodes.isLive(r.node_id);
   return {
     id: r.id,
     name: r.name,
-    status: r.status,
-    statusReason: r.status_reason,
+    status: unreachable ? 'NodeUnreachable' : r.status,
+    statusReason: unreachable
+      ? `its node ${node!.name} has missed its heartbeats since ${node!.heartbeatAt ?? 'it joined'}; it was ${r.status} and comes back as it was when the node returns`
+      : r.status_reason,
     repo: r.repo,
     limits: { cpus: r.cpus, memoryBytes: Number(r.memory_bytes), pids: r.pids },
     budgetUsd: r.budget_usd === null ? null : Number(r.budget_usd),
@@ -183,6 +200,8 @@ export function toWorkshop(r: WorkshopRow, platform: Pick<EgressWiring, 'default
       policy: egressPolicyView(r, platform),
     },
     warnings: r.warnings,
+    node: node?.name ?? r.node_id,
+    placement: r.placement,
     createdAt: r.created_at.toISOString(),
     updatedAt: r.updated_at.toISOString(),
   };
@@ -219,7 +238,7 @@ export class WorkshopShared {
    * The workshop's row. With `access`, the caller's right to do `action` on it is checked first
    * (another tenant's workshop, or another workshop than an agent token's, is "not found").
    */
-  async row(id: string, access?: Access): Promise<WorkshopRow> {
+  async row(id: string, access?: Access, anywhere = false): Promise<WorkshopRow> {
     if (!isWorkshopId(id))
       throw new AtelierError('WORKSHOP_NOT_FOUND', `workshop ${id} does not exist: run \`atelier workshops list\` to see yours`, { id });
     const [row] = await queryRows<WorkshopRow>(this.pool, 'SELECT * FROM workshops WHERE id = $1', [id]);
@@ -230,10 +249,12 @@ export class WorkshopShared {
         { id },
       );
     if (access) checkWorkshopAccess(access.actor, { id: row.id, tenantId: row.tenant_id, ownerId: row.owner_id }, access.action);
-    if (row.node_id !== this.opts.nodeId) {
-      throw new AtelierError('UNAVAILABLE', `workshop ${id} runs on another Atelier server (${row.node_id}); use that server's context`, {
+    // Reached only when a request was not relayed to the workshop's node (src/server/relay.ts).
+    if (!anywhere && row.node_id !== this.opts.nodeId) {
+      const node = this.opts.nodes?.describe(row.node_id).name ?? row.node_id;
+      throw new AtelierError('UNAVAILABLE', `workshop ${id} runs on node ${node}: ask it through the API (any node relays it)`, {
         id,
-        node: row.node_id,
+        node,
       });
     }
     return row;
@@ -258,7 +279,7 @@ export class WorkshopShared {
 
   /** The workshop as the API shows it (its live egress policy includes this server's part). */
   view(row: WorkshopRow): Workshop {
-    return toWorkshop(row, this.opts.egress);
+    return toWorkshop(row, this.opts.egress, this.opts.nodes);
   }
 
   context(row: WorkshopRow, sandbox: SandboxHandle): WorkshopContext {

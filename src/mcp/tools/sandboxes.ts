@@ -5,7 +5,9 @@ import { enc, ok, RO, type ToolContext } from './context.js';
 const sandbox = z.object({
   id: z.string(),
   name: z.string(),
-  status: z.string().describe('Building, Running, Suspended, Failed, Deleting'),
+  status: z
+    .string()
+    .describe('Building, Running, Suspended, Dead, Failed, Deleting, NodeUnreachable (its server is down; it comes back as it was)'),
   status_reason: z.string().nullable(),
   repo: z.string(),
   max_budget_usd: z.number().nullable(),

@@ -25,6 +25,11 @@ export function register(program: Command, cli: Cli): void {
       '--allow-repo-root <dir...>',
       'directories local repositories may be cloned from (default: your home and the current directory)',
     )
+    .option(
+      '--node-name <name>',
+      "this node's name in the installation (default: the host name and 4 characters of the data dir's node id)",
+    )
+    .option('--advertise-url <url>', 'where the other nodes reach this node (default: http://<listen address>)')
     .action(async (flags) => {
       const { serverStart } = await import('./start.js');
       // Exit as soon as the shutdown is done, whatever handle a library may still hold.

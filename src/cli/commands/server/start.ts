@@ -7,6 +7,8 @@ export interface ServerStartFlags {
   allowRepoRoot?: string[];
   publicUrl?: string;
   identityConfig?: string;
+  nodeName?: string;
+  advertiseUrl?: string;
 }
 
 /** `atelier server start`: runs in the foreground until SIGTERM or SIGINT. */
@@ -26,6 +28,8 @@ export async function serverStart(config: Config, flags: ServerStartFlags, versi
       ...(flags.databaseUrl !== undefined ? { databaseUrl: flags.databaseUrl } : {}),
       ...(flags.publicUrl !== undefined ? { publicUrl: flags.publicUrl } : {}),
       ...(flags.identityConfig !== undefined ? { identityConfig: flags.identityConfig } : {}),
+      ...(flags.nodeName !== undefined ? { nodeName: flags.nodeName } : {}),
+      ...(flags.advertiseUrl !== undefined ? { advertiseUrl: flags.advertiseUrl } : {}),
       ...(flags.allowRepoRoot && flags.allowRepoRoot.length > 0 ? { allowRepoRoots: flags.allowRepoRoot } : {}),
     },
     config,

@@ -21,6 +21,7 @@ export interface CreateFlags {
   memory?: string;
   pids?: string;
   disk?: string;
+  node?: string;
   simulator?: string[];
 }
 
@@ -51,6 +52,7 @@ export async function createWorkshop(ctx: CommandContext, flags: CreateFlags, on
   const pids = number('pids', flags.pids);
   if (pids !== undefined) body.pids = pids;
   if (flags.disk !== undefined) body.disk = flags.disk;
+  if (flags.node !== undefined) body.node = flags.node;
   if (flags.simulator && flags.simulator.length > 0) body.simulators = flags.simulator.map(parseSimulatorFlag);
   const api = await ctx.api();
   if (!onPhase) return api.call('createWorkshop', { body });

@@ -18,6 +18,7 @@ export function register(program: Command, cli: Cli): void {
       '--disk <size>',
       "disk quota for everything it writes (workspace, /tmp, home, simulators), for example 20g (default: the server's)",
     )
+    .option('--node <name>', 'the node to run it on (`atelier nodes list`; default: the least loaded accepting node)')
     .option(
       '--simulator <type[:arg]>',
       'start a simulator with it (repeatable): postgres, postgres:15, redis, wiremock:./tests/mocks',

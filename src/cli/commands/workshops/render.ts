@@ -16,6 +16,7 @@ export function workshopTable(items: Workshop[]): string {
     { header: 'NAME', get: (w) => w.name },
     // A dead or failed workshop says why at a glance (the reason's first words: killed, out of memory, …).
     { header: 'STATUS', get: (w) => (w.status === 'Dead' && w.statusReason ? `Dead (${w.statusReason.split(':')[0]})` : w.status) },
+    { header: 'NODE', get: (w) => w.node },
     { header: 'AGE', get: (w) => age(w.createdAt) },
     { header: 'REPO', get: (w) => w.repo },
   ]);
@@ -34,6 +35,7 @@ export function workshopDetail(w: Workshop): string {
     ['status', w.status],
   ];
   if (w.statusReason) pairs.push(['reason', w.statusReason]);
+  pairs.push(['node', w.placement ? `${w.node} (${w.placement})` : w.node]);
   pairs.push(
     ['repo', w.repo],
     ['cpus', String(w.limits.cpus)],

@@ -3,14 +3,29 @@ import type { FastifyInstance } from 'fastify';
 import { AtelierError, CreateWorkshopRequest, type CreateWorkshopFrame } from '../../../core/index.js';
 import type { WorkshopService } from '../../../workshops/index.js';
 import { parse, principalOf } from '../common.js';
+import type { Cluster } from '../../relay.js';
 import { MEMBER, OPERATE, READ, type IdParams } from './access.js';
 
 /** Create, list, get, delete, stop and resume. */
-export function lifecycleRoutes(app: FastifyInstance, service: WorkshopService): void {
+export function lifecycleRoutes(app: FastifyInstance, service: WorkshopService, cluster?: Cluster): void {
   app.post('/v1/workshops', { config: { access: MEMBER } }, async (request, reply) => {
     const body = parse(CreateWorkshopRequest, request.body);
+    // Placed by the node that took the request (docs/replicas.md); a relayed create is made here.
+    let placement = request.relayed?.placement;
+    if (cluster && !request.relayed) {
+      const place = await cluster.nodes.place(body.node);
+      if (place.id !== cluster.nodeId) {
+        await cluster.forward(request, reply, place.id, principalOf(request), {
+          what: 'the new workshop',
+          placement: `${place.reason}; placed by node ${cluster.nodes.name}`,
+          body: Buffer.from(JSON.stringify(body)),
+        });
+        return reply;
+      }
+      placement = place.reason;
+    }
     if (!(request.headers.accept ?? '').includes('application/x-ndjson')) {
-      const ws = await service.create(body, principalOf(request));
+      const ws = await service.create(body, principalOf(request), undefined, placement);
       return reply.status(201).send(ws);
     }
     // NDJSON: the phases as they happen, then the workshop. The stream opens with the first
@@ -26,7 +41,7 @@ export function lifecycleRoutes(app: FastifyInstance, service: WorkshopService):
       if (!stream.destroyed && !stream.writableEnded) stream.write(`${JSON.stringify(frame)}\n`);
     };
     try {
-      const ws = await service.create(body, principalOf(request), write);
+      const ws = await service.create(body, principalOf(request), write, placement);
       write({ workshop: ws });
     } catch (err) {
       if (!stream) throw err;

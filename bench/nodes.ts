@@ -1,0 +1,192 @@
+/**
+ * 15. Nodes (docs/replicas.md): a second server joins the bench server's installation (its
+ * embedded PostgreSQL, its master key) as node `bench-edge`; a workshop runs on the bench server.
+ * Exec round trip of `true` through the non-owner node beside the owner, alternated run by run
+ * (goal: at most +1 ms p50), and port-forward throughput through each (goal: the non-owner's
+ * download at least 0.8x the owner's).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import http from 'node:http';
+import { join } from 'node:path';
+import {
+  ATELIER_BIN,
+  alternate,
+  goalLine,
+  heading,
+  line,
+  makeScratch,
+  ms,
+  ratioLine,
+  sleep,
+  statLine,
+  summarize,
+  type BenchServer,
+} from './lib.js';
+import { measure, SERVER_PY, watch, type PathResult } from './terminals.js';
+
+const RUNS = 200;
+const WARMUP = 20;
+const GOAL_EXTRA_P50_MS = 1;
+const GOAL_THROUGHPUT_OF_OWNER = 0.8;
+const PORT_IN_WORKSHOP = 9100;
+
+const agent = new http.Agent({ keepAlive: true, maxSockets: 4 });
+
+function post(url: string, token: string, path: string, body: unknown): Promise<void> {
+  const payload = Buffer.from(JSON.stringify(body));
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      `${url}${path}`,
+      {
+        method: 'POST',
+        agent,
+        headers: {
+          authorization: `Bearer ${token}`,
+          accept: 'application/json',
+          'content-type': 'application/json',
+          'content-length': String(payload.length),
+        },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () =>
+          res.statusCode === 200
+            ? resolve()
+            : reject(new Error(`${path}: ${res.statusCode} ${Buffer.concat(chunks).toString().slice(0, 300)}`)),
+        );
+      },
+    );
+    req.on('error', reject);
+    req.end(payload);
+  });
+}
+
+/** A second server on the bench server's PostgreSQL and master key: a node of the same installation. */
+async function startEdge(server: BenchServer, dir: string): Promise<{ url: string; child: ChildProcess }> {
+  const dataDir = join(dir, 'data');
+  mkdirSync(dataDir, { recursive: true });
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    ATELIER_CONFIG_DIR: join(dir, 'config'),
+    ATELIER_MASTER_KEY_FILE: join(server.dataDir, 'master.key'),
+    ATELIER_LOG_LEVEL: 'warn',
+  };
+  for (const k of ['ATELIER_URL', 'ATELIER_TOKEN', 'ATELIER_CONTEXT', 'ATELIER_DATA_DIR', 'ATELIER_LISTEN', 'ATELIER_DATABASE_URL'])
+    delete env[k];
+  const databaseUrl = `postgresql://atelier@/atelier?host=${encodeURIComponent(join(server.dataDir, 'pgsock'))}`;
+  const child = spawn(
+    process.execPath,
+    [
+      ATELIER_BIN,
+      'server',
+      'start',
+      '--data-dir',
+      dataDir,
+      '--listen',
+      '127.0.0.1:0',
+      '--database-url',
+      databaseUrl,
+      '--node-name',
+      'bench-edge',
+    ],
+    { env, stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  let log = '';
+  child.stdout!.on('data', (c: Buffer) => (log += c.toString()));
+  child.stderr!.on('data', (c: Buffer) => (log += c.toString()));
+  const credentials = join(dataDir, 'credentials.txt');
+  const deadline = Date.now() + 90_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`the second node exited (${child.exitCode}):\n${log.slice(-1500)}`);
+    if (Date.now() > deadline) throw new Error(`the second node was not ready within 90 s:\n${log.slice(-1500)}`);
+    if (existsSync(credentials)) {
+      const url = /^url:\s*(http\S+)/m.exec(readFileSync(credentials, 'utf8'))?.[1];
+      if (url) return { url, child };
+    }
+    await sleep(50);
+  }
+}
+
+export async function nodes(server: BenchServer): Promise<Record<string, unknown>> {
+  heading(
+    `15. nodes: exec round trip (${RUNS} runs, alternated) and port-forward throughput through a non-owner node beside the owner (goals: +${GOAL_EXTRA_P50_MS} ms p50 at most, ${GOAL_THROUGHPUT_OF_OWNER}x at least)`,
+  );
+  // Made before the second node joins: it runs on the bench server.
+  const ws = await server.createWorkshop({ memory: '512m' });
+  const scratch = makeScratch();
+  const children: ChildProcess[] = [];
+  let edge: { url: string; child: ChildProcess } | undefined;
+  const result: Record<string, unknown> = {};
+  try {
+    edge = await startEdge(server, join(scratch.dir, 'edge'));
+    const edgeUrl = edge.url;
+    const [owner, relayed] = await alternate(
+      RUNS,
+      WARMUP,
+      () => post(server.url, server.token, `/v1/workshops/${ws.id}/exec`, { command: ['true'] }),
+      () => post(edgeUrl, server.token, `/v1/workshops/${ws.id}/exec`, { command: ['true'] }),
+    );
+    const so = summarize(owner);
+    const sr = summarize(relayed);
+    statLine('owner', 'POST …/exec `true` on the node that runs it', so, ['p50', 'p99']);
+    statLine('relayed', 'the same through the other node', sr, ['p50', 'p99']);
+    line(`relay cost p50: ${ms(sr.p50 - so.p50)}`);
+    goalLine(`non-owner exec p50 - owner p50 <= ${GOAL_EXTRA_P50_MS} ms`, sr.p50 - so.p50, GOAL_EXTRA_P50_MS + Number.EPSILON);
+    result.exec = { owner: so, relayed: sr };
+
+    await server.request('POST', `/v1/workshops/${ws.id}/exec`, {
+      command: ['sh', '-c', 'cat > tcp-bench.py'],
+      stdin: Buffer.from(SERVER_PY).toString('base64'),
+    });
+    await server.exec(ws.id, ['sh', '-c', `nohup python3 tcp-bench.py ${PORT_IN_WORKSHOP} >/tmp/tcp-bench.log 2>&1 & sleep 0.5`]);
+    const forward = async (url: string): Promise<number> => {
+      const env: NodeJS.ProcessEnv = { ...server.cliEnv(), ATELIER_URL: url };
+      const pf = spawn(process.execPath, [ATELIER_BIN, 'port-forward', ws.id, `0:${PORT_IN_WORKSHOP}`], {
+        env,
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      children.push(pf);
+      return Number((await watch(pf, /Forwarding from 127\.0\.0\.1:(\d+)/, 'atelier port-forward'))[1]);
+    };
+    const ownerPort = await forward(server.url);
+    const edgePort = await forward(edgeUrl);
+    // Measured twice each, in both orders (the first transfers of a run warm the machine up).
+    const path = (who: string, port: number): Promise<PathResult> =>
+      measure(port).catch((err: Error) => {
+        throw new Error(`port-forward through the ${who}: ${err.message}`);
+      });
+    const mo1 = await path('owner', ownerPort);
+    const mr1 = await path('other node', edgePort);
+    const mr2 = await path('other node', edgePort);
+    const mo2 = await path('owner', ownerPort);
+    const mean = (x: PathResult, y: PathResult): PathResult => ({ ...x, down: (x.down + y.down) / 2, up: (x.up + y.up) / 2 });
+    const mo = mean(mo1, mo2);
+    const mr = mean(mr1, mr2);
+    for (const [who, what, r] of [
+      ['owner', 'port-forward through the node that runs it', mo],
+      ['relayed', 'port-forward through the other node', mr],
+    ] as const) {
+      line(`${who.padEnd(8)} ${what.padEnd(44)} down ${r.down.toFixed(1).padStart(7)} MiB/s  up ${r.up.toFixed(1).padStart(7)} MiB/s`);
+      statLine(who, 'round trip of 1 byte', r.rtt, ['p50', 'p99']);
+    }
+    ratioLine('relayed / owner download', mr.down, mo.down);
+    ratioLine('relayed / owner upload', mr.up, mo.up);
+    const share = mr.down / mo.down;
+    line(
+      `goal: port-forward download through a non-owner >= ${GOAL_THROUGHPUT_OF_OWNER}x the owner's -> ${share >= GOAL_THROUGHPUT_OF_OWNER ? 'MET' : 'NOT MET'} (${share.toFixed(2)}x)`,
+    );
+    result.portForward = { owner: mo, relayed: mr };
+  } finally {
+    for (const c of children) if (c.exitCode === null) c.kill('SIGTERM');
+    await server.deleteWorkshop(ws.id, true);
+    if (edge && edge.child.exitCode === null) {
+      const exited = new Promise((r) => edge!.child.once('exit', r));
+      edge.child.kill('SIGTERM');
+      await exited;
+    }
+    rmSync(scratch.dir, { recursive: true, force: true });
+  }
+  return result;
+}

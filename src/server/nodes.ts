@@ -1,0 +1,420 @@
+import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { freemem, hostname, totalmem } from 'node:os';
+import type { FastifyBaseLogger } from 'fastify';
+import { AtelierError, type NodeView } from '../core/index.js';
+import { knownMigrations, queryRows, type Pool } from '../db/index.js';
+import type { Principal } from '../identity/index.js';
+
+/**
+ * The nodes of an installation: every server sharing one PostgreSQL (docs/replicas.md). Each
+ * registers a row at start, heartbeats every HEARTBEAT_MS, and is "unreachable" to the others
+ * once its heartbeat is older than UNREACHABLE_AFTER_MS. Node-to-node requests are signed with
+ * the sending node's own HMAC key, made at each join and stored sealed with the master key.
+ */
+
+/** The node-to-node protocol this build speaks (the relay's signed headers); bumped on a change. */
+export const NODE_PROTOCOL = 1;
+/** The oldest protocol this build still talks to: the compatibility window is [MIN, NODE_PROTOCOL]. */
+export const NODE_MIN_PROTOCOL = 1;
+export const HEARTBEAT_MS = 2000;
+export const UNREACHABLE_AFTER_MS = 10_000;
+/** How far a signed node request's clock may be from ours; a signature is accepted once in it. */
+const SIGNATURE_WINDOW_MS = 60_000;
+
+/** The signed headers of a node-to-node request. */
+export const NODE_HEADERS = {
+  node: 'x-atelier-node',
+  target: 'x-atelier-node-target',
+  time: 'x-atelier-node-time',
+  principal: 'x-atelier-node-principal',
+  placement: 'x-atelier-node-placement',
+  signature: 'x-atelier-node-signature',
+} as const;
+
+interface NodeRow {
+  id: string;
+  name: string;
+  address: string;
+  version: string;
+  protocol: number;
+  min_protocol: number;
+  schema_version: string;
+  memory_total_bytes: string;
+  memory_free_bytes: string;
+  workshops: number;
+  draining: boolean;
+  key_sealed: string;
+  joined_at: Date;
+  heartbeat_at: Date;
+  /** Milliseconds since its last heartbeat, by the database's clock. */
+  age_ms: number;
+}
+
+interface Sealer {
+  encrypt(plain: string, context: string): string;
+  decrypt(sealed: string, context: string): Buffer;
+}
+
+export interface JoinOptions {
+  pool: Pool;
+  id: string;
+  /** --node-name; the default is defaultNodeName(id). */
+  name: string | undefined;
+  version: string;
+  sealer: Sealer;
+  log: FastifyBaseLogger;
+  heartbeatMs?: number;
+}
+
+/** The default node name: the host's name and the first 4 characters of the data dir's node id (several nodes on one host differ). */
+export function defaultNodeName(id: string): string {
+  const host =
+    hostname()
+      .toLowerCase()
+      .replace(/[^a-z0-9-]+/g, '-')
+      .replace(/^-+|-+$/g, '')
+      .slice(0, 40) || 'node';
+  return `${host}-${id.replace(/^node-/, '').slice(0, 4)}`;
+}
+
+export function checkNodeName(name: string): string {
+  if (!/^[a-z0-9][a-z0-9-]{0,62}$/.test(name))
+    throw new AtelierError(
+      'INVALID_ARGUMENT',
+      `--node-name: lowercase letters, digits and -, at most 63, starting with a letter or digit; got "${name}"`,
+      {
+        field: 'node-name',
+      },
+    );
+  return name;
+}
+
+const SELECT = `SELECT *, (extract(epoch FROM now() - heartbeat_at) * 1000)::float8 AS age_ms FROM nodes`;
+
+/** What a node runs for the installation: its row, heartbeat, placement and the node-to-node signatures. */
+export class NodeRegistry {
+  private nodes = new Map<string, NodeRow>();
+  private keys = new Map<string, { sealed: string; key: Buffer }>();
+  private readonly seen = new Map<string, number>();
+  private timer: NodeJS.Timeout | undefined;
+  private beating: Promise<void> | undefined;
+
+  readonly name: string;
+
+  constructor(private readonly opts: JoinOptions) {
+    this.name = checkNodeName(opts.name ?? defaultNodeName(opts.id));
+  }
+
+  get id(): string {
+    return this.opts.id;
+  }
+
+  /**
+   * Registers this node, reachable by the others at `address`, or refuses with what to do (an
+   * older schema or protocol, a name taken); then heartbeats until close().
+   */
+  async join(address: string): Promise<void> {
+    const opts = this.opts;
+    const name = this.name;
+    const known = knownMigrations();
+    const applied = await queryRows<{ version: string }>(opts.pool, 'SELECT version FROM schema_migrations ORDER BY version');
+    const unknown = applied.map((r) => r.version).filter((v) => !known.includes(v));
+    if (unknown.length > 0)
+      throw new AtelierError(
+        'PRECONDITION_FAILED',
+        `this node (Atelier ${opts.version}) is older than the database it joins: a newer node applied ${unknown.join(', ')}; upgrade this node to the installation's version (atelier nodes list shows it)`,
+        { unknown },
+      );
+    const live = await queryRows<NodeRow>(opts.pool, `${SELECT} WHERE id <> $1 AND heartbeat_at > now() - $2 * interval '1 millisecond'`, [
+      opts.id,
+      UNREACHABLE_AFTER_MS,
+    ]);
+    for (const n of live) {
+      if (n.min_protocol > NODE_PROTOCOL)
+        throw new AtelierError(
+          'PRECONDITION_FAILED',
+          `this node speaks node protocol ${NODE_PROTOCOL}, and node ${n.name} (Atelier ${n.version}) needs at least ${n.min_protocol}: upgrade this node to Atelier ${n.version} or later`,
+          { node: n.name },
+        );
+      if (n.protocol < NODE_MIN_PROTOCOL)
+        throw new AtelierError(
+          'PRECONDITION_FAILED',
+          `node ${n.name} (Atelier ${n.version}) speaks node protocol ${n.protocol}, older than this node talks to (${NODE_MIN_PROTOCOL}): upgrade ${n.name} first`,
+          { node: n.name },
+        );
+      if (n.name === name)
+        throw new AtelierError(
+          'CONFLICT',
+          `the node name ${name} is taken by a live node (${n.address}): start this one with another --node-name`,
+          { node: name },
+        );
+    }
+    const [holder] = await queryRows<{ id: string; n: string }>(
+      opts.pool,
+      'SELECT n.id, (SELECT count(*) FROM workshops w WHERE w.node_id = n.id) AS n FROM nodes n WHERE n.name = $1 AND n.id <> $2',
+      [name, opts.id],
+    );
+    if (holder && Number(holder.n) > 0)
+      throw new AtelierError(
+        'CONFLICT',
+        `the node name ${name} belongs to node ${holder.id}, which still has ${holder.n} workshops (it is down): start this one with another --node-name`,
+        { node: name },
+      );
+    // A name left by a node without workshops (its data dir is gone) is taken over.
+    if (holder) await opts.pool.query('DELETE FROM nodes WHERE id = $1', [holder.id]);
+    // A new key at every join: a key taken from an old row is worthless once the node is back.
+    const key = randomBytes(32).toString('hex');
+    const sealed = opts.sealer.encrypt(key, `node-key:${opts.id}`);
+    await opts.pool.query(
+      `INSERT INTO nodes (id, name, address, version, protocol, min_protocol, schema_version, key_sealed)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+       ON CONFLICT (id) DO UPDATE SET name = $2, address = $3, version = $4, protocol = $5, min_protocol = $6,
+         schema_version = $7, key_sealed = $8, joined_at = now(), heartbeat_at = now()`,
+      [opts.id, name, address, opts.version, NODE_PROTOCOL, NODE_MIN_PROTOCOL, known.at(-1) ?? '', sealed],
+    );
+    await this.beat();
+    this.timer = setInterval(() => void this.beat(), opts.heartbeatMs ?? HEARTBEAT_MS);
+    this.timer.unref();
+  }
+
+  /** One heartbeat: this node's load, then everyone's rows. */
+  beat(): Promise<void> {
+    this.beating ??= (async () => {
+      try {
+        await this.opts.pool.query(
+          `UPDATE nodes SET heartbeat_at = now(), memory_total_bytes = $2, memory_free_bytes = $3,
+             workshops = (SELECT count(*) FROM workshops WHERE node_id = $1) WHERE id = $1`,
+          [this.opts.id, totalmem(), freemem()],
+        );
+        await this.refresh();
+      } catch (err) {
+        this.opts.log.warn({ err: (err as Error).message }, 'node heartbeat failed; trying again');
+      } finally {
+        this.beating = undefined;
+      }
+    })();
+    return this.beating;
+  }
+
+  private async refresh(): Promise<void> {
+    const rows = await queryRows<NodeRow>(this.opts.pool, `${SELECT} ORDER BY name`);
+    this.nodes = new Map(rows.map((r) => [r.id, r]));
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.timer);
+    await this.beating;
+  }
+
+  /** Whether a node answered its heartbeats lately (this node always has). */
+  isLive(id: string): boolean {
+    if (id === this.opts.id) return true;
+    const n = this.nodes.get(id);
+    return n !== undefined && n.age_ms < UNREACHABLE_AFTER_MS;
+  }
+
+  /** The node's name and since when it is silent, for the workshops it runs. */
+  describe(id: string): { name: string; address: string; heartbeatAt: string | null } {
+    const n = this.nodes.get(id);
+    return { name: n?.name ?? id, address: n?.address ?? '', heartbeatAt: n ? n.heartbeat_at.toISOString() : null };
+  }
+
+  private view(n: NodeRow): NodeView {
+    return {
+      id: n.id,
+      name: n.name,
+      address: n.address,
+      version: n.version,
+      protocol: n.protocol,
+      schemaVersion: n.schema_version,
+      memoryTotalBytes: Number(n.memory_total_bytes),
+      memoryFreeBytes: Number(n.memory_free_bytes),
+      workshops: n.workshops,
+      draining: n.draining,
+      state: n.id !== this.opts.id && n.age_ms >= UNREACHABLE_AFTER_MS ? 'unreachable' : n.draining ? 'draining' : 'ready',
+      joinedAt: n.joined_at.toISOString(),
+      heartbeatAt: n.heartbeat_at.toISOString(),
+      self: n.id === this.opts.id,
+    };
+  }
+
+  /** Every node of the installation, read now. */
+  async list(): Promise<NodeView[]> {
+    await this.refresh();
+    return [...this.nodes.values()].map((n) => this.view(n));
+  }
+
+  /** `atelier nodes drain|undrain N`: no new workshops there (those it runs stay). */
+  async setDraining(name: string, draining: boolean): Promise<NodeView> {
+    const [row] = await queryRows<{ id: string }>(this.opts.pool, 'UPDATE nodes SET draining = $2 WHERE name = $1 RETURNING id', [
+      name,
+      draining,
+    ]);
+    if (!row) throw new AtelierError('NOT_FOUND', `no node named ${name}: run \`atelier nodes list\``, { node: name });
+    await this.refresh();
+    return this.view(this.nodes.get(row.id)!);
+  }
+
+  /**
+   * Where a new workshop goes: `requested` (a node name, `--node`), or the least loaded accepting
+   * node (live and not draining): fewest workshops, then most free memory, then by name.
+   */
+  async place(requested: string | undefined): Promise<{ id: string; name: string; reason: string }> {
+    await this.refresh();
+    // Counted now, not at the last heartbeat: two creates in a row go to two nodes.
+    const counts = await queryRows<{ node_id: string; n: number }>(
+      this.opts.pool,
+      "SELECT node_id, count(*)::int AS n FROM workshops WHERE status <> 'Deleting' GROUP BY node_id",
+    );
+    const all = [...this.nodes.values()].map((n) => ({ ...n, workshops: counts.find((c) => c.node_id === n.id)?.n ?? 0 }));
+    if (requested !== undefined) {
+      const n = all.find((x) => x.name === requested);
+      if (!n) throw new AtelierError('INVALID_ARGUMENT', `no node named ${requested}: run \`atelier nodes list\``, { field: 'node' });
+      if (!this.isLive(n.id))
+        throw new AtelierError(
+          'UNAVAILABLE',
+          `node ${requested} has missed its heartbeats since ${n.heartbeat_at.toISOString()}: choose another --node`,
+          {
+            node: requested,
+          },
+        );
+      if (n.draining)
+        throw new AtelierError(
+          'PRECONDITION_FAILED',
+          `node ${requested} is draining: choose another --node, or \`atelier nodes undrain ${requested}\``,
+          {
+            node: requested,
+          },
+        );
+      return { id: n.id, name: n.name, reason: `asked for with --node ${n.name}` };
+    }
+    const accepting = all
+      .filter((n) => this.isLive(n.id) && !n.draining)
+      .sort(
+        (a, b) => a.workshops - b.workshops || Number(b.memory_free_bytes) - Number(a.memory_free_bytes) || a.name.localeCompare(b.name),
+      );
+    const best = accepting[0];
+    if (!best)
+      throw new AtelierError(
+        'UNAVAILABLE',
+        'no node accepts new workshops (all are draining or unreachable): `atelier nodes undrain NAME`',
+      );
+    const free = (Number(best.memory_free_bytes) / 2 ** 30).toFixed(1);
+    return {
+      id: best.id,
+      name: best.name,
+      reason: `least loaded of ${accepting.length} accepting node${accepting.length === 1 ? '' : 's'} (${best.workshops} workshops, ${free} GiB memory free)`,
+    };
+  }
+
+  /** The address of a node (for the relay). */
+  addressOf(id: string): string | undefined {
+    return this.nodes.get(id)?.address;
+  }
+
+  private async keyOf(id: string, fresh = false): Promise<Buffer | undefined> {
+    if (fresh || !this.nodes.has(id)) await this.refresh();
+    const row = this.nodes.get(id);
+    if (!row) return undefined;
+    const cached = this.keys.get(id);
+    if (cached?.sealed === row.key_sealed) return cached.key;
+    const key = Buffer.from(this.opts.sealer.decrypt(row.key_sealed, `node-key:${id}`).toString('utf8'), 'hex');
+    this.keys.set(id, { sealed: row.key_sealed, key });
+    return key;
+  }
+
+  private static payload(h: Record<string, string>, method: string, url: string): string {
+    return [
+      h[NODE_HEADERS.node],
+      h[NODE_HEADERS.target],
+      h[NODE_HEADERS.time],
+      method.toUpperCase(),
+      url,
+      h[NODE_HEADERS.principal],
+      h[NODE_HEADERS.placement] ?? '',
+    ].join('\n');
+  }
+
+  /** The headers that carry a request to node `target` with the caller's identity, signed with this node's key. */
+  async sign(target: string, method: string, url: string, principal: Principal, placement?: string): Promise<Record<string, string>> {
+    const key = await this.keyOf(this.opts.id);
+    if (!key) throw new AtelierError('INTERNAL', 'this node is not registered');
+    const h: Record<string, string> = {
+      [NODE_HEADERS.node]: this.opts.id,
+      [NODE_HEADERS.target]: target,
+      [NODE_HEADERS.time]: String(Date.now()),
+      [NODE_HEADERS.principal]: Buffer.from(JSON.stringify(principal)).toString('base64url'),
+    };
+    if (placement !== undefined) h[NODE_HEADERS.placement] = encodeURIComponent(placement);
+    h[NODE_HEADERS.signature] = createHmac('sha256', key)
+      .update(NodeRegistry.payload(h, method, url))
+      .digest('hex');
+    return h;
+  }
+
+  /** Whether a request says it comes from a node (then it must verify). */
+  static isNodeRequest(headers: Record<string, string | string[] | undefined>): boolean {
+    return Object.values(NODE_HEADERS).some((h) => headers[h] !== undefined);
+  }
+
+  /**
+   * The caller's identity (and the placement, on a relayed create) of a request another node
+   * signed; refused unless its signature is by a node of this installation, for this node, recent
+   * and not seen before.
+   */
+  async verify(
+    method: string,
+    url: string,
+    headers: Record<string, string | string[] | undefined>,
+  ): Promise<{ principal: Principal; placement: string | undefined; from: string }> {
+    const refuse = (why: string): never => {
+      throw new AtelierError('UNAUTHENTICATED', `node-to-node request refused: ${why}`);
+    };
+    const h: Record<string, string> = {};
+    for (const name of Object.values(NODE_HEADERS)) {
+      const v = headers[name];
+      if (Array.isArray(v)) refuse(`${name} sent twice`);
+      if (typeof v === 'string') h[name] = v;
+    }
+    const from = h[NODE_HEADERS.node];
+    const signature = h[NODE_HEADERS.signature];
+    if (!from || !signature || !h[NODE_HEADERS.target] || !h[NODE_HEADERS.time] || !h[NODE_HEADERS.principal])
+      refuse('its node headers are incomplete');
+    if (h[NODE_HEADERS.target] !== this.opts.id) refuse('it was meant for another node');
+    const time = Number(h[NODE_HEADERS.time]);
+    if (!Number.isFinite(time) || Math.abs(Date.now() - time) > SIGNATURE_WINDOW_MS)
+      refuse('its signature is too old (or the clocks of the nodes differ)');
+    const expected = async (fresh: boolean): Promise<Buffer | undefined> => {
+      const key = await this.keyOf(from!, fresh);
+      return (
+        key &&
+        createHmac('sha256', key)
+          .update(NodeRegistry.payload(h, method, url))
+          .digest()
+      );
+    };
+    const given = Buffer.from(signature!, 'hex');
+    const matches = (e: Buffer | undefined): boolean => e !== undefined && e.length === given.length && timingSafeEqual(e, given);
+    // A node that joined again since we read its key signs with a new one: read once more.
+    if (!matches(await expected(false)) && !matches(await expected(true))) refuse('it is not signed by a node of this installation');
+    this.forgetOld();
+    if (this.seen.has(signature!)) refuse('it was replayed');
+    this.seen.set(signature!, time);
+    let principal: Principal;
+    try {
+      principal = JSON.parse(Buffer.from(h[NODE_HEADERS.principal]!, 'base64url').toString('utf8')) as Principal;
+    } catch {
+      return refuse('its principal is not JSON');
+    }
+    const placement = h[NODE_HEADERS.placement];
+    return { principal, placement: placement === undefined ? undefined : decodeURIComponent(placement), from: from! };
+  }
+
+  private forgetOld(): void {
+    const oldest = Date.now() - 2 * SIGNATURE_WINDOW_MS;
+    for (const [s, t] of this.seen) {
+      if (t >= oldest) break;
+      this.seen.delete(s);
+    }
+  }
+}

@@ -1,0 +1,206 @@
+import http, { type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
+import https from 'node:https';
+import type { Socket } from 'node:net';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { AtelierError } from '../core/index.js';
+import type { Principal } from '../identity/index.js';
+import { relaySpliced } from '../relay/index.js';
+import { NODE_HEADERS, type NodeRegistry } from './nodes.js';
+
+/**
+ * The relay between nodes (docs/replicas.md): a request for a workshop that another node runs is
+ * sent there as it came, raw (the body streamed, an upgrade piped both ways), with the caller's
+ * identity in headers signed by this node's key instead of the caller's credentials. One generic
+ * path for every such route, so no route has code of its own for it.
+ */
+
+// Kept-alive connections to the other nodes: a relayed exec costs no TCP handshake.
+const agents = {
+  'http:': new http.Agent({ keepAlive: true, maxSockets: 256 }),
+  'https:': new https.Agent({ keepAlive: true, maxSockets: 256 }),
+};
+
+// Never forwarded: hop-by-hop headers, the caller's credentials (the signed principal replaces
+// them) and any node header the caller sent.
+const DROP = new Set<string>([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'transfer-encoding',
+  'te',
+  'trailer',
+  'upgrade',
+  'host',
+  'authorization',
+  'cookie',
+  'x-atelier-tenant',
+  ...Object.values(NODE_HEADERS),
+]);
+
+function forwardHeaders(from: IncomingHttpHeaders, signed: Record<string, string>): OutgoingHttpHeaders {
+  const out: OutgoingHttpHeaders = {};
+  for (const [k, v] of Object.entries(from)) if (v !== undefined && !DROP.has(k)) out[k] = v;
+  return { ...out, ...signed };
+}
+
+function errorBody(err: AtelierError, requestId: string): string {
+  return JSON.stringify(err.toBody(requestId));
+}
+
+/** The installation as a server sees it: where workshops run, where new ones go, and the way to the others. */
+export class Cluster {
+  constructor(readonly nodes: NodeRegistry) {}
+
+  get nodeId(): string {
+    return this.nodes.id;
+  }
+
+  private target(nodeId: string, what: string): URL {
+    const address = this.nodes.addressOf(nodeId);
+    const { name, heartbeatAt } = this.nodes.describe(nodeId);
+    if (!address || !this.nodes.isLive(nodeId))
+      throw new AtelierError(
+        'UNAVAILABLE',
+        `${what} runs on node ${name}, which has missed its heartbeats since ${heartbeatAt ?? 'it joined'}: nothing is lost; try again when it is back (\`atelier nodes list\`)`,
+        { node: name },
+      );
+    return new URL(address);
+  }
+
+  /**
+   * Sends the request to node `nodeId` and its answer back to the caller (the reply is hijacked).
+   * `body`: the request's body when it was read already (a create); otherwise it is streamed.
+   */
+  async forward(
+    request: FastifyRequest,
+    reply: FastifyReply,
+    nodeId: string,
+    principal: Principal,
+    opts: { what: string; placement?: string; body?: Buffer },
+  ): Promise<void> {
+    const base = this.target(nodeId, opts.what);
+    const raw = request.raw;
+    const url = raw.url ?? '/';
+    const signed = await this.nodes.sign(nodeId, raw.method ?? 'GET', url, principal, opts.placement);
+    reply.hijack();
+    if (raw.headers.upgrade !== undefined) return relayUpgrade(raw, raw.socket, upgradeHead(raw), base, signed, String(request.id));
+    const headers = forwardHeaders(raw.headers, signed);
+    if (opts.body) {
+      headers['content-length'] = String(opts.body.length);
+      headers['content-type'] = 'application/json';
+    }
+    relayHttp(raw, reply.raw, base, headers, String(request.id), opts.body);
+  }
+}
+
+/** Bytes that came after the upgrade request's headers (kept by @fastify/websocket on the raw request). */
+function upgradeHead(raw: IncomingMessage): Buffer {
+  const key = Object.getOwnPropertySymbols(raw).find((s) => s.description === 'ws-head');
+  const head = key ? (raw as unknown as Record<symbol, unknown>)[key] : undefined;
+  return Buffer.isBuffer(head) ? head : Buffer.alloc(0);
+}
+
+function unreachable(err: Error): AtelierError {
+  return new AtelierError('UNAVAILABLE', `the workshop's node did not answer (${err.message}): try again in a few seconds`);
+}
+
+function relayHttp(
+  raw: IncomingMessage,
+  res: ServerResponse,
+  base: URL,
+  headers: OutgoingHttpHeaders,
+  requestId: string,
+  body?: Buffer,
+): void {
+  const mod = base.protocol === 'https:' ? https : http;
+  const up = mod.request(
+    new URL(raw.url ?? '/', base),
+    { method: raw.method, headers, agent: agents[base.protocol === 'https:' ? 'https:' : 'http:'] },
+    (answer) => {
+      const out: OutgoingHttpHeaders = {};
+      for (const [k, v] of Object.entries(answer.headers))
+        if (v !== undefined && k !== 'connection' && k !== 'transfer-encoding' && k !== 'keep-alive') out[k] = v;
+      res.writeHead(answer.statusCode ?? 502, out);
+      answer.pipe(res);
+      answer.on('error', () => res.destroy());
+    },
+  );
+  up.setNoDelay(true);
+  up.on('error', (err) => {
+    if (res.headersSent) return void res.destroy();
+    res
+      .writeHead(503, { 'content-type': 'application/json; charset=utf-8', 'retry-after': '1' })
+      .end(errorBody(unreachable(err), requestId));
+  });
+  // The caller went away: so does the relayed request (an exec stops as it would on the owner).
+  res.on('close', () => {
+    if (!res.writableFinished) up.destroy();
+  });
+  if (body) up.end(body);
+  else raw.pipe(up);
+}
+
+function headLines(statusCode: number, statusMessage: string, rawHeaders: string[]): string {
+  let s = `HTTP/1.1 ${statusCode} ${statusMessage}\r\n`;
+  for (let i = 0; i + 1 < rawHeaders.length; i += 2) s += `${rawHeaders[i]}: ${rawHeaders[i + 1]}\r\n`;
+  return `${s}\r\n`;
+}
+
+function relayUpgrade(
+  raw: IncomingMessage,
+  socket: Socket,
+  head: Buffer,
+  base: URL,
+  signed: Record<string, string>,
+  requestId: string,
+): void {
+  const mod = base.protocol === 'https:' ? https : http;
+  const headers = forwardHeaders(raw.headers, signed);
+  headers.connection = 'Upgrade';
+  headers.upgrade = raw.headers.upgrade;
+  const up = mod.request(new URL(raw.url ?? '/', base), { method: raw.method, headers, agent: false });
+  up.setNoDelay(true);
+  const onClientError = (): void => void up.destroy();
+  socket.on('error', onClientError);
+  up.on('upgrade', (answer, upSocket: Socket, upHead: Buffer) => {
+    // The owner's 101 and what followed it go first; then both ways through the splice relay
+    // (zero copy, as the owner relays its tunnels), a reset on one side passed on to the other.
+    const head101 = Buffer.from(headLines(answer.statusCode ?? 101, answer.statusMessage ?? 'Switching Protocols', answer.rawHeaders));
+    relaySpliced(socket, upSocket, { tag: `node-relay-${requestId}`, fromA: head, fromB: Buffer.concat([head101, upHead]) });
+  });
+  // Refused by the owner (401, 404, 409…): its answer as it is, then the connection ends.
+  up.on('response', (answer) => {
+    const pairs: string[] = [];
+    for (let i = 0; i + 1 < answer.rawHeaders.length; i += 2)
+      if (!/^(connection|transfer-encoding|keep-alive|content-length)$/i.test(answer.rawHeaders[i]!))
+        pairs.push(answer.rawHeaders[i]!, answer.rawHeaders[i + 1]!);
+    const chunks: Buffer[] = [];
+    answer.on('data', (c: Buffer) => chunks.push(c));
+    answer.on('end', () => {
+      const body = Buffer.concat(chunks);
+      socket.end(
+        Buffer.concat([
+          Buffer.from(
+            headLines(answer.statusCode ?? 502, answer.statusMessage ?? '', [
+              ...pairs,
+              'content-length',
+              String(body.length),
+              'connection',
+              'close',
+            ]),
+          ),
+          body,
+        ]),
+      );
+    });
+    answer.on('error', () => socket.destroy());
+  });
+  up.on('error', (err) => {
+    if (socket.destroyed) return;
+    const body = errorBody(unreachable(err), requestId);
+    socket.end(
+      `HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+    );
+  });
+  up.end();
+}

@@ -1,0 +1,383 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { createHmac, randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import pg from 'pg';
+import WebSocket from 'ws';
+import { CliProcess, TestServer, makeRepo } from './helpers/server.js';
+import { ExternalPostgres } from './helpers/postgres.js';
+
+// Three server processes (separate data dirs) on one external PostgreSQL are one installation:
+// each lists every node and every workshop, places new workshops, and relays what must run where
+// the sandbox is (exec, files, git diff, a PTY, a port-forward) to the workshop's node; a node
+// killed with -9 shows its workshops NodeUnreachable until it is back; a forged node-to-node
+// request is refused; a draining node gets no new workshop.
+interface Ws {
+  id: string;
+  name: string;
+  status: string;
+  statusReason: string | null;
+  node: string;
+  placement: string | null;
+}
+interface Node {
+  id: string;
+  name: string;
+  address: string;
+  state: string;
+  workshops: number;
+  draining: boolean;
+}
+
+async function until<T>(what: string, fn: () => Promise<T | undefined>, ms = 40_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (v !== undefined) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+describe('nodes: three servers on one PostgreSQL are one installation', () => {
+  let db: ExternalPostgres;
+  let a: TestServer;
+  let b: TestServer;
+  let c: TestServer;
+  let keyDir: string;
+  let repo: string;
+  let sql: pg.Client;
+  let onA: Ws;
+  let onC: Ws;
+
+  before(async () => {
+    db = ExternalPostgres.start();
+    keyDir = mkdtempSync('/tmp/atelier-key-');
+    const env = { ATELIER_MASTER_KEY_FILE: join(keyDir, 'master.key') };
+    a = await TestServer.start({ databaseUrl: db.url, env, args: ['--node-name', 'node-a'] });
+    b = await TestServer.start({ databaseUrl: db.url, env, args: ['--node-name', 'node-b'] });
+    c = await TestServer.start({ databaseUrl: db.url, env, args: ['--node-name', 'node-c'] });
+    b.token = a.token;
+    c.token = a.token;
+    repo = makeRepo();
+    sql = new pg.Client({ connectionString: db.url });
+    await sql.connect();
+  });
+
+  after(async () => {
+    await sql?.end();
+    // Each deletes every workshop of the installation it can reach (relayed to their nodes).
+    await a?.dispose();
+    await b?.dispose();
+    await c?.dispose();
+    db?.stop();
+    rmSync(keyDir, { recursive: true, force: true });
+    if (repo) rmSync(repo, { recursive: true, force: true });
+  });
+
+  it('every node lists the three nodes, ready, with their address', async () => {
+    for (const s of [a, b, c]) {
+      const r = await s.api<{ items: Node[] }>('GET', '/v1/nodes');
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+      assert.deepEqual(r.body.items.map((n) => [n.name, n.state]).sort(), [
+        ['node-a', 'ready'],
+        ['node-b', 'ready'],
+        ['node-c', 'ready'],
+      ]);
+      assert.equal(r.body.items.find((n) => n.name === 'node-a')!.address, a.url);
+    }
+    const cli = await b.cli(['nodes', 'list']);
+    assert.equal(cli.code, 0, cli.stderr);
+    assert.match(cli.stdout, /node-b \*.*ready/);
+    assert.match(cli.stdout, /node-c .*ready/);
+  });
+
+  it('a workshop created through one node with --node runs there, and says why', async () => {
+    // Asked of node b, placed on node a: the create is relayed (its phases streamed through).
+    onA = (await b.createWorkshop({ repo, name: 'on-a', node: 'node-a' })) as unknown as Ws;
+    assert.equal(onA.status, 'Running', onA.statusReason ?? '');
+    assert.equal(onA.node, 'node-a');
+    assert.equal(onA.placement, 'asked for with --node node-a; placed by node node-b');
+    const row = await sql.query<{ node_id: string }>('SELECT node_id FROM workshops WHERE id = $1', [onA.id]);
+    const nodes = (await a.api<{ items: Node[] }>('GET', '/v1/nodes')).body.items;
+    assert.equal(row.rows[0]!.node_id, nodes.find((n) => n.name === 'node-a')!.id);
+  });
+
+  it('without --node, a workshop goes to the least loaded accepting node', async () => {
+    // node a runs one workshop, b and c none: a is never chosen.
+    const w = (await a.createWorkshop({ repo, name: 'placed' })) as unknown as Ws;
+    assert.equal(w.status, 'Running', w.statusReason ?? '');
+    assert.notEqual(w.node, 'node-a');
+    assert.match(w.placement ?? '', /^least loaded of 3 accepting nodes \(0 workshops/);
+    const status = await c.cli(['workshops', 'status', w.id]);
+    assert.equal(status.code, 0, status.stderr);
+    assert.match(status.stdout, new RegExp(`node:\\s+${w.node} \\(least loaded of 3 accepting nodes`));
+    const del = await c.api('DELETE', `/v1/workshops/${w.id}`);
+    assert.equal(del.status, 200, JSON.stringify(del.body));
+  });
+
+  it('every node lists every workshop of the installation', async () => {
+    for (const s of [a, b, c]) {
+      const r = await s.api<{ items: Ws[] }>('GET', '/v1/workshops');
+      assert.deepEqual(
+        r.body.items.map((w) => [w.name, w.node, w.status]),
+        [['on-a', 'node-a', 'Running']],
+      );
+    }
+  });
+
+  it('exec, files and git diff through a non-owner node give what the owner gives', async () => {
+    const put = await c.api('PUT', `/v1/workshops/${onA.id}/files?path=note.txt`, Buffer.from('written through node c\n'));
+    assert.equal(put.status, 200, JSON.stringify(put.body));
+    const viaOwner = await a.exec(onA.id, ['sh', '-c', 'cat note.txt; echo err >&2; hostname; exit 3']);
+    const viaB = await b.exec(onA.id, ['sh', '-c', 'cat note.txt; echo err >&2; hostname; exit 3']);
+    assert.deepEqual(viaB, viaOwner);
+    assert.equal(viaB.exitCode, 3);
+    assert.equal(viaB.stdout, 'written through node c\non-a\n');
+    // NDJSON (the CLI's exec) streams through the relay too.
+    const cli = await b.cli(['exec', 'on-a', '--', 'sh', '-c', 'echo streamed; exit 4']);
+    assert.equal(cli.code, 4, cli.stderr);
+    assert.equal(cli.stdout, 'streamed\n');
+    // A command started through one non-owner node and read back through another.
+    const started = await b.api<{ id: string }>('POST', `/v1/workshops/${onA.id}/execs`, { command: ['sh', '-c', 'sleep 1; echo later'] });
+    assert.equal(started.status, 201, JSON.stringify(started.body));
+    const read = await c.api<{ status: string; chunks: { data: string }[] }>('GET', `/v1/execs/${started.body.id}?wait=30`);
+    assert.equal(read.body.status, 'Exited', JSON.stringify(read.body));
+    assert.equal(Buffer.concat(read.body.chunks.map((x) => Buffer.from(x.data, 'base64'))).toString(), 'later\n');
+    for (const s of [a, b]) {
+      const r = await fetch(`${s.url}/v1/workshops/${onA.id}/files?path=note.txt`, { headers: { authorization: `Bearer ${s.token}` } });
+      assert.equal(r.status, 200);
+      assert.equal(await r.text(), 'written through node c\n');
+    }
+    await a.exec(onA.id, ['sh', '-c', 'echo changed >> README.md']);
+    const diffs = await Promise.all([a, b, c].map((s) => s.api<unknown>('GET', `/v1/workshops/${onA.id}/git/diff`)));
+    assert.equal(diffs[0]!.status, 200, JSON.stringify(diffs[0]!.body));
+    assert.match(JSON.stringify(diffs[0]!.body), /changed/);
+    assert.deepEqual(diffs[1], diffs[0]);
+    assert.deepEqual(diffs[2], diffs[0]);
+  });
+
+  it('a PTY through a non-owner node', async () => {
+    const ws = new WebSocket(`${c.url.replace('http', 'ws')}/v1/workshops/${onA.id}/pty`, {
+      headers: { authorization: `Bearer ${c.token}` },
+    });
+    let output = '';
+    const closed = new Promise<void>((r) => ws.on('close', () => r()));
+    try {
+      await new Promise<void>((resolve, reject) => {
+        ws.once('error', reject);
+        ws.once('open', () => ws.send(JSON.stringify({ type: 'start', command: ['sh'], cols: 80, rows: 24 })));
+        ws.once('message', (d: Buffer) => (JSON.parse(d.toString()).type === 'started' ? resolve() : reject(new Error(d.toString()))));
+      });
+      ws.on('message', (d: Buffer, binary: boolean) => {
+        if (binary) output += d.toString();
+      });
+      ws.send(Buffer.from('echo pty-$((6*7)) && hostname\n'), { binary: true });
+      await until('the PTY output', async () => (/pty-42\r?\non-a/.test(output) ? true : undefined), 30_000);
+    } finally {
+      ws.close();
+      await closed;
+    }
+  });
+
+  it('`atelier ssh` and the simulators list through a non-owner node', async () => {
+    const ssh = await c.cli(['ssh', onA.id, '--', 'sh', '-c', 'test -t 0 && echo "tty on $(hostname)"; exit 9']);
+    assert.equal(ssh.code, 9, ssh.stderr);
+    assert.match(ssh.stdout, /tty on on-a/);
+    const sims = await Promise.all([a, b].map((s) => s.api('GET', `/v1/workshops/${onA.id}/simulators`)));
+    assert.equal(sims[0]!.status, 200, JSON.stringify(sims[0]!.body));
+    assert.deepEqual(sims[1], sims[0]);
+  });
+
+  it('a port-forward through a non-owner node', async () => {
+    const echo =
+      "import socket\ns = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind(('127.0.0.1', 8300)); s.listen(8)\nopen('/tmp/echo.ready', 'w').close()\n" +
+      'while True:\n    c, _ = s.accept()\n    while True:\n        d = c.recv(65536)\n        if not d: break\n        c.sendall(d.upper())\n    c.close()\n';
+    await b.api('PUT', `/v1/workshops/${onA.id}/files?path=echo.py`, Buffer.from(echo));
+    await b.exec(onA.id, [
+      'sh',
+      '-c',
+      'rm -f /tmp/echo.ready; nohup python3 echo.py >/dev/null 2>&1 & while [ ! -e /tmp/echo.ready ]; do sleep 0.05; done',
+    ]);
+    const r = await b.cli(['port-forward', '--stdio', onA.id, '8300'], { input: 'through node b\n' });
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout, 'THROUGH NODE B\n');
+  });
+
+  it('an agent session started through one non-owner node, attached through another', async () => {
+    const run = await b.cli([
+      'run',
+      onA.id,
+      '--session',
+      'bot',
+      '-d',
+      '--',
+      'sh',
+      '-c',
+      'echo "agent on $(hostname)"; read line; echo "agent got $line"; exit 5',
+    ]);
+    assert.equal(run.code, 0, run.stderr);
+    const listed = await c.api<{ items: { name: string; running: boolean }[] }>('GET', `/v1/workshops/${onA.id}/sessions`);
+    assert.ok(
+      listed.body.items.some((x) => x.name === 'bot' && x.running),
+      JSON.stringify(listed.body),
+    );
+    const attached = new CliProcess(['attach', onA.id, '--session', 'bot'], c.env());
+    try {
+      await attached.waitFor(/agent on on-a/);
+      attached.proc.stdin!.write('ping\n');
+      assert.equal(await attached.exited, 5);
+      assert.match(attached.stdout, /agent got ping/);
+    } finally {
+      await attached.stop();
+    }
+  });
+
+  it('suspend and resume through a non-owner node', async () => {
+    const stopped = await b.api<Ws>('POST', `/v1/workshops/${onA.id}/stop`);
+    assert.equal(stopped.status, 200, JSON.stringify(stopped.body));
+    assert.equal(stopped.body.status, 'Suspended');
+    assert.equal((await c.api<Ws>('GET', `/v1/workshops/${onA.id}`)).body.status, 'Suspended');
+    const resumed = await c.api<Ws>('POST', `/v1/workshops/${onA.id}/resume`);
+    assert.equal(resumed.body.status, 'Running', JSON.stringify(resumed.body));
+    assert.equal((await b.exec(onA.id, ['echo', 'awake'])).stdout, 'awake\n');
+  });
+
+  it('a forged node-to-node request is refused', async () => {
+    const nodes = (await a.api<{ items: Node[] }>('GET', '/v1/nodes')).body.items;
+    const idOf = (name: string): string => nodes.find((n) => n.name === name)!.id;
+    const principal = Buffer.from(
+      JSON.stringify({
+        kind: 'user',
+        userId: 'us-x',
+        userName: 'admin',
+        tenantId: 'tn-default',
+        tenantName: 'default',
+        role: 'admin',
+        workshopId: null,
+        tokenId: null,
+        via: 'api-token',
+        expiresAt: null,
+      }),
+    ).toString('base64url');
+    const forged = (from: string, key: Buffer): Record<string, string> => {
+      const time = String(Date.now());
+      const path = `/v1/workshops/${onA.id}/exec`;
+      const sig = createHmac('sha256', key)
+        .update([from, idOf('node-a'), time, 'POST', path, principal, ''].join('\n'))
+        .digest('hex');
+      return {
+        'x-atelier-node': from,
+        'x-atelier-node-target': idOf('node-a'),
+        'x-atelier-node-time': time,
+        'x-atelier-node-principal': principal,
+        'x-atelier-node-signature': sig,
+        'content-type': 'application/json',
+      };
+    };
+    for (const headers of [forged(idOf('node-b'), randomBytes(32)), forged('node-unknown', randomBytes(32))]) {
+      const r = await fetch(`${a.url}/v1/workshops/${onA.id}/exec`, {
+        method: 'POST',
+        headers,
+        body: JSON.stringify({ command: ['true'] }),
+      });
+      assert.equal(r.status, 401);
+      const body = (await r.json()) as { code: string; message: string };
+      assert.equal(body.code, 'UNAUTHENTICATED');
+      assert.match(body.message, /node-to-node request refused/);
+    }
+    // A node header alone, beside a valid token, is refused too (never taken for a relayed request).
+    const r = await a.api<{ code: string }>(
+      'POST',
+      `/v1/workshops/${onA.id}/exec`,
+      { command: ['true'] },
+      { 'x-atelier-node': idOf('node-b') },
+    );
+    assert.equal(r.status, 401);
+  });
+
+  it('a draining node gets no new workshop; undrained, it does again', async () => {
+    for (const n of ['node-b', 'node-c']) assert.equal((await a.api<Node>('POST', `/v1/nodes/${n}/drain`)).body.draining, true);
+    const asked = await b.api<{ code: string; message: string }>('POST', '/v1/workshops', { repo, name: 'refused', node: 'node-b' });
+    assert.equal(asked.status, 409);
+    assert.match(asked.body.message, /node node-b is draining/);
+    onC = (await c.createWorkshop({ repo, name: 'while-draining' })) as unknown as Ws;
+    assert.equal(onC.node, 'node-a');
+    assert.equal((await a.api('DELETE', `/v1/workshops/${onC.id}`)).status, 200);
+    const cli = await a.cli(['nodes', 'undrain', 'node-c']);
+    assert.equal(cli.code, 0, cli.stderr);
+    await a.api('POST', '/v1/nodes/node-b/undrain');
+    onC = (await a.createWorkshop({ repo, name: 'on-c', node: 'node-c' })) as unknown as Ws;
+    assert.equal(onC.status, 'Running', onC.statusReason ?? '');
+  });
+
+  it('a node killed with -9: its workshops are NodeUnreachable elsewhere, others unaffected; restarted, they are back', async () => {
+    await c.stop('SIGKILL');
+    const seen = await until('node c unreachable', async () => {
+      const w = (await a.api<Ws>('GET', `/v1/workshops/${onC.id}`)).body;
+      return w.status === 'NodeUnreachable' ? w : undefined;
+    });
+    assert.match(seen.statusReason ?? '', /its node node-c has missed its heartbeats since .*; it was Running/);
+    const nodes = (await b.api<{ items: Node[] }>('GET', '/v1/nodes')).body.items;
+    assert.equal(nodes.find((n) => n.name === 'node-c')!.state, 'unreachable');
+    // The other node's workshop still works, through either live node.
+    assert.equal((await b.exec(onA.id, ['echo', 'fine'])).stdout, 'fine\n');
+    assert.equal((await b.api<Ws>('GET', `/v1/workshops/${onA.id}`)).body.status, 'Running');
+    // What must run on node c says so; nothing is deleted for being unreachable.
+    const exec = await a.api<{ code: string; message: string }>('POST', `/v1/workshops/${onC.id}/exec`, { command: ['true'] });
+    assert.equal(exec.status, 503);
+    assert.match(exec.body.message, /runs on node node-c, which has missed its heartbeats/);
+    const del = await a.api<{ code: string }>('DELETE', `/v1/workshops/${onC.id}`);
+    assert.equal(del.status, 503);
+    const placed = await b.api<{ items: Ws[] }>('GET', '/v1/workshops');
+    assert.ok(placed.body.items.some((w) => w.id === onC.id));
+    await c.boot();
+    const back = await until('node c back', async () => {
+      const w = (await a.api<Ws>('GET', `/v1/workshops/${onC.id}`)).body;
+      return w.status === 'Running' ? w : undefined;
+    });
+    assert.equal(back.statusReason, null);
+    assert.equal((await a.exec(onC.id, ['hostname'])).stdout, 'on-c\n');
+  });
+
+  it('a node older than the installation refuses to join, and says what to do', async () => {
+    const env = { ATELIER_MASTER_KEY_FILE: join(keyDir, 'master.key') };
+    const attempt = async (name: string, expected: RegExp): Promise<void> => {
+      const s = new TestServer(mkdtempSync('/tmp/atelier-test-'), ['--database-url', db.url, '--node-name', name]);
+      s.serverEnv = env;
+      try {
+        await assert.rejects(s.boot(), (err: Error) => {
+          assert.match(err.message, expected);
+          return true;
+        });
+      } finally {
+        await s.stop();
+        rmSync(s.dataDir, { recursive: true, force: true });
+      }
+    };
+    // A migration this build does not know: a newer node applied it.
+    await sql.query("INSERT INTO schema_migrations (version) VALUES ('999_from_a_newer_node.sql')");
+    try {
+      await attempt(
+        'old-schema',
+        /this node \(Atelier [^)]+\) is older than the database it joins: a newer node applied 999_from_a_newer_node\.sql; upgrade this node/,
+      );
+    } finally {
+      await sql.query("DELETE FROM schema_migrations WHERE version = '999_from_a_newer_node.sql'");
+    }
+    // A live node that no longer talks to this build's node protocol.
+    await sql.query(
+      `INSERT INTO nodes (id, name, address, version, protocol, min_protocol, schema_version, key_sealed)
+       VALUES ('node-future', 'future', 'http://127.0.0.1:9', '99.0.0', 3, 2, '999', 'x')`,
+    );
+    try {
+      await attempt(
+        'old-protocol',
+        /this node speaks node protocol 1, and node future \(Atelier 99\.0\.0\) needs at least 2: upgrade this node/,
+      );
+    } finally {
+      await sql.query("DELETE FROM nodes WHERE id = 'node-future'");
+    }
+  });
+});
