@@ -135,30 +135,64 @@ describe('Kubernetes driver objects on a real control plane (kwok node: no conta
   });
 
   it('runs a command through pods/exec (kwok runs it on this host: no container isolation is tested)', async () => {
-    const result = await sandboxes.exec('ws-warm0001', ['sh', '-c', 'echo out; echo err >&2; exit 3']);
-    assert.deepEqual(result, { exitCode: 3, stdout: 'out\n', stderr: 'err\n' });
+    const result = await sandboxes.exec('ws-warm0001', ['sh', '-c', 'echo out; echo err >&2']);
+    assert.deepEqual(result, { exitCode: 0, stdout: 'out\n', stderr: 'err\n' });
+    // A kubelet reports a non-zero exit as NonZeroExitCode with the code; kwok reports it as an
+    // internal error, so here the failure is seen but its exit code path is not (docs/kubernetes.md).
+    await assert.rejects(sandboxes.exec('ws-warm0001', ['sh', '-c', 'exit 3']), /exit status 3/);
   });
 
-  it('keeps watching across an API server restart, resuming from its last resourceVersion', async () => {
+  /** Runs `body` while `watchStatuses` reports into `seen`; fails if the watch fails. */
+  async function watching(
+    options: { timeoutSeconds?: number },
+    body: (seen: [string, KubeWorkshopStatus][], until: (what: string, check: () => boolean) => Promise<void>) => Promise<void>,
+  ): Promise<void> {
     const seen: [string, KubeWorkshopStatus][] = [];
     const stop = new AbortController();
-    const watching = sandboxes.watchStatuses((id, s) => seen.push([id, s]), stop.signal);
+    let failed: unknown;
+    const run = sandboxes
+      .watchStatuses((id, s) => seen.push([id, s]), stop.signal, options)
+      .catch((err: unknown) => {
+        failed = err;
+      });
+    const until = (what: string, check: () => boolean) =>
+      cp!.until(what, async () => {
+        if (failed) throw new Error(`the watch failed: ${String(failed)}`);
+        return check();
+      });
     try {
-      await until('the watch reported ws-warm0001 Running', async () =>
-        seen.some(([id, s]) => id === 'ws-warm0001' && s.state === 'Running'),
-      );
-      await cp!.restart('kube-apiserver');
-      await sandboxes.suspend('ws-warm0001');
-      await until('the watch reported ws-warm0001 Suspended', async () =>
-        seen.some(([id, s]) => id === 'ws-warm0001' && s.state === 'Suspended'),
-      );
-      assert.equal(sandboxes.watchStats.lists, 1, 'resumed from its resourceVersion, never relisted');
-      assert.ok(sandboxes.watchStats.resumes >= 1);
+      await body(seen, until);
     } finally {
       stop.abort();
-      await watching;
+      await run;
     }
+    assert.equal(failed, undefined);
+  }
+  const reported = (seen: [string, KubeWorkshopStatus][], state: KubeWorkshopStatus['state']) => () =>
+    seen.some(([id, s]) => id === 'ws-warm0001' && s.state === state);
+
+  it('resumes a watch the server ended from its last resourceVersion, without relisting', async () => {
+    const before = { ...sandboxes.watchStats };
+    await watching({ timeoutSeconds: 1 }, async (seen, until) => {
+      await until('the watch reported ws-warm0001 Running', reported(seen, 'Running'));
+      await until('the server ended the watch and it resumed twice', () => sandboxes.watchStats.resumes >= before.resumes + 2);
+      await sandboxes.suspend('ws-warm0001');
+      await until('the watch reported ws-warm0001 Suspended', reported(seen, 'Suspended'));
+    });
+    assert.equal(sandboxes.watchStats.lists, before.lists + 1, 'one list, then resumed watches');
     await sandboxes.resume('ws-warm0001');
+    await until('ws-warm0001 is Running again', () => stateOf('ws-warm0001', 'Running'));
+  });
+
+  it('keeps reporting across an API server restart (resume, or relist on 410 Gone)', async () => {
+    await watching({}, async (seen, until) => {
+      await until('the watch reported ws-warm0001 Running', reported(seen, 'Running'));
+      await cp!.restart('kube-apiserver');
+      await sandboxes.suspend('ws-warm0001');
+      await until('the watch reported ws-warm0001 Suspended after the restart', reported(seen, 'Suspended'));
+    });
+    await sandboxes.resume('ws-warm0001');
+    await until('ws-warm0001 is Running again', () => stateOf('ws-warm0001', 'Running'));
   });
 
   it('deletes a workshop: the claim goes and the garbage collector removes its Sandbox and pod', async () => {

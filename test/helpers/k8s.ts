@@ -1,5 +1,5 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync, closeSync } from 'node:fs';
+import { appendFileSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync, closeSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -17,6 +17,7 @@ import { REPO_ROOT } from './server.js';
 
 /** The fake node kwok plays; pods are scheduled onto it by the real scheduler. */
 export const KWOK_NODE = 'kwok-node-0';
+const MAX_RESTARTS = 5;
 
 /** Builds (or finds in the cache) the pinned control plane; returns its directory (bin/, crds/, stages/). */
 export function controlPlaneBuild(): string {
@@ -30,6 +31,10 @@ interface Component {
   env?: Record<string, string>;
   child?: ChildProcess;
   exited?: Promise<void>;
+  /** Being stopped on purpose: not restarted. */
+  stopping?: boolean;
+  /** Times it exited by itself and was started again. */
+  restarts: number;
 }
 
 export class ControlPlane {
@@ -176,7 +181,9 @@ export class ControlPlane {
   /** Stops one component (SIGTERM, then SIGKILL after 10 s); `restart` starts it again. */
   async stopComponent(name: string): Promise<void> {
     const c = this.components.get(name);
-    if (!c?.child || c.child.exitCode !== null || c.child.signalCode !== null) return;
+    if (!c) return;
+    c.stopping = true;
+    if (!c.child || c.child.exitCode !== null || c.child.signalCode !== null) return;
     c.child.kill('SIGTERM');
     const killer = setTimeout(() => c.child?.kill('SIGKILL'), 10_000);
     await c.exited;
@@ -222,12 +229,12 @@ export class ControlPlane {
         last = err;
       }
       for (const c of this.components.values()) {
-        if (c.child && (c.child.exitCode !== null || c.child.signalCode !== null) && !c.child.killed) {
-          throw new Error(`waiting until ${what}: ${c.name} exited (${c.child.exitCode ?? c.child.signalCode})`);
+        if (c.restarts > MAX_RESTARTS) {
+          throw new Error(`waiting until ${what}: ${c.name} keeps exiting (${c.restarts} restarts)\n${this.logTails()}`);
         }
       }
       if (Date.now() > deadline) {
-        throw new Error(`gave up waiting until ${what}${last ? `: ${(last as Error).message}` : ''}`);
+        throw new Error(`gave up waiting until ${what}${last ? `: ${(last as Error).message}` : ''}\n${this.logTails()}`);
       }
       await sleep(200);
     }
@@ -255,7 +262,7 @@ export class ControlPlane {
   }
 
   private define(name: string, argv: string[]): void {
-    this.components.set(name, { name, argv });
+    this.components.set(name, { name, argv, restarts: 0 });
   }
 
   private async launch(name: string): Promise<void> {
@@ -269,7 +276,19 @@ export class ControlPlane {
     });
     closeSync(log);
     c.child = child;
+    c.stopping = false;
     c.exited = new Promise((resolve) => child.once('exit', () => resolve()));
+    // Like a kubelet with static pods: a component that exits by itself is started again (the
+    // scheduler, for one, exits when it loses the API server during a restart).
+    child.once('exit', (code, signal) => {
+      if (c.stopping || c.child !== child) return;
+      c.restarts++;
+      appendFileSync(join(this.dir, 'logs', `${name}.log`), `--- exited (${code ?? signal}); started again\n`);
+      if (c.restarts > MAX_RESTARTS) return;
+      setTimeout(() => {
+        if (!c.stopping) void this.launch(name).catch(() => undefined);
+      }, 1000).unref();
+    });
     await new Promise<void>((resolve, reject) => {
       child.once('spawn', resolve);
       child.once('error', reject);

@@ -111,7 +111,7 @@ export class KubeClient {
 
   /**
    * Watches `path` from `resourceVersion` and calls `onEvent` for each event until the server ends
-   * the stream or `signal` aborts; resolves with the last resourceVersion seen (the caller resumes
+   * the stream (after `timeoutSeconds`, or when it goes away) or `signal` aborts; resolves with the last resourceVersion seen (the caller resumes
    * from it). A 410 Gone (the version was compacted) rejects with KubeApiError status 410: relist.
    */
   async watch<T extends KubeObject>(
@@ -119,8 +119,9 @@ export class KubeClient {
     resourceVersion: string,
     onEvent: (event: WatchEvent<T>) => void,
     signal?: AbortSignal,
+    timeoutSeconds = 300,
   ): Promise<string> {
-    const query = { watch: '1', allowWatchBookmarks: 'true', resourceVersion };
+    const query = { watch: '1', allowWatchBookmarks: 'true', resourceVersion, timeoutSeconds: String(timeoutSeconds) };
     const res = await this.send('GET', path, undefined, { query }, signal);
     if (res.status !== 200) throw apiError(res.status, await readAll(res.stream), 'WATCH', path);
     let last = resourceVersion;

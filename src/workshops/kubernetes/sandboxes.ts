@@ -235,10 +235,16 @@ export class KubernetesSandboxes {
 
   /**
    * Reports every claimed Sandbox's status as it changes until `signal` aborts: one list, then a
-   * watch that resumes from the last resourceVersion it saw when the stream ends or the API server
-   * goes away (relisting only on 410 Gone). `id` is the owning claim's name (the workshop's id).
+   * watch that resumes from the last resourceVersion it saw when the stream ends (each watch asks
+   * the server to end it after `timeoutSeconds`, 300 by default) or the API server goes away, and
+   * relists only on 410 Gone (an API server that restarted has rebuilt its watch cache and answers
+   * 410 for versions before it). `id` is the owning claim's name (the workshop's id).
    */
-  async watchStatuses(onStatus: (id: string, status: KubeWorkshopStatus) => void, signal: AbortSignal): Promise<void> {
+  async watchStatuses(
+    onStatus: (id: string, status: KubeWorkshopStatus) => void,
+    signal: AbortSignal,
+    options: { timeoutSeconds?: number } = {},
+  ): Promise<void> {
     const report = (sb: SandboxObject, deleted: boolean) => {
       const owner = sb.metadata.ownerReferences?.find((o) => o.kind === 'SandboxClaim' && o.controller);
       if (!owner) return; // a warm pool's sandbox, not yet claimed
@@ -269,11 +275,14 @@ export class KubernetesSandboxes {
             report(event.object, event.type === 'DELETED');
           },
           signal,
+          options.timeoutSeconds,
         );
       } catch (err) {
         if (signal.aborted) return;
+        // 410: the version was compacted, relist. 0 (no connection), 429 (an API server that
+        // restarts answers "storage is (re)initializing") and 5xx pass: resume from `rv`.
         if (err instanceof KubeApiError && err.status === 410) rv = undefined;
-        else if (!(err instanceof KubeApiError && (err.status === 0 || err.status >= 500))) throw err;
+        else if (!(err instanceof KubeApiError && (err.status === 0 || err.status === 429 || err.status >= 500))) throw err;
         await sleep(500, undefined, { signal }).catch(() => undefined);
       }
     }
