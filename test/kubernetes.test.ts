@@ -212,4 +212,16 @@ describe('Kubernetes driver objects on a real control plane (kwok node: no conta
     assert.equal(sandbox.metadata.labels?.['agents.x-k8s.io/launch-type'], 'cold');
     assert.ok((await api().request<{ items: unknown[] }>('GET', `${EXT}/sandboxclaims`)).items.length >= 1);
   });
+
+  it('finishes a create across an agent-sandbox controller restart in its middle, with one Sandbox', async () => {
+    await sandboxes.create('ws-restart1', 'empty');
+    await until('the claim has its Sandbox', async () => (await sandboxes.status('ws-restart1')).sandbox !== undefined);
+    await cp!.restart('agent-sandbox-controller');
+    await until('ws-restart1 is Running', () => stateOf('ws-restart1', 'Running'));
+    const list = await api().request<{ items: KubeObject[] }>('GET', SANDBOXES);
+    const owned = list.items.filter((sb) =>
+      sb.metadata.ownerReferences?.some((o) => o.kind === 'SandboxClaim' && o.name === 'ws-restart1'),
+    );
+    assert.equal(owned.length, 1, 'the restarted controller adopted the Sandbox, made no second one');
+  });
 });
