@@ -43,6 +43,9 @@ npm run -s build
 # The dashboard (web/, its own package and lock file): built into web/dist, served by the server at /.
 npm ci --prefix web --no-audit --no-fund --loglevel=error
 npm run -s build --prefix web
+# The Kubernetes driver's tests run against a real control plane built with Go from pinned modules
+# (docs/kubernetes.md), cached in .cache/k8s-control-plane/ and rebuilt only when a pin changes.
+scripts/k8s-control-plane.sh >/dev/null
 
 if [ -w /usr/local/bin ] || [ -n "$SUDO" ]; then
   $SUDO ln -sf "$PWD/bin/atelier" /usr/local/bin/atelier

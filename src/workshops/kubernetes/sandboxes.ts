@@ -1,0 +1,290 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { KubeApiError, type KubeClient, type KubeObject, type WatchEvent } from './client.js';
+import { podExec, type PodExecResult } from './podExec.js';
+
+/**
+ * Workshops as kubernetes-sigs/agent-sandbox objects (docs/kubernetes.md): a profile is a
+ * `SandboxTemplate` and a `SandboxWarmPool` of the same name; a workshop is a `SandboxClaim` named
+ * by the workshop's id on that pool (agent-sandbox adopts a warm `Sandbox` when the pool has one,
+ * and cold-creates one from the template otherwise); stop and resume set the claimed Sandbox's
+ * `operatingMode`; delete removes the claim and the garbage collector removes the Sandbox and its
+ * pod. Every status comes from the objects' conditions. Nothing here creates pods.
+ */
+
+const CORE = 'agents.x-k8s.io/v1beta1';
+const EXT = 'extensions.agents.x-k8s.io/v1beta1';
+/** The label that names the workshop on the objects Atelier creates. */
+export const WORKSHOP_LABEL = 'atelier.dev/workshop';
+const PROFILE_LABEL = 'atelier.dev/profile';
+
+export interface KubernetesProfile {
+  /** A DNS label: the template's and the warm pool's name. */
+  name: string;
+  /** The workshop container's image. */
+  image: string;
+  /** `gvisor`, `kata-fc`…; the cluster's default runtime when unset. */
+  runtimeClassName?: string;
+  /** How many ready sandboxes the pool keeps for fast creates. */
+  warmPool: number;
+  resources?: { requests?: Record<string, string>; limits?: Record<string, string> };
+}
+
+export type KubeWorkshopState = 'Building' | 'Running' | 'Suspended' | 'Failed' | 'Deleting' | 'Gone';
+
+/** A workshop's state as its objects' conditions tell it. */
+export interface KubeWorkshopStatus {
+  state: KubeWorkshopState;
+  /** The deciding condition's reason (`DependenciesNotReady`, `SandboxSuspended`, `PodFailed`…). */
+  reason: string;
+  message: string;
+  /** The Sandbox serving the claim (its pod has the same name), once bound. */
+  sandbox?: string;
+}
+
+interface Condition {
+  type: string;
+  status: string;
+  reason?: string;
+  message?: string;
+}
+type SandboxObject = KubeObject & {
+  spec: { operatingMode?: string };
+  status?: { conditions?: Condition[] };
+};
+type ClaimObject = KubeObject & { status?: { conditions?: Condition[]; sandbox?: { name?: string } } };
+
+/** What the watch did: lists (the first, and one per 410 Gone) and resumes from a resourceVersion. */
+export interface WatchStats {
+  lists: number;
+  resumes: number;
+}
+
+const MAX_CONFLICT_RETRIES = 20;
+
+/**
+ * Reads the object at `path`, applies `mutate` and writes it back with its resourceVersion; on
+ * 409 Conflict (someone wrote in between) reads it again and reapplies `mutate`, so neither
+ * write is lost. `mutate` returns false when the object already is as wanted (no write).
+ */
+export async function updateWithRetry<T extends KubeObject>(
+  client: KubeClient,
+  path: string,
+  mutate: (obj: T) => boolean | Promise<boolean>,
+): Promise<T> {
+  for (let attempt = 0; ; attempt++) {
+    const obj = await client.request<T>('GET', path);
+    if (!(await mutate(obj))) return obj;
+    try {
+      return await client.request<T>('PUT', path, obj);
+    } catch (err) {
+      if (!(err instanceof KubeApiError && err.status === 409) || attempt >= MAX_CONFLICT_RETRIES) throw err;
+    }
+  }
+}
+
+function condition(obj: { status?: { conditions?: Condition[] } }, type: string): Condition | undefined {
+  return obj.status?.conditions?.find((c) => c.type === type);
+}
+
+/** A Sandbox's state from its spec and conditions (Ready is authoritative; Suspended may linger after a resume). */
+export function sandboxState(sandbox: SandboxObject): Omit<KubeWorkshopStatus, 'sandbox'> {
+  const ready = condition(sandbox, 'Ready');
+  const finished = condition(sandbox, 'Finished');
+  const why = { reason: ready?.reason ?? '', message: ready?.message ?? '' };
+  if (sandbox.metadata.deletionTimestamp) return { state: 'Deleting', ...why };
+  if (ready?.status === 'True') return { state: 'Running', ...why };
+  if (finished?.status === 'True') return { state: 'Failed', reason: finished.reason ?? '', message: finished.message ?? '' };
+  if (sandbox.spec.operatingMode === 'Suspended') {
+    const suspended = condition(sandbox, 'Suspended');
+    return { state: 'Suspended', reason: suspended?.reason ?? why.reason, message: suspended?.message ?? why.message };
+  }
+  return { state: 'Building', ...why };
+}
+
+export class KubernetesSandboxes {
+  /** Counts of the last `watchStatuses` run. */
+  readonly watchStats: WatchStats = { lists: 0, resumes: 0 };
+
+  constructor(
+    private readonly client: KubeClient,
+    readonly namespace: string,
+  ) {}
+
+  private core(resource: string, name?: string): string {
+    return `/apis/${CORE}/namespaces/${this.namespace}/${resource}${name ? `/${name}` : ''}`;
+  }
+
+  private ext(resource: string, name?: string): string {
+    return `/apis/${EXT}/namespaces/${this.namespace}/${resource}${name ? `/${name}` : ''}`;
+  }
+
+  /** Creates or updates the profile's SandboxTemplate and SandboxWarmPool. */
+  async applyProfile(profile: KubernetesProfile): Promise<void> {
+    const container: Record<string, unknown> = {
+      name: 'workshop',
+      image: profile.image,
+      command: ['sleep', 'infinity'],
+      securityContext: { runAsNonRoot: true, runAsUser: 1000, allowPrivilegeEscalation: false, capabilities: { drop: ['ALL'] } },
+    };
+    if (profile.resources) container.resources = profile.resources;
+    const podSpec: Record<string, unknown> = { automountServiceAccountToken: false, containers: [container] };
+    if (profile.runtimeClassName) podSpec.runtimeClassName = profile.runtimeClassName;
+    const labels = { [PROFILE_LABEL]: profile.name };
+    await this.createOrUpdate(this.ext('sandboxtemplates', profile.name), {
+      apiVersion: EXT,
+      kind: 'SandboxTemplate',
+      metadata: { name: profile.name, labels },
+      spec: { podTemplate: { metadata: { labels }, spec: podSpec }, networkPolicyManagement: 'Unmanaged' },
+    });
+    await this.createOrUpdate(this.ext('sandboxwarmpools', profile.name), {
+      apiVersion: EXT,
+      kind: 'SandboxWarmPool',
+      metadata: { name: profile.name, labels },
+      spec: { replicas: profile.warmPool, sandboxTemplateRef: { name: profile.name } },
+    });
+  }
+
+  private async createOrUpdate(path: string, desired: KubeObject & { spec: unknown }): Promise<void> {
+    try {
+      await this.client.request('POST', path.slice(0, path.lastIndexOf('/')), desired);
+    } catch (err) {
+      if (!(err instanceof KubeApiError && err.status === 409)) throw err;
+      await updateWithRetry<KubeObject & { spec: unknown }>(this.client, path, (obj) => {
+        obj.spec = desired.spec;
+        obj.metadata.labels = { ...obj.metadata.labels, ...desired.metadata.labels };
+        return true;
+      });
+    }
+  }
+
+  /** Claims a sandbox of `profile` for workshop `id` (from the warm pool when it has one ready). */
+  async create(id: string, profile: string): Promise<void> {
+    await this.client.request('POST', this.ext('sandboxclaims'), {
+      apiVersion: EXT,
+      kind: 'SandboxClaim',
+      metadata: { name: id, labels: { [WORKSHOP_LABEL]: id, [PROFILE_LABEL]: profile } },
+      spec: { warmPoolRef: { name: profile } },
+    });
+  }
+
+  /** The workshop's status from its claim and the claimed Sandbox. */
+  async status(id: string): Promise<KubeWorkshopStatus> {
+    let claim: ClaimObject;
+    try {
+      claim = await this.client.request<ClaimObject>('GET', this.ext('sandboxclaims', id));
+    } catch (err) {
+      if (err instanceof KubeApiError && err.status === 404) return { state: 'Gone', reason: 'NotFound', message: `no SandboxClaim ${id}` };
+      throw err;
+    }
+    const name = claim.status?.sandbox?.name;
+    const ready = condition(claim, 'Ready');
+    if (claim.metadata.deletionTimestamp) return { state: 'Deleting', reason: '', message: '', sandbox: name };
+    if (!name) return { state: 'Building', reason: ready?.reason ?? 'Pending', message: ready?.message ?? '' };
+    try {
+      return { ...sandboxState(await this.client.request<SandboxObject>('GET', this.core('sandboxes', name))), sandbox: name };
+    } catch (err) {
+      if (err instanceof KubeApiError && err.status === 404) return { state: 'Building', reason: ready?.reason ?? 'Pending', message: '' };
+      throw err;
+    }
+  }
+
+  /** The name of the Sandbox that serves workshop `id`'s claim (throws when it is not bound yet). */
+  private async boundSandbox(id: string): Promise<string> {
+    const claim = await this.client.request<ClaimObject>('GET', this.ext('sandboxclaims', id));
+    const name = claim.status?.sandbox?.name;
+    if (!name) throw new KubeApiError(409, 'NotBound', `workshop ${id} has no sandbox yet: wait until it is Running`);
+    return name;
+  }
+
+  /** Stops the workshop: the Sandbox's pod is terminated, its volumes and the objects are kept. */
+  async suspend(id: string): Promise<void> {
+    await this.setMode(id, 'Suspended');
+  }
+
+  /** Starts a suspended workshop's pod again. */
+  async resume(id: string): Promise<void> {
+    await this.setMode(id, 'Running');
+  }
+
+  private async setMode(id: string, mode: 'Running' | 'Suspended'): Promise<void> {
+    const name = await this.boundSandbox(id);
+    await updateWithRetry<SandboxObject>(this.client, this.core('sandboxes', name), (sb) => {
+      if (sb.spec.operatingMode === mode) return false;
+      sb.spec.operatingMode = mode;
+      return true;
+    });
+  }
+
+  /** Runs `argv` in the workshop's container through `pods/exec` (the Sandbox's pod has the Sandbox's name). */
+  async exec(id: string, argv: string[]): Promise<PodExecResult> {
+    return podExec(this.client, this.namespace, await this.boundSandbox(id), 'workshop', argv);
+  }
+
+  /** Deletes the claim; the garbage collector deletes the Sandbox and its pod (owner references). */
+  async delete(id: string): Promise<void> {
+    try {
+      await this.client.request('DELETE', this.ext('sandboxclaims', id), {
+        kind: 'DeleteOptions',
+        apiVersion: 'v1',
+        propagationPolicy: 'Background',
+      });
+    } catch (err) {
+      if (!(err instanceof KubeApiError && err.status === 404)) throw err;
+    }
+  }
+
+  /**
+   * Reports every claimed Sandbox's status as it changes until `signal` aborts: one list, then a
+   * watch that resumes from the last resourceVersion it saw when the stream ends (each watch asks
+   * the server to end it after `timeoutSeconds`, 300 by default) or the API server goes away, and
+   * relists only on 410 Gone (an API server that restarted has rebuilt its watch cache and answers
+   * 410 for versions before it). `id` is the owning claim's name (the workshop's id).
+   */
+  async watchStatuses(
+    onStatus: (id: string, status: KubeWorkshopStatus) => void,
+    signal: AbortSignal,
+    options: { timeoutSeconds?: number } = {},
+  ): Promise<void> {
+    const report = (sb: SandboxObject, deleted: boolean) => {
+      const owner = sb.metadata.ownerReferences?.find((o) => o.kind === 'SandboxClaim' && o.controller);
+      if (!owner) return; // a warm pool's sandbox, not yet claimed
+      const status: KubeWorkshopStatus = deleted
+        ? { state: 'Gone', reason: 'Deleted', message: '', sandbox: sb.metadata.name }
+        : { ...sandboxState(sb), sandbox: sb.metadata.name };
+      onStatus(owner.name, status);
+    };
+    let rv: string | undefined;
+    while (!signal.aborted) {
+      try {
+        if (rv === undefined) {
+          const list = await this.client.request<{ metadata: { resourceVersion: string }; items: SandboxObject[] }>(
+            'GET',
+            this.core('sandboxes'),
+          );
+          this.watchStats.lists++;
+          for (const sb of list.items) report(sb, false);
+          rv = list.metadata.resourceVersion;
+        } else {
+          this.watchStats.resumes++;
+        }
+        rv = await this.client.watch<SandboxObject>(
+          this.core('sandboxes'),
+          rv,
+          (event: WatchEvent<SandboxObject>) => {
+            if (event.type === 'BOOKMARK') return;
+            report(event.object, event.type === 'DELETED');
+          },
+          signal,
+          options.timeoutSeconds,
+        );
+      } catch (err) {
+        if (signal.aborted) return;
+        // 410: the version was compacted, relist. 0 (no connection), 429 (an API server that
+        // restarts answers "storage is (re)initializing") and 5xx pass: resume from `rv`.
+        if (err instanceof KubeApiError && err.status === 410) rv = undefined;
+        else if (!(err instanceof KubeApiError && (err.status === 0 || err.status === 429 || err.status >= 500))) throw err;
+        await sleep(500, undefined, { signal }).catch(() => undefined);
+      }
+    }
+  }
+}
