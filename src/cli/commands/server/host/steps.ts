@@ -80,27 +80,26 @@ export function setLink(path: string, target: string): void {
 /** The env file's content for these settings. */
 export function envFor(ctx: StepContext): Record<string, string> {
   const s = ctx.settings;
+  // Browsers and the issuer's redirects use the HTTPS name when there is one.
+  const publicUrl = s.publicUrl ?? (s.tls ? httpsUrlOf(s.tls) : undefined);
   return {
     ATELIER_DATA_DIR: s.dataDir,
     ATELIER_LISTEN: s.listen,
     ATELIER_MASTER_KEY_FILE: ctx.layout.masterKey,
     ...(s.databaseUrl ? { ATELIER_DATABASE_URL: s.databaseUrl } : {}),
-    ...(s.publicUrl ? { ATELIER_PUBLIC_URL: s.publicUrl } : {}),
-    ...(s.tls ? tlsEnv(ctx.layout, s.tls, s.publicUrl) : {}),
+    ...(publicUrl ? { ATELIER_PUBLIC_URL: publicUrl } : {}),
+    ...(s.tls
+      ? { ATELIER_TLS_CERT: tlsPaths(ctx.layout).cert, ATELIER_TLS_KEY: tlsPaths(ctx.layout).key, ATELIER_TLS_LISTEN: s.tls.listen }
+      : {}),
   };
 }
 
-function tlsEnv(layout: HostLayout, tls: TlsSettings, publicUrl: string | undefined): Record<string, string> {
-  const p = tlsPaths(layout);
+/** https://DOMAIN[:PORT] for the TLS settings (undefined without a domain). */
+function httpsUrlOf(tls: TlsSettings): string | undefined {
+  if (tls.domain === undefined) return undefined;
   const port = parseListen(tls.listen).port;
-  const host = tls.domain === undefined ? undefined : tls.domain.includes(':') ? `[${tls.domain}]` : tls.domain;
-  return {
-    ATELIER_TLS_CERT: p.cert,
-    ATELIER_TLS_KEY: p.key,
-    ATELIER_TLS_LISTEN: tls.listen,
-    // Browsers and the issuer's redirects use the HTTPS name.
-    ...(!publicUrl && host ? { ATELIER_PUBLIC_URL: `https://${host}${port === 443 ? '' : `:${port}`}` } : {}),
-  };
+  const host = tls.domain.includes(':') ? `[${tls.domain}]` : tls.domain;
+  return `https://${host}${port === 443 ? '' : `:${port}`}`;
 }
 
 const releaseStep: HostStep = {
