@@ -114,6 +114,11 @@ const TABLE: Record<string, Row> = {
   'GET /healthz': { expect: all(200), call: () => ({ method: 'GET', path: '/healthz' }) },
   // The bootstrap script (scripts/get.sh): public, as `curl -fsSL URL/install.sh | sh` fetches it.
   'GET /install.sh': { expect: all(200), call: () => ({ method: 'GET', path: '/install.sh' }) },
+  // ACME http-01 answers (src/server/tls.ts): public, as the CA fetches them; none exists here, so 404 for all.
+  'GET /.well-known/acme-challenge/:token': {
+    expect: all(404),
+    call: () => ({ method: 'GET', path: '/.well-known/acme-challenge/no-such-token' }),
+  },
   'GET /metrics': { expect: all(200), call: () => ({ method: 'GET', path: '/metrics' }) },
   // The embedded issuer and the login relay are public by design: same answer whoever calls.
   'GET /oidc/*': { expect: all(200), call: () => ({ method: 'GET', path: '/oidc/.well-known/openid-configuration' }) },

@@ -442,7 +442,15 @@ const PINNED_EXPORTS: Record<string, readonly string[]> = {
     'type Workshop',
     'type WorkshopStatus',
   ],
-  server: ['buildApp', 'startServer', 'type RunningServer', 'type StartOptions'],
+  server: [
+    'buildApp',
+    'issueAcmeCertificate',
+    'issueLocalCertificate',
+    'startServer',
+    'type IssuerFiles',
+    'type RunningServer',
+    'type StartOptions',
+  ],
   simulators: [
     'AWS_SERVICES',
     'DEFAULT_SIMULATOR_NAMES',

@@ -30,6 +30,8 @@ import { z } from 'zod';
  * | ATELIER_TOKEN, ATELIER_URL  | token, url       | override the context (automation, in-workshop use)    |
  * | SUDO_UID, SUDO_GID          | sudoUser         | set by sudo: that user's CLI is also given the context |
  * | ATELIER_PUBLIC_URL          | publicUrl        | http://<listen address> (what browsers and CLIs use to reach the server; the embedded issuer is <publicUrl>/oidc) |
+ * | ATELIER_TLS_CERT, ATELIER_TLS_KEY | tls.cert, tls.key | (none: no HTTPS) PEM certificate (chain) and key the server serves HTTPS with; re-read when they change (renewal) |
+ * | ATELIER_TLS_LISTEN          | tls.listen       | 0.0.0.0:443 (with ATELIER_TLS_CERT): where HTTPS is served |
  * | ATELIER_WEB_DIR             | webDir           | the repository's web/dist: the built dashboard the server serves at / |
  * | ATELIER_IDENTITY_CONFIG     | identityConfig   | (none: the embedded OIDC issuer) YAML file naming an external issuer and its group mapping |
  * | ATELIER_MASTER_KEY_FILE     | masterKeyFile    | DATA_DIR/master.key (replicas sharing a database must share this file) |
@@ -85,6 +87,9 @@ const Env = z.object({
   ATELIER_TOKEN: z.string().min(1).optional(),
   ATELIER_URL: z.string().min(1).optional(),
   ATELIER_PUBLIC_URL: z.url({ protocol: /^https?$/ }).optional(),
+  ATELIER_TLS_CERT: z.string().min(1).optional(),
+  ATELIER_TLS_KEY: z.string().min(1).optional(),
+  ATELIER_TLS_LISTEN: z.string().min(1).optional(),
   ATELIER_WEB_DIR: z.string().min(1).optional(),
   ATELIER_IDENTITY_CONFIG: z.string().min(1).optional(),
   ATELIER_MASTER_KEY_FILE: z.string().min(1).optional(),
@@ -141,6 +146,8 @@ export interface Config {
   url: string | undefined;
   isRoot: boolean;
   publicUrl: string | undefined;
+  /** HTTPS beside the plain listener (ATELIER_TLS_CERT and ATELIER_TLS_KEY, both or neither). */
+  tls: { cert: string; key: string; listen: string } | undefined;
   /** The built dashboard (undefined: the repository's web/dist). */
   webDir: string | undefined;
   identityConfig: string | undefined;
@@ -247,6 +254,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     url: e.ATELIER_URL,
     isRoot,
     publicUrl: e.ATELIER_PUBLIC_URL?.replace(/\/+$/, ''),
+    tls: tlsOf(e.ATELIER_TLS_CERT, e.ATELIER_TLS_KEY, e.ATELIER_TLS_LISTEN),
     webDir: e.ATELIER_WEB_DIR ? resolve(e.ATELIER_WEB_DIR) : undefined,
     identityConfig: e.ATELIER_IDENTITY_CONFIG ? resolve(e.ATELIER_IDENTITY_CONFIG) : undefined,
     masterKeyFile: e.ATELIER_MASTER_KEY_FILE ? resolve(e.ATELIER_MASTER_KEY_FILE) : undefined,
@@ -311,6 +319,13 @@ export function formatSize(bytes: number): string {
   ];
   for (const [u, n] of units) if (Math.abs(bytes) >= n) return `${(bytes / n).toFixed(1)}${u}`;
   return `${bytes}b`;
+}
+
+function tlsOf(cert: string | undefined, key: string | undefined, listen: string | undefined): Config['tls'] {
+  if (cert === undefined && key === undefined) return undefined;
+  if (cert === undefined || key === undefined)
+    throw new Error('ATELIER_TLS_CERT and ATELIER_TLS_KEY go together: set both (the certificate and its key) or neither');
+  return { cert: resolve(cert), key: resolve(key), listen: listen ?? '0.0.0.0:443' };
 }
 
 /** Splits `HOST:PORT` (IPv6 in brackets) for `--listen`. */

@@ -96,6 +96,11 @@ export interface RouteDef {
 export const ROUTES_OUTSIDE_TABLE = [
   { method: 'GET', path: '/install.sh', why: 'the bootstrap shell script (scripts/get.sh) that `curl … | sh` runs' },
   { method: 'GET', path: '/metrics', why: 'Prometheus text exposition, for a scraper' },
+  {
+    method: 'GET',
+    path: '/.well-known/acme-challenge/:token',
+    why: 'ACME http-01 answers the CA fetches while `server install` asks for a certificate',
+  },
   { method: 'GET', path: '/oidc/*', why: "the embedded OIDC issuer's own endpoints (discovery, JWKS, authorize…)" },
   { method: 'POST', path: '/oidc/*', why: "the embedded OIDC issuer's own endpoints (token, revocation…)" },
   { method: 'OPTIONS', path: '/oidc/*', why: "the embedded OIDC issuer's CORS preflights" },

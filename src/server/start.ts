@@ -42,6 +42,8 @@ import { startEgress } from './egress.js';
 import { startIdentity } from './identity.js';
 import { BrowserSessions } from './browserSessions.js';
 import { webRoutes } from './routes/web.js';
+import { acmeChallengeRoutes, redirectToHttps, serveHttps, type HttpsListener } from './tls.js';
+import type { FastifyInstance } from 'fastify';
 import { McpGateway, workshopMcpRoutes } from '../mcp/index.js';
 import { NodeRegistry } from './nodes.js';
 import { Cluster } from './relay.js';
@@ -491,6 +493,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       web: () => (publicOrigin.value !== undefined ? identity.web : undefined),
       origin: () => publicOrigin.value,
     });
+    let https: HttpsListener | undefined;
     const app = buildApp({
       starting: () => starting.value,
       browser: { sessions: browserSessions, csrfKey, origin: () => publicOrigin.value },
@@ -505,6 +508,8 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       cluster: new Cluster(nodes),
       extraRoutes: [
         ...identity.routes,
+        (a) => acmeChallengeRoutes(a, join(dataDir, 'acme-challenge')),
+        ...(config.tls ? [(a: FastifyInstance) => redirectToHttps(a, () => https?.port())] : []),
         (a) =>
           actionRoutes(a, {
             actions,
@@ -549,6 +554,11 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     // Runs before app.close (cleanups run in reverse): in-flight execs end, so their requests do.
     cleanups.push(() => workshops.close());
     await app.listen({ host: listen.host, port: listen.port });
+    if (config.tls) {
+      const h = serveHttps(app, config.tls, logger);
+      https = h;
+      cleanups.push(() => h.close());
+    }
     const addr = app.server.address();
     const port = typeof addr === 'object' && addr ? addr.port : listen.port;
     apiTarget.port = port;

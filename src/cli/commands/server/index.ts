@@ -60,6 +60,7 @@ export function register(program: Command, cli: Cli): void {
     .command('status')
     .description("the server: this data dir's service, version, uptime, database, certificate, disk, workshops, simulators, last errors")
     .option('--data-dir <dir>', 'data directory of the local service (default: as `server start`)')
+    .option('--prefix <dir>', 'root of the host install whose certificate files to show (default /)')
     .action(async (flags) => {
       const c = cli.ctx();
       const { serverStatus, statusText } = await import('./status.js');
@@ -86,10 +87,12 @@ export function register(program: Command, cli: Cli): void {
     .option('--listen <host:port>', 'address the server listens on (default 127.0.0.1:7878)')
     .option('--database-url <url>', 'external PostgreSQL (default: an embedded cluster in the data dir)')
     .option('--public-url <url>', 'URL browsers and CLIs use to reach this server')
-    .option('--domain <name>', 'TLS for this domain (not yet: refused with what to do instead)')
-    .option('--email <address>', 'ACME account for --domain (not yet)')
-    .option('--tls-cert <file>', 'TLS certificate (not yet)')
-    .option('--tls-key <file>', 'TLS key (not yet)')
+    .option('--domain <name>', 'serve HTTPS for this name (a certificate from --tls-cert/--tls-key, ACME with --email, else a local CA)')
+    .option('--email <address>', 'ACME account: a certificate for --domain from the ACME CA when reachable (else a local CA)')
+    .option('--acme-directory <url>', 'the ACME CA directory (default Let’s Encrypt)')
+    .option('--tls-cert <file>', 'TLS certificate (PEM, chain after it); copied to /etc/atelier/tls')
+    .option('--tls-key <file>', 'its private key (PEM, unencrypted); copied 0600')
+    .option('--tls-listen <host:port>', 'where HTTPS is served (default 0.0.0.0:443)')
     .option('--plan', 'show every step and what it would do; change nothing')
     .option('--yes', 'do not ask before applying (asked only on a terminal)')
     .action(async (flags, cmd: Command) => {

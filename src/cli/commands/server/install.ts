@@ -1,10 +1,11 @@
 import { existsSync, readFileSync, realpathSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline/promises';
 import { emitter, runSteps } from './host/engine.js';
 import { hostLayout, parseEnvFile, runningRelease, type HostLayout } from './host/layout.js';
 import { localUrl } from './host/service.js';
-import { INSTALL_STEPS, type InstallSettings, type StepContext } from './host/steps.js';
+import { LETS_ENCRYPT, acmeReachable, installedTlsSource, trustAdvice, tlsPaths, type TlsSettings } from './host/tls.js';
+import { installSteps, type InstallSettings, type StepContext } from './host/steps.js';
 
 export interface ServerInstallFlags {
   prefix?: string;
@@ -16,6 +17,8 @@ export interface ServerInstallFlags {
   email?: string;
   tlsCert?: string;
   tlsKey?: string;
+  tlsListen?: string;
+  acmeDirectory?: string;
   yes?: boolean;
   plan?: boolean;
 }
@@ -53,6 +56,41 @@ export function resolveSettings(layout: HostLayout, flags: ServerInstallFlags): 
   };
 }
 
+/**
+ * TLS from the flags, else as installed (a re-run keeps it). --email picks ACME when its directory
+ * answers now, else a local CA (said in the plan and at the end).
+ */
+async function resolveTls(layout: HostLayout, flags: ServerInstallFlags): Promise<TlsSettings | undefined> {
+  const env = existsSync(layout.envFile) ? parseEnvFile(readFileSync(layout.envFile, 'utf8')) : {};
+  const installed = env.ATELIER_TLS_CERT !== undefined ? installedTlsSource(layout) : undefined;
+  const asked = flags.domain ?? flags.email ?? flags.tlsCert ?? flags.tlsKey ?? flags.tlsListen ?? flags.acmeDirectory;
+  if (asked === undefined && installed === undefined) return undefined;
+  if ((flags.tlsCert === undefined) !== (flags.tlsKey === undefined))
+    throw new Error('--tls-cert and --tls-key go together: give the certificate file and its key file');
+  if (flags.tlsCert !== undefined && flags.email !== undefined)
+    throw new Error('--email asks an ACME CA for the certificate and --tls-cert gives one: use one of them');
+  const installedDomain = installed?.domain ?? undefined;
+  const domain =
+    flags.domain ??
+    installedDomain ??
+    (env.ATELIER_PUBLIC_URL ? new URL(env.ATELIER_PUBLIC_URL).hostname.replace(/^\[|\]$/g, '') : undefined);
+  const listen = flags.tlsListen ?? env.ATELIER_TLS_LISTEN ?? '0.0.0.0:443';
+  if (flags.tlsCert !== undefined)
+    return { domain: flags.domain, listen, source: { kind: 'files', cert: resolve(flags.tlsCert), key: resolve(flags.tlsKey!) } };
+  const directory = flags.acmeDirectory ?? (installed?.kind === 'acme' ? installed.directory : LETS_ENCRYPT);
+  const email = flags.email ?? (installed?.kind === 'acme' ? installed.email : undefined);
+  if (email !== undefined) {
+    if (!/^[^@\s]+@[^@\s]+$/.test(email)) throw new Error(`--email must be an address such as admin@example.com, got "${email}"`);
+    const unreachable = await acmeReachable(directory);
+    return unreachable === undefined || (installed?.kind === 'acme' && flags.email === undefined)
+      ? { domain, listen, source: { kind: 'acme', email, directory } }
+      : { domain, listen, source: { kind: 'local' }, fallback: `the ACME CA is not used: ${unreachable}` };
+  }
+  if (flags.domain === undefined && installed?.kind === 'files')
+    return { domain: installedDomain, listen, source: { kind: 'files', cert: installed.cert, key: installed.key } };
+  return { domain, listen, source: { kind: 'local' } };
+}
+
 async function confirm(question: string): Promise<boolean> {
   const rl = createInterface({ input: process.stdin, output: process.stderr });
   try {
@@ -65,20 +103,15 @@ async function confirm(question: string): Promise<boolean> {
 /** `atelier server install`: the typed, journaled, idempotent install of this release as a service. */
 export async function serverInstall(flags: ServerInstallFlags, output: string, pgBinDir: string | undefined): Promise<number> {
   requireRoot('install');
-  for (const [flag, given] of [
-    ['--domain', flags.domain],
-    ['--email', flags.email],
-    ['--tls-cert', flags.tlsCert],
-    ['--tls-key', flags.tlsKey],
-  ] as const) {
-    if (given !== undefined)
-      throw new Error(
-        `${flag}: TLS is not done by the installer yet. Install without it and put a TLS proxy (Caddy, nginx) in front, with --public-url https://YOUR-DOMAIN (docs/server.md)`,
-      );
-  }
   const base = hostLayout(flags.prefix);
   const settings = resolveSettings(base, flags);
   const layout = hostLayout(flags.prefix, settings.dataDir);
+  settings.tls = await resolveTls(layout, flags);
+  // A new --domain derives a new public URL (https://DOMAIN) unless --public-url says otherwise.
+  if (flags.domain !== undefined && flags.publicUrl === undefined) settings.publicUrl = undefined;
+  if (settings.tls && flags.listen === undefined && !existsSync(layout.envFile) && settings.tls.source.kind === 'acme')
+    // The CA validates on port 80: the plain listener takes it (other machines are redirected to HTTPS).
+    settings.listen = '0.0.0.0:80';
   const emit = emitter(output);
   const ctx: StepContext = {
     layout,
@@ -88,33 +121,42 @@ export async function serverInstall(flags: ServerInstallFlags, output: string, p
     say: (line) => emit({ event: 'log', message: `atelier: ${line}` }),
   };
   const opts = { emit, journalPath: layout.journal };
+  const steps = installSteps(settings);
 
   if (!flags.plan && !flags.yes && process.stdin.isTTY) {
-    await runSteps(INSTALL_STEPS, ctx, { ...opts, plan: true });
+    await runSteps(steps, ctx, { ...opts, plan: true });
     if (!(await confirm('Apply these steps?'))) {
       emit({ event: 'done', message: 'nothing done', changed: 0 });
       return 1;
     }
   }
   const t0 = Date.now();
-  const { changed } = await runSteps(INSTALL_STEPS, ctx, { ...opts, plan: flags.plan === true });
+  const { changed } = await runSteps(steps, ctx, { ...opts, plan: flags.plan === true });
   const credentials = join(settings.dataDir, 'credentials.txt');
   const url = localUrl(settings.listen);
+  const httpsUrl = settings.tls ? (parseEnvFile(readFileSync(layout.envFile, 'utf8')).ATELIER_PUBLIC_URL ?? undefined) : undefined;
+  const tlsLines = settings.tls
+    ? [
+        `HTTPS: ${httpsUrl ?? `https://THIS-HOST${settings.tls.listen.endsWith(':443') ? '' : `:${settings.tls.listen.split(':').pop()}`}`} (served on ${settings.tls.listen}; certificate ${tlsPaths(layout).cert}).`,
+        ...trustAdvice(layout, settings.tls, httpsUrl ?? url),
+      ]
+    : [];
   if (flags.plan) {
     emit({ event: 'done', plan: true, message: 'plan only: nothing was changed (run without --plan to apply)' });
     return 0;
   }
   const message =
     changed === 0
-      ? `no change: Atelier ${ctx.release.version} is already installed and running at ${url}`
+      ? [`no change: Atelier ${ctx.release.version} is already installed and running at ${url}`, ...tlsLines].join('\n')
       : [
           `Atelier ${ctx.release.version} is installed and running at ${url} (${((Date.now() - t0) / 1000).toFixed(1)} s).`,
+          ...tlsLines,
           `Admin credentials (URL, user, token, one-time password): ${credentials} (0600, root only).`,
           'Next:',
           "  atelier workshops create --repo PATH      # as root: the server added the CLI context 'local'",
           `  atelier context add NAME --url ${url} && atelier auth login   # as another user`,
           `Server log: ${join(layout.logDir, 'server.log')}. \`atelier server uninstall\` removes the service (data kept).`,
         ].join('\n');
-  emit({ event: 'done', changed, version: ctx.release.version, url, credentials, message });
+  emit({ event: 'done', changed, version: ctx.release.version, url, ...(httpsUrl ? { httpsUrl } : {}), credentials, message });
   return 0;
 }

@@ -1,12 +1,23 @@
+import { existsSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { connect } from 'node:tls';
 import { AtelierError, formatSize, type Config, type ServerStatus } from '../../../core/index.js';
 import type { CommandContext } from '../../context.js';
 import { keyValues, printable } from '../../output.js';
 import { runningServerPid } from './doctorChecks.js';
+import { hostLayout, parseEnvFile } from './host/layout.js';
+import { RENEW_DAYS, describeCertificate, tlsPaths, type CertificateInfo } from './host/tls.js';
 
 export interface StatusFlags {
   dataDir?: string;
+  prefix?: string;
+}
+
+/** A certificate file the server is configured to serve (ATELIER_TLS_CERT) or the local CA it came from. */
+export interface CertificateFile extends Partial<CertificateInfo> {
+  role: 'served' | 'local CA';
+  path: string;
+  error?: string;
 }
 
 export interface TlsInfo {
@@ -27,7 +38,28 @@ export interface StatusReport {
   /** What the server says of itself; absent when it could not be asked. */
   server?: ServerStatus;
   tls?: TlsInfo;
+  /** The certificate files of this machine's server (its environment, else the host install's atelier.env). */
+  certificates: CertificateFile[];
   error?: string;
+}
+
+function certificateFiles(config: Config, prefix: string | undefined): CertificateFile[] {
+  const layout = hostLayout(prefix);
+  const env = existsSync(layout.envFile) ? parseEnvFile(readFileSync(layout.envFile, 'utf8')) : {};
+  const served = config.tls?.cert ?? env.ATELIER_TLS_CERT;
+  const files: CertificateFile[] = [];
+  for (const [role, path] of [
+    ['served', served],
+    ['local CA', served && existsSync(tlsPaths(layout).caCert) ? tlsPaths(layout).caCert : undefined],
+  ] as const) {
+    if (path === undefined) continue;
+    try {
+      files.push({ role, path, ...describeCertificate(readFileSync(path)) });
+    } catch (err) {
+      files.push({ role, path, error: (err as Error).message });
+    }
+  }
+  return files;
 }
 
 /** The certificate the server's URL presents (an https URL only). */
@@ -57,7 +89,12 @@ export async function serverStatus(ctx: CommandContext, config: Config, flags: S
   const dataDir = resolve(flags.dataDir ?? config.dataDir);
   const pid = runningServerPid(dataDir) ?? null;
   const target = await ctx.target();
-  const report: StatusReport = { service: { dataDir, running: pid !== null, pid }, context: target.context, url: target.url };
+  const report: StatusReport = {
+    service: { dataDir, running: pid !== null, pid },
+    context: target.context,
+    url: target.url,
+    certificates: certificateFiles(config, flags.prefix),
+  };
   const url = new URL(target.url);
   const [server, tls] = await Promise.all([
     (await ctx.api()).call('serverStatus').catch((err: unknown) => {
@@ -99,6 +136,13 @@ export function statusText(r: StatusReport): string {
     ],
     ['context', `${r.context} (${r.url})`],
   ];
+  for (const c of r.certificates)
+    pairs.push([
+      c.role === 'served' ? 'certificate file' : 'local CA',
+      c.notAfter
+        ? `${c.path}: ${c.names?.join(', ') || c.subject} by ${c.issuer}, expires ${c.notAfter} (${c.daysLeft} days)${c.role === 'served' && (c.daysLeft ?? 0) < RENEW_DAYS ? ': renew it (`atelier server install` renews ACME and local-CA certificates)' : ''}`
+        : `${c.path}: could not be read: ${c.error ?? ''}`,
+    ]);
   const s = r.server;
   if (!s) {
     pairs.push(['server', `not answering: ${printable(r.error ?? 'unknown error')}`]);

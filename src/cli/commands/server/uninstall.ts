@@ -5,6 +5,7 @@ import { emitter, journal } from './host/engine.js';
 import { hostLayout, parseEnvFile } from './host/layout.js';
 import { localUrl, serviceKind, serviceRunning, stopService } from './host/service.js';
 import { requireRoot } from './install.js';
+import { tlsPaths } from './host/tls.js';
 
 export interface ServerUninstallFlags {
   prefix?: string;
@@ -51,6 +52,7 @@ export async function serverUninstall(flags: ServerUninstallFlags, output: strin
     if (!/^y(es)?$/i.test(answer.trim())) throw new Error('nothing was removed');
   }
   const removed: string[] = [];
+  const kept: string[] = [];
   const step = (name: string, detail: string): void => {
     emit({ event: 'step', step: name, index: removed.length + 1, total: 0, state: 'undone', detail });
     if (!flags.purge && existsSync(layout.home)) journal(layout.journal, { step: name, outcome: 'uninstalled', detail });
@@ -68,8 +70,17 @@ export async function serverUninstall(flags: ServerUninstallFlags, output: strin
     rmSync(layout.envFile, { force: true });
     step('configuration', `removed ${layout.envFile}`);
   }
+  const tls = tlsPaths(layout);
+  if (existsSync(tls.cert) || existsSync(tls.source)) {
+    for (const f of [tls.cert, tls.key, tls.source, tls.account]) rmSync(f, { force: true });
+    rmSync(join(layout.dataDir, 'acme-challenge'), { recursive: true, force: true });
+    step(
+      'tls',
+      `removed ${tls.cert}, its key and the ACME account key${existsSync(tls.caCert) ? ` (the local CA ${tls.caCert} is kept: a root users trust)` : ''}`,
+    );
+  }
+  if (existsSync(tls.caCert) && !flags.purge) kept.push(tls.caCert);
   rmSync(layout.runDir, { recursive: true, force: true });
-  const kept: string[] = [];
   if (flags.purge) {
     for (const dir of [layout.dataDir, layout.configDir, layout.logDir]) rmSync(dir, { recursive: true, force: true });
     step('data', `purged ${layout.dataDir}, ${layout.configDir}, ${layout.logDir}`);

@@ -16,20 +16,74 @@ export interface StepEvent {
 
 export type Emit = (e: StepEvent | { event: string; [k: string]: unknown }) => void;
 
-/** Progress for a person (plain lines: a spinner would hide what a log should keep) or for a program. */
-export function emitter(output: string): Emit {
+const MARK: Record<StepEvent['state'], string> = {
+  unchanged: '·',
+  planned: '○',
+  applying: '…',
+  applied: '✓',
+  failed: '✗',
+  undone: '↶',
+};
+
+function stepLine(s: StepEvent, mark: string): string {
+  const time = s.ms !== undefined ? ` (${(s.ms / 1000).toFixed(1)} s)` : '';
+  const head = `${mark}[${s.total > 0 ? `${s.index}/${s.total}` : s.index}] ${s.step}: ${s.state === 'unchanged' ? 'no change' : s.state}${time} — ${s.detail}`;
+  return `${head}\n${(s.effects ?? []).map((x) => `      ${x}\n`).join('')}`;
+}
+
+/**
+ * Progress for a program (`--output json`: one JSON object per line on stdout), for a terminal
+ * (a live list: a spinner on the running step, then its mark), or for a log (plain lines, as a
+ * spinner's redraws would be noise in a file).
+ */
+export function emitter(output: string, out: NodeJS.WriteStream = process.stderr): Emit {
   if (output === 'json') return (e) => process.stdout.write(`${JSON.stringify(e)}\n`);
+  if (out.isTTY) return liveEmitter(out);
   return (e) => {
     if (e.event !== 'step') {
       const message = (e as { message?: unknown }).message;
-      if (typeof message === 'string') process.stderr.write(`${message}\n`);
+      if (typeof message === 'string') out.write(`${message}\n`);
       return;
     }
     const s = e as StepEvent;
     if (s.state === 'applying') return;
-    const time = s.ms !== undefined ? ` (${(s.ms / 1000).toFixed(1)} s)` : '';
-    const head = `[${s.total > 0 ? `${s.index}/${s.total}` : s.index}] ${s.step}: ${s.state === 'unchanged' ? 'no change' : s.state}${time} — ${s.detail}`;
-    process.stderr.write(`${head}\n${(s.effects ?? []).map((x) => `      ${x}\n`).join('')}`);
+    out.write(stepLine(s, ''));
+  };
+}
+
+const FRAMES = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
+
+function liveEmitter(out: NodeJS.WriteStream): Emit {
+  let running: { s: StepEvent; t0: number; frame: number; timer: NodeJS.Timeout } | undefined;
+  const draw = (): void => {
+    if (!running) return;
+    const { s, t0 } = running;
+    const line = `${FRAMES[running.frame++ % FRAMES.length]} [${s.index}/${s.total}] ${s.step}: ${s.detail} (${((Date.now() - t0) / 1000).toFixed(0)} s)`;
+    out.write(`\r\x1b[K${line.slice(0, Math.max(20, (out.columns || 80) - 1))}`);
+  };
+  const clear = (): void => void (running && out.write('\r\x1b[K'));
+  return (e) => {
+    if (e.event !== 'step') {
+      const message = (e as { message?: unknown }).message;
+      if (typeof message !== 'string') return;
+      clear();
+      out.write(`${message}\n`);
+      draw();
+      return;
+    }
+    const s = e as StepEvent;
+    if (running) {
+      clearInterval(running.timer);
+      clear();
+      running = undefined;
+    }
+    if (s.state === 'applying') {
+      running = { s, t0: Date.now(), frame: 0, timer: setInterval(draw, 100) };
+      running.timer.unref();
+      draw();
+      return;
+    }
+    out.write(stepLine(s, `${MARK[s.state]} `));
   };
 }
 

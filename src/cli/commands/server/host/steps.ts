@@ -15,6 +15,7 @@ import {
 import { dirname, join } from 'node:path';
 import { parseListen } from '../../../../core/index.js';
 import { formatEnvFile, parseEnvFile, type HostLayout } from './layout.js';
+import { tlsPaths, tlsStep, type TlsSettings } from './tls.js';
 import { healthz, serviceKind, serviceRunning, startService, stopService, waitHealthy } from './service.js';
 
 /** What `atelier server install` was asked for, completed from the existing configuration and defaults. */
@@ -23,6 +24,8 @@ export interface InstallSettings {
   databaseUrl: string | undefined;
   publicUrl: string | undefined;
   dataDir: string;
+  /** HTTPS (--domain, --email, --tls-cert/--tls-key), or undefined for none. */
+  tls?: TlsSettings;
 }
 
 export interface StepContext {
@@ -77,13 +80,26 @@ export function setLink(path: string, target: string): void {
 /** The env file's content for these settings. */
 export function envFor(ctx: StepContext): Record<string, string> {
   const s = ctx.settings;
+  // Browsers and the issuer's redirects use the HTTPS name when there is one.
+  const publicUrl = s.publicUrl ?? (s.tls ? httpsUrlOf(s.tls) : undefined);
   return {
     ATELIER_DATA_DIR: s.dataDir,
     ATELIER_LISTEN: s.listen,
     ATELIER_MASTER_KEY_FILE: ctx.layout.masterKey,
     ...(s.databaseUrl ? { ATELIER_DATABASE_URL: s.databaseUrl } : {}),
-    ...(s.publicUrl ? { ATELIER_PUBLIC_URL: s.publicUrl } : {}),
+    ...(publicUrl ? { ATELIER_PUBLIC_URL: publicUrl } : {}),
+    ...(s.tls
+      ? { ATELIER_TLS_CERT: tlsPaths(ctx.layout).cert, ATELIER_TLS_KEY: tlsPaths(ctx.layout).key, ATELIER_TLS_LISTEN: s.tls.listen }
+      : {}),
   };
+}
+
+/** https://DOMAIN[:PORT] for the TLS settings (undefined without a domain). */
+function httpsUrlOf(tls: TlsSettings): string | undefined {
+  if (tls.domain === undefined) return undefined;
+  const port = parseListen(tls.listen).port;
+  const host = tls.domain.includes(':') ? `[${tls.domain}]` : tls.domain;
+  return `https://${host}${port === 443 ? '' : `:${port}`}`;
 }
 
 const releaseStep: HostStep = {
@@ -327,6 +343,12 @@ const databaseStep: HostStep = {
   },
 };
 
+/** The configuration was written after the running server started (its lock file is written at start). */
+function configNewer({ layout, settings }: StepContext): boolean {
+  const pid = join(settings.dataDir, 'server.pid');
+  return existsSync(layout.envFile) && existsSync(pid) && statSync(layout.envFile).mtimeMs > statSync(pid).mtimeMs;
+}
+
 const serviceStep: HostStep = {
   name: 'service',
   title: 'service',
@@ -336,14 +358,17 @@ const serviceStep: HostStep = {
   async check(ctx) {
     const running = serviceRunning(ctx.layout);
     const health = running ? await healthz(ctx.settings.listen) : undefined;
-    const done = running && health?.version === ctx.release.version;
+    const stale = running && configNewer(ctx);
+    const done = running && health?.version === ctx.release.version && !stale;
     return {
       done,
       detail: done
         ? `${serviceKind()} running, healthy (version ${health!.version})`
-        : running
-          ? 'running but not healthy on this release'
-          : 'not running',
+        : stale
+          ? `${ctx.layout.envFile} changed since the server started: to restart`
+          : running
+            ? 'running but not healthy on this release'
+            : 'not running',
     };
   },
   plan: (ctx) =>
@@ -403,7 +428,14 @@ const credentialsStep: HostStep = {
   },
 };
 
-/** Install order; uninstall walks it backwards. */
+/** Install order: TLS after the service (the server answers the ACME challenge), when asked for or installed. */
+export function installSteps(settings: InstallSettings): HostStep[] {
+  if (!settings.tls) return INSTALL_STEPS;
+  const i = INSTALL_STEPS.indexOf(serviceStep) + 1;
+  return [...INSTALL_STEPS.slice(0, i), tlsStep, ...INSTALL_STEPS.slice(i)];
+}
+
+/** Install order without TLS; uninstall walks it backwards. */
 export const INSTALL_STEPS: HostStep[] = [
   releaseStep,
   directoriesStep,
