@@ -3,6 +3,8 @@
 // modules one by one. The server (`atelier server start`) is not bundled: the bundle imports
 // dist/server/index.js as it is, so its dependencies load exactly as npm installed them.
 import { cpSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { build } from 'esbuild';
 
 cpSync('src/db/migrations', 'dist/db/migrations', { recursive: true });
@@ -21,24 +23,133 @@ cpSync('src/terminals/session-holder.py', 'dist/terminals/session-holder.py');
 // The system-call filter's loader, with the profile compiled in (scripts/build-seccomp.mjs).
 await import('./build-seccomp.mjs');
 rmSync('dist/bundle', { recursive: true, force: true });
+
+/**
+ * What keeps zod off a client command's path (docs/development.md, "How the CLI starts fast"):
+ * building core's zod schemas (the API's, the route table's) was half of a command's start, and
+ * the client validates nothing with them (the server does). Two things, in the bundle only:
+ * - core's index is a lazy one: each of its exports loads the module of core that defines it when
+ *   first read (core/index.js re-exports every module of core, and an ES module's imports are all
+ *   evaluated before it, whatever is used of them);
+ * - core's route table is its projection without its zod schemas (query, body, response), made here
+ *   from the built table itself, so that a path is still written once (src/core/routes.ts).
+ */
+function clientPath() {
+  const core = fileURLToPath(new URL('../dist/core/', import.meta.url));
+  return {
+    name: 'client-path',
+    setup(b) {
+      // As a .cjs file: esbuild takes a .js file of this package (`"type": "module"`) for an ES module.
+      b.onResolve({ filter: /(^|\/)core\/index\.js$/ }, (a) =>
+        join(a.resolveDir, a.path) === join(core, 'index.js')
+          ? { path: join(core, 'index.lazy.cjs'), namespace: 'client-path' }
+          : undefined,
+      );
+      b.onLoad({ filter: /.*/, namespace: 'client-path' }, async () => ({
+        contents: await lazyIndex(core),
+        loader: 'js',
+        resolveDir: core,
+      }));
+      b.onLoad({ filter: /\/dist\/core\/routes\.js$/ }, async (a) =>
+        a.path === join(core, 'routes.js') ? { contents: await routesProjection(core), loader: 'js', resolveDir: core } : undefined,
+      );
+    },
+  };
+}
+
+/**
+ * The packages only some commands run (zod, pg, ws, the OIDC client, the MCP SDK: three quarters
+ * of the code) are a second bundle, dist/bundle/vendor.cjs, that bin/atelier compiles (with a code
+ * cache of its own) only when a command first reads one of them: the main bundle, which every
+ * command reads and deserializes, keeps the CLI, core, the SDK, commander and yaml (a context's
+ * config.yaml is read by most commands). Each package our code imports is a stub here,
+ * `__vendor("name")`, answered by the vendor bundle; within it, packages share one copy each.
+ */
+const VENDOR = /^(zod|pg|ws|openid-client|@modelcontextprotocol\/sdk\/[\w/.-]+)$/;
+const vendored = new Set();
+function vendorStubs() {
+  return {
+    name: 'vendor-stubs',
+    setup(b) {
+      b.onResolve({ filter: VENDOR }, (a) => {
+        if (a.importer.includes('/node_modules/')) return undefined;
+        vendored.add(a.path);
+        return { path: a.path, namespace: 'vendor' };
+      });
+      b.onLoad({ filter: /.*/, namespace: 'vendor' }, (a) => ({
+        contents: `module.exports = __vendor(${JSON.stringify(a.path)});`,
+        loader: 'js',
+      }));
+    },
+  };
+}
+
+/** dist/core/index.js as CommonJS whose every export is a getter that requires its module of core. */
+async function lazyIndex(core) {
+  const index = join(core, 'index.js');
+  const all = await import(pathToFileURL(index).href);
+  const files = [...readFileSync(index, 'utf8').matchAll(/^export [^;]*? from '(\.\/\w+\.js)';$/gms)].map((m) => m[1]);
+  const modules = await Promise.all(files.map(async (f) => [f, await import(pathToFileURL(join(core, f)).href)]));
+  const getters = Object.keys(all).map((name) => {
+    const from = modules.find(([, m]) => name in m && m[name] === all[name]);
+    if (!from) throw new Error(`dist/core/index.js exports ${name} from no module of ${files.join(', ')}: check scripts/copy-assets.mjs`);
+    return `  ${name}: { enumerable: true, get: () => require(${JSON.stringify(from[0])}).${name} },`;
+  });
+  return `module.exports = Object.defineProperties({}, {\n  __esModule: { value: true },\n${getters.join('\n')}\n});\n`;
+}
+
+/** dist/core/routes.js for the client: every export of it, the table without its schemas. */
+async function routesProjection(core) {
+  const real = await import(pathToFileURL(join(core, 'routes.js')).href);
+  const SCHEMAS = new Set(['query', 'body', 'response']);
+  const table = Object.fromEntries(
+    Object.entries(real.ROUTES).map(([name, r]) => [name, Object.fromEntries(Object.entries(r).filter(([k]) => !SCHEMAS.has(k)))]),
+  );
+  const out = [
+    `export const ROUTES = ${JSON.stringify(table)};`,
+    `export const ROUTES_OUTSIDE_TABLE = ${JSON.stringify(real.ROUTES_OUTSIDE_TABLE)};`,
+  ];
+  for (const [name, value] of Object.entries(real)) {
+    if (name === 'ROUTES' || name === 'ROUTES_OUTSIDE_TABLE') continue;
+    // routeUrl and pathParamNames use nothing but built-ins: their source is the whole of them.
+    if (typeof value !== 'function' || !/^function \w+\(/.test(String(value)))
+      throw new Error(
+        `dist/core/routes.js exports ${name}, which the CLI bundle's projection of it cannot copy: teach scripts/copy-assets.mjs`,
+      );
+    out.push(`export ${String(value)}`);
+  }
+  return out.join('\n');
+}
+
 // One CommonJS file, not ES modules: bin/atelier compiles it with node:vm and V8's code cache
 // (cachedData), so that a command does not parse and compile ~1.3 MB of JavaScript at every start
 // (Node 20 has no compile cache for ES modules; module.enableCompileCache() is Node 22+). The
 // commands' code stays lazy: esbuild turns each `await import()` of bundled code into a call.
-await build({
-  entryPoints: ['dist/cli/main.js'],
+/** Both bundles: CommonJS, as bin/atelier compiles them. */
+const COMMON = {
   bundle: true,
   format: 'cjs',
   platform: 'node',
   target: 'node20',
-  outfile: 'dist/bundle/main.cjs',
   minify: true,
   sourcemap: true,
   // Native (a .node binary per platform): loaded from node_modules at run time. ws's optional
   // native speed-ups are not installed (ws falls back to JavaScript). jsonc-parser's UMD main
   // cannot be bundled (its require() calls are resolved at run time): Node loads it.
   external: ['@napi-rs/keyring', 'bufferutil', 'utf-8-validate', 'jsonc-parser'],
+  // Every module's `import.meta.url` is the bundle's own URL (all of it sits in dist/bundle, as the
+  // chunks did): helpers beside the compiled code are found as `../sandbox/…` from there.
+  define: { 'import.meta.url': '__atelierBundleUrl' },
+  banner: { js: "const __atelierBundleUrl = require('node:url').pathToFileURL(__filename).href;" },
+  logLevel: 'warning',
+};
+await build({
+  ...COMMON,
+  entryPoints: ['dist/cli/main.js'],
+  outfile: 'dist/bundle/main.cjs',
   plugins: [
+    clientPath(),
+    vendorStubs(),
     {
       name: 'server-stays-unbundled',
       setup(b) {
@@ -54,21 +165,34 @@ await build({
       },
     },
   ],
-  // Every module's `import.meta.url` is the bundle's own URL (all of it sits in dist/bundle, as the
-  // chunks did): helpers beside the compiled code are found as `../sandbox/…` from there.
-  define: { 'import.meta.url': '__atelierBundleUrl' },
-  banner: { js: "const __atelierBundleUrl = require('node:url').pathToFileURL(__filename).href;" },
-  logLevel: 'warning',
 });
+// Each package as a getter: reading one evaluates it (and what it imports), not the others.
+await build({
+  ...COMMON,
+  stdin: {
+    contents: `module.exports = Object.defineProperties({}, {\n${[...vendored]
+      .sort()
+      .map((v) => `  ${JSON.stringify(v)}: { enumerable: true, get: () => require(${JSON.stringify(v)}) },`)
+      .join('\n')}\n});\n`,
+    resolveDir: fileURLToPath(new URL('../dist/cli/', import.meta.url)),
+    sourcefile: 'vendor.cjs',
+    loader: 'js',
+  },
+  outfile: 'dist/bundle/vendor.cjs',
+});
+
 // A script compiled with V8's code cache loses its `import()` callback on Node 20 ("A dynamic
-// import callback was not specified"), so each `import()` left in the bundle (the server's, of
+// import callback was not specified"), so each `import()` left in a bundle (the server's, of
 // node: built-ins) goes through `__load`, a function bin/atelier passes in: an `import()` relative
 // to the bundle. Same length, so the source map still matches.
-const out = readFileSync('dist/bundle/main.cjs', 'utf8');
-const all = out.match(/(?<![\w$.])import\(/g) ?? [];
-const literal = out.match(/(?<![\w$.])import\((?="[^"]+"\))/g) ?? [];
-if (all.length !== literal.length || !out.includes('import("../server/index.js")'))
-  throw new Error(
-    'every import() the CLI bundle keeps must name a string literal, and the server must be one of them: check scripts/copy-assets.mjs',
-  );
-writeFileSync('dist/bundle/main.cjs', out.replace(/(?<![\w$.])import\((?="[^"]+"\))/g, '__load('));
+for (const [file, mustImport] of [
+  ['dist/bundle/main.cjs', '../server/index.js'],
+  ['dist/bundle/vendor.cjs', undefined],
+]) {
+  const out = readFileSync(file, 'utf8');
+  const all = out.match(/(?<![\w$.])import\(/g) ?? [];
+  const literal = out.match(/(?<![\w$.])import\((?="[^"]+"\))/g) ?? [];
+  if (all.length !== literal.length || (mustImport && !out.includes(`import("${mustImport}")`)))
+    throw new Error(`every import() ${file} keeps must name a string literal (and the main one the server): check scripts/copy-assets.mjs`);
+  writeFileSync(file, out.replace(/(?<![\w$.])import\((?="[^"]+"\))/g, '__load('));
+}

@@ -97,16 +97,20 @@ try {
 
   // The launcher: /usr/local/bin/atelier links to RELEASE/bin/atelier (through `current`), so it
   // resolves its own real path to find the release it belongs to.
-  // bin/atelier.mjs is the checkout's own loader (bin/atelier: the bundle with V8's code cache).
+  // bin/atelier.cjs is the checkout's own loader (bin/atelier: the bundle with V8's code cache), a
+  // CommonJS script (an ES module entry would start Node's ES module loader first); bin/atelier.mjs,
+  // which the service runs, only imports it. One fork (readlink) before Node: no dirname.
   mkdirSync(join(top, 'bin'));
-  cpSync(join(root, 'bin/atelier'), join(top, 'bin/atelier.mjs'));
+  cpSync(join(root, 'bin/atelier'), join(top, 'bin/atelier.cjs'));
+  writeFileSync(join(top, 'bin/atelier.mjs'), "import './atelier.cjs';\n");
   writeFileSync(
     join(top, 'bin/atelier'),
     [
       '#!/bin/sh',
       '# Atelier ' + version + ': runs this release with the Node.js shipped in it.',
-      'here=$(dirname "$(readlink -f "$0")")',
-      'exec "$here/../node/bin/node" "$here/atelier.mjs" "$@"',
+      'here=$(readlink -f "$0")',
+      'here=${here%/*}',
+      'exec "$here/../node/bin/node" "$here/atelier.cjs" "$@"',
       '',
     ].join('\n'),
   );

@@ -1,5 +1,4 @@
 import http from 'node:http';
-import https from 'node:https';
 import { mkdirSync, rmdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type * as OpenIdClient from 'openid-client';
@@ -76,9 +75,10 @@ export function bearerOf(credential: Credential | undefined): string | undefined
   return credential.bearer === 'id' && credential.idToken ? credential.idToken : credential.accessToken;
 }
 
-function send(target: Target, opts: RequestOptions, payload: Buffer | undefined): Promise<http.IncomingMessage> {
+async function send(target: Target, opts: RequestOptions, payload: Buffer | undefined): Promise<http.IncomingMessage> {
   const url = new URL(opts.path, target.url);
-  const lib = url.protocol === 'https:' ? https : http;
+  // TLS (node:https, node:tls, node:crypto) only loads for a server that speaks it.
+  const lib = url.protocol === 'https:' ? (await import('node:https')).default : http;
   // The channel is kept in the approvals audit (cli, slack, dashboard, api).
   const headers: Record<string, string> = { accept: opts.accept ?? 'application/json', 'x-atelier-channel': 'cli' };
   const bearer = opts.anonymous ? undefined : bearerOf(target.credential);

@@ -1,6 +1,39 @@
 import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { z } from 'zod';
+
+/** What a variable's value must be: its value as Config takes it, or why it is refused. */
+type Rule<T> = (value: string) => { value: T } | { refused: string };
+
+const text: Rule<string> = (value) => ({ value });
+const oneOf =
+  <const T extends string>(...allowed: T[]): Rule<T> =>
+  (value) =>
+    (allowed as string[]).includes(value)
+      ? { value: value as T }
+      : { refused: `expected one of ${allowed.map((a) => `"${a}"`).join(', ')}, got "${value}"` };
+const positive: Rule<number> = (value) => {
+  const n = Number(value);
+  return Number.isFinite(n) && n > 0 ? { value: n } : { refused: `expected a number above 0, got "${value}"` };
+};
+const integer =
+  (min: number, max?: number): Rule<number> =>
+  (value) => {
+    const n = Number(value);
+    return Number.isInteger(n) && n >= min && (max === undefined || n <= max)
+      ? { value: n }
+      : { refused: `expected a whole number ${max === undefined ? `of at least ${min}` : `from ${min} to ${max}`}, got "${value}"` };
+  };
+const httpUrl: Rule<string> = (value) => {
+  let url: URL | undefined;
+  try {
+    url = new URL(value);
+  } catch {
+    url = undefined;
+  }
+  return url && (url.protocol === 'http:' || url.protocol === 'https:')
+    ? { value }
+    : { refused: `expected an http(s) URL, got "${value}"` };
+};
 
 /**
  * Every environment variable Atelier reads, in one place. Flags given on the command line
@@ -60,65 +93,83 @@ import { z } from 'zod';
  *
  * The root data dir is not under /root because the embedded PostgreSQL runs as the
  * unprivileged `postgres` user, which must be able to reach its cluster directory.
+ *
+ * Each is checked by hand rather than with a zod schema: loadConfig runs at the start of every
+ * CLI command, and loading zod and building this schema was ~15 ms of each
+ * (docs/development.md, "How the CLI starts fast").
  */
-const Env = z.object({
-  TERM: z.string().optional(),
-  ATELIER_SSH_CONFIG: z.string().min(1).optional(),
-  ATELIER_DATA_DIR: z.string().min(1).optional(),
-  ATELIER_LISTEN: z.string().min(1).optional(),
-  ATELIER_DATABASE_URL: z.string().min(1).optional(),
-  ATELIER_ALLOW_REPO_ROOTS: z.string().min(1).optional(),
-  ATELIER_LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).optional(),
-  ATELIER_PG_BIN_DIR: z.string().min(1).optional(),
-  ATELIER_DEFAULT_CPUS: z.coerce.number().positive().optional(),
-  ATELIER_DEFAULT_MEMORY: z.string().min(1).optional(),
-  ATELIER_DEFAULT_PIDS: z.coerce.number().int().positive().optional(),
-  ATELIER_UID_BASE: z.coerce.number().int().min(10000).optional(),
-  ATELIER_DEFAULT_DISK: z.string().min(1).optional(),
-  ATELIER_MAX_DISK: z.string().min(1).optional(),
-  ATELIER_DISK_RESERVE: z.string().min(1).optional(),
-  ATELIER_SERVER_RESERVE_MEMORY: z.string().min(1).optional(),
-  ATELIER_WORKSHOPS_CPU_SHARES: z.coerce.number().int().min(2).max(1024).optional(),
-  ATELIER_DISK_QUOTA: z.enum(['on', 'off']).optional(),
-  ATELIER_DISK_SPARES: z.coerce.number().int().min(0).max(16).optional(),
-  ATELIER_SIMULATORS_WARM: z.enum(['0', '1']).optional(),
-  ATELIER_CONFIG_DIR: z.string().min(1).optional(),
-  ATELIER_CONTEXT: z.string().min(1).optional(),
-  ATELIER_TOKEN: z.string().min(1).optional(),
-  ATELIER_URL: z.string().min(1).optional(),
-  ATELIER_PUBLIC_URL: z.url({ protocol: /^https?$/ }).optional(),
-  ATELIER_TLS_CERT: z.string().min(1).optional(),
-  ATELIER_TLS_KEY: z.string().min(1).optional(),
-  ATELIER_TLS_LISTEN: z.string().min(1).optional(),
-  ATELIER_WEB_DIR: z.string().min(1).optional(),
-  ATELIER_IDENTITY_CONFIG: z.string().min(1).optional(),
-  ATELIER_MASTER_KEY_FILE: z.string().min(1).optional(),
-  ATELIER_TENANT: z.string().min(1).optional(),
-  ATELIER_EGRESS_DEFAULTS: z.string().min(1).optional(),
-  ATELIER_EGRESS_ALLOW_RANGES: z.string().min(1).optional(),
-  ATELIER_EGRESS_DNS: z.string().min(1).optional(),
-  ATELIER_EGRESS_HOSTS: z.string().min(1).optional(),
-  ATELIER_EGRESS_UPSTREAM_CA: z.string().min(1).optional(),
-  ATELIER_LLM_GATEWAY: z.string().min(1).optional(),
-  ATELIER_TRUST_PROXY: z.string().min(1).optional(),
-  ATELIER_APPROVAL_TTL: z.string().min(1).optional(),
-  ATELIER_APPROVALS_SELF_CONFIRM: z.enum(['off', 'sole-maintainer']).optional(),
-  ATELIER_SLACK_WEBHOOK_URL: z.url({ protocol: /^https?$/ }).optional(),
-  ATELIER_SLACK_BOT_TOKEN: z.string().min(1).optional(),
-  ATELIER_SLACK_CHANNEL: z.string().min(1).optional(),
-  ATELIER_SLACK_SIGNING_SECRET: z.string().min(1).optional(),
-  ATELIER_SLACK_API_URL: z.url({ protocol: /^https?$/ }).optional(),
-  ATELIER_COCKPIT_WRITES: z.enum(['apply', 'copy-command']).optional(),
-  ATELIER_ACTIONS_PLAN_TTL: z.coerce.number().int().min(1).max(86400).optional(),
-  ATELIER_STACKS_BACKEND: z.enum(['native', 'auto', 'compose', 'docker', 'podman']).optional(),
-  DISPLAY: z.string().min(1).optional(),
-  WAYLAND_DISPLAY: z.string().min(1).optional(),
-  SUDO_UID: z.coerce.number().int().nonnegative().optional(),
-  SUDO_GID: z.coerce.number().int().nonnegative().optional(),
-  XDG_DATA_HOME: z.string().min(1).optional(),
-  XDG_CONFIG_HOME: z.string().min(1).optional(),
-  HOME: z.string().min(1).optional(),
-});
+const ENV = {
+  TERM: text,
+  ATELIER_SSH_CONFIG: text,
+  ATELIER_DATA_DIR: text,
+  ATELIER_LISTEN: text,
+  ATELIER_DATABASE_URL: text,
+  ATELIER_ALLOW_REPO_ROOTS: text,
+  ATELIER_LOG_LEVEL: oneOf('fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'),
+  ATELIER_PG_BIN_DIR: text,
+  ATELIER_DEFAULT_CPUS: positive,
+  ATELIER_DEFAULT_MEMORY: text,
+  ATELIER_DEFAULT_PIDS: integer(1),
+  ATELIER_UID_BASE: integer(10000),
+  ATELIER_DEFAULT_DISK: text,
+  ATELIER_MAX_DISK: text,
+  ATELIER_DISK_RESERVE: text,
+  ATELIER_SERVER_RESERVE_MEMORY: text,
+  ATELIER_WORKSHOPS_CPU_SHARES: integer(2, 1024),
+  ATELIER_DISK_QUOTA: oneOf('on', 'off'),
+  ATELIER_DISK_SPARES: integer(0, 16),
+  ATELIER_SIMULATORS_WARM: oneOf('0', '1'),
+  ATELIER_CONFIG_DIR: text,
+  ATELIER_CONTEXT: text,
+  ATELIER_TOKEN: text,
+  ATELIER_URL: text,
+  ATELIER_PUBLIC_URL: httpUrl,
+  ATELIER_WEB_DIR: text,
+  ATELIER_TLS_CERT: text,
+  ATELIER_TLS_KEY: text,
+  ATELIER_TLS_LISTEN: text,
+  ATELIER_LLM_GATEWAY: text,
+  ATELIER_IDENTITY_CONFIG: text,
+  ATELIER_MASTER_KEY_FILE: text,
+  ATELIER_TENANT: text,
+  ATELIER_EGRESS_DEFAULTS: text,
+  ATELIER_EGRESS_ALLOW_RANGES: text,
+  ATELIER_EGRESS_DNS: text,
+  ATELIER_EGRESS_HOSTS: text,
+  ATELIER_EGRESS_UPSTREAM_CA: text,
+  ATELIER_TRUST_PROXY: text,
+  ATELIER_APPROVAL_TTL: text,
+  ATELIER_APPROVALS_SELF_CONFIRM: oneOf('off', 'sole-maintainer'),
+  ATELIER_SLACK_WEBHOOK_URL: httpUrl,
+  ATELIER_SLACK_BOT_TOKEN: text,
+  ATELIER_SLACK_CHANNEL: text,
+  ATELIER_SLACK_SIGNING_SECRET: text,
+  ATELIER_SLACK_API_URL: httpUrl,
+  ATELIER_COCKPIT_WRITES: oneOf('apply', 'copy-command'),
+  ATELIER_ACTIONS_PLAN_TTL: integer(1, 86400),
+  ATELIER_STACKS_BACKEND: oneOf('native', 'auto', 'compose', 'docker', 'podman'),
+  DISPLAY: text,
+  WAYLAND_DISPLAY: text,
+  SUDO_UID: integer(0),
+  SUDO_GID: integer(0),
+  XDG_DATA_HOME: text,
+  XDG_CONFIG_HOME: text,
+  HOME: text,
+} satisfies Record<string, Rule<unknown>>;
+
+type Env = { [K in keyof typeof ENV]?: (typeof ENV)[K] extends Rule<infer T> ? T : never };
+
+function readEnv(env: NodeJS.ProcessEnv): Env {
+  const out: Record<string, unknown> = {};
+  for (const [name, rule] of Object.entries(ENV) as [string, Rule<unknown>][]) {
+    const raw = env[name];
+    if (raw === undefined || raw === '') continue;
+    const r = rule(raw);
+    if ('refused' in r) throw new Error(`invalid environment variable ${name}: ${r.refused}`);
+    out[name] = r.value;
+  }
+  return out as Env;
+}
 
 export interface Config {
   dataDir: string;
@@ -208,13 +259,7 @@ export const DEFAULT_EGRESS_ALLOW = [
 /** Reads and validates the environment once; the only reader of `process.env`. */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   // An empty variable counts as unset, as shells and most tools treat it.
-  const parsed = Env.safeParse(Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== '')));
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    const name = issue?.path.join('.') ?? 'environment';
-    throw new Error(`invalid environment variable ${name}: ${issue?.message ?? 'invalid'}`);
-  }
-  const e = parsed.data;
+  const e = readEnv(env);
   const size = (
     name: 'ATELIER_DEFAULT_DISK' | 'ATELIER_MAX_DISK' | 'ATELIER_DISK_RESERVE' | 'ATELIER_SERVER_RESERVE_MEMORY',
     fallback: string,
