@@ -366,6 +366,8 @@ export class WorkshopLifecycle {
       const started = phase.time('sandbox', undefined, async () => {
         const h = await this.startSandbox(row);
         handle = h;
+        // The internal names' listeners open beside the egress one (publish, below, waits for them).
+        void this.opts.simulators.prepareBase(this.shared.context(row, h)).catch(() => undefined);
         await this.openEgress(row, h, null);
         return h;
       });
