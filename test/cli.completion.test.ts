@@ -180,6 +180,7 @@ describe('shell completion', () => {
       'simulators reset <id>',
       'ssh <id>',
       'tokens create --workshop',
+      'workshops budget <id>',
       'workshops delete <id>',
       'workshops egress <id>',
       'workshops publish <id>',
