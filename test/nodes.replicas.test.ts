@@ -263,14 +263,16 @@ describe('nodes: three servers on one PostgreSQL are one installation', () => {
     ).toString('base64url');
     const forged = (from: string, key: Buffer): Record<string, string> => {
       const time = String(Date.now());
+      const nonce = randomBytes(12).toString('hex');
       const path = `/v1/workshops/${onA.id}/exec`;
       const sig = createHmac('sha256', key)
-        .update([from, idOf('node-a'), time, 'POST', path, principal, ''].join('\n'))
+        .update([from, idOf('node-a'), time, nonce, 'POST', path, principal, ''].join('\n'))
         .digest('hex');
       return {
         'x-atelier-node': from,
         'x-atelier-node-target': idOf('node-a'),
         'x-atelier-node-time': time,
+        'x-atelier-node-nonce': nonce,
         'x-atelier-node-principal': principal,
         'x-atelier-node-signature': sig,
         'content-type': 'application/json',
@@ -285,7 +287,7 @@ describe('nodes: three servers on one PostgreSQL are one installation', () => {
       assert.equal(r.status, 401);
       const body = (await r.json()) as { code: string; message: string };
       assert.equal(body.code, 'UNAUTHENTICATED');
-      assert.match(body.message, /node-to-node request refused/);
+      assert.match(body.message, /node-to-node request refused: it is not signed by a node of this installation/);
     }
     // A node header alone, beside a valid token, is refused too (never taken for a relayed request).
     const r = await a.api<{ code: string }>(
@@ -341,7 +343,7 @@ describe('nodes: three servers on one PostgreSQL are one installation', () => {
     assert.equal((await a.exec(onC.id, ['hostname'])).stdout, 'on-c\n');
   });
 
-  it('a node older than the installation refuses to join, and says what to do', async () => {
+  it('a node on a newer schema joins and says to upgrade; one outside the node protocol window refuses, and says what to do', async () => {
     const env = { ATELIER_MASTER_KEY_FILE: join(keyDir, 'master.key') };
     const attempt = async (name: string, expected: RegExp): Promise<void> => {
       const s = new TestServer(mkdtempSync('/tmp/atelier-test-'), ['--database-url', db.url, '--node-name', name]);
@@ -356,15 +358,24 @@ describe('nodes: three servers on one PostgreSQL are one installation', () => {
         rmSync(s.dataDir, { recursive: true, force: true });
       }
     };
-    // A migration this build does not know: a newer node applied it.
+    // A migration this build does not know (a newer node applied it): migrations only add, so the
+    // node joins (the schema's window), and says it should be upgraded.
     await sql.query("INSERT INTO schema_migrations (version) VALUES ('999_from_a_newer_node.sql')");
+    const older = new TestServer(mkdtempSync('/tmp/atelier-test-'), ['--database-url', db.url, '--node-name', 'old-schema']);
+    older.serverEnv = env;
     try {
-      await attempt(
-        'old-schema',
-        /this node \(Atelier [^)]+\) is older than the database it joins: a newer node applied 999_from_a_newer_node\.sql; upgrade this node/,
+      await older.boot();
+      assert.match(
+        older.log,
+        /this node \(Atelier [^)]+\) is older than the database it joins: a newer node applied 999_from_a_newer_node\.sql; it joins/,
       );
+      const listed = await older.cli(['nodes', 'list']);
+      assert.match(listed.stdout, /old-schema/);
     } finally {
+      await older.stop();
+      rmSync(older.dataDir, { recursive: true, force: true });
       await sql.query("DELETE FROM schema_migrations WHERE version = '999_from_a_newer_node.sql'");
+      await sql.query("DELETE FROM nodes WHERE name = 'old-schema'");
     }
     // A live node that no longer talks to this build's node protocol.
     await sql.query(

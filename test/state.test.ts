@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import pg from 'pg';
-import { TestServer, makeRepo, makeNobodyRepo, startRootlessServer } from './helpers/server.js';
+import { TestServer, makeRepo, makeNobodyRepo, pollUntil, startRootlessServer } from './helpers/server.js';
 import { ExternalPostgres } from './helpers/postgres.js';
 
 // A workshop's state is the truth: a sandbox that died (killed from inside or from the host, out
@@ -268,8 +268,8 @@ describe('a dead workshop with two servers on one database', () => {
     db = ExternalPostgres.start();
     keyDir = mkdtempSync('/tmp/atelier-key-');
     const env = { ATELIER_MASTER_KEY_FILE: join(keyDir, 'master.key') };
-    a = await TestServer.start({ databaseUrl: db.url, env });
-    b = await TestServer.start({ databaseUrl: db.url, env });
+    a = await TestServer.start({ databaseUrl: db.url, env, args: ['--node-name', 'dead-a'] });
+    b = await TestServer.start({ databaseUrl: db.url, env, args: ['--node-name', 'dead-b'] });
     b.token = a.token;
     repo = makeRepo();
     sql = new pg.Client({ connectionString: db.url });
@@ -284,15 +284,20 @@ describe('a dead workshop with two servers on one database', () => {
     if (repo) rmSync(repo, { recursive: true, force: true });
   });
 
-  it('the other server leaves it alone; its own server records it Dead when it is back', async () => {
-    const w = await a.createWorkshop({ repo, name: 'replica-dead' });
+  it('the other node shows it NodeUnreachable and leaves it alone; its own node records it Dead when it is back', async () => {
+    const w = await a.createWorkshop({ repo, name: 'replica-dead', node: 'dead-a' });
     assert.equal(w.status, 'Running', w.statusReason ?? '');
     await a.stop('SIGKILL');
     process.kill(sandboxInit(a.dataDir, w.id), 'SIGKILL');
-    // B watches only its own sandboxes: after several of its looks the row is as A left it.
-    await new Promise((r) => setTimeout(r, 3000));
-    const seen = await b.api<{ code: string }>('GET', `/v1/workshops/${w.id}`);
-    assert.equal(seen.body.code, 'UNAVAILABLE', 'B says the workshop runs on another server');
+    // B watches only its own sandboxes: once A has missed its heartbeats, B shows the workshop
+    // NodeUnreachable (never Dead: that is A's to find), and work that must run there is refused.
+    const seen = await pollUntil(
+      async () => (await b.api<{ status: string }>('GET', `/v1/workshops/${w.id}`)).body,
+      (v) => v.status === 'NodeUnreachable',
+    );
+    assert.equal(seen.status, 'NodeUnreachable', JSON.stringify(seen));
+    const exec = await b.api<{ code: string }>('POST', `/v1/workshops/${w.id}/exec`, { command: ['true'] });
+    assert.equal(exec.body.code, 'UNAVAILABLE', 'B says the node that runs it is away');
     const row = await sql.query<{ status: string }>('SELECT status FROM workshops WHERE id = $1', [w.id]);
     assert.equal(row.rows[0]?.status, 'Running');
     await a.boot();

@@ -26,6 +26,8 @@ export const NODE_HEADERS = {
   node: 'x-atelier-node',
   target: 'x-atelier-node-target',
   time: 'x-atelier-node-time',
+  /** Random per request: two identical calls in the same millisecond are not one replayed. */
+  nonce: 'x-atelier-node-nonce',
   principal: 'x-atelier-node-principal',
   placement: 'x-atelier-node-placement',
   signature: 'x-atelier-node-signature',
@@ -119,11 +121,13 @@ export class NodeRegistry {
     const known = knownMigrations();
     const applied = await queryRows<{ version: string }>(opts.pool, 'SELECT version FROM schema_migrations ORDER BY version');
     const unknown = applied.map((r) => r.version).filter((v) => !known.includes(v));
+    // Migrations only add (tables, nullable columns): an older release runs on a newer schema. That
+    // is the schema's compatibility window, which `server upgrade --rollback` relies on too; the
+    // node protocol below is what an older node may be refused for.
     if (unknown.length > 0)
-      throw new AtelierError(
-        'PRECONDITION_FAILED',
-        `this node (Atelier ${opts.version}) is older than the database it joins: a newer node applied ${unknown.join(', ')}; upgrade this node to the installation's version (atelier nodes list shows it)`,
+      opts.log.warn(
         { unknown },
+        `this node (Atelier ${opts.version}) is older than the database it joins: a newer node applied ${unknown.join(', ')}; it joins (migrations only add), but upgrade it to the installation's version (atelier nodes list shows it)`,
       );
     const live = await queryRows<NodeRow>(opts.pool, `${SELECT} WHERE id <> $1 AND heartbeat_at > now() - $2 * interval '1 millisecond'`, [
       opts.id,
@@ -328,6 +332,7 @@ export class NodeRegistry {
       h[NODE_HEADERS.node],
       h[NODE_HEADERS.target],
       h[NODE_HEADERS.time],
+      h[NODE_HEADERS.nonce],
       method.toUpperCase(),
       url,
       h[NODE_HEADERS.principal],
@@ -343,6 +348,7 @@ export class NodeRegistry {
       [NODE_HEADERS.node]: this.opts.id,
       [NODE_HEADERS.target]: target,
       [NODE_HEADERS.time]: String(Date.now()),
+      [NODE_HEADERS.nonce]: randomBytes(12).toString('hex'),
       [NODE_HEADERS.principal]: Buffer.from(JSON.stringify(principal)).toString('base64url'),
     };
     if (placement !== undefined) h[NODE_HEADERS.placement] = encodeURIComponent(placement);
@@ -378,7 +384,7 @@ export class NodeRegistry {
     }
     const from = h[NODE_HEADERS.node];
     const signature = h[NODE_HEADERS.signature];
-    if (!from || !signature || !h[NODE_HEADERS.target] || !h[NODE_HEADERS.time] || !h[NODE_HEADERS.principal])
+    if (!from || !signature || !h[NODE_HEADERS.target] || !h[NODE_HEADERS.time] || !h[NODE_HEADERS.nonce] || !h[NODE_HEADERS.principal])
       refuse('its node headers are incomplete');
     if (h[NODE_HEADERS.target] !== this.opts.id) refuse('it was meant for another node');
     const time = Number(h[NODE_HEADERS.time]);
