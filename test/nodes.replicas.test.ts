@@ -369,8 +369,8 @@ describe('nodes: three servers on one PostgreSQL are one installation', () => {
         older.log,
         /this node \(Atelier [^)]+\) is older than the database it joins: a newer node applied 999_from_a_newer_node\.sql; it joins/,
       );
-      const listed = await older.cli(['nodes', 'list']);
-      assert.match(listed.stdout, /old-schema/);
+      const listed = await a.cli(['nodes', 'list']);
+      assert.match(listed.stdout, /old-schema/, listed.stderr);
     } finally {
       await older.stop();
       rmSync(older.dataDir, { recursive: true, force: true });
