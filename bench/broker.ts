@@ -11,12 +11,12 @@
  * the three ways (a busy moment falls on all of them). Requests/s is the median of the rounds;
  * latencies are pooled. Certificates are made here with openssl.
  */
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, type ChildProcess } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { join } from 'node:path';
 import tls from 'node:tls';
-import { heading, line, ratioLine, REPO_ROOT, statLine, summarize, type BenchServer } from './lib.js';
+import { heading, line, ratioLine, REPO_ROOT, startScript, statLine, stopChild, summarize, type BenchServer } from './lib.js';
 import { makeOriginCertificates } from '../test/helpers/tls.js';
 
 const CONCURRENCY = 8;
@@ -56,30 +56,6 @@ await proxy.listen('ws-bench', socketPath, policy);
 broker.setBindings('ws-bench', [{ host: '${BOUND}', port, header: 'Authorization', secret: 'TOKEN', prefix: 'Bearer ', suffix: '' }]);
 console.log('ready');
 `;
-
-function start(script: string, args: string[]): { child: ChildProcess; first: Promise<string> } {
-  const child = spawn(process.execPath, [script, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let err = '';
-  child.stderr!.on('data', (c: Buffer) => (err += c.toString()));
-  const first = new Promise<string>((resolve, reject) => {
-    let out = '';
-    child.stdout!.on('data', (c: Buffer) => {
-      out += c.toString();
-      const nl = out.indexOf('\n');
-      if (nl >= 0) resolve(out.slice(0, nl).trim());
-    });
-    child.once('exit', (code) => reject(new Error(`${script} exited ${code}: ${err.slice(0, 500)}`)));
-  });
-  return { child, first };
-}
-
-async function stop(c: ChildProcess | undefined): Promise<void> {
-  if (!c || c.exitCode !== null || c.signalCode !== null) return;
-  const exited = new Promise((r) => c.once('exit', r));
-  c.kill('SIGTERM');
-  await Promise.race([exited, new Promise((r) => setTimeout(r, 3000))]);
-  if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
-}
 
 type Way = { name: string; open: () => Promise<tls.TLSSocket> };
 
@@ -158,11 +134,17 @@ export async function broker(server: BenchServer): Promise<Record<string, unknow
   let origin: ChildProcess | undefined;
   let proxy: ChildProcess | undefined;
   try {
-    const o = start(join(dir, 'origin.mjs'), [certs.key, certs.cert]);
+    const o = startScript(join(dir, 'origin.mjs'), [certs.key, certs.cert]);
     origin = o.child;
     const port = Number(await o.first);
     const socketPath = join(dir, 'proxy.sock');
-    const p = start(join(dir, 'proxy.mjs'), [join(REPO_ROOT, 'dist/egress/index.js'), socketPath, certs.ca, join(dir, 'ca'), String(port)]);
+    const p = startScript(join(dir, 'proxy.mjs'), [
+      join(REPO_ROOT, 'dist/egress/index.js'),
+      socketPath,
+      certs.ca,
+      join(dir, 'ca'),
+      String(port),
+    ]);
     proxy = p.child;
     await p.first;
     const originCa = execFileSync('cat', [certs.ca]);
@@ -213,7 +195,7 @@ export async function broker(server: BenchServer): Promise<Record<string, unknow
     );
     return result;
   } finally {
-    await stop(proxy);
-    await stop(origin);
+    await stopChild(proxy);
+    await stopChild(origin);
   }
 }

@@ -172,6 +172,32 @@ export function timedSpawn(cmd: string, args: string[], opts: SpawnOptions = {},
   });
 }
 
+/** Runs a node script of a bench (`node script args…`); `first` is the first line it prints. */
+export function startScript(script: string, args: string[]): { child: ChildProcess; first: Promise<string> } {
+  const child = spawn(process.execPath, [script, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let err = '';
+  child.stderr!.on('data', (c: Buffer) => (err += c.toString()));
+  const first = new Promise<string>((resolve, reject) => {
+    let out = '';
+    child.stdout!.on('data', (c: Buffer) => {
+      out += c.toString();
+      const nl = out.indexOf('\n');
+      if (nl >= 0) resolve(out.slice(0, nl).trim());
+    });
+    child.once('exit', (code) => reject(new Error(`${script} exited ${code}: ${err.slice(0, 500)}`)));
+  });
+  return { child, first };
+}
+
+/** Stops a child: SIGTERM, then SIGKILL after 3 s. */
+export async function stopChild(c: ChildProcess | undefined): Promise<void> {
+  if (!c || c.exitCode !== null || c.signalCode !== null) return;
+  const exited = new Promise((r) => c.once('exit', r));
+  c.kill('SIGTERM');
+  await Promise.race([exited, new Promise((r) => setTimeout(r, 3000))]);
+  if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+}
+
 export function killLiveChildren(): void {
   for (const c of liveChildren) {
     try {
