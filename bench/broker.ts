@@ -11,12 +11,24 @@
  * the three ways (a busy moment falls on all of them). Requests/s is the median of the rounds;
  * latencies are pooled. Certificates are made here with openssl.
  */
-import { execFileSync, type ChildProcess } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
-import net from 'node:net';
+import type { ChildProcess } from 'node:child_process';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import tls from 'node:tls';
-import { heading, line, ratioLine, REPO_ROOT, startScript, statLine, stopChild, summarize, type BenchServer } from './lib.js';
+import type tls from 'node:tls';
+import {
+  heading,
+  line,
+  ratioLine,
+  REPO_ROOT,
+  certificatesIn,
+  connectThrough,
+  startScript,
+  statLine,
+  stopChild,
+  tlsOver,
+  summarize,
+  type BenchServer,
+} from './lib.js';
 import { makeOriginCertificates } from '../test/helpers/tls.js';
 
 const CONCURRENCY = 8;
@@ -98,36 +110,12 @@ async function round(way: Way, host: string, ms: number, lat: number[] | undefin
   return counts.reduce((a, b) => a + b, 0) / ((performance.now() - t0) / 1000);
 }
 
-function connectThrough(socketPath: string, authority: string): Promise<net.Socket> {
-  return new Promise((resolve, reject) => {
-    const s = net.connect(socketPath, () => s.write(`CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n\r\n`));
-    let head = '';
-    const onData = (c: Buffer): void => {
-      head += c.toString('latin1');
-      const end = head.indexOf('\r\n\r\n');
-      if (end < 0) return;
-      s.off('data', onData);
-      if (!/^HTTP\/1\.1 200/.test(head)) return reject(new Error(`CONNECT ${authority}: ${head.split('\r\n')[0]}`));
-      resolve(s);
-    };
-    s.on('data', onData);
-    s.once('error', reject);
-  });
-}
-
-function tlsOver(socket: net.Socket | undefined, opts: tls.ConnectionOptions): Promise<tls.TLSSocket> {
-  return new Promise((resolve, reject) => {
-    const t = tls.connect({ ...opts, ...(socket ? { socket } : {}) }, () => resolve(t));
-    t.once('error', reject);
-  });
-}
-
 export async function broker(server: BenchServer): Promise<Record<string, unknown>> {
   heading(
     `12. credential broker: HTTPS keep-alive through an injecting binding (${CONCURRENCY} connections; goal >= ${GOAL_OF_TUNNEL}x the plain tunnel's requests/s)`,
   );
   const dir = join(server.scratch.dir, 'broker');
-  execFileSync('mkdir', ['-p', join(dir, 'ca')]);
+  mkdirSync(join(dir, 'ca'), { recursive: true });
   const certs = makeOriginCertificates(dir, [BOUND, PLAIN], 'bench origin CA');
   writeFileSync(join(dir, 'origin.mjs'), ORIGIN_JS);
   writeFileSync(join(dir, 'proxy.mjs'), PROXY_JS);
@@ -147,8 +135,8 @@ export async function broker(server: BenchServer): Promise<Record<string, unknow
     ]);
     proxy = p.child;
     await p.first;
-    const originCa = execFileSync('cat', [certs.ca]);
-    const workshopCa = execFileSync('sh', ['-c', `cat ${join(dir, 'ca')}/*.crt 2>/dev/null || true`]);
+    const originCa = readFileSync(certs.ca);
+    const workshopCa = certificatesIn(join(dir, 'ca'));
     const ways: Way[] = [
       { name: 'direct', open: () => tlsOver(undefined, { host: '127.0.0.1', port, servername: PLAIN, ca: originCa }) },
       {
@@ -160,7 +148,7 @@ export async function broker(server: BenchServer): Promise<Record<string, unknow
         open: async () => {
           const s = await connectThrough(socketPath, `${BOUND}:${port}`);
           // The workshop's CA exists once the first bound CONNECT made it.
-          const ca = workshopCa.length > 0 ? workshopCa : execFileSync('sh', ['-c', `cat ${join(dir, 'ca')}/*.crt`]);
+          const ca = workshopCa.length > 0 ? workshopCa : certificatesIn(join(dir, 'ca'));
           return tlsOver(s, { servername: BOUND, ca });
         },
       },

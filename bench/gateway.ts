@@ -10,12 +10,24 @@
  * content-length framed); origin and proxy each run in a process of their own; CONCURRENCY
  * kept-alive connections from this process, ROUNDS rounds of ROUND_MS alternating the two ways.
  */
-import { execFileSync, type ChildProcess } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
-import net from 'node:net';
+import type { ChildProcess } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import tls from 'node:tls';
-import { heading, line, ratioLine, REPO_ROOT, startScript, statLine, stopChild, summarize, type BenchServer } from './lib.js';
+import type tls from 'node:tls';
+import {
+  heading,
+  line,
+  ratioLine,
+  REPO_ROOT,
+  certificatesIn,
+  connectThrough,
+  startScript,
+  statLine,
+  stopChild,
+  tlsOver,
+  summarize,
+  type BenchServer,
+} from './lib.js';
 import { makeOriginCertificates } from '../test/helpers/tls.js';
 
 const CONCURRENCY = 8;
@@ -106,34 +118,10 @@ async function loop(s: tls.TLSSocket, host: string, until: number, lat: number[]
   return n;
 }
 
-function connectThrough(socketPath: string, authority: string): Promise<net.Socket> {
-  return new Promise((resolve, reject) => {
-    const s = net.connect(socketPath, () => s.write(`CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n\r\n`));
-    let head = '';
-    const onData = (c: Buffer): void => {
-      head += c.toString('latin1');
-      const end = head.indexOf('\r\n\r\n');
-      if (end < 0) return;
-      s.off('data', onData);
-      if (!/^HTTP\/1\.1 200/.test(head)) return reject(new Error(`CONNECT ${authority}: ${head.split('\r\n')[0]}`));
-      resolve(s);
-    };
-    s.on('data', onData);
-    s.once('error', reject);
-  });
-}
-
-function tlsOver(socket: net.Socket, opts: tls.ConnectionOptions): Promise<tls.TLSSocket> {
-  return new Promise((resolve, reject) => {
-    const t = tls.connect({ ...opts, socket }, () => resolve(t));
-    t.once('error', reject);
-  });
-}
-
 export async function gateway(server: BenchServer): Promise<Record<string, unknown>> {
   heading(`14. LLM gateway: model requests through the metering hook, beside a plain injecting binding (${CONCURRENCY} connections)`);
   const dir = join(server.scratch.dir, 'gateway');
-  execFileSync('mkdir', ['-p', join(dir, 'ca')]);
+  mkdirSync(join(dir, 'ca'), { recursive: true });
   const certs = makeOriginCertificates(dir, [BOUND, GATEWAY], 'bench origin CA');
   writeFileSync(join(dir, 'origin.mjs'), ORIGIN_JS);
   writeFileSync(join(dir, 'proxy.mjs'), PROXY_JS);
@@ -156,7 +144,7 @@ export async function gateway(server: BenchServer): Promise<Record<string, unkno
     const open = async (host: string): Promise<tls.TLSSocket> => {
       const s = await connectThrough(socketPath, `${host}:${port}`);
       // The workshop's CA exists once the first bound CONNECT made it.
-      return tlsOver(s, { servername: host, ca: execFileSync('sh', ['-c', `cat ${join(dir, 'ca')}/*.crt`]) });
+      return tlsOver(s, { servername: host, ca: certificatesIn(join(dir, 'ca')) });
     };
     const ways = [
       { name: 'binding', host: BOUND },

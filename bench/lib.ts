@@ -20,6 +20,8 @@ import {
   writeFileSync,
 } from 'node:fs';
 import http from 'node:http';
+import net from 'node:net';
+import tls from 'node:tls';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -196,6 +198,41 @@ export async function stopChild(c: ChildProcess | undefined): Promise<void> {
   c.kill('SIGTERM');
   await Promise.race([exited, new Promise((r) => setTimeout(r, 3000))]);
   if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+}
+
+/** A CONNECT through the egress proxy's unix socket: the tunnelled socket once it answered 200. */
+export function connectThrough(socketPath: string, authority: string): Promise<net.Socket> {
+  return new Promise((resolve, reject) => {
+    const s = net.connect(socketPath, () => s.write(`CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n\r\n`));
+    let head = '';
+    const onData = (c: Buffer): void => {
+      head += c.toString('latin1');
+      const end = head.indexOf('\r\n\r\n');
+      if (end < 0) return;
+      s.off('data', onData);
+      if (!/^HTTP\/1\.1 200/.test(head)) return reject(new Error(`CONNECT ${authority}: ${head.split('\r\n')[0]}`));
+      resolve(s);
+    };
+    s.on('data', onData);
+    s.once('error', reject);
+  });
+}
+
+/** TLS over `socket` (a tunnel), or straight to `opts.host:port` when there is none. */
+export function tlsOver(socket: net.Socket | undefined, opts: tls.ConnectionOptions): Promise<tls.TLSSocket> {
+  return new Promise((resolve, reject) => {
+    const t = tls.connect({ ...opts, ...(socket ? { socket } : {}) }, () => resolve(t));
+    t.once('error', reject);
+  });
+}
+
+/** Every `*.crt` of `dir`, concatenated (the broker's per-workshop authorities, once made). */
+export function certificatesIn(dir: string): Buffer {
+  return Buffer.concat(
+    readdirSync(dir)
+      .filter((f) => f.endsWith('.crt'))
+      .map((f) => readFileSync(join(dir, f))),
+  );
 }
 
 export function killLiveChildren(): void {

@@ -5,6 +5,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync 
 import { join } from 'node:path';
 import * as pty from 'node-pty';
 import { cachedRelease, hostTarget, livePid, runGetSh, runProcess, serveDir } from './helpers/release.js';
+import { makeSelfSigned } from './helpers/tls.js';
 import { killStrays } from './helpers/server.js';
 import { startPebble, type Pebble } from './helpers/pebble.js';
 import { freePort } from './terminals.helpers.js';
@@ -39,34 +40,7 @@ describe('host install: TLS (files, local CA, ACME by pebble) and its progress',
         encoding: 'utf8',
       }),
     ) as { status: string; version: string };
-  const selfSigned = (name: string): { cert: string; key: string } => {
-    const cert = join(work, `${name}.crt`);
-    const key = join(work, `${name}.key`);
-    execFileSync(
-      'openssl',
-      [
-        'req',
-        '-x509',
-        '-newkey',
-        'ec',
-        '-pkeyopt',
-        'ec_paramgen_curve:P-256',
-        '-nodes',
-        '-keyout',
-        key,
-        '-out',
-        cert,
-        '-days',
-        '90',
-        '-subj',
-        `/CN=${name}`,
-        '-addext',
-        `subjectAltName=DNS:${name}`,
-      ],
-      { stdio: 'ignore' },
-    );
-    return { cert, key };
-  };
+  const selfSigned = (name: string): { cert: string; key: string } => makeSelfSigned(work, name, 90);
   const journalOf = (step: string): string[] =>
     readFileSync(join(prefix, 'opt/atelier/install-journal.jsonl'), 'utf8')
       .trim()

@@ -1,6 +1,5 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { X509Certificate } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
@@ -11,6 +10,7 @@ import { connect } from 'node:tls';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { redirectToHttps, serveHttps, type HttpsListener } from '../src/server/tls.js';
 import { freePort } from './terminals.helpers.js';
+import { makeSelfSigned } from './helpers/tls.js';
 
 // The server's HTTPS (src/server/tls.ts) on real sockets: the listener starts once the files are
 // there, swaps in replaced files without a restart (a renewal), keeps the last good pair when the
@@ -19,31 +19,7 @@ import { freePort } from './terminals.helpers.js';
 const quiet = { info: () => undefined, warn: () => undefined };
 
 function makePair(dir: string, name: string): { cert: Buffer; key: Buffer } {
-  const cert = join(dir, `${name}.crt`);
-  const key = join(dir, `${name}.key`);
-  execFileSync(
-    'openssl',
-    [
-      'req',
-      '-x509',
-      '-newkey',
-      'ec',
-      '-pkeyopt',
-      'ec_paramgen_curve:P-256',
-      '-nodes',
-      '-keyout',
-      key,
-      '-out',
-      cert,
-      '-days',
-      '2',
-      '-subj',
-      `/CN=${name}`,
-      '-addext',
-      `subjectAltName=DNS:${name}`,
-    ],
-    { stdio: 'ignore' },
-  );
+  const { cert, key } = makeSelfSigned(dir, name);
   return { cert: readFileSync(cert), key: readFileSync(key) };
 }
 

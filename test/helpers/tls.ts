@@ -40,3 +40,32 @@ export function makeOriginCertificates(dir: string, names: string[], caName = 't
   ]);
   return { ca: join(dir, 'ca.pem'), key: join(dir, 'origin.key'), cert: join(dir, 'origin.pem') };
 }
+
+/** A self-signed certificate for `name` (ECDSA P-256, `days`), made with openssl in `dir`: `<name>.crt`, `<name>.key`. */
+export function makeSelfSigned(dir: string, name: string, days = 2): { cert: string; key: string } {
+  const cert = join(dir, `${name}.crt`);
+  const key = join(dir, `${name}.key`);
+  const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes'];
+  execFileSync(
+    'openssl',
+    [
+      'req',
+      '-x509',
+      ...ec,
+      '-keyout',
+      key,
+      '-out',
+      cert,
+      '-days',
+      String(days),
+      '-subj',
+      `/CN=${name}`,
+      '-addext',
+      `subjectAltName=DNS:${name}`,
+    ],
+    {
+      stdio: 'ignore',
+    },
+  );
+  return { cert, key };
+}
