@@ -68,6 +68,24 @@ describe('approvals: a server killed during decisions', () => {
       await sleep(100);
     }
   };
+  /**
+   * Waits until the killed server's database sessions are gone. A COMMIT the process sent just
+   * before SIGKILL is still carried out by its backend, which only then sees the closed socket:
+   * reading the states before that would take a decision committed a moment later for one the
+   * dead server never committed.
+   */
+  const deadSessionsGone = async (): Promise<void> => {
+    const until = Date.now() + 60_000;
+    for (;;) {
+      const r = await sql.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM pg_stat_activity
+          WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`,
+      );
+      if (r.rows[0]!.n === 0) return;
+      assert.ok(Date.now() < until, `${r.rows[0]!.n} sessions of the killed server still open after 60 s`);
+      await sleep(50);
+    }
+  };
   const approvedEntries = async (): Promise<string[]> =>
     (await sql.query<{ e: string[] | null }>("SELECT egress->'approved' AS e FROM workshops WHERE id = $1", [ws])).rows[0]?.e ?? [];
 
@@ -147,6 +165,7 @@ describe('approvals: a server killed during decisions', () => {
     await Promise.race([answered, Promise.all(decisions)]);
     await server.stop('SIGKILL');
     const answers = await Promise.all(decisions);
+    await deadSessionsGone();
 
     const atKill = await states(ids);
     const ok = ids.filter((_, i) => answers[i] === 200);

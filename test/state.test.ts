@@ -185,10 +185,17 @@ describe('a workshop whose sandbox died', () => {
       'for p in $(cat /proc/1/task/1/children); do echo 1000 > /proc/$p/oom_score_adj; done',
     ]);
     assert.equal(marked.exitCode, 0, marked.stderr);
-    // Every workshop process enters at oom_score_adj 500 (the server's reserve): the hog goes back
-    // to 0 (allowed unprivileged where nothing privileged raised the floor), so the marked one is chosen.
+    // Every workshop process enters at oom_score_adj 500 (the server's reserve): the hogs go back
+    // to 0 (allowed unprivileged where nothing privileged raised the floor), so the marked one is
+    // chosen. The kernel scores the marked one at adj × (limit in pages / 1000), truncated, plus
+    // its size: a single hog that nearly fills the limit can tie with that. Six hogs that each hold
+    // 16 MiB (and wait) fill it together, and none comes near.
     await server.api('POST', `/v1/workshops/${w.id}/exec`, {
-      command: ['sh', '-c', 'echo 0 > /proc/self/oom_score_adj; head -c 400m /dev/zero | tail -n 1 >/dev/null'],
+      command: [
+        'sh',
+        '-c',
+        'echo 0 > /proc/self/oom_score_adj; for i in 1 2 3 4 5 6; do { head -c 16m /dev/zero; sleep 120; } | tail -n 1 >/dev/null & done; wait',
+      ],
     });
     const dead = await untilNotRunning(w.id);
     assert.equal(dead.status, 'Dead', JSON.stringify(dead));
