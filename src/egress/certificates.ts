@@ -14,6 +14,8 @@ x509.cryptoProvider.set(webcrypto as never);
 type CryptoKey = webcrypto.CryptoKey;
 
 const ALG = { name: 'ECDSA', namedCurve: 'P-256', hash: 'SHA-256' } as const;
+/** The longest delay setTimeout takes as given. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 const DAY_MS = 86_400_000;
 /** How long a CA lives: longer than any workshop is expected to. */
 const CA_DAYS = 3650;
@@ -121,7 +123,12 @@ export class Authorities {
     this.leaves.set(k, p);
     p.then(
       (leaf) => {
-        const t = setTimeout(() => this.leaves.delete(k), Math.max(0, leaf.notAfter.getTime() - Date.now() - DAY_MS));
+        // A timer longer than 2^31-1 ms fires at once (Node clamps it to 1 ms): a leaf of a month
+        // would be made afresh at every CONNECT. Kept at most that long, then made again.
+        const t = setTimeout(
+          () => this.leaves.delete(k),
+          Math.min(MAX_TIMER_MS, Math.max(0, leaf.notAfter.getTime() - Date.now() - DAY_MS)),
+        );
         t.unref();
       },
       () => this.leaves.delete(k),

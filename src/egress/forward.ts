@@ -19,7 +19,7 @@ import { boundTarget, hostFor, parseAbsolute } from './authority.js';
 import { canonicalizeHost, describeRaw } from './canonical.js';
 import { type Listener, LazySignal, type ProxyContext } from './context.js';
 import { badRequest, keepDecision, type Verdict } from './decide.js';
-import { dialPlain, PLAIN_READ_BUFFER } from './dial.js';
+import { dialPlain, PLAIN_READ_BUFFER, type PlainReader } from './dial.js';
 import { requestHeadBytes, responseHeadBytes } from './heads.js';
 import { BodyFramer, HttpFramingError, parseRequestHead, parseResponseHead, type RequestHead, type ResponseHead } from './http1.js';
 import {
@@ -36,12 +36,39 @@ import {
 import { serveConnect } from './tunnel.js';
 import { describeTarget, type EgressDecision } from './types.js';
 
+/**
+ * A client connection whose requests all go to one host, decided once at its CONNECT: the
+ * credential broker's (broker.ts), after it ended the client's TLS. Requests are origin-form;
+ * each gets a field added (its own field of that name dropped) or is answered instead.
+ */
+export interface BoundRoute {
+  host: string;
+  port: number;
+  /** Before each request leaves: the field to add, or the answer that ends the connection instead. */
+  prepare(head: RequestHead): Promise<{ inject: InjectedField } | { refuse: string }>;
+  /** A connection to the host at its checked address (TLS, verified), ready to write. */
+  dial(): Promise<{ sock: net.Socket; address: string; reader: PlainReader }>;
+}
+
+/** A field set by the proxy: `line` (`Name: value`, checked) replaces every field the client sent named `name` (lower case). */
+export interface InjectedField {
+  name: string;
+  line: string;
+}
+
+/** The pool key of a bound connection's one upstream. */
+const BOUND_KEY = 'bound';
+
 export class PlainForwarder {
   constructor(private readonly ctx: ProxyContext) {}
 
-  /** Serve a connection whose first byte was a letter: plain HTTP requests, or one CONNECT. */
-  serve(l: Listener, s: net.Socket): void {
+  /**
+   * Serve a connection whose first byte was a letter: plain HTTP requests, or one CONNECT. With
+   * `bound`: a connection (the broker's, TLS ended) whose every request goes to that route.
+   */
+  serve(l: Listener, s: net.Socket, bound?: BoundRoute): void {
     const p = newPlainConn(l, s);
+    p.bound = bound;
     s.setNoDelay(true);
     this.ctx.setQuiet(s, () => !p.buf && !p.ex);
     s.on('data', (chunk: Buffer) => {
@@ -93,7 +120,8 @@ export class PlainForwarder {
     p.scanned = 0;
     const rest = p.buf.length > head.end ? p.buf.subarray(head.end) : undefined;
     p.buf = rest;
-    if (head.method === 'CONNECT') this.handOverConnect(p, head.target, rest ?? Buffer.alloc(0));
+    if (p.bound) this.beginBound(p, head, p.bound);
+    else if (head.method === 'CONNECT') this.handOverConnect(p, head.target, rest ?? Buffer.alloc(0));
     else this.beginRequest(p, head);
   }
 
@@ -156,6 +184,58 @@ export class PlainForwarder {
     // Nothing more is read until the request is decided and has an upstream to go to.
     p.s.pause();
     this.decideExchange(p, ex, parsed);
+  }
+
+  /**
+   * A request on a bound connection: already decided (at its CONNECT), so only checked for what
+   * a bound host takes (origin-form, no upgrade), prepared (its field, or an answer), then sent.
+   */
+  private beginBound(p: PlainConn, head: RequestHead, b: BoundRoute): void {
+    if (head.method === 'CONNECT' || head.upgrade !== undefined || head.connection.has('upgrade') || head.http2Settings) {
+      // The injected field must go on every request: a CONNECT or a protocol switch would carry bytes past it.
+      const what = head.method === 'CONNECT' ? 'a CONNECT' : `a protocol upgrade to ${describeRaw(head.upgrade ?? 'h2c', 40)}`;
+      this.closeWith(
+        p,
+        rawAnswer(
+          403,
+          'UPGRADE_REFUSED',
+          `atelier egress: ${what} is not allowed to ${hostFor(b.host)}:${b.port}, whose requests carry a bound credential`,
+        ),
+      );
+      return;
+    }
+    if (!head.target.startsWith('/') && !(head.target === '*' && head.method === 'OPTIONS')) {
+      this.clientFault(p, 400, 'a request inside a CONNECT tunnel names its path in origin-form (GET /path)');
+      return;
+    }
+    if (head.expect !== undefined && head.expect !== '100-continue') {
+      this.clientFault(p, 417, `Expect: ${describeRaw(head.expect, 40)} is not supported (only 100-continue)`);
+      return;
+    }
+    const ex = newExchange(head, { path: head.target, port: b.port }, head.target, p.ended, this.ctx.limits.maxHeaderBytes);
+    p.ex = ex;
+    p.s.pause();
+    b.prepare(head).then(
+      (r) => {
+        if (p.done || p.ex !== ex) return;
+        if ('refuse' in r) {
+          this.closeWith(p, r.refuse);
+          return;
+        }
+        ex.inject = r.inject;
+        if (ex.head.expect === '100-continue' && ex.head.minor === 1) p.s.write('HTTP/1.1 100 Continue\r\n\r\n');
+        const pooled = p.pool.get(BOUND_KEY);
+        if (pooled) {
+          this.unpool(p, BOUND_KEY);
+          ex.reused = true;
+          this.attachUpstream(p, ex, pooled);
+        } else this.dialUpstream(p, ex, BOUND_KEY);
+      },
+      (err: unknown) => {
+        this.ctx.onError(p.l.workshopId, err);
+        this.closeWith(p, rawAnswer(502, 'UPSTREAM_FAILED', `atelier egress: the request to ${hostFor(b.host)} could not be prepared`));
+      },
+    );
   }
 
   /** Decide an exchange (from the connection's kept decision when it still stands), then start it. */
@@ -232,8 +312,9 @@ export class PlainForwarder {
   }
 
   private dialUpstream(p: PlainConn, ex: PlainExchange, key: string): void {
-    const v = ex.verdict!;
-    dialPlain(this.ctx, p.l, v.dial, ex.port, v.internal).then(
+    const v = ex.verdict;
+    const b = p.bound;
+    (b ? b.dial() : dialPlain(this.ctx, p.l, v!.dial, ex.port, v!.internal)).then(
       ({ sock, address, reader }) => {
         if (p.done || p.ex !== ex) {
           sock.destroy();
@@ -243,13 +324,13 @@ export class PlainForwarder {
       },
       (err: NodeJS.ErrnoException) => {
         if (p.done || p.ex !== ex) return;
-        const where = v.internal ? describeTarget(v.internal) : v.dial.join(', ');
+        const where = b ? '' : ` (${v!.internal ? describeTarget(v!.internal) : v!.dial.join(', ')})`;
         this.closeWith(
           p,
           rawAnswer(
             502,
             'UPSTREAM_FAILED',
-            `atelier egress: ${hostFor(v.decision.host)}:${ex.port} (${where}) could not be reached: ${err.code ?? err.message}`,
+            `atelier egress: ${hostFor(b ? b.host : v!.decision.host)}:${ex.port}${where} could not be reached: ${err.code ?? err.message}`,
           ),
         );
       },
@@ -286,11 +367,12 @@ export class PlainForwarder {
       sock.resume();
     }
     const head = ex.head;
-    const d = ex.verdict!.decision;
     // RFC 9112 §3.2.2: a proxy replaces Host with the authority of the absolute URL, so a
     // request checked for one name cannot be routed by the origin to another (domain fronting).
-    const authority = ex.port === 80 ? hostFor(d.host) : `${hostFor(d.host)}:${ex.port}`;
-    const bytes = requestHeadBytes(head, ex.path, authority);
+    // A bound connection's Host is its binding's host, whatever the client wrote.
+    const host = p.bound ? p.bound.host : ex.verdict!.decision.host;
+    const authority = ex.port === (p.bound ? 443 : 80) ? hostFor(host) : `${hostFor(host)}:${ex.port}`;
+    const bytes = requestHeadBytes(head, ex.path, authority, ex.inject);
     if (ex.reqBody && !ex.reqBody.done) {
       sock.cork();
       sock.write(bytes);
@@ -562,8 +644,8 @@ export class PlainForwarder {
       p.s.destroy();
       return;
     }
-    const d = ex.verdict?.decision;
-    this.closeWith(p, rawAnswer(502, 'UPSTREAM_FAILED', `atelier egress: ${d ? `${hostFor(d.host)}:${ex.port}` : ex.target}: ${why}`));
+    const host = p.bound?.host ?? ex.verdict?.decision.host;
+    this.closeWith(p, rawAnswer(502, 'UPSTREAM_FAILED', `atelier egress: ${host ? `${hostFor(host)}:${ex.port}` : ex.target}: ${why}`));
   }
 
   /** The client stopped in the middle of its request: the exchange cannot complete. */

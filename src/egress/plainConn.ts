@@ -3,6 +3,7 @@
 import type net from 'node:net';
 import type { Listener } from './context.js';
 import type { KeptDecisions, Verdict } from './decide.js';
+import type { BoundRoute, InjectedField } from './forward.js';
 import type { PlainReader } from './dial.js';
 import { BodyFramer, type RequestHead } from './http1.js';
 
@@ -22,6 +23,8 @@ export interface PlainConn extends KeptDecisions {
   done: boolean;
   /** The client half-closed. */
   ended: boolean;
+  /** Every request goes to this route (the broker's connections). */
+  bound?: BoundRoute | undefined;
 }
 
 /** One request and its answer. */
@@ -31,6 +34,8 @@ export interface PlainExchange {
   port: number;
   target: string;
   verdict: Verdict | undefined;
+  /** The field the proxy sets on this request (a bound connection's credential). */
+  inject?: InjectedField | undefined;
   up: PlainUpstream | undefined;
   /** The request body's framing; undefined when there is none. */
   reqBody: BodyFramer | undefined;
