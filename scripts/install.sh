@@ -11,8 +11,9 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 # openssh-client and openssh-sftp-server: `atelier config-ssh` (ssh-keygen), sftp into workshops; make and g++ build node-pty.
 # gcc and libc6-dev build the system-call filter's loader (src/sandbox/seccomp-exec.c, static).
 # awscli: the AWS CLI inside workshops, pointed at their localstack simulator (docs/simulators.md).
+# ripgrep: the sandbox-runtime peer (`srt`) of bench 1 refuses to start without `rg`.
 # chromium: Debian's browser, driven by playwright-core in the dashboard's end-to-end test (never a downloaded one).
-PACKAGES=(bubblewrap socat util-linux mount e2fsprogs git perl iproute2 postgresql postgresql-client python3 ca-certificates curl redis-server openjdk-17-jre-headless openssh-client openssh-sftp-server make g++ gcc libc6-dev python3-pyflakes python3-requests awscli openssl zsh fish chromium)
+PACKAGES=(bubblewrap socat util-linux mount e2fsprogs git perl iproute2 postgresql postgresql-client python3 ca-certificates curl redis-server openjdk-17-jre-headless openssh-client openssh-sftp-server make g++ gcc libc6-dev python3-pyflakes python3-requests awscli openssl zsh fish chromium ripgrep)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

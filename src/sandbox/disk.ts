@@ -99,7 +99,7 @@ export function isMountPoint(path: string): boolean {
  * How long after a spare is taken its replacement starts: past the create that took it and its
  * first exec. A burst of creates finds no spare and makes its own disks meanwhile.
  */
-const REFILL_DELAY_MS = 1500;
+export const REFILL_DELAY_MS = 1500;
 
 /** A background job's command line: lowest CPU priority, so that a create in progress is never slowed by a refill. */
 const BACKGROUND = ['/usr/bin/nice', '-n', '19'];
