@@ -1,7 +1,7 @@
 /**
  * Atelier benchmarks, each beside its peer measured in the same run (DESIGN.md, "Peers to
  * measure against"). Usage: `npm run bench [-- NAME]` with NAME one of create, exec, resume,
- * memory, cli, egress, postgres-sim, terminals, approvals, mcp, secrets, broker (or 1-12), hogs (13), gateway (14), create-sims, live-sim, console, dashboard, nodes (15); without it, all of them. Needs root (cgroups, freezer) and `npm run
+ * memory, cli, egress, postgres-sim, terminals, approvals, mcp, secrets, broker (or 1-12), hogs (13), gateway (14), create-sims, live-sim, console, dashboard, nodes (15), doctor (16); without it, all of them. Needs root (cgroups, freezer) and `npm run
  * build` first: the server and the CLI run from dist/.
  *
  * One server is started for the run with a data dir under /tmp; every workshop it made is
@@ -16,6 +16,7 @@ import { broker } from './broker.js';
 import { gateway } from './gateway.js';
 import { createExec } from './create-exec.js';
 import { dashboard } from './dashboard.js';
+import { doctor } from './doctor.js';
 import { createSimulators, liveSimulator } from './create-simulators.js';
 import { cliStart } from './cli-start.js';
 import { consoleBench } from './console.js';
@@ -53,6 +54,7 @@ const BENCHES: { name: string; aliases: string[]; fn: Bench }[] = [
   { name: 'gateway', aliases: ['14', 'llm-gateway'], fn: gateway },
   { name: 'dashboard', aliases: ['web', 'banner'], fn: dashboard },
   { name: 'nodes', aliases: ['15', 'replicas', 'relay'], fn: nodes },
+  { name: 'doctor', aliases: ['16', 'probe'], fn: doctor },
 ];
 
 function newestMtime(dir: string): number {
