@@ -210,6 +210,66 @@ describe('host install: TLS (files, local CA, ACME by pebble) and its progress',
     assert.equal(r.stderr.includes('\u001b['), false, 'no terminal codes in a log');
   });
 
+  it('the server renews an ACME certificate near its end by itself, and serves the new one without a restart of its own', async () => {
+    const envFile = join(prefix, 'etc/atelier/atelier.env');
+    const before = readFileSync(envFile, 'utf8');
+    const certBefore = readFileSync(join(tlsDir(), 'cert.pem'), 'utf8');
+    const supervisor = livePid(join(prefix, 'run/atelier/supervisor.pid'));
+    assert.ok(supervisor, 'the supervisor runs');
+    const restart = async (): Promise<void> => {
+      const old = readFileSync(join(prefix, 'var/log/atelier/server.log'), 'utf8').length;
+      process.kill(supervisor, 'SIGHUP');
+      // Healthy again: the restarted server's "server ready" line.
+      for (let i = 0; i < 600; i++) {
+        if (readFileSync(join(prefix, 'var/log/atelier/server.log'), 'utf8').slice(old).includes('server ready')) return;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      assert.fail('the server did not come back within 60 s');
+    };
+    try {
+      // Every certificate pebble issues lasts 5 years: a threshold above that makes this one due.
+      // The server reaches pebble's API over HTTPS with pebble's own CA, as with a private ACME CA.
+      writeFileSync(envFile, `${before}ATELIER_TLS_RENEW_DAYS=3650\nNODE_EXTRA_CA_CERTS=${pebble.apiCa}\n`);
+      await restart();
+      let renewed = certBefore;
+      for (let i = 0; i < 600 && renewed === certBefore; i++) {
+        await new Promise((r) => setTimeout(r, 100));
+        renewed = readFileSync(join(tlsDir(), 'cert.pem'), 'utf8');
+      }
+      assert.notEqual(
+        renewed,
+        certBefore,
+        `no renewal within 60 s:\n${readFileSync(join(prefix, 'var/log/atelier/server.log'), 'utf8').slice(-3000)}`,
+      );
+      assert.equal(mode(join(tlsDir(), 'key.pem')), 0o600);
+      assert.equal(mode(join(tlsDir(), 'cert.pem')), 0o644);
+      assert.match(readFileSync(join(prefix, 'var/log/atelier/server.log'), 'utf8'), /TLS certificate renewed/);
+      // Served within the reload interval, to a client that trusts pebble's root only.
+      const root = join(work, 'pebble-root.pem');
+      const served = (): string =>
+        execFileSync(
+          'sh',
+          [
+            '-c',
+            `openssl s_client -connect 127.0.0.1:${tlsPort} -servername acme.test -CAfile ${root} </dev/null 2>/dev/null | openssl x509 -outform PEM`,
+          ],
+          { encoding: 'utf8' },
+        );
+      const first = renewed.slice(0, renewed.indexOf('-----END CERTIFICATE-----') + 25).trim();
+      let now = '';
+      for (let i = 0; i < 100 && now !== first; i++) {
+        now = served().trim();
+        if (now !== first) await new Promise((r) => setTimeout(r, 100));
+      }
+      assert.equal(now, first, 'the renewed certificate is the one served');
+      assert.equal(httpsHealthz('acme.test', root).version, VERSION);
+    } finally {
+      // Back as the install wrote it, and the server started on it (so the next install sees no change).
+      writeFileSync(envFile, before);
+      await restart();
+    }
+  });
+
   it('on a terminal: a live step list (a spinner on the running step, then its mark)', async () => {
     const a = selfSigned('files.test');
     const p = pty.spawn(

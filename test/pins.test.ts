@@ -189,6 +189,7 @@ const PINNED_EXPORTS: Record<string, readonly string[]> = {
     'readToken',
     'routeUrl',
     'syncDir',
+    'tlsFiles',
     'type ActionExecutionView',
     'type ActionJournalView',
     'type ActionPlanView',

@@ -65,6 +65,7 @@ const httpUrl: Rule<string> = (value) => {
  * | ATELIER_PUBLIC_URL          | publicUrl        | http://<listen address> (what browsers and CLIs use to reach the server; the embedded issuer is <publicUrl>/oidc) |
  * | ATELIER_TLS_CERT, ATELIER_TLS_KEY | tls.cert, tls.key | (none: no HTTPS) PEM certificate (chain) and key the server serves HTTPS with; re-read when they change (renewal) |
  * | ATELIER_TLS_LISTEN          | tls.listen       | 0.0.0.0:443 (with ATELIER_TLS_CERT): where HTTPS is served |
+ * | ATELIER_TLS_RENEW_DAYS      | tls.renewDays    | 30: a certificate `server install` made (ACME, local CA) is renewed by the server with fewer days left |
  * | ATELIER_WEB_DIR             | webDir           | the repository's web/dist: the built dashboard the server serves at / |
  * | ATELIER_IDENTITY_CONFIG     | identityConfig   | (none: the embedded OIDC issuer) YAML file naming an external issuer and its group mapping |
  * | ATELIER_MASTER_KEY_FILE     | masterKeyFile    | DATA_DIR/master.key (replicas sharing a database must share this file) |
@@ -128,6 +129,7 @@ const ENV = {
   ATELIER_TLS_CERT: text,
   ATELIER_TLS_KEY: text,
   ATELIER_TLS_LISTEN: text,
+  ATELIER_TLS_RENEW_DAYS: integer(1, 3650),
   ATELIER_LLM_GATEWAY: text,
   ATELIER_IDENTITY_CONFIG: text,
   ATELIER_MASTER_KEY_FILE: text,
@@ -198,7 +200,7 @@ export interface Config {
   isRoot: boolean;
   publicUrl: string | undefined;
   /** HTTPS beside the plain listener (ATELIER_TLS_CERT and ATELIER_TLS_KEY, both or neither). */
-  tls: { cert: string; key: string; listen: string } | undefined;
+  tls: { cert: string; key: string; listen: string; renewDays: number } | undefined;
   /** The built dashboard (undefined: the repository's web/dist). */
   webDir: string | undefined;
   identityConfig: string | undefined;
@@ -299,7 +301,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     url: e.ATELIER_URL,
     isRoot,
     publicUrl: e.ATELIER_PUBLIC_URL?.replace(/\/+$/, ''),
-    tls: tlsOf(e.ATELIER_TLS_CERT, e.ATELIER_TLS_KEY, e.ATELIER_TLS_LISTEN),
+    tls: tlsOf(e.ATELIER_TLS_CERT, e.ATELIER_TLS_KEY, e.ATELIER_TLS_LISTEN, e.ATELIER_TLS_RENEW_DAYS),
     webDir: e.ATELIER_WEB_DIR ? resolve(e.ATELIER_WEB_DIR) : undefined,
     identityConfig: e.ATELIER_IDENTITY_CONFIG ? resolve(e.ATELIER_IDENTITY_CONFIG) : undefined,
     masterKeyFile: e.ATELIER_MASTER_KEY_FILE ? resolve(e.ATELIER_MASTER_KEY_FILE) : undefined,
@@ -366,11 +368,16 @@ export function formatSize(bytes: number): string {
   return `${bytes}b`;
 }
 
-function tlsOf(cert: string | undefined, key: string | undefined, listen: string | undefined): Config['tls'] {
+function tlsOf(
+  cert: string | undefined,
+  key: string | undefined,
+  listen: string | undefined,
+  renewDays: number | undefined,
+): Config['tls'] {
   if (cert === undefined && key === undefined) return undefined;
   if (cert === undefined || key === undefined)
     throw new Error('ATELIER_TLS_CERT and ATELIER_TLS_KEY go together: set both (the certificate and its key) or neither');
-  return { cert: resolve(cert), key: resolve(key), listen: listen ?? '0.0.0.0:443' };
+  return { cert: resolve(cert), key: resolve(key), listen: listen ?? '0.0.0.0:443', renewDays: renewDays ?? 30 };
 }
 
 /** Splits `HOST:PORT` (IPv6 in brackets) for `--listen`. */

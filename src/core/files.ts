@@ -47,3 +47,26 @@ export function syncDir(dir: string): void {
     closeSync(fd);
   }
 }
+
+/**
+ * The files of the host install's TLS step, in its folder (`/etc/atelier/tls`): the served pair,
+ * the local CA, the ACME account key, and `source.json` (where the pair came from, for which
+ * domain). Written by `atelier server install`; the server renews from them (server/renewal.ts).
+ */
+export function tlsFiles(dir: string): {
+  cert: string;
+  key: string;
+  caCert: string;
+  caKey: string;
+  account: string;
+  source: string;
+} {
+  return {
+    cert: join(dir, 'cert.pem'),
+    key: join(dir, 'key.pem'),
+    caCert: join(dir, 'local-ca.pem'),
+    caKey: join(dir, 'local-ca-key.pem'),
+    account: join(dir, 'acme-account-key.pem'),
+    source: join(dir, 'source.json'),
+  };
+}

@@ -42,7 +42,7 @@ export {
   TUNNEL_RESUMED_HEADER,
 } from './terminals.js';
 export type { TerminalEvent, TunnelOutcome } from './terminals.js';
-export { syncDir, writeFileAtomic } from './files.js';
+export { syncDir, tlsFiles, writeFileAtomic } from './files.js';
 export type { AtomicWriteOptions } from './files.js';
 export { PYTHON_LIB_VARIABLE, pythonLibDir, pythonLibEnv } from './python.js';
 export * from './api.js';

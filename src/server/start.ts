@@ -43,6 +43,7 @@ import { startIdentity } from './identity.js';
 import { BrowserSessions } from './browserSessions.js';
 import { webRoutes } from './routes/web.js';
 import { acmeChallengeRoutes, redirectToHttps, serveHttps, type HttpsListener } from './tls.js';
+import { startRenewal } from './renewal.js';
 import type { FastifyInstance } from 'fastify';
 import { McpGateway, workshopMcpRoutes } from '../mcp/index.js';
 import { NodeRegistry } from './nodes.js';
@@ -558,6 +559,9 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       const h = serveHttps(app, config.tls, logger);
       https = h;
       cleanups.push(() => h.close());
+      // After listen: an ACME CA's http-01 check reaches the plain listener.
+      const renewal = startRenewal({ ...config.tls, dataDir, log: logger });
+      cleanups.push(async () => renewal.stop());
     }
     const addr = app.server.address();
     const port = typeof addr === 'object' && addr ? addr.port : listen.port;

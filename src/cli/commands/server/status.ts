@@ -140,7 +140,7 @@ export function statusText(r: StatusReport): string {
     pairs.push([
       c.role === 'served' ? 'certificate file' : 'local CA',
       c.notAfter
-        ? `${c.path}: ${c.names?.join(', ') || c.subject} by ${c.issuer}, expires ${c.notAfter} (${c.daysLeft} days)${c.role === 'served' && (c.daysLeft ?? 0) < RENEW_DAYS ? ': renew it (`atelier server install` renews ACME and local-CA certificates)' : ''}`
+        ? `${c.path}: ${c.names?.join(', ') || c.subject} by ${c.issuer}, expires ${c.notAfter} (${c.daysLeft} days)${c.role === 'served' && (c.daysLeft ?? 0) < RENEW_DAYS ? ': due for renewal (the server renews ACME and local-CA certificates by itself, as does `atelier server install`; given files are yours to replace)' : ''}`
         : `${c.path}: could not be read: ${c.error ?? ''}`,
     ]);
   const s = r.server;

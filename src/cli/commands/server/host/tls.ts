@@ -7,7 +7,7 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, sta
 import { isIP } from 'node:net';
 import { join } from 'node:path';
 import { connect } from 'node:tls';
-import { parseListen } from '../../../../core/index.js';
+import { parseListen, tlsFiles } from '../../../../core/index.js';
 import type { HostLayout } from './layout.js';
 import type { HostStep, StepContext } from './steps.js';
 
@@ -30,25 +30,9 @@ export interface TlsSettings {
 }
 
 /** The files under /etc/atelier/tls. */
-export function tlsPaths(layout: HostLayout): {
-  dir: string;
-  cert: string;
-  key: string;
-  caCert: string;
-  caKey: string;
-  account: string;
-  source: string;
-} {
+export function tlsPaths(layout: HostLayout): ReturnType<typeof tlsFiles> & { dir: string } {
   const dir = join(layout.configDir, 'tls');
-  return {
-    dir,
-    cert: join(dir, 'cert.pem'),
-    key: join(dir, 'key.pem'),
-    caCert: join(dir, 'local-ca.pem'),
-    caKey: join(dir, 'local-ca-key.pem'),
-    account: join(dir, 'acme-account-key.pem'),
-    source: join(dir, 'source.json'),
-  };
+  return { dir, ...tlsFiles(dir) };
 }
 
 export interface CertificateInfo {
