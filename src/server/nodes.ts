@@ -311,6 +311,12 @@ export class NodeRegistry {
     };
   }
 
+  /** The id of the member node named `name` (names are unique), as last read. */
+  idNamed(name: string): string | undefined {
+    for (const n of this.nodes.values()) if (n.name === name) return n.id;
+    return undefined;
+  }
+
   /** The address of a node (for the relay). */
   addressOf(id: string): string | undefined {
     return this.nodes.get(id)?.address;

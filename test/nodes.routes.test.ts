@@ -1,0 +1,172 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import pg from 'pg';
+import { TestServer, makeRepo } from './helpers/server.js';
+import { ExternalPostgres } from './helpers/postgres.js';
+
+// Three server processes (separate data dirs) on one external PostgreSQL, as in
+// test/nodes.replicas.test.ts: what a workshop's node alone knows (its SSH endpoint, its
+// simulators' logs and reset, its disk usage) gives the same answer through a non-owner node;
+// then a node killed with -9 is seen dead after the installation's short dead-after timeout
+// (ATELIER_NODE_DEAD_AFTER), and `atelier nodes remove` takes it out of the installation.
+interface Disk {
+  enforced: boolean;
+  quotaBytes: number | null;
+  usedBytes: number | null;
+  note: string | null;
+}
+interface Ws {
+  id: string;
+  name: string;
+  status: string;
+  statusReason: string | null;
+  node: string;
+  disk?: Disk;
+}
+function run(cmd: string, args: string[], env: NodeJS.ProcessEnv, cwd: string): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const p = spawn(cmd, args, { env, stdio: ['ignore', 'pipe', 'pipe'], cwd });
+    let stdout = '';
+    let stderr = '';
+    p.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+    p.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    p.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
+  });
+}
+
+describe('nodes: what only the owner node knows, through another; a dead node removed', () => {
+  let db: ExternalPostgres;
+  let a: TestServer;
+  let b: TestServer;
+  let c: TestServer;
+  let keyDir: string;
+  let home: string;
+  let repo: string;
+  let sql: pg.Client;
+  let onA: Ws;
+
+  before(async () => {
+    db = ExternalPostgres.start();
+    keyDir = mkdtempSync('/tmp/atelier-key-');
+    home = mkdtempSync('/tmp/atelier-ssh-home-');
+    // A heartbeat every 0.5 s, a node dead after 3 s of silence (the defaults: 2 s and 10 s).
+    const env = {
+      ATELIER_MASTER_KEY_FILE: join(keyDir, 'master.key'),
+      ATELIER_NODE_HEARTBEAT: '500ms',
+      ATELIER_NODE_DEAD_AFTER: '3s',
+      ATELIER_DEFAULT_DISK: '256m',
+    };
+    a = await TestServer.start({ databaseUrl: db.url, env, args: ['--node-name', 'node-a'] });
+    b = await TestServer.start({ databaseUrl: db.url, env, args: ['--node-name', 'node-b'] });
+    c = await TestServer.start({ databaseUrl: db.url, env, args: ['--node-name', 'node-c'] });
+    b.token = a.token;
+    c.token = a.token;
+    repo = makeRepo({ 'README.md': '# routes\n' });
+    sql = new pg.Client({ connectionString: db.url });
+    await sql.connect();
+    onA = (await b.createWorkshop({ repo, name: 'on-a', node: 'node-a' })) as unknown as Ws;
+    assert.equal(onA.status, 'Running', onA.statusReason ?? '');
+    assert.equal(onA.node, 'node-a');
+  });
+
+  after(async () => {
+    await sql?.end();
+    await a?.dispose();
+    await b?.dispose();
+    await c?.dispose();
+    db?.stop();
+    rmSync(keyDir, { recursive: true, force: true });
+    if (home) rmSync(home, { recursive: true, force: true });
+    if (repo) rmSync(repo, { recursive: true, force: true });
+  });
+
+  it('the SSH endpoint of a workshop on another node, with the real ssh client, through a non-owner node', async () => {
+    const env = { ...b.env(), ATELIER_SSH_CONFIG: join(home, 'ssh_config') };
+    const info = await Promise.all([a, b].map((s) => s.api<{ hostKey: string }>('GET', `/v1/workshops/${onA.id}/ssh`)));
+    assert.equal(info[0]!.status, 200, JSON.stringify(info[0]!.body));
+    assert.deepEqual(info[1], info[0]);
+    const config = await b.cli(['config-ssh'], { env });
+    assert.equal(config.code, 0, config.stderr);
+    const sshConfig = readFileSync(join(home, 'ssh_config'), 'utf8');
+    // The ProxyCommand goes through node b (the CLI's context), which relays to node a.
+    assert.ok(sshConfig.includes(`Host atelier-${onA.id}\n`), sshConfig);
+    const r = await run(
+      'ssh',
+      ['-F', join(home, 'ssh_config'), '-o', 'BatchMode=yes', `atelier-${onA.id}`, 'echo "ssh on $(hostname)"; git status; exit 5'],
+      env,
+      home,
+    );
+    assert.equal(r.code, 5, r.stderr);
+    assert.match(r.stdout, /ssh on on-a\n/);
+    assert.match(r.stdout, /On branch main/);
+    // A terminal too, and a file put with sftp, read back through the owner.
+    const t = await run('ssh', ['-F', join(home, 'ssh_config'), '-tt', `atelier-${onA.id}`, 'stty size; exit 4'], env, home);
+    assert.equal(t.code, 4, t.stderr);
+    assert.match(t.stdout, /^\d+ \d+/m);
+    writeFileSync(join(home, 'up.txt'), 'put with sftp through node b\n');
+    writeFileSync(join(home, 'batch'), 'put up.txt /workspace/up.txt\n');
+    const put = await run('sftp', ['-q', '-F', join(home, 'ssh_config'), '-b', join(home, 'batch'), `atelier-${onA.id}`], env, home);
+    assert.equal(put.code, 0, put.stderr);
+    assert.equal((await a.exec(onA.id, ['cat', '/workspace/up.txt'])).stdout, 'put with sftp through node b\n');
+  });
+
+  it("a simulator's logs and reset through a non-owner node give what the owner gives", async () => {
+    const started = await b.api<{ name: string; status: string }>('POST', `/v1/workshops/${onA.id}/simulators`, {
+      type: 'redis',
+      name: 'cache',
+    });
+    assert.equal(started.status, 201, JSON.stringify(started.body));
+    assert.equal(started.body.status, 'Running');
+    const redis = async (...args: string[]): Promise<string> => {
+      const r = await a.exec(onA.id, ['redis-cli', '-h', 'cache.atelier.internal', ...args]);
+      assert.equal(r.exitCode, 0, r.stderr);
+      return r.stdout;
+    };
+    assert.equal(await redis('SET', 'k', 'through-b'), 'OK\n');
+    const logs = await Promise.all(
+      [a, b, c].map((s) =>
+        fetch(`${s.url}/v1/workshops/${onA.id}/simulators/cache/logs?tail=4096`, { headers: { authorization: `Bearer ${a.token}` } }),
+      ),
+    );
+    const texts = await Promise.all(logs.map((r) => r.text()));
+    assert.equal(logs[0]!.status, 200, texts[0]);
+    assert.match(logs[0]!.headers.get('content-type') ?? '', /^text\/plain/);
+    assert.ok(texts[0]!.length > 0);
+    assert.deepEqual(
+      logs.map((r) => [r.status, r.headers.get('content-type')]),
+      logs.map(() => [200, logs[0]!.headers.get('content-type')]),
+    );
+    assert.equal(texts[1], texts[0]);
+    assert.equal(texts[2], texts[0]);
+    // An unknown simulator: the same refusal through either node.
+    const missing = await Promise.all([a, b].map((s) => s.api<{ code: string }>('GET', `/v1/workshops/${onA.id}/simulators/nothere/logs`)));
+    assert.equal(missing[0]!.status, 404, JSON.stringify(missing[0]!.body));
+    assert.equal(missing[1]!.status, missing[0]!.status);
+    assert.equal(missing[1]!.body.code, missing[0]!.body.code);
+    const reset = await b.api<{ name: string; status: string }>('POST', `/v1/workshops/${onA.id}/simulators/cache/reset`);
+    assert.equal(reset.status, 200, JSON.stringify(reset.body));
+    assert.equal(reset.body.name, 'cache');
+    assert.equal(reset.body.status, 'Running');
+    assert.equal(await redis('GET', 'k'), '\n');
+    const list = await Promise.all([a, b].map((s) => s.api('GET', `/v1/workshops/${onA.id}/simulators`)));
+    assert.deepEqual(list[1], list[0]);
+  });
+
+  it('the disk usage against the quota through a non-owner node is what the owner reads', async () => {
+    await a.exec(onA.id, ['sh', '-c', 'head -c 3000000 /dev/urandom > /workspace/blob && sync']);
+    const read = async (): Promise<Disk[]> => {
+      const one = await Promise.all([a, b, c].map((s) => s.api<Ws>('GET', `/v1/workshops/${onA.id}`)));
+      const all = await Promise.all([a, b, c].map((s) => s.api<{ items: Ws[] }>('GET', '/v1/workshops')));
+      return [...one.map((r) => r.body.disk!), ...all.map((r) => r.body.items.find((w) => w.id === onA.id)!.disk!)];
+    };
+    const disks = await read();
+    assert.ok(disks[0]!.enforced && disks[0]!.usedBytes! >= 3_000_000, JSON.stringify(disks[0]));
+    for (const d of disks) assert.deepEqual(d, disks[0]);
+    const status = await b.cli(['workshops', 'status', onA.id]);
+    assert.equal(status.code, 0, status.stderr);
+    assert.match(status.stdout, /disk:?\s+\d+\.\dm of 2\d\d\.\dm used \(\d+%\)/);
+  });
+});
