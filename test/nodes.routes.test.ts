@@ -1,7 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import pg from 'pg';
 import { TestServer, makeRepo } from './helpers/server.js';
@@ -26,6 +26,24 @@ interface Ws {
   node: string;
   disk?: Disk;
 }
+interface Node {
+  id: string;
+  name: string;
+  state: string;
+  heartbeatMs: number | null;
+  deadAfterMs: number | null;
+}
+
+async function until<T>(what: string, fn: () => Promise<T | undefined>, ms = 60_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (v !== undefined) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
 function run(cmd: string, args: string[], env: NodeJS.ProcessEnv, cwd: string): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
     const p = spawn(cmd, args, { env, stdio: ['ignore', 'pipe', 'pipe'], cwd });
@@ -47,6 +65,8 @@ describe('nodes: what only the owner node knows, through another; a dead node re
   let repo: string;
   let sql: pg.Client;
   let onA: Ws;
+  let onC: Ws;
+  let keptOnC: Ws;
 
   before(async () => {
     db = ExternalPostgres.start();
@@ -168,5 +188,129 @@ describe('nodes: what only the owner node knows, through another; a dead node re
     const status = await b.cli(['workshops', 'status', onA.id]);
     assert.equal(status.code, 0, status.stderr);
     assert.match(status.stdout, /disk:?\s+\d+\.\dm of 2\d\d\.\dm used \(\d+%\)/);
+  });
+  it('a node killed with -9 is dead after the short ATELIER_NODE_DEAD_AFTER: its workshops NodeUnreachable', async () => {
+    onC = (await a.createWorkshop({ repo, name: 'on-c', node: 'node-c' })) as unknown as Ws;
+    keptOnC = (await b.createWorkshop({ repo, name: 'kept-on-c', node: 'node-c' })) as unknown as Ws;
+    assert.equal(onC.status, 'Running', onC.statusReason ?? '');
+    // Every node says how it beats and when it takes another for dead.
+    const nodes = (await a.api<{ items: Node[] }>('GET', '/v1/nodes')).body.items;
+    assert.deepEqual(
+      nodes.map((n) => [n.name, n.heartbeatMs, n.deadAfterMs]),
+      [
+        ['node-a', 500, 3000],
+        ['node-b', 500, 3000],
+        ['node-c', 500, 3000],
+      ],
+    );
+    const listed = await b.cli(['nodes', 'list']);
+    assert.equal(listed.code, 0, listed.stderr);
+    assert.match(listed.stdout, /node-c .*0\.5s \/ 3s/);
+    await c.stop('SIGKILL');
+    for (const s of [a, b]) {
+      const seen = await until('node c unreachable', async () => {
+        const w = (await s.api<Ws>('GET', `/v1/workshops/${onC.id}`)).body;
+        return w.status === 'NodeUnreachable' ? w : undefined;
+      });
+      assert.match(
+        seen.statusReason ?? '',
+        /^its node node-c has missed its heartbeats since \S+ \(silent for more than 3 s\); it was Running/,
+      );
+    }
+    const state = (await b.api<{ items: Node[] }>('GET', '/v1/nodes')).body.items.find((n) => n.name === 'node-c')!.state;
+    assert.equal(state, 'unreachable');
+    // The live nodes' workshop is not touched.
+    assert.equal((await b.api<Ws>('GET', `/v1/workshops/${onA.id}`)).body.status, 'Running');
+  });
+
+  it('`atelier nodes remove` refuses a live node, saying to stop or drain it first, and an unknown one', async () => {
+    for (const [s, name] of [
+      [a, 'node-b'],
+      [a, 'node-a'],
+    ] as const) {
+      const r = await s.cli(['nodes', 'remove', name]);
+      assert.equal(r.code, 1, r.stdout);
+      assert.match(
+        r.stderr,
+        new RegExp(
+          `node ${name} is live \\(its last heartbeat [\\d.]+ s ago.*\\): only a dead node is removed\\. Stop it first \\(\`atelier nodes drain ${name}\` keeps new workshops off it meanwhile\\)`,
+        ),
+      );
+    }
+    const unknown = await a.api<{ code: string; message: string }>('DELETE', '/v1/nodes/no-such-node');
+    assert.equal(unknown.status, 404);
+    assert.match(unknown.body.message, /no node named no-such-node: run `atelier nodes list`/);
+    assert.equal((await b.api<{ items: Node[] }>('GET', '/v1/nodes')).body.items.length, 3);
+  });
+
+  it('`atelier nodes remove` takes the dead node out; its workshops stay listed, refused with why, deletable from any node', async () => {
+    const r = await b.cli(['nodes', 'remove', 'node-c']);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(
+      r.stdout,
+      /^node node-c \(node-\S+, last heartbeat \S+\) is removed from the installation\.\nIts 2 workshops stay listed as NodeUnreachable/,
+    );
+    assert.ok(r.stdout.includes(`  ${onC.id}  on-c  (was Running)\n`), r.stdout);
+    assert.ok(r.stdout.includes(`  ${keptOnC.id}  kept-on-c  (was Running)\n`), r.stdout);
+    assert.match(r.stdout, /`atelier workshops delete ID` forgets one/);
+    for (const s of [a, b]) {
+      const nodes = (await s.api<{ items: Node[] }>('GET', '/v1/nodes')).body.items;
+      assert.deepEqual(
+        nodes.map((n) => n.name),
+        ['node-a', 'node-b'],
+      );
+    }
+    // Removed once: a second time says so.
+    const again = await a.api<{ message: string }>('DELETE', '/v1/nodes/node-c');
+    assert.equal(again.status, 404);
+    assert.match(again.body.message, /node node-c was removed already \(by admin on /);
+    // Still listed, with its node's name and what to do.
+    const w = (await a.api<{ items: Ws[] }>('GET', '/v1/workshops')).body.items.find((x) => x.id === onC.id)!;
+    assert.equal(w.status, 'NodeUnreachable');
+    assert.equal(w.node, 'node-c');
+    assert.match(
+      w.statusReason ?? '',
+      new RegExp(
+        `^its node node-c was removed from the installation on \\S+ \\(silent since \\S+\\); it was Running: delete it \\(\`atelier workshops delete ${onC.id}\`\\)`,
+      ),
+    );
+    const exec = await a.api<{ code: string; message: string }>('POST', `/v1/workshops/${onC.id}/exec`, { command: ['true'] });
+    assert.equal(exec.status, 409, JSON.stringify(exec.body));
+    assert.equal(exec.body.code, 'WORKSHOP_NOT_RUNNING');
+    assert.match(exec.body.message, /ran on node node-c, removed from the installation on .*`atelier workshops delete` forgets it/);
+    // Deleted through a node: its record, from the database; gone for every node.
+    const del = await b.cli(['workshops', 'delete', onC.id]);
+    assert.equal(del.code, 0, del.stderr);
+    for (const s of [a, b]) {
+      const ids = (await s.api<{ items: Ws[] }>('GET', '/v1/workshops')).body.items.map((x) => x.id);
+      assert.ok(!ids.includes(onC.id) && ids.includes(keptOnC.id), JSON.stringify(ids));
+    }
+    assert.equal((await sql.query('SELECT 1 FROM workshops WHERE id = $1', [onC.id])).rowCount, 0);
+  });
+
+  it('a removed node started again joins again: the workshops not deleted are back, the deleted one is cleaned up there', async () => {
+    await c.boot();
+    assert.match(
+      c.log,
+      /this node was removed from the installation by admin on \S+; it joins again, with the workshops not deleted since/,
+    );
+    const back = await until('the kept workshop back', async () => {
+      const w = (await a.api<Ws>('GET', `/v1/workshops/${keptOnC.id}`)).body;
+      return w.status === 'Running' ? w : undefined;
+    });
+    assert.equal(back.statusReason, null);
+    assert.equal((await b.exec(keptOnC.id, ['hostname'])).stdout, 'kept-on-c\n');
+    assert.deepEqual(
+      (await a.api<{ items: Node[] }>('GET', '/v1/nodes')).body.items.map((n) => [n.name, n.state]),
+      [
+        ['node-a', 'ready'],
+        ['node-b', 'ready'],
+        ['node-c', 'ready'],
+      ],
+    );
+    // The deleted workshop's directory, left on node c, is an orphan there: removed.
+    await until('the deleted workshop cleaned up on node c', async () =>
+      existsSync(join(c.dataDir, 'workshops', onC.id)) ? undefined : true,
+    );
   });
 });

@@ -57,7 +57,13 @@ export class Cluster {
 
   private target(nodeId: string, what: string): URL {
     const address = this.nodes.addressOf(nodeId);
-    const { name, heartbeatAt } = this.nodes.describe(nodeId);
+    const { name, heartbeatAt, removedAt } = this.nodes.describe(nodeId);
+    if (removedAt !== null)
+      throw new AtelierError(
+        'WORKSHOP_NOT_RUNNING',
+        `${what} ran on node ${name}, removed from the installation on ${removedAt} (\`atelier nodes remove\`): nothing of it can run until ${name} is started again with its data dir; \`atelier workshops delete\` forgets it`,
+        { node: name },
+      );
     if (!address || !this.nodes.isLive(nodeId))
       throw new AtelierError(
         'UNAVAILABLE',

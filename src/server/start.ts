@@ -327,7 +327,16 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
 
     const nodeId = nodeIdOf(dataDir);
     // Every server on this PostgreSQL is a node of one installation (src/server/nodes.ts); it joins once it listens.
-    const nodes = new NodeRegistry({ pool, id: nodeId, name: opts.nodeName, version: opts.version, sealer: masterKey, log: logger });
+    const nodes = new NodeRegistry({
+      pool,
+      id: nodeId,
+      name: opts.nodeName,
+      version: opts.version,
+      sealer: masterKey,
+      log: logger,
+      heartbeatMs: config.nodeHeartbeatMs,
+      deadAfterMs: config.nodeDeadAfterMs,
+    });
     const advertiseUrl = publicUrlOf(opts.advertiseUrl, '--advertise-url');
     // The installation's periodic jobs run on one node of those sharing this database (src/db/leader.ts).
     const leadership = lead(databaseUrl ?? embedded!.connectionString, {

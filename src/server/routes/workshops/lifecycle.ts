@@ -67,6 +67,12 @@ export function lifecycleRoutes(app: FastifyInstance, service: WorkshopService, 
   });
 
   app.delete<IdParams>('/v1/workshops/:id', { config: { access: MEMBER } }, async (request) => {
+    // A workshop of a node removed from the installation: its record goes (its files were there).
+    const owner = cluster && !request.relayed ? await service.nodeOf(request.params.id) : undefined;
+    if (owner !== undefined && owner !== cluster!.nodeId && cluster!.nodes.isRemoved(owner)) {
+      await service.forget(request.params.id, principalOf(request));
+      return { id: request.params.id, deleted: true };
+    }
     await service.delete(request.params.id, principalOf(request));
     return { id: request.params.id, deleted: true };
   });
