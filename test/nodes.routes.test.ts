@@ -246,6 +246,11 @@ describe('nodes: what only the owner node knows, through another; a dead node re
   it('`atelier nodes remove` takes the dead node out; its workshops stay listed, refused with why, deletable from any node', async () => {
     const r = await b.cli(['nodes', 'remove', 'node-c']);
     assert.equal(r.code, 0, r.stderr);
+    // Read at once through another node: the removal is what it says (not the missed heartbeats).
+    assert.match(
+      (await a.api<Ws>('GET', `/v1/workshops/${onC.id}`)).body.statusReason ?? '',
+      /^its node node-c was removed from the installation/,
+    );
     assert.match(
       r.stdout,
       /^node node-c \(node-\S+, last heartbeat \S+\) is removed from the installation\.\nIts 2 workshops stay listed as NodeUnreachable/,
@@ -312,5 +317,25 @@ describe('nodes: what only the owner node knows, through another; a dead node re
     await until('the deleted workshop cleaned up on node c', async () =>
       existsSync(join(c.dataDir, 'workshops', onC.id)) ? undefined : true,
     );
+  });
+
+  it('a node removed while its heartbeats did not reach the database joins again at its next heartbeat', async () => {
+    // As `nodes remove` leaves it (done here in SQL: the API refuses a live node), node b's
+    // heartbeats having stopped reaching the database for a while.
+    await sql.query(
+      `WITH gone AS (DELETE FROM nodes WHERE name = 'node-b' RETURNING *)
+       INSERT INTO removed_nodes (id, name, address, version, last_heartbeat_at, removed_by)
+       SELECT id, name, address, version, heartbeat_at, 'admin' FROM gone`,
+    );
+    await until('node b back', async () => {
+      const nodes = (await a.api<{ items: Node[] }>('GET', '/v1/nodes')).body.items;
+      return nodes.find((n) => n.name === 'node-b')?.state === 'ready' ? true : undefined;
+    });
+    await until('node b says so', async () =>
+      /this node was removed from the installation by admin on \S+; it joins again/.test(b.log) ? true : undefined,
+    );
+    assert.equal((await sql.query("SELECT 1 FROM removed_nodes WHERE name = 'node-b'")).rowCount, 0);
+    // And it relays again: it signs with the new key it made on joining again.
+    assert.equal((await b.exec(onA.id, ['echo', 'relayed'])).stdout, 'relayed\n');
   });
 });

@@ -62,7 +62,12 @@ export function lifecycleRoutes(app: FastifyInstance, service: WorkshopService, 
   });
 
   app.get<IdParams>('/v1/workshops/:id', { config: { access: READ } }, async (request) => {
-    const w = await service.get(request.params.id, principalOf(request));
+    let w = await service.get(request.params.id, principalOf(request));
+    // Its node silent: maybe removed (or back) since this node last read the nodes; say what is true now.
+    if (cluster && w.status === 'NodeUnreachable') {
+      await cluster.nodes.refresh();
+      w = await service.get(request.params.id, principalOf(request));
+    }
     return cluster && !request.relayed ? (await withOwnersDisks(cluster, [w], principalOf(request), true))[0]! : w;
   });
 
