@@ -205,6 +205,7 @@ describe('nodes: what only the owner node knows, through another; a dead node re
         ['node-c', 500, 3000],
       ],
     );
+    assert.match(a.log, /node node-a \(node-\w+\) joined the installation, .*; heartbeat every 0\.5 s, a node silent 3 s is unreachable/);
     const listed = await b.cli(['nodes', 'list']);
     assert.equal(listed.code, 0, listed.stderr);
     assert.match(listed.stdout, /node-c .*0\.5s \/ 3s/);

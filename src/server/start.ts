@@ -576,7 +576,10 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const url = `http://${host}:${port}`;
     await nodes.join(advertiseUrl ?? url);
     cleanups.push(() => nodes.close());
-    opts.say(`node ${nodes.name} (${nodeId}) joined the installation, reachable by the other nodes at ${advertiseUrl ?? url}`);
+    opts.say(
+      `node ${nodes.name} (${nodeId}) joined the installation, reachable by the other nodes at ${advertiseUrl ?? url}; ` +
+        `heartbeat every ${nodes.heartbeatMs / 1000} s, a node silent ${nodes.deadAfterMs / 1000} s is unreachable (ATELIER_NODE_HEARTBEAT, ATELIER_NODE_DEAD_AFTER)`,
+    );
     authenticator.setAuthority(await identity.ready(publicUrlFlag ?? config.publicUrl ?? url));
     publicOrigin.value = new URL(publicUrlFlag ?? config.publicUrl ?? url).origin;
     localUrl.value = url;
