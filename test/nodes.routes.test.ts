@@ -294,6 +294,12 @@ describe('nodes: what only the owner node knows, through another; a dead node re
       assert.ok(!ids.includes(onC.id) && ids.includes(keptOnC.id), JSON.stringify(ids));
     }
     assert.equal((await sql.query('SELECT 1 FROM workshops WHERE id = $1', [onC.id])).rowCount, 0);
+    // Gone for every route too, on the node that deleted it and on another.
+    for (const s of [b, a]) {
+      const gone = await s.api<{ code: string }>('POST', `/v1/workshops/${onC.id}/exec`, { command: ['true'] });
+      assert.equal(gone.status, 404, JSON.stringify(gone.body));
+      assert.equal(gone.body.code, 'WORKSHOP_NOT_FOUND');
+    }
   });
 
   it('a removed node started again joins again: the workshops not deleted are back, the deleted one is cleaned up there', async () => {
