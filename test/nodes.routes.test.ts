@@ -222,6 +222,21 @@ describe('nodes: what only the owner node knows, through another; a dead node re
     }
     const state = (await b.api<{ items: Node[] }>('GET', '/v1/nodes')).body.items.find((n) => n.name === 'node-c')!.state;
     assert.equal(state, 'unreachable');
+    // Another tenant's admin is not told the workshop exists, nor where it ran.
+    assert.equal((await a.api('POST', '/v1/users', { name: 'stranger', role: 'admin', tenant: 'other' })).status, 201);
+    const token = (await a.api<{ token: string }>('POST', '/v1/tokens', { user: 'stranger', tenant: 'other', expiresInSeconds: 3600 })).body
+      .token;
+    for (const s of [a, b]) {
+      const r = await s.api<{ code: string; message: string }>(
+        'POST',
+        `/v1/workshops/${onC.id}/exec`,
+        { command: ['true'] },
+        { authorization: `Bearer ${token}` },
+      );
+      assert.equal(r.status, 404, JSON.stringify(r.body));
+      assert.equal(r.body.code, 'WORKSHOP_NOT_FOUND');
+      assert.doesNotMatch(r.body.message, /node-c/);
+    }
     // The live nodes' workshop is not touched.
     assert.equal((await b.api<Ws>('GET', `/v1/workshops/${onA.id}`)).body.status, 'Running');
   });
