@@ -175,6 +175,11 @@ const TABLE: Record<string, Row> = {
     expect: e(401, 403, 403, 403, 403, 403, 404, 403),
     call: () => ({ method: 'POST', path: '/v1/nodes/no-such-node/undrain' }),
   },
+  // Removed by name: an unknown one here (the matrix's only node is live, and refused as such).
+  'DELETE /v1/nodes/:name': {
+    expect: e(401, 403, 403, 403, 403, 403, 404, 403),
+    call: () => ({ method: 'DELETE', path: '/v1/nodes/no-such-node' }),
+  },
   'GET /v1/admin/routes': { expect: e(401, 403, 403, 403, 403, 403, 200, 200), call: () => ({ method: 'GET', path: '/v1/admin/routes' }) },
   'GET /v1/auth/whoami': { expect: e(401, 200, 200, 200, 200, 200, 200, 200), call: () => ({ method: 'GET', path: '/v1/auth/whoami' }) },
   'GET /v1/users': { expect: e(401, 403, 403, 403, 403, 403, 200, 200), call: () => ({ method: 'GET', path: '/v1/users' }) },

@@ -124,6 +124,7 @@ const PINNED_EXPORTS: Record<string, readonly string[]> = {
     'Health',
     'LlmSpendSchema',
     'MAX_EXEC_WAIT_SECONDS',
+    'NodeRemoval',
     'NodeView',
     'PTY_SIGNALS',
     'PYTHON_LIB_VARIABLE',

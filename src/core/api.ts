@@ -254,10 +254,25 @@ export const NodeView = z.object({
   state: z.enum(['ready', 'draining', 'unreachable']),
   joinedAt: time,
   heartbeatAt: time,
+  /** Its ATELIER_NODE_HEARTBEAT and ATELIER_NODE_DEAD_AFTER (null: a node of an older release, on the defaults). */
+  heartbeatMs: z.number().int().nullable(),
+  deadAfterMs: z.number().int().nullable(),
   /** The node that answered. */
   self: z.boolean(),
 });
 export type NodeView = z.infer<typeof NodeView>;
+
+/** What `atelier nodes remove` did: the dead node taken out, and its workshops (they stay, NodeUnreachable). */
+export const NodeRemoval = z.object({
+  id: z.string(),
+  name: z.string(),
+  address: z.string(),
+  lastHeartbeatAt: time,
+  removedAt: time,
+  removedBy: z.string(),
+  workshops: z.array(z.object({ id: z.string(), name: z.string(), status: z.string() })),
+});
+export type NodeRemoval = z.infer<typeof NodeRemoval>;
 
 export const SimulatorView = z.object({
   name: z.string(),

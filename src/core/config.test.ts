@@ -64,4 +64,26 @@ describe('config', () => {
     assert.throws(() => loadConfig({ ATELIER_SERVER_RESERVE_MEMORY: 'half' }), /ATELIER_SERVER_RESERVE_MEMORY: "half" is not a size/);
     assert.throws(() => loadConfig({ ATELIER_WORKSHOPS_CPU_SHARES: '4096' }), /ATELIER_WORKSHOPS_CPU_SHARES/);
   });
+
+  it('reads the node heartbeat and dead-after durations, with their defaults, and refuses bad ones saying what to set', () => {
+    const d = loadConfig({ HOME: '/home/u' });
+    assert.deepEqual([d.nodeHeartbeatMs, d.nodeDeadAfterMs], [2000, 10_000]);
+    const c = loadConfig({ HOME: '/home/u', ATELIER_NODE_HEARTBEAT: '500ms', ATELIER_NODE_DEAD_AFTER: '1.5s' });
+    assert.deepEqual([c.nodeHeartbeatMs, c.nodeDeadAfterMs], [500, 1500]);
+    assert.deepEqual(
+      [loadConfig({ ATELIER_NODE_DEAD_AFTER: '1m' }).nodeDeadAfterMs, loadConfig({ ATELIER_NODE_HEARTBEAT: '3' }).nodeHeartbeatMs],
+      [60_000, 3000],
+    );
+    assert.throws(
+      () => loadConfig({ ATELIER_NODE_HEARTBEAT: 'often' }),
+      /invalid environment variable ATELIER_NODE_HEARTBEAT: expected a duration from 100ms to 60s \(for example 500ms, 2s or 1m\), got "often"/,
+    );
+    assert.throws(() => loadConfig({ ATELIER_NODE_HEARTBEAT: '10ms' }), /ATELIER_NODE_HEARTBEAT: expected a duration from 100ms to 60s/);
+    assert.throws(() => loadConfig({ ATELIER_NODE_DEAD_AFTER: '-3s' }), /ATELIER_NODE_DEAD_AFTER: expected a duration from 1s to 3600s/);
+    // Fewer than 3 heartbeats in the timeout: a live node would be taken for dead after one slow heartbeat.
+    assert.throws(
+      () => loadConfig({ ATELIER_NODE_DEAD_AFTER: '5s' }),
+      /ATELIER_NODE_DEAD_AFTER: 5000 ms is less than 3 heartbeats of 2000 ms \(ATELIER_NODE_HEARTBEAT, by default\): raise it to at least 6000 ms, or heartbeat more often/,
+    );
+  });
 });

@@ -35,6 +35,18 @@ const httpUrl: Rule<string> = (value) => {
     : { refused: `expected an http(s) URL, got "${value}"` };
 };
 
+/** `500ms`, `2s`, `1m`, `3` (seconds): milliseconds from `min` to `max`. */
+const durationMs =
+  (min: number, max: number): Rule<number> =>
+  (value) => {
+    const m = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$/.exec(value);
+    const ms = m ? Math.round(Number(m[1]) * { ms: 1, s: 1000, m: 60_000 }[(m[2] ?? 's') as 'ms' | 's' | 'm']) : NaN;
+    const say = (n: number): string => (n % 1000 === 0 ? `${n / 1000}s` : `${n}ms`);
+    return Number.isFinite(ms) && ms >= min && ms <= max
+      ? { value: ms }
+      : { refused: `expected a duration from ${say(min)} to ${say(max)} (for example 500ms, 2s or 1m), got "${value}"` };
+  };
+
 /**
  * Every environment variable Atelier reads, in one place. Flags given on the command line
  * override these; these override the defaults written here.
@@ -91,6 +103,8 @@ const httpUrl: Rule<string> = (value) => {
  * | DISPLAY, WAYLAND_DISPLAY    | canOpenBrowser   | `atelier auth login` opens a browser only in a graphical session |
  * | TERM                        | term             | (none) the terminal type `atelier ssh` and `run` give the workshop's PTY (else xterm-256color) |
  * | ATELIER_SSH_CONFIG          | sshConfigFile    | ~/.ssh/config (the file `atelier config-ssh` keeps its managed block in) |
+ * | ATELIER_NODE_HEARTBEAT      | nodeHeartbeatMs  | 2s: how often this node heartbeats in the shared database (100ms-60s; docs/replicas.md) |
+ * | ATELIER_NODE_DEAD_AFTER     | nodeDeadAfterMs  | 10s: a node silent this long is unreachable to this one, its workshops NodeUnreachable (1s-1h, at least 3 heartbeats; the same on every node) |
  *
  * The root data dir is not under /root because the embedded PostgreSQL runs as the
  * unprivileged `postgres` user, which must be able to reach its cluster directory.
@@ -150,6 +164,8 @@ const ENV = {
   ATELIER_COCKPIT_WRITES: oneOf('apply', 'copy-command'),
   ATELIER_ACTIONS_PLAN_TTL: integer(1, 86400),
   ATELIER_STACKS_BACKEND: oneOf('native', 'auto', 'compose', 'docker', 'podman'),
+  ATELIER_NODE_HEARTBEAT: durationMs(100, 60_000),
+  ATELIER_NODE_DEAD_AFTER: durationMs(1000, 3_600_000),
   DISPLAY: text,
   WAYLAND_DISPLAY: text,
   SUDO_UID: integer(0),
@@ -232,6 +248,10 @@ export interface Config {
   cockpitWrites: 'apply' | 'copy-command';
   actionsPlanTtl: number;
   stacksBackend: 'native' | 'auto' | 'compose' | 'docker' | 'podman';
+  /** How often this node heartbeats (ATELIER_NODE_HEARTBEAT). */
+  nodeHeartbeatMs: number;
+  /** How long another node may be silent before it is unreachable (ATELIER_NODE_DEAD_AFTER). */
+  nodeDeadAfterMs: number;
   /** The user who ran `sudo atelier server start`, whose CLI gets the `local` context too. */
   sudoUser: { uid: number; gid: number } | undefined;
 }
@@ -270,6 +290,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     if (bytes === undefined) throw new Error(`invalid environment variable ${name}: "${e[name]}" is not a size (for example 10g or 512m)`);
     return bytes;
   };
+  const nodeHeartbeatMs = e.ATELIER_NODE_HEARTBEAT ?? 2000;
+  const nodeDeadAfterMs = e.ATELIER_NODE_DEAD_AFTER ?? 10_000;
+  // Fewer than 3 heartbeats in the timeout: one slow heartbeat would show a live node's workshops unreachable.
+  if (nodeDeadAfterMs < 3 * nodeHeartbeatMs)
+    throw new Error(
+      `invalid environment variable ATELIER_NODE_DEAD_AFTER: ${nodeDeadAfterMs} ms is less than 3 heartbeats of ${nodeHeartbeatMs} ms ` +
+        `(ATELIER_NODE_HEARTBEAT${e.ATELIER_NODE_HEARTBEAT === undefined ? ', by default' : ''}): raise it to at least ${3 * nodeHeartbeatMs} ms, or heartbeat more often`,
+    );
   const home = e.HOME ?? homedir();
   const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
   const dataHome = e.XDG_DATA_HOME ?? join(home, '.local', 'share');
@@ -338,6 +366,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     cockpitWrites: e.ATELIER_COCKPIT_WRITES ?? 'copy-command',
     actionsPlanTtl: e.ATELIER_ACTIONS_PLAN_TTL ?? 600,
     stacksBackend: e.ATELIER_STACKS_BACKEND ?? 'native',
+    nodeHeartbeatMs,
+    nodeDeadAfterMs,
     canOpenBrowser: process.platform === 'darwin' || Boolean(e.DISPLAY ?? e.WAYLAND_DISPLAY),
     term: e.TERM,
     sshConfigFile: resolve(e.ATELIER_SSH_CONFIG ?? join(home, '.ssh', 'config')),

@@ -53,6 +53,7 @@ import {
   WorkshopSshInfo,
   SetBudgetRequest,
   SpendReportSchema,
+  NodeRemoval,
   NodeView,
 } from './api.js';
 import { CreateWorkshopRequest, ExecRequest, SimulatorRequest } from './schemas.js';
@@ -182,6 +183,15 @@ export const ROUTES = {
     tag: 'server',
     auth: 'bearer',
     response: NodeView,
+  },
+  removeNode: {
+    method: 'DELETE',
+    path: '/v1/nodes/:name',
+    summary:
+      'take a dead node out of the installation (refused for a live one); its workshops stay, NodeUnreachable, deletable; server admins',
+    tag: 'server',
+    auth: 'bearer',
+    response: NodeRemoval,
   },
   rotateSigningKeys: {
     method: 'POST',

@@ -282,8 +282,19 @@ export function buildApp(deps: AppDeps): FastifyInstance {
       if (cluster && !request.relayed && !(request.method === 'GET' && request.routeOptions.url === WORKSHOP_ROUTES)) {
         const owner = await ownerOf(id);
         if (owner !== undefined && owner !== cluster.nodeId) {
-          await cluster.forward(request, reply, owner, principal, { what: `workshop ${id}` });
-          return reply;
+          // Silent: maybe removed since this node last read the nodes (a removed node's workshop
+          // is deleted here, from the database; anything else on it is refused, saying so). Why
+          // it is refused is said only of a workshop the caller may see and that still exists
+          // (a removed node's workshop deleted meanwhile, its node still in `owners`, is not found).
+          if (!cluster.nodes.isLive(owner)) {
+            await deps.workshops.authorize(id, principal, 'read');
+            await cluster.nodes.refresh();
+          }
+          const forget = cluster.nodes.isRemoved(owner) && request.method === 'DELETE' && request.routeOptions.url === WORKSHOP_ROUTES;
+          if (!forget) {
+            await cluster.forward(request, reply, owner, principal, { what: `workshop ${id}` });
+            return reply;
+          }
         }
       }
     }

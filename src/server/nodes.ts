@@ -7,15 +7,18 @@ import type { Principal } from '../identity/index.js';
 
 /**
  * The nodes of an installation: every server sharing one PostgreSQL (docs/replicas.md). Each
- * registers a row at start, heartbeats every HEARTBEAT_MS, and is "unreachable" to the others
- * once its heartbeat is older than UNREACHABLE_AFTER_MS. Node-to-node requests are signed with
- * the sending node's own HMAC key, made at each join and stored sealed with the master key.
+ * registers a row at start, heartbeats every ATELIER_NODE_HEARTBEAT, and is "unreachable" to the
+ * others once its heartbeat is older than their ATELIER_NODE_DEAD_AFTER. Node-to-node requests are
+ * signed with the sending node's own HMAC key, made at each join and stored sealed with the
+ * master key. A dead node may be removed (`atelier nodes remove`): its row goes, a tombstone in
+ * removed_nodes keeps its name for the workshops it ran.
  */
 
 /** The node-to-node protocol this build speaks (the relay's signed headers); bumped on a change. */
 export const NODE_PROTOCOL = 1;
 /** The oldest protocol this build still talks to: the compatibility window is [MIN, NODE_PROTOCOL]. */
 export const NODE_MIN_PROTOCOL = 1;
+/** The defaults of ATELIER_NODE_HEARTBEAT and ATELIER_NODE_DEAD_AFTER (src/core/config.ts). */
 export const HEARTBEAT_MS = 2000;
 export const UNREACHABLE_AFTER_MS = 10_000;
 /** How far a signed node request's clock may be from ours; a signature is accepted once in it. */
@@ -48,8 +51,32 @@ interface NodeRow {
   key_sealed: string;
   joined_at: Date;
   heartbeat_at: Date;
+  /** Its own ATELIER_NODE_HEARTBEAT and ATELIER_NODE_DEAD_AFTER (null: a node of an older release). */
+  heartbeat_ms: number | null;
+  dead_after_ms: number | null;
   /** Milliseconds since its last heartbeat, by the database's clock. */
   age_ms: number;
+}
+
+interface RemovedRow {
+  id: string;
+  name: string;
+  address: string;
+  version: string;
+  last_heartbeat_at: Date;
+  removed_at: Date;
+  removed_by: string;
+}
+
+/** What `atelier nodes remove` did: the node, and the workshops that stay behind it. */
+export interface NodeRemoval {
+  id: string;
+  name: string;
+  address: string;
+  lastHeartbeatAt: string;
+  removedAt: string;
+  removedBy: string;
+  workshops: { id: string; name: string; status: string }[];
 }
 
 interface Sealer {
@@ -65,7 +92,10 @@ export interface JoinOptions {
   version: string;
   sealer: Sealer;
   log: FastifyBaseLogger;
+  /** ATELIER_NODE_HEARTBEAT; default HEARTBEAT_MS. */
   heartbeatMs?: number;
+  /** ATELIER_NODE_DEAD_AFTER; default UNREACHABLE_AFTER_MS. */
+  deadAfterMs?: number;
 }
 
 /** The default node name: the host's name and the first 4 characters of the data dir's node id (several nodes on one host differ). */
@@ -96,15 +126,21 @@ const SELECT = `SELECT *, (extract(epoch FROM now() - heartbeat_at) * 1000)::flo
 /** What a node runs for the installation: its row, heartbeat, placement and the node-to-node signatures. */
 export class NodeRegistry {
   private nodes = new Map<string, NodeRow>();
+  private removed = new Map<string, RemovedRow>();
+  private address: string | undefined;
   private keys = new Map<string, { sealed: string; key: Buffer }>();
   private readonly seen = new Map<string, number>();
   private timer: NodeJS.Timeout | undefined;
   private beating: Promise<void> | undefined;
 
   readonly name: string;
+  readonly heartbeatMs: number;
+  readonly deadAfterMs: number;
 
   constructor(private readonly opts: JoinOptions) {
     this.name = checkNodeName(opts.name ?? defaultNodeName(opts.id));
+    this.heartbeatMs = opts.heartbeatMs ?? HEARTBEAT_MS;
+    this.deadAfterMs = opts.deadAfterMs ?? UNREACHABLE_AFTER_MS;
   }
 
   get id(): string {
@@ -116,8 +152,18 @@ export class NodeRegistry {
    * older schema or protocol, a name taken); then heartbeats until close().
    */
   async join(address: string): Promise<void> {
+    this.address = address;
+    await this.register();
+    await this.beat();
+    this.timer = setInterval(() => void this.beat(), this.heartbeatMs);
+    this.timer.unref();
+  }
+
+  /** The checks of a join and this node's row (at start, and again if it was removed meanwhile). */
+  private async register(): Promise<void> {
     const opts = this.opts;
     const name = this.name;
+    const address = this.address!;
     const known = knownMigrations();
     const applied = await queryRows<{ version: string }>(opts.pool, 'SELECT version FROM schema_migrations ORDER BY version');
     const unknown = applied.map((r) => r.version).filter((v) => !known.includes(v));
@@ -131,7 +177,7 @@ export class NodeRegistry {
       );
     const live = await queryRows<NodeRow>(opts.pool, `${SELECT} WHERE id <> $1 AND heartbeat_at > now() - $2 * interval '1 millisecond'`, [
       opts.id,
-      UNREACHABLE_AFTER_MS,
+      this.deadAfterMs,
     ]);
     for (const n of live) {
       if (n.min_protocol > NODE_PROTOCOL)
@@ -170,26 +216,52 @@ export class NodeRegistry {
     const key = randomBytes(32).toString('hex');
     const sealed = opts.sealer.encrypt(key, `node-key:${opts.id}`);
     await opts.pool.query(
-      `INSERT INTO nodes (id, name, address, version, protocol, min_protocol, schema_version, key_sealed)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+      `INSERT INTO nodes (id, name, address, version, protocol, min_protocol, schema_version, key_sealed, heartbeat_ms, dead_after_ms)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
        ON CONFLICT (id) DO UPDATE SET name = $2, address = $3, version = $4, protocol = $5, min_protocol = $6,
-         schema_version = $7, key_sealed = $8, joined_at = now(), heartbeat_at = now()`,
-      [opts.id, name, address, opts.version, NODE_PROTOCOL, NODE_MIN_PROTOCOL, known.at(-1) ?? '', sealed],
+         schema_version = $7, key_sealed = $8, heartbeat_ms = $9, dead_after_ms = $10, joined_at = now(), heartbeat_at = now()`,
+      [
+        opts.id,
+        name,
+        address,
+        opts.version,
+        NODE_PROTOCOL,
+        NODE_MIN_PROTOCOL,
+        known.at(-1) ?? '',
+        sealed,
+        this.heartbeatMs,
+        this.deadAfterMs,
+      ],
     );
-    await this.beat();
-    this.timer = setInterval(() => void this.beat(), opts.heartbeatMs ?? HEARTBEAT_MS);
-    this.timer.unref();
+    // Removed by `atelier nodes remove` while it was down (or out of touch): it is a node again,
+    // and the workshops that were not deleted meanwhile are back.
+    const [was] = await queryRows<RemovedRow>(opts.pool, 'DELETE FROM removed_nodes WHERE id = $1 RETURNING *', [opts.id]);
+    if (was)
+      opts.log.warn(
+        { removedAt: was.removed_at.toISOString(), removedBy: was.removed_by },
+        `this node was removed from the installation by ${was.removed_by} on ${was.removed_at.toISOString()}; it joins again, with the workshops not deleted since`,
+      );
+    // Nodes judge each other by their own timeout: one set unlike the others is said at once.
+    const unlike = live.filter((n) => n.dead_after_ms !== null && n.dead_after_ms !== this.deadAfterMs);
+    if (unlike.length > 0)
+      opts.log.warn(
+        { nodes: unlike.map((n) => `${n.name}: ${n.dead_after_ms} ms`) },
+        `this node takes a node for dead after ${this.deadAfterMs} ms of silence (ATELIER_NODE_DEAD_AFTER), and ${unlike.map((n) => n.name).join(', ')} after another time: set the same on every node`,
+      );
   }
 
   /** One heartbeat: this node's load, then everyone's rows. */
   beat(): Promise<void> {
     this.beating ??= (async () => {
       try {
-        await this.opts.pool.query(
+        const beat = await this.opts.pool.query(
           `UPDATE nodes SET heartbeat_at = now(), memory_total_bytes = $2, memory_free_bytes = $3,
              workshops = (SELECT count(*) FROM workshops WHERE node_id = $1) WHERE id = $1`,
           [this.opts.id, totalmem(), freemem()],
         );
+        // Its row is gone: removed (`atelier nodes remove`) while its heartbeats did not reach the
+        // database. It joins again (or says why it cannot), rather than run unknown to the others.
+        if (beat.rowCount === 0 && this.address !== undefined) await this.register();
         await this.refresh();
       } catch (err) {
         this.opts.log.warn({ err: (err as Error).message }, 'node heartbeat failed; trying again');
@@ -200,9 +272,14 @@ export class NodeRegistry {
     return this.beating;
   }
 
-  private async refresh(): Promise<void> {
-    const rows = await queryRows<NodeRow>(this.opts.pool, `${SELECT} ORDER BY name`);
+  /** Reads every node's row (and the removed ones') again. */
+  async refresh(): Promise<void> {
+    const [rows, removed] = await Promise.all([
+      queryRows<NodeRow>(this.opts.pool, `${SELECT} ORDER BY name`),
+      queryRows<RemovedRow>(this.opts.pool, 'SELECT * FROM removed_nodes'),
+    ]);
     this.nodes = new Map(rows.map((r) => [r.id, r]));
+    this.removed = new Map(removed.map((r) => [r.id, r]));
   }
 
   async close(): Promise<void> {
@@ -214,13 +291,22 @@ export class NodeRegistry {
   isLive(id: string): boolean {
     if (id === this.opts.id) return true;
     const n = this.nodes.get(id);
-    return n !== undefined && n.age_ms < UNREACHABLE_AFTER_MS;
+    return n !== undefined && n.age_ms < this.deadAfterMs;
   }
 
-  /** The node's name and since when it is silent, for the workshops it runs. */
-  describe(id: string): { name: string; address: string; heartbeatAt: string | null } {
+  /** Whether the node was removed from the installation (`atelier nodes remove`), as last read. */
+  isRemoved(id: string): boolean {
+    return !this.nodes.has(id) && this.removed.has(id);
+  }
+
+  /** The node's name and since when it is silent (and when it was removed), for the workshops it runs. */
+  describe(id: string): { name: string; address: string; heartbeatAt: string | null; removedAt: string | null } {
     const n = this.nodes.get(id);
-    return { name: n?.name ?? id, address: n?.address ?? '', heartbeatAt: n ? n.heartbeat_at.toISOString() : null };
+    if (n) return { name: n.name, address: n.address, heartbeatAt: n.heartbeat_at.toISOString(), removedAt: null };
+    const r = this.removed.get(id);
+    if (r)
+      return { name: r.name, address: r.address, heartbeatAt: r.last_heartbeat_at.toISOString(), removedAt: r.removed_at.toISOString() };
+    return { name: id, address: '', heartbeatAt: null, removedAt: null };
   }
 
   private view(n: NodeRow): NodeView {
@@ -235,7 +321,9 @@ export class NodeRegistry {
       memoryFreeBytes: Number(n.memory_free_bytes),
       workshops: n.workshops,
       draining: n.draining,
-      state: n.id !== this.opts.id && n.age_ms >= UNREACHABLE_AFTER_MS ? 'unreachable' : n.draining ? 'draining' : 'ready',
+      state: n.id !== this.opts.id && n.age_ms >= this.deadAfterMs ? 'unreachable' : n.draining ? 'draining' : 'ready',
+      heartbeatMs: n.heartbeat_ms,
+      deadAfterMs: n.dead_after_ms,
       joinedAt: n.joined_at.toISOString(),
       heartbeatAt: n.heartbeat_at.toISOString(),
       self: n.id === this.opts.id,
@@ -257,6 +345,72 @@ export class NodeRegistry {
     if (!row) throw new AtelierError('NOT_FOUND', `no node named ${name}: run \`atelier nodes list\``, { node: name });
     await this.refresh();
     return this.view(this.nodes.get(row.id)!);
+  }
+
+  /**
+   * `atelier nodes remove NAME`: takes a dead node out of the installation. Refused for a live
+   * node (it would run on, unknown to the others): stop it first. Its workshops keep their rows,
+   * shown NodeUnreachable (removed) and deletable from any node; started again, it joins again.
+   */
+  async remove(name: string, by: string): Promise<NodeRemoval> {
+    const client = await this.opts.pool.connect();
+    try {
+      await client.query('BEGIN');
+      // Locked: a heartbeat of that node waits for the answer, and then finds its row gone.
+      const [n] = (await client.query<NodeRow>(`${SELECT} WHERE name = $1 FOR UPDATE`, [name])).rows;
+      if (!n) {
+        const [gone] = (await client.query<RemovedRow>('SELECT * FROM removed_nodes WHERE name = $1', [name])).rows;
+        throw new AtelierError(
+          'NOT_FOUND',
+          gone
+            ? `node ${name} was removed already (by ${gone.removed_by} on ${gone.removed_at.toISOString()})`
+            : `no node named ${name}: run \`atelier nodes list\``,
+          { node: name },
+        );
+      }
+      // Dead by this node's timeout and by its own: never one a node still takes for live.
+      const deadAfter = Math.max(this.deadAfterMs, n.dead_after_ms ?? 0);
+      if (n.id === this.opts.id || n.age_ms < deadAfter)
+        throw new AtelierError(
+          'CONFLICT',
+          `node ${name} is live (its last heartbeat ${(n.age_ms / 1000).toFixed(1)} s ago${n.id === this.opts.id ? ', and it answered this request' : ''}): ` +
+            `only a dead node is removed. Stop it first (\`atelier nodes drain ${name}\` keeps new workshops off it meanwhile), ` +
+            `then remove it once it has missed its heartbeats for ${deadAfter / 1000} s`,
+          { node: name, heartbeatAt: n.heartbeat_at.toISOString() },
+        );
+      const [removed] = (
+        await client.query<RemovedRow>(
+          `INSERT INTO removed_nodes (id, name, address, version, last_heartbeat_at, removed_by) VALUES ($1, $2, $3, $4, $5, $6)
+           ON CONFLICT (id) DO UPDATE SET name = $2, address = $3, version = $4, last_heartbeat_at = $5, removed_by = $6, removed_at = now()
+           RETURNING *`,
+          [n.id, n.name, n.address, n.version, n.heartbeat_at, by],
+        )
+      ).rows;
+      await client.query('DELETE FROM nodes WHERE id = $1', [n.id]);
+      const workshops = (
+        await client.query<{ id: string; name: string; status: string }>(
+          'SELECT id, name, status FROM workshops WHERE node_id = $1 ORDER BY created_at',
+          [n.id],
+        )
+      ).rows;
+      await client.query('COMMIT');
+      this.opts.log.warn({ node: n.name, id: n.id, by, workshops: workshops.length }, 'a dead node was removed from the installation');
+      await this.refresh();
+      return {
+        id: n.id,
+        name: n.name,
+        address: n.address,
+        lastHeartbeatAt: n.heartbeat_at.toISOString(),
+        removedAt: removed!.removed_at.toISOString(),
+        removedBy: by,
+        workshops,
+      };
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw err;
+    } finally {
+      client.release();
+    }
   }
 
   /**
@@ -309,6 +463,12 @@ export class NodeRegistry {
       name: best.name,
       reason: `least loaded of ${accepting.length} accepting node${accepting.length === 1 ? '' : 's'} (${best.workshops} workshops, ${free} GiB memory free)`,
     };
+  }
+
+  /** The id of the member node named `name` (names are unique), as last read. */
+  idNamed(name: string): string | undefined {
+    for (const n of this.nodes.values()) if (n.name === name) return n.id;
+    return undefined;
   }
 
   /** The address of a node (for the relay). */

@@ -57,7 +57,13 @@ export class Cluster {
 
   private target(nodeId: string, what: string): URL {
     const address = this.nodes.addressOf(nodeId);
-    const { name, heartbeatAt } = this.nodes.describe(nodeId);
+    const { name, heartbeatAt, removedAt } = this.nodes.describe(nodeId);
+    if (removedAt !== null)
+      throw new AtelierError(
+        'WORKSHOP_NOT_RUNNING',
+        `${what} ran on node ${name}, removed from the installation on ${removedAt} (\`atelier nodes remove\`): nothing of it can run until ${name} is started again with its data dir; \`atelier workshops delete\` forgets it`,
+        { node: name },
+      );
     if (!address || !this.nodes.isLive(nodeId))
       throw new AtelierError(
         'UNAVAILABLE',
@@ -65,6 +71,41 @@ export class Cluster {
         { node: name },
       );
     return new URL(address);
+  }
+
+  /**
+   * A GET of `path` on node `nodeId` as `principal`, signed as a relayed request: its JSON
+   * answer, or undefined when the node is unreachable, slow (`timeoutMs`) or refuses. For what
+   * only the owner knows, merged into an answer read from the database here (a workshop's disk).
+   */
+  async readJson<T>(nodeId: string, path: string, principal: Principal, timeoutMs: number): Promise<T | undefined> {
+    const address = this.nodes.addressOf(nodeId);
+    if (!address || !this.nodes.isLive(nodeId)) return undefined;
+    const base = new URL(address);
+    const headers = { ...(await this.nodes.sign(nodeId, 'GET', path, principal)), accept: 'application/json' };
+    const mod = base.protocol === 'https:' ? https : http;
+    return new Promise<T | undefined>((resolve) => {
+      const req = mod.request(
+        new URL(path, base),
+        { method: 'GET', headers, agent: agents[base.protocol === 'https:' ? 'https:' : 'http:'], timeout: timeoutMs },
+        (answer) => {
+          const chunks: Buffer[] = [];
+          answer.on('data', (c: Buffer) => chunks.push(c));
+          answer.on('error', () => resolve(undefined));
+          answer.on('end', () => {
+            if (answer.statusCode !== 200) return resolve(undefined);
+            try {
+              resolve(JSON.parse(Buffer.concat(chunks).toString('utf8')) as T);
+            } catch {
+              resolve(undefined);
+            }
+          });
+        },
+      );
+      req.on('timeout', () => req.destroy(new Error('timed out')));
+      req.on('error', () => resolve(undefined));
+      req.end();
+    });
   }
 
   /**

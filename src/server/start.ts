@@ -328,7 +328,16 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
 
     const nodeId = nodeIdOf(dataDir);
     // Every server on this PostgreSQL is a node of one installation (src/server/nodes.ts); it joins once it listens.
-    const nodes = new NodeRegistry({ pool, id: nodeId, name: opts.nodeName, version: opts.version, sealer: masterKey, log: logger });
+    const nodes = new NodeRegistry({
+      pool,
+      id: nodeId,
+      name: opts.nodeName,
+      version: opts.version,
+      sealer: masterKey,
+      log: logger,
+      heartbeatMs: config.nodeHeartbeatMs,
+      deadAfterMs: config.nodeDeadAfterMs,
+    });
     const advertiseUrl = publicUrlOf(opts.advertiseUrl, '--advertise-url');
     // The installation's periodic jobs run on one node of those sharing this database (src/db/leader.ts).
     const leadership = lead(databaseUrl ?? embedded!.connectionString, {
@@ -571,7 +580,10 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const url = `http://${host}:${port}`;
     await nodes.join(advertiseUrl ?? url);
     cleanups.push(() => nodes.close());
-    opts.say(`node ${nodes.name} (${nodeId}) joined the installation, reachable by the other nodes at ${advertiseUrl ?? url}`);
+    opts.say(
+      `node ${nodes.name} (${nodeId}) joined the installation, reachable by the other nodes at ${advertiseUrl ?? url}; ` +
+        `heartbeat every ${nodes.heartbeatMs / 1000} s, a node silent ${nodes.deadAfterMs / 1000} s is unreachable (ATELIER_NODE_HEARTBEAT, ATELIER_NODE_DEAD_AFTER)`,
+    );
     authenticator.setAuthority(await identity.ready(publicUrlFlag ?? config.publicUrl ?? url));
     publicOrigin.value = new URL(publicUrlFlag ?? config.publicUrl ?? url).origin;
     localUrl.value = url;

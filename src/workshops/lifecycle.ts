@@ -534,6 +534,27 @@ export class WorkshopLifecycle {
     await this.events.emit({ type: 'deleted', id: found.id });
   }
 
+  /** See WorkshopService.forget: refused unless the workshop's node was removed. */
+  async forget(id: string, actor: Principal): Promise<void> {
+    const found = await this.shared.row(id, { actor, action: 'delete' }, true);
+    const node = this.opts.nodes?.describe(found.node_id);
+    if (found.node_id === this.opts.nodeId || !node || node.removedAt === null)
+      throw new AtelierError(
+        'CONFLICT',
+        `workshop ${id} runs on node ${node?.name ?? found.node_id}, a node of the installation: delete it there`,
+        {
+          id,
+        },
+      );
+    this.opts.log.warn(
+      { workshop: id, node: node.name },
+      'deleting the record of a workshop of a removed node (its files were on that node)',
+    );
+    await this.events.emit({ type: 'deleting', id: found.id });
+    await queryRows(this.pool, 'DELETE FROM workshops WHERE id = $1', [found.id]);
+    await this.events.emit({ type: 'deleted', id: found.id });
+  }
+
   /**
    * Starts a Failed workshop again when it has files to keep (it was built once, its directory is
    * there): its sandbox taken back if it still runs, else started afresh. One that failed during

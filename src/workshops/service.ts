@@ -232,6 +232,15 @@ export class WorkshopService {
     return this.lifecycle.delete(id, actor);
   }
 
+  /**
+   * Deletes the record of a workshop whose node was removed from the installation (`atelier
+   * nodes remove`): its row and what hangs on it (approvals ended, tokens); its files and
+   * processes were on that node, which removes them if it is ever started again (orphans).
+   */
+  forget(id: string, actor: Principal): Promise<void> {
+    return this.lifecycle.forget(id, actor);
+  }
+
   /** The workshop's simulators, their state, endpoint and resource use. */
   async listSimulators(id: string, actor: Principal): Promise<SimulatorView[]> {
     await this.shared.row(id, { actor, action: 'read' });

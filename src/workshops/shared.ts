@@ -69,10 +69,12 @@ export interface WorkshopRow {
 
 /** What the service knows of the installation's nodes (the server's node registry). */
 export interface NodeDirectory {
+  /** How long a node may be silent before this one takes it for unreachable (ATELIER_NODE_DEAD_AFTER). */
+  readonly deadAfterMs: number;
   /** Whether the node answered its heartbeats lately (this node always has). */
   isLive(nodeId: string): boolean;
-  /** Its name, address, and last heartbeat. */
-  describe(nodeId: string): { name: string; address: string; heartbeatAt: string | null };
+  /** Its name, address, last heartbeat, and when it was removed from the installation (null: it was not). */
+  describe(nodeId: string): { name: string; address: string; heartbeatAt: string | null; removedAt: string | null };
 }
 
 export interface ServiceOptions {
@@ -185,9 +187,13 @@ export function toWorkshop(r: WorkshopRow, platform: Pick<EgressWiring, 'default
     id: r.id,
     name: r.name,
     status: unreachable ? 'NodeUnreachable' : r.status,
-    statusReason: unreachable
-      ? `its node ${node!.name} has missed its heartbeats since ${node!.heartbeatAt ?? 'it joined'}; it was ${r.status} and comes back as it was when the node returns`
-      : r.status_reason,
+    statusReason: !unreachable
+      ? r.status_reason
+      : node!.removedAt !== null
+        ? `its node ${node!.name} was removed from the installation on ${node!.removedAt} (silent since ${node!.heartbeatAt}); it was ${r.status}: ` +
+          `delete it (\`atelier workshops delete ${r.id}\`) to forget it, or start ${node!.name} again with its data dir to have it back as it was`
+        : `its node ${node!.name} has missed its heartbeats since ${node!.heartbeatAt ?? 'it joined'} (silent for more than ${nodes.deadAfterMs / 1000} s); ` +
+          `it was ${r.status} and comes back as it was when the node returns`,
     repo: r.repo,
     limits: { cpus: r.cpus, memoryBytes: Number(r.memory_bytes), pids: r.pids },
     budgetUsd: r.budget_usd === null ? null : Number(r.budget_usd),

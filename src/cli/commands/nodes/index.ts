@@ -5,7 +5,7 @@ import type { Cli } from '../../cli.js';
 export function register(program: Command, cli: Cli): void {
   const nodes = program
     .command('nodes')
-    .description('the nodes of the installation (every server on one PostgreSQL): list, drain, undrain');
+    .description('the nodes of the installation (every server on one PostgreSQL): list, drain, undrain, remove');
   nodes
     .command('list')
     .alias('ls')
@@ -33,5 +33,17 @@ export function register(program: Command, cli: Cli): void {
       const { setDraining } = await import('./manage.js');
       const n = await setDraining(c, name, false);
       await cli.render(c.output, n, () => `node ${n.name} takes new workshops again`);
+    });
+  nodes
+    .command('remove <name>')
+    .alias('rm')
+    .description(
+      'take a dead node out of the installation (refused while it is live); its workshops stay listed, deletable (server admins)',
+    )
+    .action(async (name: string) => {
+      const c = cli.ctx();
+      const { removeNode, removalText } = await import('./manage.js');
+      const r = await removeNode(c, name);
+      await cli.render(c.output, r, () => removalText(r));
     });
 }
