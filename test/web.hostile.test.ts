@@ -14,7 +14,8 @@ import { REPO_ROOT, TestServer, makeRepo } from './helpers/server.js';
 // (branch, host) are refused with markup in them. In Debian's Chromium, on every page that shows
 // them (the list, each modal, the history, the effect after a decision): nothing executes (no
 // dialog, no script, no injected element, no request anywhere but the server's own API and
-// assets, no CSP violation) and the text is shown as written, bidi and control characters made visible.
+// assets, no CSP violation) and the text is shown as written, bidi and control characters made
+// visible. Hosts with markup, asked of the workshop's egress proxy, are text in its egress log too.
 const SHOTS = join(REPO_ROOT, 'web', 'screenshots');
 
 /** Markup and script of every kind; each, if it ran, would set window.__pwned, open a dialog or fetch evil.example. */
@@ -40,6 +41,12 @@ const INVISIBLE = 'name\u202Egnp.exe\u202C and \u2066isolated\u2069 zero\u200Bwi
 const INVISIBLE_SHOWN =
   'name⟨U+202E⟩gnp.exe⟨U+202C⟩ and ⟨U+2066⟩isolated⟨U+2069⟩ zero⟨U+200B⟩width bell⟨U+0007⟩ ⟨U+001B⟩[31mred⟨U+001B⟩[0m';
 const JUSTIFICATION = [...MARKUP, INVISIBLE].join(' ');
+/** What the page shows for text with control or bidi characters (the app's `visible`, in web/src/ApprovalsList.tsx). */
+const shownAs = (text: string): string =>
+  // eslint-disable-next-line no-control-regex
+  text.replace(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]/g, (c) => {
+    return `⟨U+${c.charCodeAt(0).toString(16).toUpperCase().padStart(4, '0')}⟩`;
+  });
 /** A line too long for any screen (the justification's limit is 4000 characters). */
 const LONG_WORD = `<b>${'W'.repeat(3900)}</b>`;
 
@@ -276,5 +283,49 @@ describe('hostile payloads in the dashboard, in Chromium', { timeout: 280_000 },
     assert.deepEqual(await sideways(), [], 'the page scrolls sideways at 360 px');
     await page.screenshot({ path: join(SHOTS, 'hostile-360px.png') });
     await nothingHappened('the history');
+  });
+
+  it("hosts an agent asks its egress proxy for, markup and bidi included, are text in the workshop's egress log", async () => {
+    assert.equal(shownAs(INVISIBLE), INVISIBLE_SHOWN, 'shownAs reads as the app shows');
+    // Raw CONNECTs to the workshop's proxy, as a hostile agent would write them (python3 in the workshop).
+    const py = [
+      'import socket,sys',
+      'for host in sys.argv[1:]:',
+      '  s=socket.create_connection(("127.0.0.1",3128))',
+      '  s.sendall(("CONNECT %s:443 HTTP/1.1\\r\\nHost: %s:443\\r\\n\\r\\n" % (host,host)).encode())',
+      '  print(s.recv(4096).decode("utf8","replace").split("\\r\\n")[0])',
+      '  s.close()',
+    ].join('\n');
+    const hosts = [
+      '<img src=x onerror=alert(16)>',
+      'evil\u202Emoc.example.test',
+      '<svg/onload=alert(17)>.example.test',
+      'xn--80ak6aa92e.com',
+    ];
+    const tried = await server.exec(ws, ['/usr/bin/python3', '-c', py, ...hosts]);
+    assert.equal(tried.exitCode, 0, JSON.stringify(tried));
+    const log = await as<{ items: { host: string; message: string; reason: string }[] }>(
+      'owner',
+      'GET',
+      `/v1/workshops/${ws}/egress?limit=200`,
+    );
+    const hostile = log.body.items.filter((r) => /[<\u202E]/.test(r.host + r.message));
+    assert.ok(hostile.length > 0, `the proxy recorded none of the hostile hosts: ${JSON.stringify(log.body.items)}`);
+
+    // The previous test left a request's modal open.
+    const modal = page.getByTestId('approval-modal');
+    if (await modal.count()) await modal.getByRole('button', { name: 'Close' }).click();
+    await page.getByRole('navigation').getByRole('link', { name: 'Workshops' }).click();
+    await page.getByRole('link', { name: 'hostile', exact: true }).click();
+    const table = page.getByTestId('egress-log');
+    await table.waitFor();
+    for (const r of hostile) {
+      const text = await table.innerText();
+      assert.ok(text.includes(shownAs(r.host)), `the log does not show the host ${JSON.stringify(r.host)} as text`);
+      assert.ok(text.includes(shownAs(r.message || r.reason)), `the log does not show ${JSON.stringify(r.message)} as text`);
+    }
+    await table.scrollIntoViewIfNeeded();
+    await page.screenshot({ path: join(SHOTS, 'hostile-egress-log.png') });
+    await nothingHappened("the workshop's egress log");
   });
 });
