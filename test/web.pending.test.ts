@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import type { Approval } from '../web/src/api.js';
+import { mayOperate, type Approval } from '../web/src/api.js';
 import { EMPTY, applyEvent, countdown, effectOf, fromList, page, splitDiff, summary } from '../web/src/pending.js';
 
 // The dashboard's logic that is not drawing: what the banner counts, the countdown, diff paging,
@@ -141,5 +141,17 @@ describe("a decision's effect", () => {
     assert.match(effectOf(decided('SHELL_COMMAND', { command: ['make'] }, { appliedAt: null, error: null })).text, /waiting for the agent/);
     assert.deepEqual(effectOf(approval('r', 300, 'REJECTED')), { state: 'none', text: 'nothing was applied (rejected)' });
     assert.equal(effectOf(approval('p', 300)).state, 'none');
+  });
+});
+
+describe('who may operate a workshop (its simulators and their credentials)', () => {
+  it('its owner, and any maintainer or admin of its tenant; never a viewer, nor another member', () => {
+    const owned = { ownerId: 'u-1' };
+    assert.equal(mayOperate('member', 'u-1', owned), true);
+    assert.equal(mayOperate('member', 'u-2', owned), false);
+    assert.equal(mayOperate('viewer', 'u-1', owned), false, 'a viewer who once owned it');
+    assert.equal(mayOperate('maintainer', 'u-2', owned), true);
+    assert.equal(mayOperate('admin', 'u-2', { ownerId: null }), true);
+    assert.equal(mayOperate('member', 'u-2', { ownerId: null }), false);
   });
 });
