@@ -178,6 +178,7 @@ describe('shell completion', () => {
       'simulators logs <id>',
       'simulators request <id>',
       'simulators reset <id>',
+      'simulators stop <id>',
       'ssh <id>',
       'tokens create --workshop',
       'workshops budget <id>',

@@ -283,6 +283,11 @@ const TABLE: Record<string, Row> = {
     expect: e(401, 404, 403, 403, 200, 200, 200, 404),
     call: async (f) => ({ method: 'POST', path: `/v1/workshops/${f.ws}/simulators/${await matrixSimulator(f)}/reset` }),
   },
+  // Stopping is idempotent, and the reset above starts it again: the rows may run in any order.
+  'POST /v1/workshops/:id/simulators/:name/stop': {
+    expect: e(401, 404, 403, 403, 200, 200, 200, 404),
+    call: async (f) => ({ method: 'POST', path: `/v1/workshops/${f.ws}/simulators/${await matrixSimulator(f)}/stop` }),
+  },
   // Terminals and tunnels: a plain GET to a WebSocket route is checked like the upgrade, then told to upgrade (426).
   'GET /v1/workshops/:id/pty': {
     expect: e(401, 404, 403, 403, 426, 426, 426, 404),

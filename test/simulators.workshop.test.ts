@@ -373,9 +373,45 @@ describe('simulators in a workshop', () => {
     assert.equal(ping.stdout.trim(), 'PONG');
   });
 
+  it('stop ends one until a reset: its processes gone, its name and variables out of the workshop, the watchdog leaves it', async () => {
+    const made = await server.cli(['simulators', 'request', ws, 'redis', '--name', 'parked']);
+    assert.equal(made.code, 0, made.stderr);
+    const dir = join(server.dataDir, 'workshops', ws, 'simulators', 'parked');
+    assert.ok(simulatorPids(dir, 'redis-server').length > 0, 'the parked redis runs');
+    const stopped = await server.cli(['simulators', 'stop', ws, 'parked', '-o', 'json']);
+    assert.equal(stopped.code, 0, stopped.stderr);
+    assert.equal((JSON.parse(stopped.stdout) as Sim).status, 'Stopped');
+    assert.deepEqual(simulatorPids(dir), [], 'a stopped simulator keeps no process');
+    const inside = await server.exec(ws, [
+      'sh',
+      '-c',
+      'echo "${PARKED_REDIS_URL:-unset}"; redis-cli -h parked.atelier.internal PING 2>&1; true',
+    ]);
+    assert.equal(inside.stdout.split('\n')[0], 'unset');
+    assert.doesNotMatch(inside.stdout, /PONG/);
+    // Longer than two rounds of the watchdog (every 2 s), which restarts a Running one whose process ended.
+    await new Promise((r) => setTimeout(r, 5000));
+    const parked = (await list()).find((x) => x.name === 'parked')!;
+    assert.equal(parked.status, 'Stopped', JSON.stringify(parked));
+    assert.match(parked.statusReason ?? '', /^stopped by \S+ at .*simulators reset/);
+    assert.deepEqual(parked.env, {});
+    assert.equal(parked.restarts, 0);
+    assert.deepEqual(simulatorPids(dir), []);
+    // Stopping it again changes nothing; a reset starts it, reachable by name again.
+    assert.equal((await server.cli(['simulators', 'stop', ws, 'parked'])).code, 0);
+    assert.equal((await server.cli(['simulators', 'reset', ws, 'parked'])).code, 0);
+    const back = await server.exec(ws, ['sh', '-c', 'redis-cli -u "$PARKED_REDIS_URL" PING']);
+    assert.equal(back.stdout.trim(), 'PONG', back.stderr);
+    // Stopped for the restart below, which must leave it so.
+    assert.equal((await server.cli(['simulators', 'stop', ws, 'parked'])).code, 0);
+  });
+
   it('simulators and their names survive a server restart', async () => {
     await server.stop();
     await server.boot();
+    const parked = (await list()).find((x) => x.name === 'parked')!;
+    assert.equal(parked.status, 'Stopped', 'a stopped simulator stays stopped across a server restart');
+    assert.deepEqual(simulatorPids(join(server.dataDir, 'workshops', ws, 'simulators', 'parked')), []);
     const ping = await server.exec(ws, ['redis-cli', '-h', 'redis.atelier.internal', 'PING']);
     assert.equal(ping.stdout.trim(), 'PONG', ping.stderr);
     const pg = await server.exec(ws, ['sh', '-c', 'psql "$ORDERS_DATABASE_URL" -Atc "select 1"']);

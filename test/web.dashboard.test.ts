@@ -186,6 +186,12 @@ describe('dashboard in Chromium', { timeout: 280_000 }, () => {
     await modal.getByRole('button', { name: 'Approve' }).click();
     await modal.getByText('Approved.').waitFor();
     assert.match(await modal.getByTestId('modal-status').innerText(), /APPROVED by lead/);
+    // The decision's effect, once the server applied it: the domain is in the workshop's allowlist.
+    await modal
+      .getByTestId('modal-effect')
+      .getByText(/^domain added: pypi\.example\.test\S* is in the workshop's allowlist \(/)
+      .waitFor();
+    assert.equal(await modal.getByTestId('modal-effect').getAttribute('data-state'), 'applied');
 
     const done = await waiting;
     assert.equal(done.status, 200);
@@ -408,8 +414,15 @@ describe('dashboard in Chromium', { timeout: 280_000 }, () => {
     };
     await page.getByLabel('Status').selectOption('APPROVED');
     assert.deepEqual([...new Set(await showsAsApi('status=APPROVED'))], ['APPROVED']);
+    // Each decision's effect, as the server recorded it.
+    assert.match(await table.innerText(), /domain added: pypi\.example\.test\S* is in the workshop's allowlist/);
     await page.getByLabel('Status').selectOption('REJECTED');
     assert.deepEqual([...new Set(await showsAsApi('status=REJECTED'))], ['REJECTED']);
+    assert.deepEqual(
+      [...new Set(await table.locator('td[data-state]').evaluateAll((tds) => tds.map((td) => td.getAttribute('data-state'))))],
+      ['none'],
+      'a rejection applied nothing',
+    );
     await page.getByLabel('Category').selectOption('PR_GATEWAY');
     assert.ok((await showsAsApi('status=REJECTED&category=PR_GATEWAY')).length > 0);
     // The hostile justification of the earlier PR request is text here too.

@@ -1,9 +1,10 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import type { Approval } from '../web/src/api.js';
-import { EMPTY, applyEvent, countdown, fromList, page, splitDiff, summary } from '../web/src/pending.js';
+import { mayOperate, type Approval } from '../web/src/api.js';
+import { EMPTY, applyEvent, countdown, effectOf, fromList, page, splitDiff, summary } from '../web/src/pending.js';
 
-// The dashboard's logic that is not drawing: what the banner counts, the countdown, diff paging.
+// The dashboard's logic that is not drawing: what the banner counts, the countdown, diff paging,
+// what a decision's effect reads as.
 const NOW = Date.parse('2026-12-02T12:00:00Z');
 
 function approval(id: string, expiresInS: number, status: Approval['status'] = 'PENDING'): Approval {
@@ -99,5 +100,58 @@ describe('diff paging', () => {
     assert.deepEqual({ n: page(lines, 400, 1).shown.length, more: page(lines, 400, 1).more }, { n: 400, more: 600 });
     assert.equal(page(lines, 400, 3).shown.length, 1000);
     assert.equal(page(lines, 400, 3).more, 0);
+  });
+});
+
+describe("a decision's effect", () => {
+  const at = new Date(NOW + 1000).toISOString();
+  const decided = (category: Approval['category'], payload: Record<string, unknown>, effect: Approval['effect']): Approval => ({
+    ...approval('e', 300, 'APPROVED'),
+    category,
+    payload: { ...payload, justification: 'why' },
+    effect,
+  });
+
+  it('names what was done, per category, once the server recorded it', () => {
+    const applied = { appliedAt: at, error: null };
+    const cases: [Approval, RegExp][] = [
+      [decided('ALLOWLIST_EXPANSION', { host: 'x.test', entry: 'x.test:443' }, applied), /^domain added: x\.test:443 is in/],
+      [decided('PR_GATEWAY', { branch: 'feature/x', remote: 'origin' }, applied), /^branch pushed: feature\/x to origin/],
+      [
+        decided('SECRET_REQUEST', { name: 'TOKEN', ttlSeconds: 900, mode: 'use', host: 'api.test' }, applied),
+        /^grant made: TOKEN for 15 min 00 s, sent by the egress proxy to api\.test/,
+      ],
+      [
+        decided('SECRET_REQUEST', { name: 'TOKEN', mode: 'reveal' }, applied),
+        /^grant made: TOKEN for the default duration, revealed in the workshop/,
+      ],
+      [decided('SHELL_COMMAND', { command: ['make'] }, applied), /^command ran/],
+    ];
+    for (const [a, re] of cases) {
+      const e = effectOf(a);
+      assert.equal(e.state, 'applied', a.category);
+      assert.match(e.text, re);
+    }
+  });
+
+  it("shows the effect's error, waits while it is not known, and says nothing was applied to a rejection", () => {
+    const failed = effectOf(decided('PR_GATEWAY', { branch: 'b' }, { appliedAt: at, error: 'push refused: non-fast-forward' }));
+    assert.deepEqual(failed, { state: 'failed', text: 'failed: push refused: non-fast-forward' });
+    assert.equal(effectOf(decided('ALLOWLIST_EXPANSION', { host: 'x.test' }, { appliedAt: null, error: null })).state, 'waiting');
+    assert.match(effectOf(decided('SHELL_COMMAND', { command: ['make'] }, { appliedAt: null, error: null })).text, /waiting for the agent/);
+    assert.deepEqual(effectOf(approval('r', 300, 'REJECTED')), { state: 'none', text: 'nothing was applied (rejected)' });
+    assert.equal(effectOf(approval('p', 300)).state, 'none');
+  });
+});
+
+describe('who may operate a workshop (its simulators and their credentials)', () => {
+  it('its owner, and any maintainer or admin of its tenant; never a viewer, nor another member', () => {
+    const owned = { ownerId: 'u-1' };
+    assert.equal(mayOperate('member', 'u-1', owned), true);
+    assert.equal(mayOperate('member', 'u-2', owned), false);
+    assert.equal(mayOperate('viewer', 'u-1', owned), false, 'a viewer who once owned it');
+    assert.equal(mayOperate('maintainer', 'u-2', owned), true);
+    assert.equal(mayOperate('admin', 'u-2', { ownerId: null }), true);
+    assert.equal(mayOperate('member', 'u-2', { ownerId: null }), false);
   });
 });

@@ -221,6 +221,7 @@ export const WorkshopSchema = z.object({
   status: z.enum(WORKSHOP_STATUSES),
   statusReason: z.string().nullable(),
   repo: z.string(),
+  ownerId: z.string().nullable().describe('the id of the user who owns it: they, and maintainers and admins of its tenant, may operate it'),
   limits: z.object({ cpus: z.number(), memoryBytes: z.number(), pids: z.number() }),
   budgetUsd: z.number().nullable(),
   llm: LlmSpendSchema,

@@ -486,7 +486,15 @@ export const ROUTES = {
   resetSimulator: {
     method: 'POST',
     path: '/v1/workshops/:id/simulators/:name/reset',
-    summary: 'return a simulator to its initial state',
+    summary: 'return a simulator to its initial state (a stopped or failed one is started again)',
+    tag: 'simulators',
+    auth: 'bearer',
+    response: SimulatorView,
+  },
+  stopSimulator: {
+    method: 'POST',
+    path: '/v1/workshops/:id/simulators/:name/stop',
+    summary: 'stop a simulator (its files kept) until a reset starts it again',
     tag: 'simulators',
     auth: 'bearer',
     response: SimulatorView,

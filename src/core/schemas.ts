@@ -137,6 +137,8 @@ export interface Workshop {
   status: WorkshopStatus;
   statusReason: string | null;
   repo: string;
+  /** The user who owns it (null: made by the server itself); they and the tenant's maintainers may operate it. */
+  ownerId: string | null;
   limits: WorkshopLimits;
   /** Shown by `get` and `list` (status), not in other answers. */
   disk?: WorkshopDisk;

@@ -30,7 +30,7 @@ const simulatorOut = z.object({
   name: z.string().describe('reachable inside the workshop as <name>.atelier.internal'),
   type: z.string(),
   version: z.string().nullable(),
-  status: z.enum(['Starting', 'Running', 'Failed']),
+  status: z.enum(['Starting', 'Running', 'Failed', 'Stopped']).describe('Stopped: stopped by a person; it is started again by a reset'),
   status_reason: z.string().nullable(),
   host: z.string().nullable(),
   port: z.number().int().nullable(),

@@ -273,6 +273,18 @@ export class WorkshopService {
     });
   }
 
+  /** Stops one simulator by hand (files kept; a reset starts it again): those who may operate the workshop. */
+  async stopSimulator(id: string, name: string, actor: Principal): Promise<SimulatorView> {
+    return this.shared.locked(id, async () => {
+      const row = await this.shared.runnable(id, { actor, action: 'operate' });
+      return this.opts.simulators.stop(
+        this.shared.context(row, row.sandbox),
+        name,
+        actor.kind === 'agent' ? `agent/${id}` : actor.userName,
+      );
+    });
+  }
+
   /** Kills the commands this server process started and still waits for (at shutdown). */
   async close(): Promise<void> {
     this.lifecycle.close();

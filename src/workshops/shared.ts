@@ -195,6 +195,7 @@ export function toWorkshop(r: WorkshopRow, platform: Pick<EgressWiring, 'default
         : `its node ${node!.name} has missed its heartbeats since ${node!.heartbeatAt ?? 'it joined'} (silent for more than ${nodes.deadAfterMs / 1000} s); ` +
           `it was ${r.status} and comes back as it was when the node returns`,
     repo: r.repo,
+    ownerId: r.owner_id,
     limits: { cpus: r.cpus, memoryBytes: Number(r.memory_bytes), pids: r.pids },
     budgetUsd: r.budget_usd === null ? null : Number(r.budget_usd),
     llm: spendOfRow(r),

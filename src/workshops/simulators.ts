@@ -34,7 +34,7 @@ export const MAX_SIMULATORS_PER_WORKSHOP = 8;
 /** How long after its create a workshop without postgres gives its spare postgres data back. */
 const DROP_SPARES_DELAY_MS = 3000;
 
-export type SimulatorStatus = 'Starting' | 'Running' | 'Failed';
+export type SimulatorStatus = 'Starting' | 'Running' | 'Failed' | 'Stopped';
 
 /** What `atelier simulators list` shows of one simulator. */
 export interface SimulatorView {
@@ -588,6 +588,29 @@ export class SimulatorManager {
     return this.view(await this.one(ctx.id, name));
   }
 
+  /**
+   * Stops one simulator (its process group ends, its files stay) and unpublishes it: its name and
+   * variables leave the workshop. It stays Stopped (the watchdog and a resume leave it) until a
+   * reset starts it again, with fresh state. Stopping a stopped one changes nothing.
+   */
+  async stop(ctx: WorkshopContext, name: string, by: string): Promise<SimulatorView> {
+    const r = await this.one(ctx.id, name);
+    if (r.status === 'Stopped') return this.view(r);
+    this.busy.add(ctx.id);
+    try {
+      if (r.handle) await stopSimulator(r.handle);
+      await queryRows(
+        this.pool,
+        "UPDATE workshop_simulators SET status = 'Stopped', status_reason = $3, updated_at = now() WHERE workshop_id = $1 AND name = $2",
+        [ctx.id, name, `stopped by ${by} at ${new Date().toISOString()}: \`atelier simulators reset ${ctx.id} ${name}\` starts it again`],
+      );
+    } finally {
+      this.busy.delete(ctx.id);
+    }
+    await this.publish(ctx);
+    return this.view(await this.one(ctx.id, name));
+  }
+
   /** Stops every simulator of the workshop and removes their files (delete, failed build). */
   async removeAll(workshopId: string): Promise<void> {
     this.busy.add(workshopId);
@@ -622,7 +645,8 @@ export class SimulatorManager {
     this.busy.add(ctx.id);
     try {
       for (const r of await this.rows(ctx.id)) {
-        if (r.status === 'Failed') continue;
+        // A Failed one waits for a reset, a Stopped one for its reset or start by hand.
+        if (r.status === 'Failed' || r.status === 'Stopped') continue;
         if (r.handle && isAlive(r.handle)) continue;
         await this.relaunch(ctx, r);
       }

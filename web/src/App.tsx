@@ -141,7 +141,7 @@ function Dashboard({ session, reload }: { session: Session; reload: () => Promis
         ) : path === '/workshops' ? (
           <WorkshopsList role={session.role} onSignedOut={signedOut} />
         ) : workshop !== undefined ? (
-          <WorkshopPage id={workshop} role={session.role} onSignedOut={signedOut} />
+          <WorkshopPage id={workshop} role={session.role} userId={session.user.id} onSignedOut={signedOut} />
         ) : (
           <section>
             <h1>No such page</h1>

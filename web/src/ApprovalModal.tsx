@@ -1,10 +1,12 @@
 import { useEffect, useRef, useState, type KeyboardEvent } from 'react';
-import { ApiError, canDecide, decide, getWorkshop, type Approval, type Role, type Workshop } from './api.ts';
+import { ApiError, canDecide, decide, getApproval, getWorkshop, type Approval, type Role, type Workshop } from './api.ts';
 import { CATEGORY_LABEL, visible } from './ApprovalsList.tsx';
 import { AuditTrail } from './History.tsx';
-import { countdown, page, splitDiff } from './pending.ts';
+import { countdown, effectOf, page, splitDiff } from './pending.ts';
 
 const DIFF_PAGE = 400;
+/** How often an approved request is read again until its effect is known (the live feed tells decisions, not effects). */
+const EFFECT_POLL_MS = 1000;
 
 /**
  * One request: what is asked, by whom, why (the agent's words, shown as text only), until when,
@@ -28,6 +30,7 @@ export function ApprovalModal({
   const [reason, setReason] = useState('');
   const [busy, setBusy] = useState(false);
   const [answer, setAnswer] = useState<{ kind: 'error' | 'done'; text: string }>();
+  // The request as last read here (after a decision, or while its effect is awaited): newer than the prop.
   const [decided, setDecided] = useState<Approval>();
 
   useEffect(() => {
@@ -36,8 +39,30 @@ export function ApprovalModal({
     return () => d?.close();
   }, []);
 
-  const current = decided ?? approval;
+  const current = decided && progress(decided) >= progress(approval) ? decided : approval;
   const pending = current.status === 'PENDING';
+  const effect = effectOf(current);
+
+  // Approved, the effect not known yet: read the request again until it is (applied or failed).
+  useEffect(() => {
+    if (effect.state !== 'waiting') return;
+    let stop = false;
+    const timer = setTimeout(() => {
+      getApproval(current.id).then(
+        (a) => {
+          if (!stop) setDecided(a);
+        },
+        () => {
+          // Read again at the next tick (a network blip); the modal keeps what it showed.
+          if (!stop) setDecided((d) => (d ? { ...d } : { ...current }));
+        },
+      );
+    }, EFFECT_POLL_MS);
+    return () => {
+      stop = true;
+      clearTimeout(timer);
+    };
+  }, [effect.state, current]);
   const mayDecide = canDecide(role) && pending && current.requestedBy !== userName;
 
   const submit = async (decision: 'APPROVE' | 'REJECT'): Promise<void> => {
@@ -92,16 +117,12 @@ export function ApprovalModal({
             </>
           )}
         </dd>
-        {current.effect.appliedAt && (
+        {effect.state !== 'none' && (
           <>
             <dt>Effect</dt>
-            <dd>applied at {new Date(current.effect.appliedAt).toLocaleString()}</dd>
-          </>
-        )}
-        {current.effect.error && (
-          <>
-            <dt>Effect</dt>
-            <dd className="error">{visible(current.effect.error)}</dd>
+            <dd data-testid="modal-effect" data-state={effect.state} className={effect.state === 'failed' ? 'error' : undefined}>
+              {visible(effect.text)}
+            </dd>
           </>
         )}
       </dl>
@@ -140,6 +161,12 @@ export function ApprovalModal({
       )}
     </dialog>
   );
+}
+
+/** How far a request has got (pending, decided, its effect known): the modal shows the furthest copy it has. */
+function progress(a: Approval): number {
+  const state = effectOf(a).state;
+  return a.status === 'PENDING' ? 0 : state === 'waiting' ? 1 : 2;
 }
 
 const FOCUSABLE =

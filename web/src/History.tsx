@@ -12,6 +12,7 @@ import {
   type HistoryFilter,
 } from './api.ts';
 import { CATEGORY_LABEL, preview, visible } from './ApprovalsList.tsx';
+import { effectOf } from './pending.ts';
 import { usePoll } from './usePoll.ts';
 
 const POLL_MS = 3000;
@@ -85,6 +86,7 @@ export function History({ onOpen, onSignedOut }: { onOpen: (a: Approval) => void
                 <th scope="col">Asked by</th>
                 <th scope="col">Status</th>
                 <th scope="col">Why</th>
+                <th scope="col">Effect</th>
                 <th scope="col">
                   <span className="sr-only">Open</span>
                 </th>
@@ -102,6 +104,7 @@ export function History({ onOpen, onSignedOut }: { onOpen: (a: Approval) => void
                     {a.decidedBy ? ` by ${visible(a.decidedBy)}` : ''}
                   </td>
                   <td className="wrap">{preview(a.payload.justification, 80)}</td>
+                  <EffectCell approval={a} />
                   <td>
                     <button type="button" className="secondary" onClick={() => onOpen(a)} aria-label={`Open request ${a.id}`}>
                       Open
@@ -114,6 +117,16 @@ export function History({ onOpen, onSignedOut }: { onOpen: (a: Approval) => void
         </div>
       )}
     </section>
+  );
+}
+
+/** The effect of a decision in a history row (read again with the list until it is known). */
+function EffectCell({ approval }: { approval: Approval }) {
+  const e = effectOf(approval);
+  return (
+    <td className={e.state === 'failed' ? 'wrap error' : 'wrap'} data-testid={`effect-${approval.id}`} data-state={e.state}>
+      {e.state === 'none' ? '—' : preview(e.text, 120)}
+    </td>
   );
 }
 

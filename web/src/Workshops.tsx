@@ -4,8 +4,8 @@ import {
   egressLog,
   getWorkshop,
   listSessions,
-  listSimulators,
   listWorkshops,
+  mayOperate,
   resumeWorkshop,
   said,
   stopWorkshop,
@@ -16,6 +16,7 @@ import {
 } from './api.ts';
 import { visible } from './ApprovalsList.tsx';
 import { CreateWorkshopForm } from './CreateWorkshop.tsx';
+import { Simulators } from './Simulators.tsx';
 import { Link, navigate } from './router.tsx';
 import { usePoll } from './usePoll.ts';
 
@@ -109,9 +110,8 @@ export function WorkshopsList({ role, onSignedOut }: { role: Role; onSignedOut: 
 }
 
 /** One workshop: status, limits, its egress policy and the proxy's decisions, read again every 2 s. */
-export function WorkshopPage({ id, role, onSignedOut }: { id: string; role: Role; onSignedOut: () => void }) {
+export function WorkshopPage({ id, role, userId, onSignedOut }: { id: string; role: Role; userId: string; onSignedOut: () => void }) {
   const { data: w, error } = usePoll(() => getWorkshop(id), POLL_MS, onSignedOut, id);
-  const simulators = usePoll(() => listSimulators(id), POLL_MS, onSignedOut, `sim-${id}`);
   const sessions = usePoll(() => listSessions(id), POLL_MS, onSignedOut, `sess-${id}`);
   const [terminal, setTerminal] = useState<{ session?: string }>();
   // The log grows: each poll asks only for what came after the last record seen.
@@ -184,45 +184,7 @@ export function WorkshopPage({ id, role, onSignedOut }: { id: string; role: Role
           </div>
         </>
       )}
-      <h2>Simulators</h2>
-      {simulators.error && <p className="error">{simulators.error}</p>}
-      {simulators.data &&
-        (simulators.data.items.length === 0 ? (
-          <p className="muted" data-testid="simulators-empty">
-            No simulator.
-          </p>
-        ) : (
-          <div className="table-wrap">
-            <table data-testid="simulators">
-              <thead>
-                <tr>
-                  <th scope="col">Name</th>
-                  <th scope="col">Type</th>
-                  <th scope="col">Status</th>
-                  <th scope="col">Endpoint (inside the workshop)</th>
-                  <th scope="col">Memory</th>
-                </tr>
-              </thead>
-              <tbody>
-                {simulators.data.items.map((s) => (
-                  <tr key={s.name}>
-                    <td>{visible(s.name)}</td>
-                    <td>
-                      {visible(s.type)}
-                      {s.version ? ` ${visible(s.version)}` : ''}
-                    </td>
-                    <td>
-                      {visible(s.status)}
-                      {s.statusReason ? `: ${visible(s.statusReason)}` : ''}
-                    </td>
-                    <td>{s.endpoint ? <code>{`${visible(s.endpoint.host)}:${s.endpoint.port}`}</code> : '—'}</td>
-                    <td>{s.memoryBytes === null ? '—' : bytes(s.memoryBytes)}</td>
-                  </tr>
-                ))}
-              </tbody>
-            </table>
-          </div>
-        ))}
+      {w && <Simulators workshopId={id} operate={mayOperate(role, userId, w)} onSignedOut={onSignedOut} />}
       <h2>Agent sessions</h2>
       {sessions.error && <p className="error">{sessions.error}</p>}
       {sessions.data &&

@@ -37,6 +37,7 @@ export type EgressEntry = Workshop['egress']['policy'][number];
 export type EgressRecord = Wire<typeof core.EgressRecord>;
 export type Simulator = Wire<typeof core.SimulatorView>;
 export type AgentSession = Wire<typeof core.SessionInfo>;
+export type SimulatorRequest = z.input<typeof schemas.SimulatorRequest>;
 export type CreateWorkshop = z.input<typeof schemas.CreateWorkshopRequest>;
 export type CreateFrame = schemas.CreateWorkshopFrame;
 /** What the PTY WebSocket says in its text frames. */
@@ -137,6 +138,15 @@ export const deleteWorkshop = (id: string): Promise<{ id: string; deleted: true 
   call('DELETE', `/v1/workshops/${encodeURIComponent(id)}`);
 export const listSimulators = (id: string): Promise<{ items: Simulator[] }> =>
   call('GET', `/v1/workshops/${encodeURIComponent(id)}/simulators`);
+/** Starts one more simulator in the running workshop (`type`, and `name` when it is not the type's). */
+export const requestSimulator = (id: string, body: SimulatorRequest): Promise<Simulator> =>
+  call('POST', `/v1/workshops/${encodeURIComponent(id)}/simulators`, body);
+/** Stops a simulator (its files kept) until a reset starts it again. */
+export const stopSimulator = (id: string, name: string): Promise<Simulator> =>
+  call('POST', `/v1/workshops/${encodeURIComponent(id)}/simulators/${encodeURIComponent(name)}/stop`);
+/** Returns a simulator to its initial state; a stopped or failed one is started again (fresh state). */
+export const resetSimulator = (id: string, name: string): Promise<Simulator> =>
+  call('POST', `/v1/workshops/${encodeURIComponent(id)}/simulators/${encodeURIComponent(name)}/reset`);
 export const listSessions = (id: string): Promise<{ items: AgentSession[] }> =>
   call('GET', `/v1/workshops/${encodeURIComponent(id)}/sessions`);
 
@@ -174,6 +184,13 @@ export async function createWorkshop(body: CreateWorkshop, onPhase: (frame: sche
 
 export const switchTenant = (tenant: string): Promise<{ tenant: string }> => call('POST', '/auth/web/tenant', { tenant });
 export const signOut = (): Promise<unknown> => call('POST', '/auth/web/logout');
+
+/**
+ * Who may operate a workshop (its simulators, their credentials): its owner, a maintainer or an
+ * admin of its tenant, as the server decides (it checks again, and redacts credentials for the others).
+ */
+export const mayOperate = (role: Role, userId: string, workshop: Pick<Workshop, 'ownerId'>): boolean =>
+  role === 'maintainer' || role === 'admin' || (role === 'member' && workshop.ownerId === userId);
 
 /** Who may decide (the server checks again: owner / maintainer / never the requester). */
 export const canDecide = (role: Role): boolean => role !== 'viewer';

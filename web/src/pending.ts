@@ -79,3 +79,43 @@ export function page<T>(lines: readonly T[], pageSize: number, pages: number): {
   const end = Math.min(lines.length, pageSize * pages);
   return { shown: lines.slice(0, end), more: lines.length - end };
 }
+
+/**
+ * What a decision did, as far as the server knows (the request's `effect`): `applied` (the
+ * domain added, the branch pushed, the grant made, the command run), `failed` (the effect's own
+ * error), `waiting` (approved, the effect not applied yet: polled again), or `none` (nothing to
+ * apply: pending, rejected, expired). The text is for the page; agent text in it is shown as text.
+ */
+export interface EffectShown {
+  state: 'applied' | 'failed' | 'waiting' | 'none';
+  text: string;
+}
+
+export function effectOf(a: Approval): EffectShown {
+  if (a.status !== 'APPROVED')
+    return { state: 'none', text: a.status === 'PENDING' ? 'not decided yet' : `nothing was applied (${a.status.toLowerCase()})` };
+  if (a.effect.error !== null) return { state: 'failed', text: `failed: ${a.effect.error}` };
+  const p = a.payload;
+  const str = (v: unknown): string => (typeof v === 'string' ? v : '');
+  if (a.effect.appliedAt === null)
+    return {
+      state: 'waiting',
+      text: a.category === 'SHELL_COMMAND' ? 'approved: waiting for the agent to run the command' : 'approved: being applied…',
+    };
+  const at = ` (${new Date(a.effect.appliedAt).toLocaleString()})`;
+  switch (a.category) {
+    case 'ALLOWLIST_EXPANSION':
+      return { state: 'applied', text: `domain added: ${str(p.entry) || str(p.host)} is in the workshop's allowlist${at}` };
+    case 'PR_GATEWAY':
+      return { state: 'applied', text: `branch pushed: ${str(p.branch)}${str(p.remote) ? ` to ${str(p.remote)}` : ''}${at}` };
+    case 'SECRET_REQUEST':
+      return {
+        state: 'applied',
+        text: `grant made: ${str(p.name)} for ${typeof p.ttlSeconds === 'number' ? countdown(p.ttlSeconds * 1000) : 'the default duration'}${
+          p.mode === 'use' ? `, sent by the egress proxy to ${str(p.host)}` : ', revealed in the workshop'
+        }${at}`,
+      };
+    case 'SHELL_COMMAND':
+      return { state: 'applied', text: `command ran${at}` };
+  }
+}

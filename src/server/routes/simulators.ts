@@ -20,7 +20,7 @@ function tailParam(query: unknown): number | undefined {
   return tail;
 }
 
-/** A workshop's simulators: list, live request, logs, reset. */
+/** A workshop's simulators: list, live request, logs, reset, stop. */
 export function simulatorRoutes(app: FastifyInstance, service: WorkshopService): void {
   app.get<{ Params: { id: string } }>('/v1/workshops/:id/simulators', { config: { access: READ } }, async (request) => ({
     items: await service.listSimulators(request.params.id, principalOf(request)),
@@ -39,5 +39,9 @@ export function simulatorRoutes(app: FastifyInstance, service: WorkshopService):
 
   app.post<Params>('/v1/workshops/:id/simulators/:name/reset', { config: { access: OPERATE } }, async (request) =>
     service.resetSimulator(request.params.id, request.params.name, principalOf(request)),
+  );
+
+  app.post<Params>('/v1/workshops/:id/simulators/:name/stop', { config: { access: OPERATE } }, async (request) =>
+    service.stopSimulator(request.params.id, request.params.name, principalOf(request)),
   );
 }

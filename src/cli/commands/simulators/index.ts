@@ -52,11 +52,20 @@ export function register(program: Command, cli: Cli): void {
     });
   sims
     .command('reset <id> <name>')
-    .description('return a simulator to its initial state (fresh database, no keys)')
+    .description('return a simulator to its initial state (fresh database, no keys); starts a stopped or failed one again')
     .action(async (id: string, name: string) => {
       const c = cli.ctx();
       const { resetSimulator, simulatorDetail } = await import('./manage.js');
       const s = await resetSimulator(c, id, name);
+      await cli.render(c.output, s, () => simulatorDetail(s));
+    });
+  sims
+    .command('stop <id> <name>')
+    .description('stop a simulator (its files kept) until `simulators reset` starts it again')
+    .action(async (id: string, name: string) => {
+      const c = cli.ctx();
+      const { stopSimulator, simulatorDetail } = await import('./manage.js');
+      const s = await stopSimulator(c, id, name);
       await cli.render(c.output, s, () => simulatorDetail(s));
     });
 }

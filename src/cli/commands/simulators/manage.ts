@@ -95,6 +95,10 @@ export async function resetSimulator(ctx: CommandContext, id: string, name: stri
   return (await ctx.api()).call('resetSimulator', { params: { id, name } });
 }
 
+export async function stopSimulator(ctx: CommandContext, id: string, name: string): Promise<SimulatorView> {
+  return (await ctx.api()).call('stopSimulator', { params: { id, name } });
+}
+
 export async function simulatorLogs(ctx: CommandContext, id: string, name: string, tail?: string): Promise<string> {
   const logs = await (await ctx.api()).bytes('simulatorLogs', { params: { id, name }, query: { tail } });
   return logs.toString('utf8');
