@@ -2,11 +2,12 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import type http from 'node:http';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
+import { filesHolding, insideSearch } from './helpers/leaks.js';
 import { TestServer, makeRepo } from './helpers/server.js';
 import { makeOriginCertificates } from './helpers/tls.js';
 
@@ -175,10 +176,7 @@ describe('credentials injected at the egress proxy', () => {
 
   it('the value is nowhere inside the workshop, nor in the server’s log, the egress log or the workshop’s record', async () => {
     // Looks for what every such value starts with, without writing it (the pattern is gh[p]_).
-    const inside = await exec(
-      `echo "files:$(grep -rIl 'gh[p]_' /workspace /tmp /home /run /etc 2>/dev/null)"; ` +
-        `echo "procs:$(for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do cat "$f" 2>/dev/null; done | tr '\\0' '\\n' | grep -c 'gh[p]_')"`,
-    );
+    const inside = await exec(insideSearch('gh[p]_'));
     assert.match(inside.stdout, /^files:\nprocs:0\n$/, inside.stdout + inside.stderr);
     // The system store trusts the broker too, for tools that read it and no variable.
     const system = await exec(`env -u SSL_CERT_FILE -u CURL_CA_BUNDLE curl -sS --fail https://api.stand-in.test:${port}/system`);
@@ -193,29 +191,7 @@ describe('credentials injected at the egress proxy', () => {
     const record = await server.api<unknown>('GET', `/v1/workshops/${ws}`);
     assert.ok(!JSON.stringify(record.body).includes(SECRET));
     // Every file the server wrote under its data dir, logs included, in clear.
-    const found: string[] = [];
-    const walk = (d: string): void => {
-      let entries: string[];
-      try {
-        entries = readdirSync(d);
-      } catch {
-        return;
-      }
-      for (const e of entries) {
-        const p = join(d, e);
-        let st;
-        try {
-          st = statSync(p);
-        } catch {
-          continue;
-        }
-        if (st.isDirectory()) {
-          if (!p.includes('/postgres') && !p.includes('/workshops/')) walk(p);
-        } else if (st.isFile() && st.size < 8 << 20 && readFileSync(p).includes(SECRET)) found.push(p);
-      }
-    };
-    walk(server.dataDir);
-    assert.deepEqual(found, []);
+    assert.deepEqual(filesHolding(server.dataDir, [SECRET]), []);
   });
 
   it('deleting the secret stops the injection at once: the request is refused, never sent with the agent’s value', async () => {

@@ -1,9 +1,10 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { readFileSync, readdirSync, rmSync, statSync, writeFileSync, mkdtempSync } from 'node:fs';
+import { rmSync, writeFileSync, mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
 import { build } from 'esbuild';
+import { filesHolding, insideSearch } from './helpers/leaks.js';
 import { REPO_ROOT, TestServer, makeRepo } from './helpers/server.js';
 import { LlmProviderStandIn, NO_USAGE_MODEL, type StandInTally } from './helpers/llm-provider.stand-in.js';
 
@@ -303,40 +304,9 @@ describe('LLM gateway (providers: stand-in)', () => {
 
   it('the keys are nowhere inside the workshop, nor in the server’s files and logs', async () => {
     // The pattern is written so that it does not match itself (sk-standi[n]).
-    const inside = await server.exec(wsA, [
-      'bash',
-      '-c',
-      `echo "files:$(grep -rIl 'sk-standi[n]' /workspace /tmp /home /run /etc 2>/dev/null)"; ` +
-        `echo "procs:$(for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do cat "$f" 2>/dev/null; done | tr '\\0' '\\n' | grep -c 'sk-standi[n]')"; ` +
-        'echo "key:$ANTHROPIC_API_KEY $OPENAI_API_KEY"',
-    ]);
+    const inside = await server.exec(wsA, ['bash', '-c', `${insideSearch('sk-standi[n]')}; echo "key:$ANTHROPIC_API_KEY $OPENAI_API_KEY"`]);
     assert.match(inside.stdout, /^files:\nprocs:0\nkey:atelier-llm-gateway atelier-llm-gateway\n$/, inside.stdout + inside.stderr);
-    const found: string[] = [];
-    const walk = (d: string): void => {
-      let entries: string[];
-      try {
-        entries = readdirSync(d);
-      } catch {
-        return;
-      }
-      for (const e of entries) {
-        const p = join(d, e);
-        let st;
-        try {
-          st = statSync(p);
-        } catch {
-          continue;
-        }
-        if (st.isDirectory()) {
-          if (!p.includes('/postgres') && !p.includes('/workshops/')) walk(p);
-        } else if (st.isFile() && st.size < 8 << 20) {
-          const text = readFileSync(p);
-          if (text.includes(KEYS.anthropic) || text.includes(KEYS.openai)) found.push(p);
-        }
-      }
-    };
-    walk(server.dataDir);
-    assert.deepEqual(found, []);
+    assert.deepEqual(filesHolding(server.dataDir, [KEYS.anthropic, KEYS.openai]), []);
     for (const ws of [wsA, wsB]) {
       const log = await server.api<unknown>('GET', `/v1/workshops/${ws}/egress`);
       assert.ok(!JSON.stringify(log.body).includes('sk-standin'));
