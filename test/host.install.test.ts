@@ -3,8 +3,8 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { cachedRelease, hostTarget, livePid, runGetSh, runProcess, serveDir } from './helpers/release.js';
-import { REPO_ROOT, killStrays } from './helpers/server.js';
+import { cachedRelease, hostTarget, livePid, removeHostInstall, runGetSh, runProcess, serveDir } from './helpers/release.js';
+import { REPO_ROOT } from './helpers/server.js';
 
 // The host install as a new user runs it, on this machine: a release tarball (npm run release,
 // cached in .cache/host-release) served by a local HTTP server, scripts/get.sh pointed at it, and
@@ -45,22 +45,7 @@ describe('host install from a release tarball (bootstrap, install, supervisor, u
   });
 
   after(async () => {
-    const supervisor = join(prefix, 'run/atelier/supervisor.pid');
-    if (livePid(supervisor) !== undefined && existsSync(atelier()))
-      await cli(['server', 'uninstall', '--prefix', prefix, '--purge', '--yes']);
-    const left = livePid(supervisor);
-    if (left !== undefined) process.kill(left, 'SIGTERM');
-    const server = livePid(join(dataDir(), 'server.pid'));
-    if (server !== undefined) process.kill(server, 'SIGKILL');
-    if (existsSync(join(dataDir(), 'pg', 'postmaster.pid')))
-      try {
-        execFileSync('sh', ['-c', `kill -9 $(head -1 ${join(dataDir(), 'pg', 'postmaster.pid')})`], { stdio: 'ignore' });
-      } catch {
-        // gone
-      }
-    killStrays(dataDir());
-    rmSync(prefix, { recursive: true, force: true });
-    rmSync(home, { recursive: true, force: true });
+    await removeHostInstall({ prefix, home, env });
     await site[Symbol.asyncDispose]();
   });
 

@@ -4,9 +4,8 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import * as pty from 'node-pty';
-import { cachedRelease, hostTarget, livePid, runGetSh, runProcess, serveDir } from './helpers/release.js';
+import { cachedRelease, hostTarget, livePid, removeHostInstall, runGetSh, runProcess, serveDir } from './helpers/release.js';
 import { makeSelfSigned } from './helpers/tls.js';
-import { killStrays } from './helpers/server.js';
 import { startPebble, type Pebble } from './helpers/pebble.js';
 import { freePort } from './terminals.helpers.js';
 
@@ -59,23 +58,8 @@ describe('host install: TLS (files, local CA, ACME by pebble) and its progress',
   });
 
   after(async () => {
-    const supervisor = join(prefix, 'run/atelier/supervisor.pid');
-    if (livePid(supervisor) !== undefined && existsSync(atelier()))
-      await cli(['server', 'uninstall', '--prefix', prefix, '--purge', '--yes']);
-    const left = livePid(supervisor);
-    if (left !== undefined) process.kill(left, 'SIGTERM');
-    const server = livePid(join(dataDir(), 'server.pid'));
-    if (server !== undefined) process.kill(server, 'SIGKILL');
-    if (existsSync(join(dataDir(), 'pg', 'postmaster.pid')))
-      try {
-        execFileSync('sh', ['-c', `kill -9 $(head -1 ${join(dataDir(), 'pg', 'postmaster.pid')})`], { stdio: 'ignore' });
-      } catch {
-        // gone
-      }
-    killStrays(dataDir());
+    await removeHostInstall({ prefix, home, env });
     await pebble?.[Symbol.asyncDispose]();
-    rmSync(prefix, { recursive: true, force: true });
-    rmSync(home, { recursive: true, force: true });
     rmSync(work, { recursive: true, force: true });
     await site[Symbol.asyncDispose]();
   });

@@ -1,10 +1,9 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, readdirSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, readlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { cachedRelease, derivedReleases, hostTarget, livePid, runGetSh, runProcess, serveDir } from './helpers/release.js';
-import { killStrays } from './helpers/server.js';
+import { cachedRelease, derivedReleases, hostTarget, removeHostInstall, runGetSh, runProcess, serveDir } from './helpers/release.js';
 
 // `atelier server upgrade` on an installed host (temporary prefix, supervisor service): to a second
 // release that carries a migration (made in the test from the first: a throwaway migration, never
@@ -123,20 +122,7 @@ describe('host upgrade: migration, automatic rollback of a broken release, --rol
   });
 
   after(async () => {
-    if (livePid(join(prefix, 'run/atelier/supervisor.pid')) !== undefined && existsSync(atelier()))
-      await cli(['server', 'uninstall', '--prefix', prefix, '--purge', '--yes']);
-    const left = livePid(join(prefix, 'run/atelier/supervisor.pid'));
-    if (left !== undefined) process.kill(left, 'SIGTERM');
-    const server = livePid(join(dataDir(), 'server.pid'));
-    if (server !== undefined) process.kill(server, 'SIGKILL');
-    try {
-      execFileSync('sh', ['-c', `kill -9 $(head -1 ${join(dataDir(), 'pg', 'postmaster.pid')}) 2>/dev/null`], { stdio: 'ignore' });
-    } catch {
-      // no cluster left
-    }
-    killStrays(dataDir());
-    rmSync(prefix, { recursive: true, force: true });
-    rmSync(home, { recursive: true, force: true });
+    await removeHostInstall({ prefix, home, env });
     await site?.[Symbol.asyncDispose]();
   });
 

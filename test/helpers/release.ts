@@ -16,7 +16,7 @@ import {
 import { createServer, type Server } from 'node:http';
 import { createReadStream } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { REPO_ROOT } from './server.js';
+import { killStrays, REPO_ROOT } from './server.js';
 import { freePort } from '../terminals.helpers.js';
 
 function hashTree(dir: string, h: ReturnType<typeof createHash>): void {
@@ -217,4 +217,35 @@ export async function hostTarget(
     ATELIER_SKIP_APT: '1',
   };
   return { prefix, home, listen, env };
+}
+
+/**
+ * Ends a test's host install (hostTarget) whatever state it was left in: `uninstall --purge` when
+ * its supervisor runs, then whatever is still alive killed (supervisor, server, PostgreSQL, the
+ * sandboxes' strays), and its folders removed.
+ */
+export async function removeHostInstall(t: {
+  prefix: string | undefined;
+  home: string | undefined;
+  env: NodeJS.ProcessEnv;
+}): Promise<void> {
+  if (!t.prefix) return;
+  const atelier = join(t.prefix, 'usr/local/bin/atelier');
+  const supervisor = join(t.prefix, 'run/atelier/supervisor.pid');
+  const dataDir = join(t.prefix, 'var/lib/atelier');
+  if (livePid(supervisor) !== undefined && existsSync(atelier))
+    await runProcess(atelier, ['server', 'uninstall', '--prefix', t.prefix, '--purge', '--yes'], t.env);
+  const left = livePid(supervisor);
+  if (left !== undefined) process.kill(left, 'SIGTERM');
+  const server = livePid(join(dataDir, 'server.pid'));
+  if (server !== undefined) process.kill(server, 'SIGKILL');
+  if (existsSync(join(dataDir, 'pg', 'postmaster.pid')))
+    try {
+      execFileSync('sh', ['-c', `kill -9 $(head -1 ${join(dataDir, 'pg', 'postmaster.pid')}) 2>/dev/null`], { stdio: 'ignore' });
+    } catch {
+      // no cluster left
+    }
+  killStrays(dataDir);
+  rmSync(t.prefix, { recursive: true, force: true });
+  if (t.home) rmSync(t.home, { recursive: true, force: true });
 }
