@@ -4,10 +4,10 @@ export {
   isApprovalCategory,
   isApprovalStatus,
   type ApprovalServiceOptions,
-  type AuditVerification,
   type CallOrigin,
   type CategoryHandler,
 } from './service.js';
+export type { AuditVerification } from './auditChain.js';
 export {
   APPROVAL_CATEGORIES,
   APPROVAL_STATUSES,

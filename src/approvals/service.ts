@@ -1,6 +1,9 @@
 import { EventEmitter } from 'node:events';
 import { AtelierError, describeZodError, type ApprovalAuditEntry } from '../core/index.js';
 import { listenChannel, queryRows, withTransaction, type NotificationBus, type Pool, type PoolClient } from '../db/index.js';
+import { verifyAuditChain, type AuditVerification } from './auditChain.js';
+import { EffectRunner } from './effects.js';
+import { SELECT, toApproval, type Row } from './rows.js';
 import {
   APPROVAL_CATEGORIES,
   APPROVAL_STATUSES,
@@ -16,49 +19,7 @@ import {
 } from './types.js';
 
 const CHANNEL = 'atelier_approvals';
-/** Effects applied at once by one server (see effectSlot). */
-const EFFECT_CONCURRENCY = 3;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
-
-interface Row {
-  id: string;
-  workshop_id: string;
-  category: ApprovalCategory;
-  requested_by: string;
-  payload: Record<string, unknown>;
-  status: ApprovalStatus;
-  decided_by: string | null;
-  decision_reason: string | null;
-  created_at: Date;
-  expires_at: Date;
-  decided_at: Date | null;
-  tenant_id: string;
-  requester_user_id: string | null;
-  effect_applied_at: Date | null;
-  effect_error: string | null;
-  due: boolean;
-}
-
-const SELECT = `SELECT r.*, c.tenant_id, c.requester_user_id, c.effect_applied_at, c.effect_error,
-                       (r.status = 'PENDING' AND r.expires_at <= now()) AS due
-                  FROM hitl_requests r JOIN hitl_request_context c ON c.request_id = r.id`;
-
-function toApproval(r: Row): ApprovalRequest {
-  return {
-    id: r.id,
-    workshopId: r.workshop_id,
-    category: r.category,
-    requestedBy: r.requested_by,
-    payload: r.payload,
-    status: r.status,
-    decidedBy: r.decided_by,
-    decisionReason: r.decision_reason,
-    createdAt: r.created_at.toISOString(),
-    expiresAt: r.expires_at.toISOString(),
-    decidedAt: r.decided_at?.toISOString() ?? null,
-    effect: { appliedAt: r.effect_applied_at?.toISOString() ?? null, error: r.effect_error },
-  };
-}
 
 interface WorkshopRef {
   id: string;
@@ -117,12 +78,6 @@ const soleMaintainerSql = (user: string): string => `(c.requester_kind = 'user' 
 /** The decision_reason prefix of a request its own requester confirmed (ATELIER_APPROVALS_SELF_CONFIRM). */
 export const SELF_CONFIRMED = "self-confirmed by the workshop's only maintainer (ATELIER_APPROVALS_SELF_CONFIRM)";
 
-export interface AuditVerification {
-  ok: boolean;
-  rows: number;
-  problems: { seq: number | null; requestId: string | null; problem: string }[];
-}
-
 type Scoped = { event: ApprovalEvent; tenantId: string };
 
 /**
@@ -138,15 +93,10 @@ export class ApprovalService {
   readonly events = new EventEmitter();
   /** Events this server caused (Slack and terminal notifiers listen here, so one replica sends them). */
   readonly localEvents = new EventEmitter();
-  /** Effects being applied by this process (one at a time per request), how many, and who waits for a slot. */
-  private readonly applying = new Set<string>();
-  private effectsRunning = 0;
-  private readonly effectQueue: (() => void)[] = [];
   private bus: NotificationBus | undefined;
   private sweeper: NodeJS.Timeout | undefined;
   private closed = false;
-  /** False until the workshops this server runs are recovered (resumeEffects): an effect needs its workshop up. */
-  private effectsReady = false;
+  private readonly effects: EffectRunner;
 
   constructor(
     private readonly pool: Pool,
@@ -154,6 +104,7 @@ export class ApprovalService {
   ) {
     this.events.setMaxListeners(0);
     this.localEvents.setMaxListeners(0);
+    this.effects = new EffectRunner(pool, this.handlers, opts.log);
   }
 
   /** Wires a category to its effect on this server. A category without a handler cannot be requested. */
@@ -171,7 +122,7 @@ export class ApprovalService {
       onResync: () => {
         // Notifications may have been lost while reconnecting: every waiter re-reads its request.
         for (const set of this.waiters.values()) for (const wake of set) wake();
-        if (this.effectsReady) void this.applyPendingEffects();
+        if (this.effects.started) void this.effects.applyPending();
       },
       onError: (err) => this.opts.log.warn({ err: err.message }, 'approvals: notification connection lost; reconnecting'),
     });
@@ -193,12 +144,12 @@ export class ApprovalService {
    * or run a command that the recovery kills as an orphan.
    */
   async resumeEffects(): Promise<void> {
-    this.effectsReady = true;
-    await this.applyPendingEffects();
+    await this.effects.resume();
   }
 
   async close(): Promise<void> {
     this.closed = true;
+    this.effects.close();
     if (this.sweeper) clearInterval(this.sweeper);
     for (const set of this.waiters.values()) for (const wake of set) wake();
     await this.bus?.close();
@@ -711,140 +662,31 @@ export class ApprovalService {
 
   // ---- effects ---------------------------------------------------------------------------
 
-  /**
-   * Runs `fn` when fewer than EFFECT_CONCURRENCY effects are being applied: each holds a pool
-   * connection (its row lock) while its effect uses others, so many decisions at once must not
-   * take every connection and wait on each other.
-   */
-  private async effectSlot(fn: () => Promise<void>): Promise<void> {
-    while (this.effectsRunning >= EFFECT_CONCURRENCY) await new Promise<void>((r) => this.effectQueue.push(r));
-    this.effectsRunning++;
-    try {
-      await fn();
-    } finally {
-      this.effectsRunning--;
-      this.effectQueue.shift()?.();
-    }
+  /** Applies an approved request's effect once (effects.ts). */
+  applyEffect(approval: ApprovalRequest): Promise<void> {
+    return this.effects.apply(approval);
   }
 
-  /** Applies an approved request's effect once: under a row lock, recorded in the same transaction. */
-  async applyEffect(approval: ApprovalRequest): Promise<void> {
-    const handler = this.handlers.get(approval.category);
-    if (!handler?.apply || this.closed || !this.effectsReady || this.applying.has(approval.id)) return;
-    this.applying.add(approval.id);
-    try {
-      if (handler.local && !(await handler.local(approval).catch(() => false))) return;
-      await this.effectSlot(() => this.applyLocked(approval, handler));
-    } finally {
-      this.applying.delete(approval.id);
-    }
+  /** Marks an approved request as used, once: true for the one caller that consumed it (effects.ts). */
+  consume(id: string): Promise<boolean> {
+    return this.effects.consume(id);
   }
 
-  private async applyLocked(approval: ApprovalRequest, handler: CategoryHandler): Promise<void> {
-    if (this.closed) return;
-    try {
-      await withTransaction(this.pool, async (c) => {
-        const r = await c.query(
-          'SELECT 1 FROM hitl_request_context WHERE request_id = $1 AND effect_applied_at IS NULL FOR UPDATE SKIP LOCKED',
-          [approval.id],
-        );
-        if (r.rowCount === 0) return;
-        let error: string | null = null;
-        try {
-          await handler.apply!(approval);
-        } catch (err) {
-          error = err instanceof Error ? err.message.slice(0, 2000) : String(err);
-          this.opts.log.warn({ approval: approval.id, err: error }, 'approvals: effect failed');
-        }
-        await c.query('UPDATE hitl_request_context SET effect_applied_at = now(), effect_error = $2 WHERE request_id = $1', [
-          approval.id,
-          error,
-        ]);
-      });
-    } catch (err) {
-      this.opts.log.warn({ approval: approval.id, err: String(err) }, 'approvals: could not record an effect; retried at the next start');
-    }
-  }
-
-  private async applyPendingEffects(): Promise<void> {
-    try {
-      const rows = await queryRows<Row>(
-        this.pool,
-        `${SELECT} WHERE r.status = 'APPROVED' AND c.effect_applied_at IS NULL ORDER BY r.decided_at`,
-      );
-      await Promise.all(rows.map((r) => this.applyEffect(toApproval(r))));
-    } catch (err) {
-      this.opts.log.warn({ err: String(err) }, 'approvals: pending effects not applied yet');
-    }
-  }
-
-  /**
-   * Marks an approved request as used, once: true for the one caller that consumed it (an
-   * approved command runs once, however many execs race for it).
-   */
-  async consume(id: string): Promise<boolean> {
-    const r = await queryRows<{ request_id: string }>(
-      this.pool,
-      `UPDATE hitl_request_context c SET effect_applied_at = now() FROM hitl_requests r
-        WHERE c.request_id = $1 AND r.id = c.request_id AND r.status = 'APPROVED' AND c.effect_applied_at IS NULL
-        RETURNING c.request_id`,
-      [id],
-    );
-    return r.length > 0;
-  }
-
-  /** An approved, not yet used request of this workshop and category whose payload contains `match`. */
-  async findApprovedUnused(
+  /** An approved, not yet used request of this workshop and category whose payload contains `match` (effects.ts). */
+  findApprovedUnused(
     workshopId: string,
     category: ApprovalCategory,
     match: Record<string, unknown>,
     accept?: (payload: Record<string, unknown>) => boolean,
   ): Promise<ApprovalRequest | undefined> {
-    const rows = await queryRows<Row>(
-      this.pool,
-      `${SELECT} WHERE r.workshop_id = $1 AND r.category = $2 AND r.status = 'APPROVED' AND c.effect_applied_at IS NULL
-         AND r.payload @> $3::jsonb ORDER BY r.decided_at${accept ? '' : ' LIMIT 1'}`,
-      [workshopId, category, JSON.stringify(match)],
-    );
-    // `accept`: a further test of the payload (one that containment cannot say: a key's absence).
-    const row = accept ? rows.find((r) => accept(toApproval(r).payload)) : rows[0];
-    return row ? toApproval(row) : undefined;
+    return this.effects.findApprovedUnused(workshopId, category, match, accept);
   }
 
   // ---- audit -----------------------------------------------------------------------------
 
-  /**
-   * Recomputes every audit row's hash and the chain between rows, and checks that each
-   * request's last audited state is the state it is in now. Any edit made behind the triggers'
-   * back (a superuser, a restored backup) shows up here.
-   */
-  async verifyAudit(): Promise<AuditVerification> {
-    const problems: AuditVerification['problems'] = [];
-    const rows = await queryRows<{ seq: string; request_id: string; prev_hash: string; hash: string; computed: string }>(
-      this.pool,
-      'SELECT seq, request_id, prev_hash, hash, hitl_audit_digest(a) AS computed FROM hitl_audit a ORDER BY seq',
-    );
-    let prev = '0'.repeat(64);
-    let expected = 1;
-    for (const r of rows) {
-      const seq = Number(r.seq);
-      if (seq !== expected) problems.push({ seq, requestId: r.request_id, problem: `row ${expected} is missing (next is ${seq})` });
-      if (r.prev_hash !== prev) problems.push({ seq, requestId: r.request_id, problem: 'does not chain to the row before it' });
-      if (r.computed !== r.hash) problems.push({ seq, requestId: r.request_id, problem: 'content does not match its hash (edited)' });
-      prev = r.hash;
-      expected = seq + 1;
-    }
-    const states = await queryRows<{ id: string; last: string | null; now: string }>(
-      this.pool,
-      `SELECT h.id, (SELECT a.request_hash FROM hitl_audit a WHERE a.request_id = h.id ORDER BY a.seq DESC LIMIT 1) AS last,
-              hitl_request_digest(h) AS now
-         FROM hitl_requests h`,
-    );
-    for (const s of states) {
-      if (s.last === null) problems.push({ seq: null, requestId: s.id, problem: 'request has no audit row' });
-      else if (s.last !== s.now) problems.push({ seq: null, requestId: s.id, problem: 'request differs from its last audited state' });
-    }
-    return { ok: problems.length === 0, rows: rows.length, problems };
+  /** Checks the audit chain against the requests (auditChain.ts). */
+  verifyAudit(): Promise<AuditVerification> {
+    return verifyAuditChain(this.pool);
   }
 }
 
