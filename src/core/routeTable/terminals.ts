@@ -1,0 +1,103 @@
+// The route table's terminals routes (routes.ts puts the areas together).
+import { z } from 'zod';
+import { AddSshKeyRequest, itemsOf, SessionInfo, SshKeyView, StartSessionRequest, TunnelOutcomeSchema, WorkshopSshInfo } from '../api.js';
+import { ok, resume } from './shared.js';
+import type { RouteDef } from '../routes.js';
+
+export const terminalsRoutes = {
+  openPty: {
+    method: 'GET',
+    path: '/v1/workshops/:id/pty',
+    summary: 'a terminal in the workshop (WebSocket: binary frames are bytes, text frames control messages)',
+    tag: 'terminals',
+    auth: 'bearer',
+    query: z.object({ resume }),
+    produces: 'websocket',
+  },
+  openTunnel: {
+    method: 'GET',
+    path: '/v1/workshops/:id/tunnel',
+    summary: 'a byte tunnel to a port of the workshop (WebSocket, or `Upgrade: atelier-tunnel` for raw bytes)',
+    tag: 'terminals',
+    auth: 'bearer',
+    query: z.object({ port: z.number().int().min(1).max(65535).describe('TCP port inside the workshop (22: its SSH endpoint)'), resume }),
+    produces: 'atelier-tunnel',
+  },
+  tunnelOutcome: {
+    method: 'GET',
+    path: '/v1/workshops/:id/tunnels/:tunnel',
+    summary: 'why a raw tunnel ended',
+    tag: 'terminals',
+    auth: 'bearer',
+    response: TunnelOutcomeSchema,
+  },
+  workshopSsh: {
+    method: 'GET',
+    path: '/v1/workshops/:id/ssh',
+    summary: "the workshop's SSH host alias and host key (for ~/.ssh/config)",
+    tag: 'terminals',
+    auth: 'bearer',
+    response: WorkshopSshInfo,
+  },
+  addSshKey: {
+    method: 'POST',
+    path: '/v1/ssh/keys',
+    summary: 'register an SSH public key of yours',
+    tag: 'terminals',
+    auth: 'bearer',
+    body: AddSshKeyRequest,
+    status: 201,
+    response: SshKeyView,
+  },
+  listSshKeys: {
+    method: 'GET',
+    path: '/v1/ssh/keys',
+    summary: 'your SSH public keys',
+    tag: 'terminals',
+    auth: 'bearer',
+    response: itemsOf(SshKeyView),
+  },
+  removeSshKey: {
+    method: 'DELETE',
+    path: '/v1/ssh/keys/:fingerprint',
+    summary: 'forget one of your SSH public keys',
+    tag: 'terminals',
+    auth: 'bearer',
+    response: ok({ fingerprint: z.string(), deleted: z.literal(true) }),
+  },
+  startSession: {
+    method: 'POST',
+    path: '/v1/workshops/:id/sessions',
+    summary: 'start an agent session (a PTY that outlives its client); 200 with the running one if it exists',
+    tag: 'terminals',
+    auth: 'bearer',
+    body: StartSessionRequest,
+    status: 201,
+    response: SessionInfo.extend({ resumed: z.boolean().describe('the workshop was suspended and has been resumed') }),
+  },
+  listSessions: {
+    method: 'GET',
+    path: '/v1/workshops/:id/sessions',
+    summary: "a workshop's agent sessions",
+    tag: 'terminals',
+    auth: 'bearer',
+    response: itemsOf(SessionInfo),
+  },
+  stopSession: {
+    method: 'DELETE',
+    path: '/v1/workshops/:id/sessions/:name',
+    summary: 'stop an agent session',
+    tag: 'terminals',
+    auth: 'bearer',
+    response: ok({ name: z.string(), stopped: z.boolean() }),
+  },
+  attachSession: {
+    method: 'GET',
+    path: '/v1/workshops/:id/sessions/:name/attach',
+    summary: 'attach to an agent session (WebSocket), with its recent output',
+    tag: 'terminals',
+    auth: 'bearer',
+    query: z.object({ resume }),
+    produces: 'websocket',
+  },
+} as const satisfies Record<string, RouteDef>;
