@@ -7,26 +7,13 @@
  * run, against the benchmark's server. The difference per step is what a CLI start costs on top
  * (the peer: the probe's own figure, with the CLI started once). Rounds alternate the two ways.
  */
+import { GREETING, LISTENER, PROBE_PORT } from '../src/cli/commands/server/probe.js';
 import { goalLine, heading, line, ATELIER_BIN, statLine, summarize, timedSpawn, type BenchServer } from './lib.js';
 
 const ROUNDS = 5;
 const GOAL_CHECKS_MS = 2000;
 const STEPS = ['create', 'exec', 'port-forward', 'suspend', 'resume', 'delete'] as const;
 type Step = (typeof STEPS)[number];
-const PROBE_PORT = 18_127;
-const GREETING = 'atelier-doctor-probe';
-// The probe's listener (src/cli/commands/server/probe.ts): one connection, answered with GREETING.
-const LISTENER = `
-import socket
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(('127.0.0.1', ${PROBE_PORT}))
-s.listen(1)
-s.settimeout(30)
-c, _ = s.accept()
-c.sendall(b'${GREETING}\\n')
-c.close()
-`;
 
 interface ProbeJson {
   probe?: { steps: Array<{ name: Step; status: string; ms: number; detail: string }> };

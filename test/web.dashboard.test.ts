@@ -33,7 +33,7 @@ describe('dashboard in Chromium', { timeout: 280_000 }, () => {
   let browser: Browser;
   const contexts: BrowserContext[] = [];
   const passwords: Record<string, string> = {};
-  const { tokens, as, workshopWithAgent } = actors(() => server);
+  const { tokens, as, workshopWithAgent, users } = actors(() => server);
   const file = (payload: Record<string, unknown>, category = 'ALLOWLIST_EXPANSION') =>
     as<Approval>('agent', 'POST', `/v1/workshops/${ws}/approvals`, { category, payload });
 
@@ -42,20 +42,18 @@ describe('dashboard in Chromium', { timeout: 280_000 }, () => {
     mkdirSync(SHOTS, { recursive: true });
     server = await TestServer.start({ env: { ATELIER_WEB_DIR: dist } });
     tokens.admin = server.token;
-    for (const [name, role] of [
-      ['owner', 'member'],
-      ['lead', 'maintainer'],
-      ['watcher', 'viewer'],
-      ['other', 'member'],
-    ] as const) {
-      const u = await as<{ temporaryPassword: string }>('admin', 'POST', '/v1/users', { name, role });
-      assert.equal(u.status, 201, JSON.stringify(u.body));
-      passwords[name] = u.body.temporaryPassword;
-      if (name === 'owner' || name === 'other') {
-        const t = await as<{ token: string }>('admin', 'POST', '/v1/tokens', { user: name, expiresInSeconds: 3600 });
-        tokens[name] = t.body.token;
-      }
-    }
+    Object.assign(
+      passwords,
+      await users(
+        [
+          ['owner', 'member'],
+          ['lead', 'maintainer'],
+          ['watcher', 'viewer'],
+          ['other', 'member'],
+        ],
+        (name) => name === 'owner' || name === 'other',
+      ),
+    );
     repo = makeRepo();
     ws = await workshopWithAgent(repo, 'dash');
     browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });

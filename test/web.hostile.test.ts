@@ -59,7 +59,7 @@ describe('hostile payloads in the dashboard, in Chromium', { timeout: 280_000 },
   let context: BrowserContext;
   let page: Page;
   const password: Record<string, string> = {};
-  const { tokens, as, workshopWithAgent } = actors(() => server);
+  const { tokens, as, workshopWithAgent, users } = actors(() => server);
   const file = (category: string, payload: Record<string, unknown>) =>
     as<{ id: string; status: string; code?: string; message?: string }>('agent', 'POST', `/v1/workshops/${ws}/approvals`, {
       category,
@@ -77,16 +77,13 @@ describe('hostile payloads in the dashboard, in Chromium', { timeout: 280_000 },
     mkdirSync(SHOTS, { recursive: true });
     server = await TestServer.start({ env: { ATELIER_WEB_DIR: dist } });
     tokens.admin = server.token;
-    for (const [name, role] of [
-      ['owner', 'member'],
-      ['lead', 'maintainer'],
-    ] as const) {
-      const u = await as<{ temporaryPassword: string }>('admin', 'POST', '/v1/users', { name, role });
-      assert.equal(u.status, 201, JSON.stringify(u.body));
-      password[name] = u.body.temporaryPassword;
-      const t = await as<{ token: string }>('admin', 'POST', '/v1/tokens', { user: name, expiresInSeconds: 3600 });
-      tokens[name] = t.body.token;
-    }
+    Object.assign(
+      password,
+      await users([
+        ['owner', 'member'],
+        ['lead', 'maintainer'],
+      ]),
+    );
     repo = makeRepo();
     ws = await workshopWithAgent(repo, 'hostile');
     browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });

@@ -29,25 +29,22 @@ describe('dashboard simulators in Chromium', { timeout: 280_000 }, () => {
   let browser: Browser;
   const contexts: BrowserContext[] = [];
   const passwords: Record<string, string> = {};
-  const { tokens, as } = actors(() => server);
+  const { tokens, as, users } = actors(() => server);
 
   before(async () => {
     dist = buildDashboard();
     mkdirSync(SHOTS, { recursive: true });
     server = await TestServer.start({ env: { ATELIER_WEB_DIR: dist } });
     tokens.admin = server.token;
-    for (const [name, role] of [
-      ['owner', 'member'],
-      ['lead', 'maintainer'],
-      ['watcher', 'viewer'],
-      ['other', 'member'],
-    ] as const) {
-      const u = await as<{ temporaryPassword: string }>('admin', 'POST', '/v1/users', { name, role });
-      assert.equal(u.status, 201, JSON.stringify(u.body));
-      passwords[name] = u.body.temporaryPassword;
-      const t = await as<{ token: string }>('admin', 'POST', '/v1/tokens', { user: name, expiresInSeconds: 3600 });
-      tokens[name] = t.body.token;
-    }
+    Object.assign(
+      passwords,
+      await users([
+        ['owner', 'member'],
+        ['lead', 'maintainer'],
+        ['watcher', 'viewer'],
+        ['other', 'member'],
+      ]),
+    );
     repo = makeRepo();
     const w = await as<{ id: string; status: string; statusReason: string | null }>('owner', 'POST', '/v1/workshops', {
       repo,

@@ -10,6 +10,11 @@ export interface Actors {
   cliAs(who: string, args: string[], input?: string): Promise<CliResult>;
   /** A running workshop made by `owner` from `repo`, and `tokens.agent` set to its own agent token; its id. */
   workshopWithAgent(repo: string, name: string): Promise<string>;
+  /**
+   * Users made by `admin` (`tokens.admin` set), each with `role`: their temporary passwords by
+   * name, and `tokens[name]` set for those `withToken` accepts (all by default).
+   */
+  users(list: ReadonlyArray<readonly [string, string]>, withToken?: (name: string) => boolean): Promise<Record<string, string>>;
 }
 
 /**
@@ -42,6 +47,19 @@ export function actors(server: () => TestServer, opts: { record?: (text: string)
       if (t.status !== 201) throw new Error(`no agent token for ${w.body.id}: ${JSON.stringify(t.body)}`);
       tokens.agent = t.body.token;
       return w.body.id;
+    },
+    async users(list, withToken = () => true) {
+      const passwords: Record<string, string> = {};
+      for (const [name, role] of list) {
+        const u = await self.as<{ temporaryPassword: string }>('admin', 'POST', '/v1/users', { name, role });
+        if (u.status !== 201) throw new Error(`user ${name} not made: ${JSON.stringify(u.body)}`);
+        passwords[name] = u.body.temporaryPassword;
+        if (!withToken(name)) continue;
+        const t = await self.as<{ token: string }>('admin', 'POST', '/v1/tokens', { user: name, expiresInSeconds: 3600 });
+        if (t.status !== 201) throw new Error(`no token for ${name}: ${JSON.stringify(t.body)}`);
+        tokens[name] = t.body.token;
+      }
+      return passwords;
     },
   };
   return self;

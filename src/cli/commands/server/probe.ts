@@ -21,10 +21,10 @@ export interface ProbeReport {
   steps: ProbeStep[];
 }
 
-const PROBE_PORT = 18_127;
-const GREETING = 'atelier-doctor-probe';
+export const PROBE_PORT = 18_127;
+export const GREETING = 'atelier-doctor-probe';
 // One connection on 127.0.0.1:PROBE_PORT inside the workshop, answered with GREETING.
-const LISTENER = `
+export const LISTENER = `
 import socket
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
