@@ -1,9 +1,11 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
+import { MasterKey } from '../src/identity/index.js';
 import type { KubeObject } from '../src/workshops/kubernetes/client.js';
 import { ControlPlane, k8sToolsBuild } from './helpers/k8s.js';
 import { REPO_ROOT } from './helpers/server.js';
@@ -61,6 +63,7 @@ interface Run {
 }
 
 type Container = {
+  command: string[];
   args: string[];
   env: { name: string; value?: string; valueFrom?: { secretKeyRef?: { name: string; key: string } } }[];
   livenessProbe: { httpGet: { path: string } };
@@ -71,7 +74,12 @@ type Deployment = KubeObject & {
   spec: {
     replicas: number;
     template: {
-      spec: { serviceAccountName: string; containers: Container[]; volumes: { name: string; secret?: { secretName: string } }[] };
+      spec: {
+        serviceAccountName: string;
+        initContainers: Container[];
+        containers: Container[];
+        volumes: { name: string; secret?: { secretName: string } }[];
+      };
     };
   };
 };
@@ -100,8 +108,11 @@ describe('Helm chart deploy/helm/atelier on a real API server (helm and kubectl 
 
   /** Runs a tool with its own HOME (helm's and kubectl's caches, discovery included) and the control plane's kubeconfig. */
   function run(bin: string, args: string[], input?: string): Promise<Run> {
+    return runWith(bin, args, {}, input);
+  }
+  function runWith(bin: string, args: string[], extraEnv: Record<string, string>, input?: string): Promise<Run> {
     return new Promise((resolve, reject) => {
-      const env = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: home, KUBECONFIG: cp!.kubeconfig };
+      const env = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: home, KUBECONFIG: cp!.kubeconfig, ...extraEnv };
       const child = spawn(bin, args, { env, stdio: ['pipe', 'pipe', 'pipe'] });
       let stdout = '';
       let stderr = '';
@@ -159,18 +170,52 @@ describe('Helm chart deploy/helm/atelier on a real API server (helm and kubectl 
     assert.equal(pod.serviceAccountName, 'atelier');
     const server = pod.containers[0]!;
     assert.deepEqual(envOf(server, 'ATELIER_DATABASE_URL')?.valueFrom?.secretKeyRef, { name: 'atelier-database', key: 'url' });
-    assert.equal(envOf(server, 'ATELIER_MASTER_KEY_FILE')?.value, '/etc/atelier/master-key/master.key');
-    assert.deepEqual(
-      server.volumeMounts.find((m) => m.name === 'master-key'),
-      { name: 'master-key', mountPath: '/etc/atelier/master-key', readOnly: true },
-    );
+    assert.equal(envOf(server, 'ATELIER_MASTER_KEY_FILE')?.value, '/var/lib/atelier/master.key');
     assert.equal(pod.volumes.find((v) => v.name === 'master-key')?.secret?.secretName, 'atelier-master-key');
+    assert.equal(
+      server.volumeMounts.find((m) => m.name === 'master-key'),
+      undefined,
+      'the Secret is mounted in the init container only',
+    );
+    const init = pod.initContainers[0]!;
+    assert.deepEqual(
+      init.volumeMounts.find((m) => m.name === 'master-key'),
+      {
+        name: 'master-key',
+        mountPath: '/etc/atelier/master-key',
+        readOnly: true,
+      },
+    );
+    assert.equal(envOf(init, 'KEY_FROM')?.value, '/etc/atelier/master-key/master.key');
+    assert.equal(envOf(init, 'KEY_TO')?.value, envOf(server, 'ATELIER_MASTER_KEY_FILE')?.value);
     assert.equal(server.livenessProbe.httpGet.path, '/healthz');
     assert.equal(server.readinessProbe.httpGet.path, '/healthz');
     assert.ok(server.args.includes('--node-name=$(POD_NAME)'), 'each replica is a node named by its pod');
     assert.equal(envOf(server, 'ATELIER_PUBLIC_URL'), undefined);
     for (const o of list) assert.ok(!o.kind.startsWith('Cluster'), `${o.kind} is cluster-wide`);
     assert.deepEqual(find(list, 'SandboxWarmPool', 'default').spec, { replicas: 1, sandboxTemplateRef: { name: 'default' } });
+  });
+
+  it("copies the master key as the server wants it: the init container's own command, run here on a Secret-like file", async () => {
+    const deployment = find<Deployment>(objects(await render()), 'Deployment');
+    const init = deployment.spec.template.spec.initContainers[0]!;
+    // As a Secret volume with fsGroup gives it: group-readable, which the server would chmod (and a
+    // read-only volume refuses).
+    const secretDir = join(home, 'secret');
+    const dataDir = join(home, 'data');
+    mkdirSync(secretDir);
+    mkdirSync(dataDir);
+    const key = randomBytes(32).toString('base64') + '\n';
+    writeFileSync(join(secretDir, 'master.key'), key, { mode: 0o440 });
+    for (let i = 0; i < 2; i++) {
+      // Twice: an init container runs again when its pod restarts, over the same emptyDir.
+      const env = { KEY_FROM: join(secretDir, 'master.key'), KEY_TO: join(dataDir, 'master.key') };
+      const r = await runWith(init.command[0]!, init.command.slice(1), env);
+      assert.equal(r.code, 0, r.stderr);
+    }
+    assert.equal(statSync(join(dataDir, 'master.key')).mode & 0o777, 0o600);
+    assert.equal(readFileSync(join(dataDir, 'master.key'), 'utf8'), key);
+    MasterKey.loadOrCreate(join(dataDir, 'master.key')); // the server's own loader takes it
   });
 
   it('renders custom values: replicas, Ingress and public URL, the workshops namespace, profiles with a runtime class', async () => {
@@ -209,7 +254,16 @@ describe('Helm chart deploy/helm/atelier on a real API server (helm and kubectl 
       const accepted = out.split('\n').filter((l) => l.endsWith('(server dry run)'));
       assert.equal(accepted.length, count, `every object accepted:\n${out}`);
     }
-    // Nothing was made by the dry run.
+    // The dry run is the API server's judgement, not a formality: a profile quantity the chart's
+    // own schema lets through is refused by the SandboxTemplate CRD's schema, naming the field.
+    const bad = await render(
+      '--set',
+      'profiles[0].name=default,profiles[0].image=x,profiles[0].warmPool=0,profiles[0].resources.limits.cpu=lots',
+    );
+    const refused = await kubectl(['apply', '--dry-run=server', '-f', '-'], bad);
+    assert.notEqual(refused.code, 0);
+    assert.match(refused.stderr, /SandboxTemplate.*default.*is invalid.*resources\.limits\.cpu/s);
+    // Nothing was made by the dry runs.
     const r = await kubectl(['get', 'deployments,sandboxtemplates,roles', '--namespace', NS, '-o', 'name']);
     assert.equal(ok(r, 'kubectl get').trim(), '');
   });
@@ -230,6 +284,10 @@ describe('Helm chart deploy/helm/atelier on a real API server (helm and kubectl 
     assert.notEqual(partial.code, 0);
     assert.match(partial.stderr, /does not serve extensions\.agents\.x-k8s\.io\/v1beta1\/SandboxTemplate/);
     assert.doesNotMatch(partial.stderr, /serve agents\.x-k8s\.io\/v1beta1\/Sandbox[,:]/);
+    // Kubernetes older than the chart supports (Chart.yaml kubeVersion).
+    const old = await helm('template', 'atelier', CHART, '--namespace', NS, ...API_FLAGS, '--kube-version', 'v1.30.0');
+    assert.notEqual(old.code, 0);
+    assert.match(old.stderr, /kubeVersion/);
     // Rendering for another cluster, on purpose.
     ok(await helm('template', 'atelier', CHART, '--namespace', NS, '--set', 'checkPrerequisites=false'), 'helm template without the check');
   });
