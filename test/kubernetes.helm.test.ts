@@ -66,6 +66,7 @@ type Container = {
   command: string[];
   args: string[];
   env: { name: string; value?: string; valueFrom?: { secretKeyRef?: { name: string; key: string } } }[];
+  startupProbe: { httpGet: { path: string } };
   livenessProbe: { httpGet: { path: string } };
   readinessProbe: { httpGet: { path: string } };
   volumeMounts: { name: string; mountPath: string; readOnly?: boolean }[];
@@ -188,6 +189,7 @@ describe('Helm chart deploy/helm/atelier on a real API server (helm and kubectl 
     );
     assert.equal(envOf(init, 'KEY_FROM')?.value, '/etc/atelier/master-key/master.key');
     assert.equal(envOf(init, 'KEY_TO')?.value, envOf(server, 'ATELIER_MASTER_KEY_FILE')?.value);
+    assert.equal(server.startupProbe.httpGet.path, '/healthz');
     assert.equal(server.livenessProbe.httpGet.path, '/healthz');
     assert.equal(server.readinessProbe.httpGet.path, '/healthz');
     assert.ok(server.args.includes('--node-name=$(POD_NAME)'), 'each replica is a node named by its pod');
@@ -304,7 +306,7 @@ describe('Helm chart deploy/helm/atelier on a real API server (helm and kubectl 
     assert.match(noDatabase.stderr, /database\.existingSecret is required/);
   });
 
-  it('installs on the real API server, and its ServiceAccount may do what the driver needs in its namespace, nothing else', async () => {
+  it('installs on the real API server, its ServiceAccount may do what the driver needs in its namespace and nothing else, upgrades', async () => {
     // A real install: helm reads the API server's discovery (the agent-sandbox CRDs are there).
     ok(await helm('install', 'atelier', CHART, '--namespace', NS, '--values', customValues), 'helm install');
     const sa = `system:serviceaccount:${NS}:atelier`;
@@ -352,6 +354,26 @@ describe('Helm chart deploy/helm/atelier on a real API server (helm and kubectl 
       ['list', 'sandboxes.agents.x-k8s.io', '--all-namespaces'],
     ];
     for (const args of refused) assert.equal(await can(args), false, `may not ${args.join(' ')}`);
+    // An upgrade that changes a profile: the pool follows, and the replicas roll (the profiles' checksum).
+    const checksum = async () =>
+      ok(
+        await kubectl([
+          'get',
+          'deployment/atelier',
+          '--namespace',
+          NS,
+          '-o',
+          `jsonpath={.spec.template.metadata.annotations['checksum/profiles']}`,
+        ]),
+        'kubectl get deployment',
+      );
+    const before = await checksum();
+    writeFileSync(customValues, CUSTOM_VALUES.replace('warmPool: 2', 'warmPool: 3'));
+    ok(await helm('upgrade', 'atelier', CHART, '--namespace', NS, '--values', customValues), 'helm upgrade');
+    writeFileSync(customValues, CUSTOM_VALUES);
+    const pool = await kubectl(['get', 'sandboxwarmpool/default', '--namespace', WORKSHOPS_NS, '-o', 'jsonpath={.spec.replicas}']);
+    assert.equal(ok(pool, 'kubectl get sandboxwarmpool'), '3');
+    assert.notEqual(await checksum(), before, 'the pod template changed with the profiles');
     ok(await helm('uninstall', 'atelier', '--namespace', NS), 'helm uninstall');
     for (const ns of [NS, WORKSHOPS_NS]) {
       const left = await kubectl([
