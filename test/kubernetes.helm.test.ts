@@ -86,7 +86,7 @@ type Deployment = KubeObject & {
 };
 type Rendered = KubeObject & { kind: string; spec?: Record<string, unknown> };
 
-describe('Helm chart deploy/helm/atelier on a real API server (helm and kubectl built from pinned modules)', { timeout: 600_000 }, () => {
+describe('Helm chart deploy/helm/atelier on a real API server (helm and kubectl built from pinned modules)', { timeout: 900_000 }, () => {
   let cp: ControlPlane | undefined;
   let tools: { helm: string; kubectl: string };
   let home: string;
