@@ -49,8 +49,10 @@ npm run -s build --prefix web
 # The server itself needs no Go: without it, only that build is left for later.
 if command -v go >/dev/null; then
   scripts/k8s-control-plane.sh >/dev/null
+  # helm and kubectl, for the Helm chart's test (test/kubernetes.helm.test.ts).
+  scripts/k8s-tools.sh >/dev/null
 else
-  echo "atelier: no Go toolchain: the Kubernetes tests' control plane is not built (install Go 1.26+, then run scripts/k8s-control-plane.sh)"
+  echo "atelier: no Go toolchain: the Kubernetes tests' control plane is not built (install Go 1.26+, then run scripts/k8s-control-plane.sh and scripts/k8s-tools.sh)"
 fi
 
 if [ -w /usr/local/bin ] || [ -n "$SUDO" ]; then

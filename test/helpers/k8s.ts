@@ -25,6 +25,22 @@ export function controlPlaneBuild(): string {
   return out.trim().split('\n').pop()!;
 }
 
+/** Builds (or finds in the cache) the pinned `helm` and `kubectl` (scripts/k8s-tools.sh); returns their paths. */
+export function k8sToolsBuild(): { helm: string; kubectl: string } {
+  const out = execFileSync(join(REPO_ROOT, 'scripts', 'k8s-tools.sh'), { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
+  const dir = out.trim().split('\n').pop()!;
+  return { helm: join(dir, 'bin', 'helm'), kubectl: join(dir, 'bin', 'kubectl') };
+}
+
+export interface ControlPlaneOptions {
+  /**
+   * Only etcd and the API server, with the agent-sandbox CRDs: enough for what the API server
+   * alone decides (schemas, admission, RBAC, server-side dry runs), without the controllers,
+   * the scheduler and kwok, which would only add load.
+   */
+  apiOnly?: boolean;
+}
+
 interface Component {
   name: string;
   argv: string[];
@@ -54,9 +70,10 @@ export class ControlPlane {
 
   /**
    * Starts everything and waits until the API server is ready, the agent-sandbox CRDs are
-   * established and kwok's node is Ready. Stops what it started if any step fails.
+   * established and kwok's node is Ready (with `apiOnly`: etcd, the API server and the CRDs).
+   * Stops what it started if any step fails.
    */
-  static async start(): Promise<ControlPlane> {
+  static async start(options: ControlPlaneOptions = {}): Promise<ControlPlane> {
     const build = controlPlaneBuild();
     const dir = mkdtempSync('/tmp/atelier-k8s-');
     mkdirSync(join(dir, 'logs'));
@@ -65,7 +82,7 @@ export class ControlPlane {
     const kubeconfig = writeKubeconfig(dir, ports.apiserver);
     const cp = new ControlPlane(build, dir, kubeconfig, ports);
     try {
-      await cp.boot();
+      await cp.boot(options);
     } catch (err) {
       const logs = cp.logTails();
       await cp.stop();
@@ -74,7 +91,7 @@ export class ControlPlane {
     return cp;
   }
 
-  private async boot(): Promise<void> {
+  private async boot(options: ControlPlaneOptions): Promise<void> {
     const { dir, build, ports } = this;
     const bin = (name: string) => join(build, 'bin', name);
     const file = (name: string) => join(dir, name);
@@ -117,6 +134,7 @@ export class ControlPlane {
     await this.launch('kube-apiserver');
     await this.until('the API server is ready', () => this.apiReady());
     await this.applyCrds();
+    if (options.apiOnly) return;
     const kc = `--kubeconfig=${this.kubeconfig}`;
     this.define('kube-controller-manager', [
       bin('kube-controller-manager'),
