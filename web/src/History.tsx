@@ -12,6 +12,7 @@ import {
   type HistoryFilter,
 } from './api.ts';
 import { CATEGORY_LABEL, preview, visible } from './ApprovalsList.tsx';
+import { ListTable } from './ListTable.tsx';
 import { effectOf } from './pending.ts';
 import { usePoll } from './usePoll.ts';
 
@@ -66,56 +67,32 @@ export function History({ onOpen, onSignedOut }: { onOpen: (a: Approval) => void
           </select>
         </label>
       </form>
-      {error && (
-        <p role="alert" className="error">
-          {error}
-        </p>
-      )}
-      {!data ? (
-        <p className="muted">Loading…</p>
-      ) : data.items.length === 0 ? (
-        <p data-testid="history-empty">No request matches.</p>
-      ) : (
-        <div className="table-wrap">
-          <table data-testid="history">
-            <thead>
-              <tr>
-                <th scope="col">Filed</th>
-                <th scope="col">What</th>
-                <th scope="col">Workshop</th>
-                <th scope="col">Asked by</th>
-                <th scope="col">Status</th>
-                <th scope="col">Why</th>
-                <th scope="col">Effect</th>
-                <th scope="col">
-                  <span className="sr-only">Open</span>
-                </th>
-              </tr>
-            </thead>
-            <tbody>
-              {data.items.map((a) => (
-                <tr key={a.id} data-testid={`history-${a.id}`}>
-                  <td>{new Date(a.createdAt).toLocaleString()}</td>
-                  <td>{CATEGORY_LABEL[a.category]}</td>
-                  <td className="wrap">{visible(names.get(a.workshopId) ?? a.workshopId)}</td>
-                  <td className="wrap">{visible(a.requestedBy)}</td>
-                  <td>
-                    {a.status}
-                    {a.decidedBy ? ` by ${visible(a.decidedBy)}` : ''}
-                  </td>
-                  <td className="wrap">{preview(a.payload.justification, 80)}</td>
-                  <EffectCell approval={a} />
-                  <td>
-                    <button type="button" className="secondary" onClick={() => onOpen(a)} aria-label={`Open request ${a.id}`}>
-                      Open
-                    </button>
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
-      )}
+      <ListTable
+        items={data?.items}
+        error={error}
+        empty={<p data-testid="history-empty">No request matches.</p>}
+        testId="history"
+        columns={['Filed', 'What', 'Workshop', 'Asked by', 'Status', 'Why', 'Effect', <span className="sr-only">Open</span>]}
+        row={(a) => (
+          <tr key={a.id} data-testid={`history-${a.id}`}>
+            <td>{new Date(a.createdAt).toLocaleString()}</td>
+            <td>{CATEGORY_LABEL[a.category]}</td>
+            <td className="wrap">{visible(names.get(a.workshopId) ?? a.workshopId)}</td>
+            <td className="wrap">{visible(a.requestedBy)}</td>
+            <td>
+              {a.status}
+              {a.decidedBy ? ` by ${visible(a.decidedBy)}` : ''}
+            </td>
+            <td className="wrap">{preview(a.payload.justification, 80)}</td>
+            <EffectCell approval={a} />
+            <td>
+              <button type="button" className="secondary" onClick={() => onOpen(a)} aria-label={`Open request ${a.id}`}>
+                Open
+              </button>
+            </td>
+          </tr>
+        )}
+      />
     </section>
   );
 }

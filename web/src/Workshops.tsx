@@ -16,6 +16,7 @@ import {
 } from './api.ts';
 import { visible } from './ApprovalsList.tsx';
 import { CreateWorkshopForm } from './CreateWorkshop.tsx';
+import { ListTable } from './ListTable.tsx';
 import { Simulators } from './Simulators.tsx';
 import { Link, navigate } from './router.tsx';
 import { usePoll } from './usePoll.ts';
@@ -66,45 +67,27 @@ export function WorkshopsList({ role, onSignedOut }: { role: Role; onSignedOut: 
             New workshop
           </button>
         ))}
-      {error && (
-        <p role="alert" className="error">
-          {error}
-        </p>
-      )}
-      {!data ? (
-        <p className="muted">Loading…</p>
-      ) : data.items.length === 0 ? (
-        <p>No workshop yet.</p>
-      ) : (
-        <div className="table-wrap">
-          <table data-testid="workshops">
-            <thead>
-              <tr>
-                <th scope="col">Name</th>
-                <th scope="col">Status</th>
-                <th scope="col">Repository</th>
-                <th scope="col">Id</th>
-              </tr>
-            </thead>
-            <tbody>
-              {data.items.map((w) => (
-                <tr key={w.id}>
-                  <td>
-                    <Link to={`/workshops/${encodeURIComponent(w.id)}`}>{visible(w.name)}</Link>
-                  </td>
-                  <td data-testid={`status-${w.id}`}>{w.status}</td>
-                  <td className="wrap">
-                    <code>{visible(w.repo)}</code>
-                  </td>
-                  <td>
-                    <code>{w.id}</code>
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
-      )}
+      <ListTable
+        items={data?.items}
+        error={error}
+        empty={<p>No workshop yet.</p>}
+        testId="workshops"
+        columns={['Name', 'Status', 'Repository', 'Id']}
+        row={(w) => (
+          <tr key={w.id}>
+            <td>
+              <Link to={`/workshops/${encodeURIComponent(w.id)}`}>{visible(w.name)}</Link>
+            </td>
+            <td data-testid={`status-${w.id}`}>{w.status}</td>
+            <td className="wrap">
+              <code>{visible(w.repo)}</code>
+            </td>
+            <td>
+              <code>{w.id}</code>
+            </td>
+          </tr>
+        )}
+      />
     </section>
   );
 }
@@ -248,44 +231,30 @@ export function WorkshopPage({ id, role, userId, onSignedOut }: { id: string; ro
         </>
       )}
       <h2>Egress log</h2>
-      {egress.error && (
-        <p role="alert" className="error">
-          {egress.error}
-        </p>
-      )}
-      {records.length === 0 ? (
-        <p className="muted" data-testid="egress-empty">
-          No connection attempt yet.
-        </p>
-      ) : (
-        <div className="table-wrap">
-          <table data-testid="egress-log">
-            <thead>
-              <tr>
-                <th scope="col">Time</th>
-                <th scope="col">Destination</th>
-                <th scope="col">Decision</th>
-                <th scope="col">Why</th>
-              </tr>
-            </thead>
-            <tbody>
-              {[...records].reverse().map((r) => (
-                <tr key={r.id} className={r.allowed ? undefined : 'denied'}>
-                  <td>{new Date(r.at).toLocaleTimeString()}</td>
-                  <td className="wrap">
-                    <code>
-                      {visible(r.host)}:{r.port}
-                    </code>{' '}
-                    <span className="muted">{r.protocol}</span>
-                  </td>
-                  <td>{r.allowed ? 'allowed' : 'denied'}</td>
-                  <td className="wrap">{visible(r.message || r.reason)}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
-      )}
+      <ListTable
+        items={[...records].reverse()}
+        error={egress.error}
+        empty={
+          <p className="muted" data-testid="egress-empty">
+            No connection attempt yet.
+          </p>
+        }
+        testId="egress-log"
+        columns={['Time', 'Destination', 'Decision', 'Why']}
+        row={(r) => (
+          <tr key={r.id} className={r.allowed ? undefined : 'denied'}>
+            <td>{new Date(r.at).toLocaleTimeString()}</td>
+            <td className="wrap">
+              <code>
+                {visible(r.host)}:{r.port}
+              </code>{' '}
+              <span className="muted">{r.protocol}</span>
+            </td>
+            <td>{r.allowed ? 'allowed' : 'denied'}</td>
+            <td className="wrap">{visible(r.message || r.reason)}</td>
+          </tr>
+        )}
+      />
     </section>
   );
 }
