@@ -72,6 +72,7 @@ type Container = {
   volumeMounts: { name: string; mountPath: string; readOnly?: boolean }[];
 };
 type Deployment = KubeObject & {
+  kind: string;
   spec: {
     replicas: number;
     template: {

@@ -1,12 +1,12 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, rmSync } from 'node:fs';
+import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import Fastify from 'fastify';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { actors } from './helpers/actors.js';
-import { CHROMIUM, CHROMIUM_ARGS, accessibilityProblems, buildDashboard, signInThroughPages, until } from './helpers/dashboard.js';
-import { REPO_ROOT, TestServer, makeRepo } from './helpers/server.js';
+import { CHROMIUM, CHROMIUM_ARGS, accessibilityProblems, SHOTS, dashboardServer, signInThroughPages, until } from './helpers/dashboard.js';
+import { makeRepo, type TestServer } from './helpers/server.js';
 import { webRoutes } from '../src/server/routes/web.js';
 import type { BrowserSessions } from '../src/server/browserSessions.js';
 
@@ -14,9 +14,7 @@ import type { BrowserSessions } from '../src/server/browserSessions.js';
 // server, driven in Debian's Chromium (/usr/bin/chromium, from scripts/install.sh) by
 // playwright-core. People sign in through the issuer's real pages; an agent files requests
 // through the API from outside its real workshop.
-const WEB = join(REPO_ROOT, 'web');
 /** Screenshots of each page (git-ignored). */
-const SHOTS = join(WEB, 'screenshots');
 
 interface Approval {
   id: string;
@@ -38,9 +36,7 @@ describe('dashboard in Chromium', { timeout: 280_000 }, () => {
     as<Approval>('agent', 'POST', `/v1/workshops/${ws}/approvals`, { category, payload });
 
   before(async () => {
-    dist = buildDashboard();
-    mkdirSync(SHOTS, { recursive: true });
-    server = await TestServer.start({ env: { ATELIER_WEB_DIR: dist } });
+    ({ server, dist } = await dashboardServer());
     tokens.admin = server.token;
     Object.assign(
       passwords,

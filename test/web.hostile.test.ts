@@ -1,11 +1,11 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, rmSync } from 'node:fs';
+import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { actors } from './helpers/actors.js';
-import { CHROMIUM, CHROMIUM_ARGS, buildDashboard, signInThroughPages } from './helpers/dashboard.js';
-import { REPO_ROOT, TestServer, makeRepo } from './helpers/server.js';
+import { CHROMIUM, CHROMIUM_ARGS, SHOTS, dashboardServer, signInThroughPages } from './helpers/dashboard.js';
+import { makeRepo, type TestServer } from './helpers/server.js';
 
 // The hostile-payload battery: an agent in a real workshop files requests of every category whose
 // every free field (justification, command, working directory, pattern, stdin preview, title,
@@ -16,7 +16,6 @@ import { REPO_ROOT, TestServer, makeRepo } from './helpers/server.js';
 // dialog, no script, no injected element, no request anywhere but the server's own API and
 // assets, no CSP violation) and the text is shown as written, bidi and control characters made
 // visible. Hosts with markup, asked of the workshop's egress proxy, are text in its egress log too.
-const SHOTS = join(REPO_ROOT, 'web', 'screenshots');
 
 /** Markup and script of every kind; each, if it ran, would set window.__pwned, open a dialog or fetch evil.example. */
 const MARKUP = [
@@ -73,9 +72,7 @@ describe('hostile payloads in the dashboard, in Chromium', { timeout: 280_000 },
   const ids: Record<string, string> = {};
 
   before(async () => {
-    dist = buildDashboard();
-    mkdirSync(SHOTS, { recursive: true });
-    server = await TestServer.start({ env: { ATELIER_WEB_DIR: dist } });
+    ({ server, dist } = await dashboardServer());
     tokens.admin = server.token;
     Object.assign(
       password,

@@ -1,18 +1,17 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, rmSync } from 'node:fs';
+import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { actors } from './helpers/actors.js';
-import { CHROMIUM, CHROMIUM_ARGS, accessibilityProblems, buildDashboard, signInThroughPages } from './helpers/dashboard.js';
-import { REPO_ROOT, TestServer, makeRepo } from './helpers/server.js';
+import { CHROMIUM, CHROMIUM_ARGS, accessibilityProblems, SHOTS, dashboardServer, signInThroughPages } from './helpers/dashboard.js';
+import { makeRepo, type TestServer } from './helpers/server.js';
 
 // A workshop's simulators on its dashboard page, in Debian's Chromium against a real server and
 // a real postgres simulator: its owner stops, starts, resets and adds simulators from the page
 // and sees each answer of the server (its refusals too, as text); those who may operate it see
 // the connection variables; a viewer, and a member who does not own it, see names and states and
 // never a password, neither on the page nor in anything the server sent the page.
-const SHOTS = join(REPO_ROOT, 'web', 'screenshots');
 
 interface Sim {
   name: string;
@@ -32,9 +31,7 @@ describe('dashboard simulators in Chromium', { timeout: 280_000 }, () => {
   const { tokens, as, users } = actors(() => server);
 
   before(async () => {
-    dist = buildDashboard();
-    mkdirSync(SHOTS, { recursive: true });
-    server = await TestServer.start({ env: { ATELIER_WEB_DIR: dist } });
+    ({ server, dist } = await dashboardServer());
     tokens.admin = server.token;
     Object.assign(
       passwords,

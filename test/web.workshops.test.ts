@@ -1,17 +1,16 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, rmSync } from 'node:fs';
+import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { actors } from './helpers/actors.js';
-import { CHROMIUM, CHROMIUM_ARGS, accessibilityProblems, buildDashboard, signInThroughPages, until } from './helpers/dashboard.js';
-import { REPO_ROOT, TestServer, makeRepo } from './helpers/server.js';
+import { CHROMIUM, CHROMIUM_ARGS, accessibilityProblems, SHOTS, dashboardServer, signInThroughPages, until } from './helpers/dashboard.js';
+import { makeRepo, type TestServer } from './helpers/server.js';
 
 // The dashboard's workshops in Debian's Chromium, against a real server: a workshop created from
 // the form (with a real simulator), stopped, resumed and deleted from its page; a shell in the
 // browser (xterm.js on the PTY WebSocket) runs a command, follows a resize; an agent session is
 // attached with its recent output.
-const SHOTS = join(REPO_ROOT, 'web', 'screenshots');
 
 /** What xterm shows (its DOM renderer's rows), as text. */
 const screen = (page: Page): Promise<string> => page.locator('.xterm-rows').innerText();
@@ -34,9 +33,7 @@ describe('dashboard workshops and terminal in Chromium', { timeout: 280_000 }, (
   const cspViolations: string[] = [];
 
   before(async () => {
-    dist = buildDashboard();
-    mkdirSync(SHOTS, { recursive: true });
-    server = await TestServer.start({ env: { ATELIER_WEB_DIR: dist } });
+    ({ server, dist } = await dashboardServer());
     tokens.admin = server.token;
     const u = await as<{ temporaryPassword: string }>('admin', 'POST', '/v1/users', { name: 'maker', role: 'member' });
     assert.equal(u.status, 201, JSON.stringify(u.body));

@@ -1,13 +1,15 @@
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Page } from 'playwright-core';
-import { REPO_ROOT } from './server.js';
+import { REPO_ROOT, TestServer } from './server.js';
 
 /** Debian's Chromium (scripts/install.sh installs it): the only browser the tests and benchmarks drive. */
 export const CHROMIUM = '/usr/bin/chromium';
 export const CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu'];
 const WEB = join(REPO_ROOT, 'web');
+/** Where the dashboard tests' screenshots go (git-ignored). */
+export const SHOTS = join(WEB, 'screenshots');
 
 /**
  * Builds the dashboard from its sources into a fresh directory (for ATELIER_WEB_DIR), leaving
@@ -23,6 +25,18 @@ export function buildDashboard(): string {
   const build = spawnSync('npm', ['run', '-s', 'build', '--prefix', WEB, '--', '--outDir', dist, '--bypass-lock'], { encoding: 'utf8' });
   if (build.status !== 0) throw new Error(`building the dashboard failed:\n${build.stdout}\n${build.stderr}`);
   return dist;
+}
+
+/** The dashboard built (buildDashboard) and a test server serving it; `dist` is the caller's to remove. */
+export async function dashboardServer(): Promise<{ server: TestServer; dist: string }> {
+  const dist = buildDashboard();
+  mkdirSync(SHOTS, { recursive: true });
+  try {
+    return { server: await TestServer.start({ env: { ATELIER_WEB_DIR: dist } }), dist };
+  } catch (err) {
+    rmSync(dist, { recursive: true, force: true });
+    throw err;
+  }
 }
 
 /**
