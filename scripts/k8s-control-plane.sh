@@ -19,32 +19,12 @@ ETCD=v3.6.16
 AGENT_SANDBOX=v1.0.1
 KWOK=v0.8.0
 
-if ! command -v go >/dev/null; then
-  echo "k8s-control-plane: needs the Go toolchain (1.26 or newer) on the PATH to build the test control plane" >&2
-  exit 1
-fi
-GO_VERSION="$(go env GOVERSION)"
-KEY="k8s-${KUBERNETES}_etcd-${ETCD}_agent-sandbox-${AGENT_SANDBOX}_kwok-${KWOK}_${GO_VERSION}"
-ROOT="${ATELIER_K8S_CACHE:-$PWD/.cache/k8s-control-plane}"
-DIR="$ROOT/$KEY"
-
-if [ -f "$DIR/complete" ]; then
-  echo "$DIR"
-  exit 0
-fi
-
-rm -rf "$DIR"
-mkdir -p "$DIR/bin" "$DIR/crds" "$DIR/stages" "$DIR/src"
-export GOFLAGS="-mod=mod -buildvcs=false"
-export GOTOOLCHAIN=local
-BUILD=(nice -n 10 go build -trimpath)
+# shellcheck source=scripts/go-cache.sh
+. scripts/go-cache.sh
+# Go's own output (hundreds of "downloading" lines) goes to LOG; its tail is shown on failure.
+go_cache_begin k8s-control-plane "k8s-${KUBERNETES}_etcd-${ETCD}_agent-sandbox-${AGENT_SANDBOX}_kwok-${KWOK}" 'the test control plane'
+mkdir -p "$DIR/crds" "$DIR/stages"
 started=$SECONDS
-# Go's own output (hundreds of "downloading" lines) goes to build.log; its tail is shown on failure.
-LOG="$ROOT/build-$KEY.log"
-: >"$LOG"
-trap 'rc=$?; if [ $rc -ne 0 ]; then echo "k8s-control-plane: failed (exit $rc); the end of $LOG:" >&3; tail -n 30 "$LOG" >&3; fi' EXIT
-exec 3>&2 2>>"$LOG"
-say() { echo "k8s-control-plane: $*" >&3; }
 
 # Where the module proxy's copy of a module lives (downloads it).
 module_dir() { (cd "$DIR/src" && go mod download -json "$1" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p'); }

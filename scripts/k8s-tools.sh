@@ -17,31 +17,11 @@ HELM=v4.3.2
 # One pin for the Kubernetes release, read from the control plane's script.
 KUBERNETES="$(sed -n 's/^KUBERNETES=//p' scripts/k8s-control-plane.sh)"
 
-if ! command -v go >/dev/null; then
-  echo "k8s-tools: needs the Go toolchain (1.26 or newer) on the PATH to build helm and kubectl" >&2
-  exit 1
-fi
-GO_VERSION="$(go env GOVERSION)"
-KEY="tools-helm-${HELM}_kubectl-${KUBERNETES}_${GO_VERSION}"
-ROOT="${ATELIER_K8S_CACHE:-$PWD/.cache/k8s-control-plane}"
-DIR="$ROOT/$KEY"
-
-if [ -f "$DIR/complete" ]; then
-  echo "$DIR"
-  exit 0
-fi
-
-rm -rf "$DIR"
-mkdir -p "$DIR/bin" "$DIR/src/helm" "$DIR/src/kubectl"
-export GOFLAGS="-mod=mod -buildvcs=false"
-export GOTOOLCHAIN=local
-BUILD=(nice -n 10 go build -trimpath)
+# shellcheck source=scripts/go-cache.sh
+. scripts/go-cache.sh
+go_cache_begin k8s-tools "tools-helm-${HELM}_kubectl-${KUBERNETES}" 'helm and kubectl'
+mkdir -p "$DIR/src/helm" "$DIR/src/kubectl"
 started=$SECONDS
-LOG="$ROOT/build-$KEY.log"
-: >"$LOG"
-trap 'rc=$?; if [ $rc -ne 0 ]; then echo "k8s-tools: failed (exit $rc); the end of $LOG:" >&3; tail -n 30 "$LOG" >&3; fi' EXIT
-exec 3>&2 2>>"$LOG"
-say() { echo "k8s-tools: $*" >&3; }
 
 say "building helm $HELM"
 printf 'module atelier.local/helm\n\ngo 1.26.0\n\nrequire helm.sh/helm/v4 %s\n' "$HELM" >"$DIR/src/helm/go.mod"
