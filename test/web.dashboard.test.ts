@@ -1,11 +1,19 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import Fastify from 'fastify';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { actors } from './helpers/actors.js';
-import { CHROMIUM, CHROMIUM_ARGS, accessibilityProblems, SHOTS, dashboardServer, signInThroughPages, until } from './helpers/dashboard.js';
+import {
+  CHROMIUM,
+  CHROMIUM_ARGS,
+  accessibilityProblems,
+  SHOTS,
+  dashboardServer,
+  endDashboardTest,
+  signInThroughPages,
+  until,
+} from './helpers/dashboard.js';
 import { makeRepo, type TestServer } from './helpers/server.js';
 import { webRoutes } from '../src/server/routes/web.js';
 import type { BrowserSessions } from '../src/server/browserSessions.js';
@@ -55,16 +63,7 @@ describe('dashboard in Chromium', { timeout: 280_000 }, () => {
     browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
   });
 
-  after(async () => {
-    for (const c of contexts) await c.close().catch(() => undefined);
-    await browser?.close().catch(() => undefined);
-    if (server) {
-      if (process.exitCode) console.log(server.log);
-      await server.dispose();
-    }
-    if (repo) rmSync(repo, { recursive: true, force: true });
-    if (dist) rmSync(dist, { recursive: true, force: true });
-  });
+  after(() => endDashboardTest({ contexts: contexts, browser, server, repo, dist }));
 
   /** A fresh browser profile, signed in as `name` through the real login, password-change and consent pages. */
   async function signedIn(name: string): Promise<Page> {

@@ -1,10 +1,9 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { actors } from './helpers/actors.js';
-import { CHROMIUM, CHROMIUM_ARGS, SHOTS, dashboardServer, signInThroughPages } from './helpers/dashboard.js';
+import { CHROMIUM, CHROMIUM_ARGS, SHOTS, dashboardServer, endDashboardTest, signInThroughPages } from './helpers/dashboard.js';
 import { makeRepo, type TestServer } from './helpers/server.js';
 
 // The hostile-payload battery: an agent in a real workshop files requests of every category whose
@@ -100,16 +99,7 @@ describe('hostile payloads in the dashboard, in Chromium', { timeout: 280_000 },
     page.on('request', (r) => requests.push(r.url()));
   });
 
-  after(async () => {
-    await context?.close().catch(() => undefined);
-    await browser?.close().catch(() => undefined);
-    if (server) {
-      if (process.exitCode) console.log(server.log);
-      await server.dispose();
-    }
-    if (repo) rmSync(repo, { recursive: true, force: true });
-    if (dist) rmSync(dist, { recursive: true, force: true });
-  });
+  after(() => endDashboardTest({ contexts: [context], browser, server, repo, dist }));
 
   /** Elements that reach past the window's right edge (what makes the page scroll sideways), as `tag.class`. */
   const sideways = (): Promise<string[]> =>

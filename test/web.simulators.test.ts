@@ -1,10 +1,17 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { actors } from './helpers/actors.js';
-import { CHROMIUM, CHROMIUM_ARGS, accessibilityProblems, SHOTS, dashboardServer, signInThroughPages } from './helpers/dashboard.js';
+import {
+  CHROMIUM,
+  CHROMIUM_ARGS,
+  accessibilityProblems,
+  SHOTS,
+  dashboardServer,
+  endDashboardTest,
+  signInThroughPages,
+} from './helpers/dashboard.js';
 import { makeRepo, type TestServer } from './helpers/server.js';
 
 // A workshop's simulators on its dashboard page, in Debian's Chromium against a real server and
@@ -55,15 +62,8 @@ describe('dashboard simulators in Chromium', { timeout: 280_000 }, () => {
   });
 
   after(async () => {
-    for (const c of contexts) await c.close().catch(() => undefined);
-    await browser?.close().catch(() => undefined);
-    if (server) {
-      if (process.exitCode) console.log(server.log);
-      if (ws) await as('owner', 'DELETE', `/v1/workshops/${ws}`).catch(() => undefined);
-      await server.dispose();
-    }
-    if (repo) rmSync(repo, { recursive: true, force: true });
-    if (dist) rmSync(dist, { recursive: true, force: true });
+    if (server && ws) await as('owner', 'DELETE', `/v1/workshops/${ws}`).catch(() => undefined);
+    await endDashboardTest({ contexts, browser, server, repo, dist });
   });
 
   /** The workshop's page, signed in as `name` through the real pages; every answer the server sent the page, as text. */

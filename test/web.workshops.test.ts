@@ -1,10 +1,18 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { actors } from './helpers/actors.js';
-import { CHROMIUM, CHROMIUM_ARGS, accessibilityProblems, SHOTS, dashboardServer, signInThroughPages, until } from './helpers/dashboard.js';
+import {
+  CHROMIUM,
+  CHROMIUM_ARGS,
+  accessibilityProblems,
+  SHOTS,
+  dashboardServer,
+  endDashboardTest,
+  signInThroughPages,
+  until,
+} from './helpers/dashboard.js';
 import { makeRepo, type TestServer } from './helpers/server.js';
 
 // The dashboard's workshops in Debian's Chromium, against a real server: a workshop created from
@@ -44,16 +52,7 @@ describe('dashboard workshops and terminal in Chromium', { timeout: 280_000 }, (
     browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
   });
 
-  after(async () => {
-    await context?.close().catch(() => undefined);
-    await browser?.close().catch(() => undefined);
-    if (server) {
-      if (process.exitCode) console.log(server.log);
-      await server.dispose();
-    }
-    if (repo) rmSync(repo, { recursive: true, force: true });
-    if (dist) rmSync(dist, { recursive: true, force: true });
-  });
+  after(() => endDashboardTest({ contexts: [context], browser, server, repo, dist }));
 
   /** A page signed in as `maker` (through the real pages the first time; the session cookie after). */
   async function signedIn(): Promise<Page> {

@@ -12,7 +12,7 @@ export interface CredentialEntry {
 }
 
 /** An HTTP field name (RFC 9110 token). */
-const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+export const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 /** Fields the broker sets itself or that frame the message: never bound. */
 const RESERVED = new Set([
   'host',

@@ -11,6 +11,7 @@ import { isIP, type Socket } from 'node:net';
 import tls from 'node:tls';
 import type { Authorities } from './certificates.js';
 import type { Listener, ProxyContext } from './context.js';
+import { TOKEN } from './bindings.js';
 import { pinnedLookup, type PlainReader } from './dial.js';
 import { type BoundRoute, PlainForwarder } from './forward.js';
 
@@ -80,8 +81,7 @@ interface Intercepted {
   agent: https.Agent;
 }
 
-/** Token chars of a field name, and a field value (latin1, tab, no other control): what may be written into a head. */
-const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+/** A field value (latin1, tab, no other control): what may be written into a head. */
 const FIELD_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
 
 /** The broker's own answer on a forwarded connection (the same body and field as answer()), ending it. */
@@ -223,6 +223,9 @@ export class CredentialBroker {
   /** What the forwarder needs of a bound connection: the credential per request, and TLS connections to the host. */
   private route(ctx: ProxyContext, l: Listener, b: CredentialBinding, address: string): BoundRoute {
     const name = b.header.toLowerCase();
+    // The name is checked where bindings are read (bindings.ts); checked again once here, since
+    // grants and the gateway make bindings too. The value changes with the secret: per request.
+    const nameOk = TOKEN.test(b.header);
     return {
       host: b.host,
       port: b.port,
@@ -231,7 +234,7 @@ export class CredentialBroker {
         if ('refuse' in c) return { refuse: brokerAnswer(c.refuse.status, c.refuse.code, c.refuse.message) };
         const line = `${b.header}: ${b.prefix}${c.value}${b.suffix}`;
         // Never a field that could end the head early or smuggle another one.
-        if (!TOKEN.test(b.header) || !FIELD_VALUE.test(line.slice(b.header.length + 2)))
+        if (!nameOk || !FIELD_VALUE.test(line.slice(b.header.length + 2)))
           return {
             refuse: brokerAnswer(
               502,

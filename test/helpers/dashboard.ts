@@ -1,7 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Page } from 'playwright-core';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { REPO_ROOT, TestServer } from './server.js';
 
 /** Debian's Chromium (scripts/install.sh installs it): the only browser the tests and benchmarks drive. */
@@ -37,6 +37,27 @@ export async function dashboardServer(): Promise<{ server: TestServer; dist: str
     rmSync(dist, { recursive: true, force: true });
     throw err;
   }
+}
+
+/**
+ * Ends a dashboard test whatever it got to: its browser contexts and browser closed, the server
+ * disposed (its log printed when the run failed), the repository and the built dashboard removed.
+ */
+export async function endDashboardTest(t: {
+  contexts: ReadonlyArray<BrowserContext | undefined>;
+  browser: Browser | undefined;
+  server: TestServer | undefined;
+  repo: string | undefined;
+  dist: string | undefined;
+}): Promise<void> {
+  for (const c of t.contexts) await c?.close().catch(() => undefined);
+  await t.browser?.close().catch(() => undefined);
+  if (t.server) {
+    if (process.exitCode) console.log(t.server.log);
+    await t.server.dispose();
+  }
+  if (t.repo) rmSync(t.repo, { recursive: true, force: true });
+  if (t.dist) rmSync(t.dist, { recursive: true, force: true });
 }
 
 /**
