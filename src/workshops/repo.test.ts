@@ -1,12 +1,13 @@
-import { describe, it } from 'node:test';
+import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { resolveRepoSource } from './repo.js';
 
 describe('repository sources', () => {
   const root = mkdtempSync('/tmp/atelier-roots-');
   execFileSync('git', ['init', '-q', root]);
+  after(() => rmSync(root, { recursive: true, force: true }));
 
   it('accepts remote URLs the server can clone', () => {
     for (const url of ['https://github.com/org/repo.git', 'ssh://git@host/org/repo', 'git@github.com:org/repo.git']) {

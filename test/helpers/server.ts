@@ -255,8 +255,19 @@ export function runCli(args: string[], opts: { env: NodeJS.ProcessEnv; input?: s
 }
 
 /** A git repository in a temporary directory under /tmp, with the given files committed. */
+/** The repositories `makeRepo` made in this test process: removed when it exits. */
+const madeRepos = new Set<string>();
+process.once('exit', () => {
+  for (const dir of madeRepos) rmSync(dir, { recursive: true, force: true });
+});
+
+/**
+ * A git repository of `files` (one commit on `main`) in a new folder under /tmp, removed when the
+ * test process exits: a test may hand it to a server that clones it at any time until then.
+ */
 export function makeRepo(files: Record<string, string> = { 'README.md': '# test\n' }): string {
   const dir = mkdtempSync('/tmp/atelier-repo-');
+  madeRepos.add(dir);
   for (const [name, content] of Object.entries(files)) {
     mkdirSync(dirname(join(dir, name)), { recursive: true });
     writeFileSync(join(dir, name), content);
