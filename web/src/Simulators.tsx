@@ -16,6 +16,20 @@ interface Answer {
 }
 
 /**
+ * The buttons a simulator in `status` offers: a stopped or failed one starts again (a reset starts
+ * it from its declaration); a running one resets or stops.
+ */
+function simulatorActions(
+  status: string,
+): { label: string; call: (workshopId: string, name: string) => Promise<Simulator>; secondary?: boolean }[] {
+  if (status === 'Stopped' || status === 'Failed') return [{ label: 'Start', call: resetSimulator }];
+  return [
+    { label: 'Reset', call: resetSimulator, secondary: true },
+    { label: 'Stop', call: stopSimulator, secondary: true },
+  ];
+}
+
+/**
  * A workshop's simulators: name, kind, state, endpoint, memory. Those who may operate the
  * workshop (`operate`: its owner, a maintainer or admin of its tenant) also get their connection
  * variables (credentials included) and the start, reset and stop buttons (a stopped or failed
@@ -101,37 +115,18 @@ export function Simulators({ workshopId, operate, onSignedOut }: { workshopId: s
                     {operate && (
                       <td>
                         <div className="row">
-                          {s.status === 'Stopped' || s.status === 'Failed' ? (
+                          {simulatorActions(s.status).map(({ label, call, secondary }) => (
                             <button
+                              key={label}
                               type="button"
+                              className={secondary ? 'secondary' : undefined}
                               disabled={busy !== undefined}
-                              aria-label={`Start ${s.name}`}
-                              onClick={() => void run(s.name, () => resetSimulator(workshopId, s.name))}
+                              aria-label={`${label} ${s.name}`}
+                              onClick={() => void run(s.name, () => call(workshopId, s.name))}
                             >
-                              Start
+                              {label}
                             </button>
-                          ) : (
-                            <>
-                              <button
-                                type="button"
-                                className="secondary"
-                                disabled={busy !== undefined}
-                                aria-label={`Reset ${s.name}`}
-                                onClick={() => void run(s.name, () => resetSimulator(workshopId, s.name))}
-                              >
-                                Reset
-                              </button>
-                              <button
-                                type="button"
-                                className="secondary"
-                                disabled={busy !== undefined}
-                                aria-label={`Stop ${s.name}`}
-                                onClick={() => void run(s.name, () => stopSimulator(workshopId, s.name))}
-                              >
-                                Stop
-                              </button>
-                            </>
-                          )}
+                          ))}
                         </div>
                       </td>
                     )}
