@@ -132,7 +132,6 @@ describe('dashboard in Chromium', { timeout: 280_000 }, () => {
     webRoutes(app, {
       sessions: {} as BrowserSessions,
       csrfKey: 'k',
-      signInUnavailable: () => undefined,
       dist: '/nonexistent/web/dist',
     });
     try {

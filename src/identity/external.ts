@@ -9,6 +9,7 @@ import { atLeast, ROLES, type Role } from './roles.js';
  *
  *   issuer: https://sso.example.com/realms/acme
  *   clientId: atelier-cli            # a public client with the device grant enabled
+ *   webClientId: atelier-web         # the dashboard's client: authorization code + PKCE, redirect URI <public URL>/auth/web/callback (default: clientId)
  *   clientSecretFile: /etc/atelier/client-secret   # only for a confidential client (the server adds it when relaying)
  *   audience: atelier                # the `aud` access tokens carry (default: clientId)
  *   groupsClaim: groups              # claim listing the user's groups (default: groups)
@@ -23,6 +24,7 @@ import { atLeast, ROLES, type Role } from './roles.js';
 const IdentityFile = z.strictObject({
   issuer: z.url({ protocol: /^https?$/ }),
   clientId: z.string().min(1),
+  webClientId: z.string().min(1).optional(),
   clientSecret: z.string().min(1).optional(),
   clientSecretFile: z.string().min(1).optional(),
   audience: z.string().min(1).optional(),
@@ -38,6 +40,12 @@ const IdentityFile = z.strictObject({
 export interface ExternalIssuerConfig {
   issuer: string;
   clientId: string;
+  /**
+   * The client the dashboard signs in with (authorization code + PKCE, the server being the
+   * client): the CLI's own when the issuer lets one client have both grants, else a second one.
+   * A configured client secret is sent for both.
+   */
+  webClientId: string;
   clientSecret: string | undefined;
   audience: string;
   groupsClaim: string;
@@ -81,6 +89,7 @@ export async function loadExternalIssuerConfig(path: string): Promise<ExternalIs
   return {
     issuer: c.issuer.replace(/\/+$/, ''),
     clientId: c.clientId,
+    webClientId: c.webClientId ?? c.clientId,
     clientSecret,
     audience: c.audience ?? c.clientId,
     groupsClaim: c.groupsClaim,

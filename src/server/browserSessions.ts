@@ -13,12 +13,15 @@ const SESSION_TTL_SECONDS = 12 * 3600;
 /** The access token is refreshed when it has less than this left. */
 const REFRESH_MARGIN_MS = 60_000;
 
-/** What the identity runtime offers the dashboard's sign-in (only the embedded issuer, for now). */
+/** What the identity runtime offers the dashboard's sign-in: the embedded issuer or an external one. */
 export interface WebSignIn {
   clientId: string;
+  /** The scopes asked for (an external issuer gives a refresh token only with `offline_access`, as a rule). */
+  scope: string;
   redirectUri(): string;
-  endpoints(): { authorization_endpoint: string; token_endpoint: string; revocation_endpoint: string };
-  /** Posts a form to one of the issuer's endpoints in-process. */
+  /** The issuer's endpoints (an external one's from its discovery document; no revocation endpoint is allowed). */
+  endpoints(): Promise<{ authorization_endpoint: string; token_endpoint: string; revocation_endpoint?: string }>;
+  /** Posts a form to one of the issuer's endpoints (in-process for the embedded issuer). */
   dispatch(url: string, form: string, ip?: string): Promise<{ status: number; body: string }>;
 }
 
@@ -28,7 +31,7 @@ export interface BrowserSessionDeps {
   sealer: { encrypt(plain: string, context: string): string; decrypt(sealed: string, context: string): Buffer };
   /** Signs the sign-in-in-progress cookie. */
   key: string;
-  /** Undefined while the server starts, or when the configured issuer is external. */
+  /** Undefined while the server starts. */
   web(): WebSignIn | undefined;
   /** The server's public origin, known once it listens: cookies get `Secure` when it is https. */
   origin(): string | undefined;
@@ -96,7 +99,7 @@ export class BrowserSessions {
     if (!web)
       throw new AtelierError(
         'UNAVAILABLE',
-        'the dashboard signs in with the server’s own issuer only, and this server uses an external one (ATELIER_IDENTITY_CONFIG): use the CLI (`atelier auth login`)',
+        'the dashboard’s sign-in is not ready yet (the server is starting): try again in a few seconds',
       );
     return web;
   }
@@ -106,20 +109,21 @@ export class BrowserSessions {
   }
 
   /** Starts a sign-in: where to send the browser, and the cookie that remembers state and verifier. */
-  beginLogin(returnTo: unknown): { location: string; cookie: string } {
+  async beginLogin(returnTo: unknown): Promise<{ location: string; cookie: string }> {
     const web = this.webOrThrow();
+    const endpoints = await web.endpoints();
     const state = b64(randomBytes(24));
     const verifier = b64(randomBytes(32));
     const challenge = b64(createHash('sha256').update(verifier).digest());
     const payload = b64(
       Buffer.from(JSON.stringify({ s: state, v: verifier, r: safeReturnPath(returnTo), e: Date.now() + LOGIN_TTL_SECONDS * 1000 })),
     );
-    const url = new URL(web.endpoints().authorization_endpoint);
+    const url = new URL(endpoints.authorization_endpoint);
     url.search = new URLSearchParams({
       client_id: web.clientId,
       response_type: 'code',
       redirect_uri: web.redirectUri(),
-      scope: 'openid profile',
+      scope: web.scope,
       state,
       code_challenge: challenge,
       code_challenge_method: 'S256',
@@ -165,7 +169,15 @@ export class BrowserSessions {
     await this.deps.pool.query(
       `INSERT INTO browser_sessions (id_hash, user_id, access_token_sealed, access_expires_at, refresh_token_sealed, expires_at)
        VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6))`,
-      [hashId(id), principal.userId, this.seal(tokens.access, 'a'), tokens.expiresAt, this.seal(tokens.refresh, 'r'), SESSION_TTL_SECONDS],
+      // Without a refresh token (sealed as ''), the session ends with its access token.
+      [
+        hashId(id),
+        principal.userId,
+        this.seal(tokens.access, 'a'),
+        tokens.expiresAt,
+        this.seal(tokens.refresh ?? '', 'r'),
+        SESSION_TTL_SECONDS,
+      ],
     );
     return { cookie: this.sessionCookie(id), returnTo: login.r };
   }
@@ -182,20 +194,25 @@ export class BrowserSessions {
     web: WebSignIn,
     form: Record<string, string>,
     ip: string | undefined,
-  ): Promise<{ access: string; refresh: string; expiresAt: Date }> {
-    const res = await web.dispatch(web.endpoints().token_endpoint, new URLSearchParams(form).toString(), ip);
+  ): Promise<{ access: string; refresh: string | undefined; expiresAt: Date }> {
+    const res = await web.dispatch((await web.endpoints()).token_endpoint, new URLSearchParams(form).toString(), ip);
     let body: TokenAnswer = {};
     try {
       body = JSON.parse(res.body) as TokenAnswer;
     } catch {
       // reported below
     }
-    if (res.status !== 200 || !body.access_token || !body.refresh_token)
+    if (res.status !== 200 || !body.access_token)
       throw new AtelierError(
         'UNAUTHENTICATED',
         `the sign-in could not be completed (${body.error_description ?? body.error ?? `issuer answered ${res.status}`}): sign in again from /`,
       );
-    return { access: body.access_token, refresh: body.refresh_token, expiresAt: new Date(Date.now() + (body.expires_in ?? 600) * 1000) };
+    return {
+      access: body.access_token,
+      // An issuer may give none (an external one without `offline_access`), or keep the one it gave (no rotation).
+      refresh: body.refresh_token,
+      expiresAt: new Date(Date.now() + (body.expires_in ?? 600) * 1000),
+    };
   }
 
   private async row(id: string): Promise<SessionRow | undefined> {
@@ -211,24 +228,27 @@ export class BrowserSessions {
   /** The session's current access token, refreshed (once, under a row lock: tokens rotate) when it is about to expire. */
   private async accessToken(id: string, row: SessionRow): Promise<string> {
     if (row.access_expires_at.getTime() - Date.now() > REFRESH_MARGIN_MS) return this.unseal(row.access_token_sealed, 'a');
+    if (this.unseal(row.refresh_token_sealed, 'r') === '') {
+      // Nothing to refresh with (an external issuer that gives no refresh token): the access token
+      // is used to its end, and the session ends with it.
+      if (row.access_expires_at.getTime() > Date.now()) return this.unseal(row.access_token_sealed, 'a');
+      await this.deps.pool.query('DELETE FROM browser_sessions WHERE id_hash = $1', [hashId(id)]);
+      throw new AtelierError(
+        'UNAUTHENTICATED',
+        'your dashboard session has ended (the identity provider gives no refresh token, so a session lasts as long as its access token): sign in again',
+      );
+    }
     const web = this.webOrThrow();
     return withTransaction(this.deps.pool, async (c) => {
       const r = await c.query<SessionRow>('SELECT * FROM browser_sessions WHERE id_hash = $1 FOR UPDATE', [hashId(id)]);
       const locked = r.rows[0];
       if (!locked) throw new AtelierError('UNAUTHENTICATED', 'you were signed out: sign in again');
       if (locked.access_expires_at.getTime() - Date.now() > REFRESH_MARGIN_MS) return this.unseal(locked.access_token_sealed, 'a');
-      const tokens = await this.tokenCall(
-        web,
-        {
-          grant_type: 'refresh_token',
-          refresh_token: this.unseal(locked.refresh_token_sealed, 'r'),
-          client_id: web.clientId,
-        },
-        undefined,
-      );
+      const refresh = this.unseal(locked.refresh_token_sealed, 'r');
+      const tokens = await this.tokenCall(web, { grant_type: 'refresh_token', refresh_token: refresh, client_id: web.clientId }, undefined);
       await c.query(
         'UPDATE browser_sessions SET access_token_sealed = $2, access_expires_at = $3, refresh_token_sealed = $4 WHERE id_hash = $1',
-        [hashId(id), this.seal(tokens.access, 'a'), tokens.expiresAt, this.seal(tokens.refresh, 'r')],
+        [hashId(id), this.seal(tokens.access, 'a'), tokens.expiresAt, this.seal(tokens.refresh ?? refresh, 'r')],
       );
       return tokens.access;
     });
@@ -264,19 +284,21 @@ export class BrowserSessions {
     return p;
   }
 
-  /** Signs out: the refresh token is revoked at the issuer (which ends its grant, so the access token too) and the row goes. */
+  /**
+   * Signs out: the refresh token is revoked at the issuer (which ends its grant, so the access
+   * token too) and the row goes. With no refresh token, or an external issuer without a revocation
+   * endpoint, only the row goes: the tokens, which never left the server, are forgotten with it.
+   */
   async logout(cookieHeader: string | undefined): Promise<void> {
     const id = cookieValue(cookieHeader, SESSION_COOKIE);
     if (!id) return;
     const row = await this.row(id);
     const web = this.deps.web();
-    if (row && web) {
-      const form = new URLSearchParams({
-        token: this.unseal(row.refresh_token_sealed, 'r'),
-        token_type_hint: 'refresh_token',
-        client_id: web.clientId,
-      });
-      const res = await web.dispatch(web.endpoints().revocation_endpoint, form.toString());
+    const refresh = row ? this.unseal(row.refresh_token_sealed, 'r') : '';
+    const revocation = web && refresh !== '' ? (await web.endpoints()).revocation_endpoint : undefined;
+    if (web && revocation) {
+      const form = new URLSearchParams({ token: refresh, token_type_hint: 'refresh_token', client_id: web.clientId });
+      const res = await web.dispatch(revocation, form.toString());
       if (res.status !== 200)
         throw new AtelierError('UNAVAILABLE', `signing out failed at the issuer (it answered ${res.status}): try again`);
     }

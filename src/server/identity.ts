@@ -1,4 +1,5 @@
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
+import { AtelierError } from '../core/index.js';
 import type { Pool } from '../db/index.js';
 import {
   EmbeddedIssuer,
@@ -6,6 +7,7 @@ import {
   loadExternalIssuerConfig,
   WEB_CALLBACK_PATH,
   WEB_CLIENT_ID,
+  type ExternalIssuerConfig,
   type MasterKey,
   type TokenAuthority,
 } from '../identity/index.js';
@@ -16,13 +18,15 @@ import { authRoutes, type IssuerInfo } from './routes/auth.js';
 const ACCESS_TOKEN_TTL_SECONDS = 600;
 const EMBEDDED_AUDIENCE = 'atelier';
 const DISCOVERY_TIMEOUT_MS = 5000;
+/** How long a call to the external issuer's token or revocation endpoint may take. */
+const TOKEN_CALL_TIMEOUT_MS = 10_000;
 
 export interface IdentityRuntime {
   routes: ((app: FastifyInstance) => void)[];
   /** Called once the public URL is known (after listen): how bearer JWTs are checked. */
   ready(publicUrl: string): Promise<TokenAuthority>;
   close(): Promise<void>;
-  /** The dashboard's sign-in (authorization code + PKCE), with the embedded issuer only for now. */
+  /** The dashboard's sign-in (authorization code + PKCE, the server being the client): against the embedded issuer or the external one. */
   web?: WebSignIn;
 }
 
@@ -90,6 +94,7 @@ export async function startIdentity(
     };
     return {
       routes: [(app) => authRoutes(app, info)],
+      web: externalWebSignIn(ext, meta, () => publicUrl),
       async ready(url) {
         publicUrl = url;
         const verifier = new JwtVerifier({
@@ -147,9 +152,82 @@ export async function startIdentity(
     close: () => issuer.close(),
     web: {
       clientId: WEB_CLIENT_ID,
+      scope: 'openid profile',
       redirectUri: () => `${issuer.publicUrl()}${WEB_CALLBACK_PATH}`,
-      endpoints: () => issuer.endpoints(),
+      endpoints: async () => issuer.endpoints(),
       dispatch: (url, form, ip) => issuer.dispatch(url, form, ip),
+    },
+  };
+}
+
+/**
+ * The dashboard's sign-in against an external issuer: the browser goes to the issuer's
+ * authorization endpoint, and the server redeems the code (and later refreshes and revokes) at
+ * its token and revocation endpoints, adding the client secret when one is configured. Every
+ * endpoint must be on the issuer's own origin or one the administrator listed
+ * (`endpointOrigins`), whatever discovery says: the browser is never sent, and the secret never
+ * posted, anywhere else.
+ */
+function externalWebSignIn(ext: ExternalIssuerConfig, meta: () => Promise<Record<string, unknown>>, publicUrl: () => string): WebSignIn {
+  const origins = new Set([new URL(ext.issuer).origin, ...ext.endpointOrigins]);
+  const checked = (m: Record<string, unknown>, name: string, required: boolean): string | undefined => {
+    const url = m[name];
+    if (url === undefined && !required) return undefined;
+    let origin: string | undefined;
+    try {
+      origin = typeof url === 'string' ? new URL(url).origin : undefined;
+    } catch {
+      origin = undefined;
+    }
+    if (!origin)
+      throw new AtelierError(
+        'UNAVAILABLE',
+        `the identity provider ${ext.issuer} publishes no ${name.replace(/_/g, ' ')}: enable the authorization code flow for client ${ext.webClientId}`,
+      );
+    if (!origins.has(origin))
+      throw new AtelierError(
+        'UNAVAILABLE',
+        `the identity provider ${ext.issuer} names ${String(url)} as its ${name.replace(/_/g, ' ')}, outside its own origin: refused, ask the administrator (endpointOrigins)`,
+      );
+    return url as string;
+  };
+  return {
+    clientId: ext.webClientId,
+    scope: ext.scope,
+    redirectUri: () => `${publicUrl().replace(/\/+$/, '')}${WEB_CALLBACK_PATH}`,
+    async endpoints() {
+      let m: Record<string, unknown>;
+      try {
+        m = await meta();
+      } catch (err) {
+        throw new AtelierError('UNAVAILABLE', `cannot reach the identity provider: ${(err as Error).message}`, { issuer: ext.issuer });
+      }
+      const revocation = checked(m, 'revocation_endpoint', false);
+      return {
+        authorization_endpoint: checked(m, 'authorization_endpoint', true)!,
+        token_endpoint: checked(m, 'token_endpoint', true)!,
+        ...(revocation !== undefined ? { revocation_endpoint: revocation } : {}),
+      };
+    },
+    async dispatch(url, form) {
+      const body = new URLSearchParams(form);
+      if (ext.clientSecret !== undefined) body.set('client_secret', ext.clientSecret);
+      try {
+        const res = await fetch(url, {
+          method: 'POST',
+          headers: { 'content-type': 'application/x-www-form-urlencoded', accept: 'application/json' },
+          body: body.toString(),
+          redirect: 'manual',
+          signal: AbortSignal.timeout(TOKEN_CALL_TIMEOUT_MS),
+        });
+        return { status: res.status, body: await res.text() };
+      } catch (err) {
+        const cause = (err as Error).cause instanceof Error ? ((err as Error).cause as Error).message : (err as Error).message;
+        throw new AtelierError(
+          'UNAVAILABLE',
+          `the identity provider at ${url} is unreachable (${cause}): try again, or ask the administrator`,
+        );
+      }
     },
   };
 }

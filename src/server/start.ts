@@ -533,10 +533,6 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
             sessions: browserSessions,
             csrfKey,
             ...(config.webDir !== undefined ? { dist: config.webDir } : {}),
-            signInUnavailable: () =>
-              identity.web
-                ? undefined
-                : 'the dashboard signs in with the server’s own issuer only, and this server uses an external one (ATELIER_IDENTITY_CONFIG): use the CLI (`atelier auth login`) meanwhile',
           }),
         (a) => consoleRoutes(a, { url: () => localUrl.value, cli: opts.cliEntry }),
         (a) => workshopMcpRoutes(a, { workshops, approvals: approvals.service, version: opts.version, principalOf }),

@@ -90,8 +90,6 @@ export interface WebRouteDeps {
   sessions: BrowserSessions;
   /** The CSRF key (shared with the cockpit's write guard: one token serves both). */
   csrfKey: string;
-  /** Why the dashboard cannot sign in on this server, if it cannot (external issuer). */
-  signInUnavailable(): string | undefined;
   /** Where the built app is (tests point elsewhere). */
   dist?: string;
 }
@@ -102,10 +100,15 @@ export function webRoutes(app: FastifyInstance, deps: WebRouteDeps): void {
   const dist = resolve(deps.dist ?? WEB_DIST);
 
   app.get<{ Querystring: { return?: string } }>('/auth/web/login', PUBLIC, async (request, reply) => {
-    const why = deps.signInUnavailable();
-    if (why) return page(reply, 503, 'Dashboard sign-in unavailable', why);
-    const { location, cookie } = deps.sessions.beginLogin(request.query.return);
-    return reply.header('set-cookie', cookie).header('cache-control', 'no-store').redirect(location, 303);
+    let begun: { location: string; cookie: string };
+    try {
+      begun = await deps.sessions.beginLogin(request.query.return);
+    } catch (err) {
+      // The server still starting, or an external issuer unreachable or misconfigured: a page that says so.
+      if (!(err instanceof AtelierError)) throw err;
+      return page(reply, 503, 'Dashboard sign-in unavailable', err.message, { href: '/', text: 'Back to the dashboard' });
+    }
+    return reply.header('set-cookie', begun.cookie).header('cache-control', 'no-store').redirect(begun.location, 303);
   });
 
   app.get<{ Querystring: Record<string, string | undefined> }>('/auth/web/callback', PUBLIC, async (request, reply) => {
@@ -127,7 +130,6 @@ export function webRoutes(app: FastifyInstance, deps: WebRouteDeps): void {
   // What the app asks first: who is signed in (with the CSRF token its writes send back), or how to sign in.
   app.get('/auth/web/session', PUBLIC, async (request, reply) => {
     void reply.header('cache-control', 'no-store');
-    const why = deps.signInUnavailable();
     let p;
     try {
       p = await deps.sessions.authenticate(request.headers.cookie, undefined);
@@ -135,7 +137,7 @@ export function webRoutes(app: FastifyInstance, deps: WebRouteDeps): void {
       if (!(err instanceof AtelierError) || (err.code !== 'UNAUTHENTICATED' && err.code !== 'TOKEN_REVOKED')) throw err;
       void reply.header('set-cookie', deps.sessions.clearedCookies());
     }
-    if (!p) return { signedIn: false, signIn: why ? { available: false, reason: why } : { available: true, url: '/auth/web/login' } };
+    if (!p) return { signedIn: false, signIn: { available: true, url: '/auth/web/login' } };
     const tenants = await deps.sessions.tenantsOf(p.userId);
     return {
       signedIn: true,
