@@ -371,6 +371,13 @@ describe('dashboard in Chromium', { timeout: 280_000 }, () => {
     assert.match(await modal.getByTestId('diff').innerText(), /\+<script>window\.__pwned=4<\/script>/);
     await modal.getByText('<img src=x onerror=alert(1)>.js', { exact: true }).waitFor();
     await page.screenshot({ path: join(SHOTS, 'approval-modal-hostile.png') });
+    // Side by side (react-diff-view): the new file's line in the new column, as text, marked inserted.
+    await modal.getByLabel('Side by side').check();
+    const split = modal.getByTestId('split-diff');
+    await split.waitFor();
+    assert.equal(await split.locator('td.diff-code-insert', { hasText: '<script>window.__pwned=4</script>' }).count(), 1);
+    assert.deepEqual(await accessibilityProblems(page), []);
+    await page.screenshot({ path: join(SHOTS, 'approval-modal-side-by-side.png') });
     // At 360 px wide the page still fits: nothing scrolls sideways.
     await page.setViewportSize({ width: 360, height: 740 });
     assert.ok(await page.evaluate<boolean>('document.documentElement.scrollWidth <= 360'));

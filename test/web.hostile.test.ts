@@ -218,6 +218,17 @@ describe('hostile payloads in the dashboard, in Chromium', { timeout: 280_000 },
         // The long line scrolls inside its own box: the page does not widen.
         assert.deepEqual(await sideways(), [], 'the page scrolls sideways');
         await page.screenshot({ path: join(SHOTS, 'hostile-pr.png') });
+        // Side by side (react-diff-view): the same text, literal, in the new column; nothing runs, nothing widens the page.
+        await modal.getByLabel('Side by side').check();
+        const splits = modal.getByTestId('split-diff');
+        await splits.first().waitFor();
+        const inserted = (await splits.locator('td.diff-code-insert').allInnerTexts()).join('\n');
+        for (const m of MARKUP) assert.ok(inserted.includes(m), `the side-by-side diff does not show ${m}`);
+        assert.ok(inserted.includes(INVISIBLE_SHOWN), 'the side-by-side diff does not show the bidi characters as code points');
+        assert.ok(inserted.includes('L'.repeat(200000)), 'the 200 kB line is not shown whole side by side');
+        await nothingHappened('the side-by-side diff');
+        assert.deepEqual(await sideways(), [], 'the side-by-side diff scrolls the page sideways');
+        await modal.getByLabel('Unified').check();
       }
       await close();
     }

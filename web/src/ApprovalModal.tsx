@@ -1,10 +1,12 @@
-import { useEffect, useRef, useState, type KeyboardEvent } from 'react';
+import { lazy, Suspense, useEffect, useRef, useState, type KeyboardEvent } from 'react';
 import { ApiError, canDecide, decide, getApproval, getWorkshop, type Approval, type Role, type Workshop } from './api.ts';
 import { CATEGORY_LABEL, visible } from './ApprovalsList.tsx';
 import { AuditTrail } from './History.tsx';
 import { countdown, effectOf, page, splitDiff } from './pending.ts';
 
 const DIFF_PAGE = 400;
+/** The side-by-side view (react-diff-view): its own chunk, loaded when first asked for. */
+const SplitDiff = lazy(() => import('./SplitDiff.tsx'));
 /** How often an approved request is read again until its effect is known (the live feed tells decisions, not effects). */
 const EFFECT_POLL_MS = 1000;
 
@@ -294,6 +296,7 @@ function AllowlistDiff({ approval }: { approval: Approval }) {
 function PrDiff({ approval }: { approval: Approval }) {
   const p = approval.payload;
   const files = typeof p.diff === 'string' ? splitDiff(p.diff) : [];
+  const [split, setSplit] = useState(false);
   return (
     <section>
       <h3>Push</h3>
@@ -311,31 +314,53 @@ function PrDiff({ approval }: { approval: Approval }) {
       {files.length === 0 ? (
         <p className="muted">No diff was attached.</p>
       ) : (
-        files.map((f, i) => <DiffFileView key={i} name={f.name} lines={f.lines} />)
+        <>
+          <fieldset className="row view-switch">
+            <legend className="sr-only">How the diff is shown</legend>
+            <label>
+              <input type="radio" name="diff-view" checked={!split} onChange={() => setSplit(false)} /> Unified
+            </label>
+            <label>
+              <input type="radio" name="diff-view" checked={split} onChange={() => setSplit(true)} /> Side by side
+            </label>
+          </fieldset>
+          {files.map((f, i) => (
+            <DiffFileView key={i} name={f.name} lines={f.lines} split={split} />
+          ))}
+        </>
       )}
     </section>
   );
 }
 
-function DiffFileView({ name, lines }: { name: string; lines: string[] }) {
+function DiffFileView({ name, lines, split }: { name: string; lines: string[]; split: boolean }) {
   const [pages, setPages] = useState(1);
   const { shown, more } = page(lines, DIFF_PAGE, pages);
+  const unified = (
+    <pre className="code unified-diff" data-testid="diff">
+      {shown.map((l, i) => (
+        <span
+          key={i}
+          className={l.startsWith('+') && !l.startsWith('+++') ? 'add' : l.startsWith('-') && !l.startsWith('---') ? 'del' : undefined}
+        >
+          {visible(l)}
+          {'\n'}
+        </span>
+      ))}
+    </pre>
+  );
   return (
     <details open className="diff-file">
       <summary>
         <code>{visible(name)}</code>
       </summary>
-      <pre className="code diff" data-testid="diff">
-        {shown.map((l, i) => (
-          <span
-            key={i}
-            className={l.startsWith('+') && !l.startsWith('+++') ? 'add' : l.startsWith('-') && !l.startsWith('---') ? 'del' : undefined}
-          >
-            {visible(l)}
-            {'\n'}
-          </span>
-        ))}
-      </pre>
+      {split ? (
+        <Suspense fallback={unified}>
+          <SplitDiff lines={shown} fallback={unified} />
+        </Suspense>
+      ) : (
+        unified
+      )}
       {more > 0 && (
         <button type="button" className="secondary" onClick={() => setPages(pages + 1)}>
           Show {Math.min(more, DIFF_PAGE)} more lines ({more} left)
