@@ -1,12 +1,11 @@
-import { after, before, describe, it } from 'node:test';
+import { before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHmac, randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { join } from 'node:path';
-import pg from 'pg';
+import { rmSync } from 'node:fs';
+import type pg from 'pg';
 import WebSocket from 'ws';
-import { CliProcess, TestServer, makeRepo } from './helpers/server.js';
-import { ExternalPostgres } from './helpers/postgres.js';
+import { CliProcess, type TestServer } from './helpers/server.js';
+import { startNodes } from './helpers/nodes.js';
 
 // Three server processes (separate data dirs) on one external PostgreSQL are one installation:
 // each lists every node and every workshop, places new workshops, and relays what must run where
@@ -41,39 +40,18 @@ async function until<T>(what: string, fn: () => Promise<T | undefined>, ms = 40_
 }
 
 describe('nodes: three servers on one PostgreSQL are one installation', () => {
-  let db: ExternalPostgres;
+  const nodes = startNodes();
   let a: TestServer;
   let b: TestServer;
   let c: TestServer;
-  let keyDir: string;
   let repo: string;
   let sql: pg.Client;
   let onA: Ws;
   let onC: Ws;
 
-  before(async () => {
-    db = ExternalPostgres.start();
-    keyDir = mkdtempSync('/tmp/atelier-key-');
-    const env = { ATELIER_MASTER_KEY_FILE: join(keyDir, 'master.key') };
-    a = await TestServer.start({ databaseUrl: db.url, env, args: ['--node-name', 'node-a'] });
-    b = await TestServer.start({ databaseUrl: db.url, env, args: ['--node-name', 'node-b'] });
-    c = await TestServer.start({ databaseUrl: db.url, env, args: ['--node-name', 'node-c'] });
-    b.token = a.token;
-    c.token = a.token;
-    repo = makeRepo();
-    sql = new pg.Client({ connectionString: db.url });
-    await sql.connect();
-  });
-
-  after(async () => {
-    await sql?.end();
-    // Each deletes every workshop of the installation it can reach (relayed to their nodes).
-    await a?.dispose();
-    await b?.dispose();
-    await c?.dispose();
-    db?.stop();
-    rmSync(keyDir, { recursive: true, force: true });
-    if (repo) rmSync(repo, { recursive: true, force: true });
+  before(() => {
+    [a, b, c] = nodes.servers as [TestServer, TestServer, TestServer];
+    ({ repo, sql } = nodes);
   });
 
   it('every node lists the three nodes, ready, with their address', async () => {
@@ -344,10 +322,8 @@ describe('nodes: three servers on one PostgreSQL are one installation', () => {
   });
 
   it('a node on a newer schema joins and says to upgrade; one outside the node protocol window refuses, and says what to do', async () => {
-    const env = { ATELIER_MASTER_KEY_FILE: join(keyDir, 'master.key') };
     const attempt = async (name: string, expected: RegExp): Promise<void> => {
-      const s = new TestServer(mkdtempSync('/tmp/atelier-test-'), ['--database-url', db.url, '--node-name', name]);
-      s.serverEnv = env;
+      const s = nodes.node(name);
       try {
         await assert.rejects(s.boot(), (err: Error) => {
           assert.match(err.message, expected);
@@ -361,8 +337,7 @@ describe('nodes: three servers on one PostgreSQL are one installation', () => {
     // A migration this build does not know (a newer node applied it): migrations only add, so the
     // node joins (the schema's window), and says it should be upgraded.
     await sql.query("INSERT INTO schema_migrations (version) VALUES ('999_from_a_newer_node.sql')");
-    const older = new TestServer(mkdtempSync('/tmp/atelier-test-'), ['--database-url', db.url, '--node-name', 'old-schema']);
-    older.serverEnv = env;
+    const older = nodes.node('old-schema');
     try {
       await older.boot();
       assert.match(

@@ -96,6 +96,11 @@ export interface JoinOptions {
   heartbeatMs?: number;
   /** ATELIER_NODE_DEAD_AFTER; default UNREACHABLE_AFTER_MS. */
   deadAfterMs?: number;
+  /**
+   * What this node writes for the others with each heartbeat (its workshops' disk figures: only
+   * it can read them); a failure is logged and tried again at the next heartbeat.
+   */
+  publish?: () => Promise<void>;
 }
 
 /** The default node name: the host's name and the first 4 characters of the data dir's node id (several nodes on one host differ). */
@@ -262,7 +267,7 @@ export class NodeRegistry {
         // Its row is gone: removed (`atelier nodes remove`) while its heartbeats did not reach the
         // database. It joins again (or says why it cannot), rather than run unknown to the others.
         if (beat.rowCount === 0 && this.address !== undefined) await this.register();
-        await this.refresh();
+        await Promise.all([this.refresh(), this.opts.publish?.()]);
       } catch (err) {
         this.opts.log.warn({ err: (err as Error).message }, 'node heartbeat failed; trying again');
       } finally {

@@ -74,41 +74,6 @@ export class Cluster {
   }
 
   /**
-   * A GET of `path` on node `nodeId` as `principal`, signed as a relayed request: its JSON
-   * answer, or undefined when the node is unreachable, slow (`timeoutMs`) or refuses. For what
-   * only the owner knows, merged into an answer read from the database here (a workshop's disk).
-   */
-  async readJson<T>(nodeId: string, path: string, principal: Principal, timeoutMs: number): Promise<T | undefined> {
-    const address = this.nodes.addressOf(nodeId);
-    if (!address || !this.nodes.isLive(nodeId)) return undefined;
-    const base = new URL(address);
-    const headers = { ...(await this.nodes.sign(nodeId, 'GET', path, principal)), accept: 'application/json' };
-    const mod = base.protocol === 'https:' ? https : http;
-    return new Promise<T | undefined>((resolve) => {
-      const req = mod.request(
-        new URL(path, base),
-        { method: 'GET', headers, agent: agents[base.protocol === 'https:' ? 'https:' : 'http:'], timeout: timeoutMs },
-        (answer) => {
-          const chunks: Buffer[] = [];
-          answer.on('data', (c: Buffer) => chunks.push(c));
-          answer.on('error', () => resolve(undefined));
-          answer.on('end', () => {
-            if (answer.statusCode !== 200) return resolve(undefined);
-            try {
-              resolve(JSON.parse(Buffer.concat(chunks).toString('utf8')) as T);
-            } catch {
-              resolve(undefined);
-            }
-          });
-        },
-      );
-      req.on('timeout', () => req.destroy(new Error('timed out')));
-      req.on('error', () => resolve(undefined));
-      req.end();
-    });
-  }
-
-  /**
    * Sends the request to node `nodeId` and its answer back to the caller (the reply is hijacked).
    * `body`: the request's body when it was read already (a create); otherwise it is streamed.
    */
