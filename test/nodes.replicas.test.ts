@@ -2,6 +2,8 @@ import { before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHmac, randomBytes } from 'node:crypto';
 import { rmSync } from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import type pg from 'pg';
 import WebSocket from 'ws';
 import { CliProcess, type TestServer } from './helpers/server.js';
@@ -277,6 +279,61 @@ describe('nodes: three servers on one PostgreSQL are one installation', () => {
     assert.equal(r.status, 401);
   });
 
+  it('a relayed body changed on the way between two nodes is refused; unchanged, it passes', async () => {
+    // Between node b and node a, a proxy that may change the bodies it passes on: node a's
+    // address, as node b reads it, is the proxy's for this test.
+    let change: ((body: string) => string) | undefined;
+    const proxy = http.createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        const text = Buffer.concat(chunks).toString();
+        const body = Buffer.from(change ? change(text) : text);
+        const up = http.request(
+          new URL(req.url ?? '/', a.url),
+          { method: req.method, headers: { ...req.headers, 'content-length': String(body.length) } },
+          (answer) => {
+            res.writeHead(answer.statusCode ?? 502, answer.headers);
+            answer.pipe(res);
+          },
+        );
+        up.on('error', () => res.destroy());
+        up.end(body);
+      });
+    });
+    await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
+    const setAddress = async (url: string): Promise<void> => {
+      await sql.query("UPDATE nodes SET address = $1 WHERE name = 'node-a'", [url]);
+      // Listing the nodes reads them again.
+      const listed = (await b.api<{ items: Node[] }>('GET', '/v1/nodes')).body.items;
+      assert.equal(listed.find((n) => n.name === 'node-a')!.address, url);
+    };
+    try {
+      await setAddress(`http://127.0.0.1:${(proxy.address() as AddressInfo).port}`);
+      assert.equal((await b.exec(onA.id, ['echo', 'original'])).stdout, 'original\n');
+      for (const [what, edit, why] of [
+        ['the same length', (t: string) => t.replace('"original"', '"tampered"'), /its body is not the one it was signed with$/],
+        [
+          'another length',
+          (t: string) => t.replace('"original"', '"tampered!"'),
+          /its body is not the one it was signed with \(another length\)/,
+        ],
+      ] as const) {
+        change = edit;
+        const r = await b.api<{ code: string; message: string }>('POST', `/v1/workshops/${onA.id}/exec`, { command: ['echo', 'original'] });
+        assert.equal(r.status, 401, `${what}: ${JSON.stringify(r.body)}`);
+        assert.equal(r.body.code, 'UNAUTHENTICATED');
+        assert.match(r.body.message, /^node-to-node request refused: /);
+        assert.match(r.body.message, why);
+      }
+    } finally {
+      await setAddress(a.url);
+      proxy.closeAllConnections();
+      await new Promise((r) => proxy.close(r));
+    }
+    assert.equal((await b.exec(onA.id, ['echo', 'direct again'])).stdout, 'direct again\n');
+  });
+
   it('a draining node gets no new workshop; undrained, it does again', async () => {
     for (const n of ['node-b', 'node-c']) assert.equal((await a.api<Node>('POST', `/v1/nodes/${n}/drain`)).body.draining, true);
     const asked = await b.api<{ code: string; message: string }>('POST', '/v1/workshops', { repo, name: 'refused', node: 'node-b' });
@@ -355,12 +412,12 @@ describe('nodes: three servers on one PostgreSQL are one installation', () => {
     // A live node that no longer talks to this build's node protocol.
     await sql.query(
       `INSERT INTO nodes (id, name, address, version, protocol, min_protocol, schema_version, key_sealed)
-       VALUES ('node-future', 'future', 'http://127.0.0.1:9', '99.0.0', 3, 2, '999', 'x')`,
+       VALUES ('node-future', 'future', 'http://127.0.0.1:9', '99.0.0', 4, 3, '999', 'x')`,
     );
     try {
       await attempt(
         'old-protocol',
-        /this node speaks node protocol 1, and node future \(Atelier 99\.0\.0\) needs at least 2: upgrade this node/,
+        /this node speaks node protocol 2, and node future \(Atelier 99\.0\.0\) needs at least 3: upgrade this node/,
       );
     } finally {
       await sql.query("DELETE FROM nodes WHERE id = 'node-future'");

@@ -87,16 +87,49 @@ export class Cluster {
     const base = this.target(nodeId, opts.what);
     const raw = request.raw;
     const url = raw.url ?? '/';
-    const signed = await this.nodes.sign(nodeId, raw.method ?? 'GET', url, principal, opts.placement);
+    // A body read whole is signed with the rest (the owner refuses it changed on the way): a
+    // create's, and a JSON body of at most SIGNED_BODY_MAX, which the owner would read whole
+    // anyway. Anything else (files, larger bodies, upgrades) streams through unsigned.
+    let body = opts.body;
+    if (body === undefined && raw.headers.upgrade === undefined && this.nodes.checksBodies(nodeId)) body = await wholeJsonBody(raw);
+    const signed = await this.nodes.sign(
+      nodeId,
+      raw.method ?? 'GET',
+      url,
+      principal,
+      opts.placement,
+      body !== undefined && this.nodes.checksBodies(nodeId) ? body : undefined,
+    );
     reply.hijack();
     if (raw.headers.upgrade !== undefined) return relayUpgrade(raw, raw.socket, upgradeHead(raw), base, signed, String(request.id));
     const headers = forwardHeaders(raw.headers, signed);
-    if (opts.body) {
-      headers['content-length'] = String(opts.body.length);
-      headers['content-type'] = 'application/json';
+    if (body) {
+      headers['content-length'] = String(body.length);
+      if (opts.body) headers['content-type'] = 'application/json';
     }
-    relayHttp(raw, reply.raw, base, headers, String(request.id), opts.body);
+    relayHttp(raw, reply.raw, base, headers, String(request.id), body);
   }
+}
+
+/** The most of a JSON body a relaying node reads whole to sign it (the server's own body limit). */
+const SIGNED_BODY_MAX = 1 << 20;
+
+/**
+ * The request's body, read whole, when it is JSON with a length of at most SIGNED_BODY_MAX
+ * (every request of the CLI and the SDK but a large exec stdin); otherwise undefined, the body
+ * left to stream.
+ */
+function wholeJsonBody(raw: IncomingMessage): Promise<Buffer | undefined> | undefined {
+  const length = Number(raw.headers['content-length']);
+  if (!/^application\/json\b/i.test(raw.headers['content-type'] ?? '') || raw.headers['transfer-encoding'] !== undefined) return undefined;
+  if (!Number.isSafeInteger(length) || length <= 0 || length > SIGNED_BODY_MAX) return undefined;
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    raw.on('data', (c: Buffer) => chunks.push(c));
+    raw.once('end', () => resolve(Buffer.concat(chunks)));
+    raw.once('error', reject);
+    raw.once('aborted', () => reject(new AtelierError('INVALID_ARGUMENT', 'the request was cut short before its body ended')));
+  });
 }
 
 /** Bytes that came after the upgrade request's headers (kept by @fastify/websocket on the raw request). */
