@@ -1,12 +1,13 @@
-import { after, before, describe, it } from 'node:test';
+import { before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHmac, randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { join } from 'node:path';
-import pg from 'pg';
+import { rmSync } from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type pg from 'pg';
 import WebSocket from 'ws';
-import { CliProcess, TestServer, makeRepo } from './helpers/server.js';
-import { ExternalPostgres } from './helpers/postgres.js';
+import { CliProcess, type TestServer } from './helpers/server.js';
+import { startNodes } from './helpers/nodes.js';
 
 // Three server processes (separate data dirs) on one external PostgreSQL are one installation:
 // each lists every node and every workshop, places new workshops, and relays what must run where
@@ -41,39 +42,18 @@ async function until<T>(what: string, fn: () => Promise<T | undefined>, ms = 40_
 }
 
 describe('nodes: three servers on one PostgreSQL are one installation', () => {
-  let db: ExternalPostgres;
+  const nodes = startNodes();
   let a: TestServer;
   let b: TestServer;
   let c: TestServer;
-  let keyDir: string;
   let repo: string;
   let sql: pg.Client;
   let onA: Ws;
   let onC: Ws;
 
-  before(async () => {
-    db = ExternalPostgres.start();
-    keyDir = mkdtempSync('/tmp/atelier-key-');
-    const env = { ATELIER_MASTER_KEY_FILE: join(keyDir, 'master.key') };
-    a = await TestServer.start({ databaseUrl: db.url, env, args: ['--node-name', 'node-a'] });
-    b = await TestServer.start({ databaseUrl: db.url, env, args: ['--node-name', 'node-b'] });
-    c = await TestServer.start({ databaseUrl: db.url, env, args: ['--node-name', 'node-c'] });
-    b.token = a.token;
-    c.token = a.token;
-    repo = makeRepo();
-    sql = new pg.Client({ connectionString: db.url });
-    await sql.connect();
-  });
-
-  after(async () => {
-    await sql?.end();
-    // Each deletes every workshop of the installation it can reach (relayed to their nodes).
-    await a?.dispose();
-    await b?.dispose();
-    await c?.dispose();
-    db?.stop();
-    rmSync(keyDir, { recursive: true, force: true });
-    if (repo) rmSync(repo, { recursive: true, force: true });
+  before(() => {
+    [a, b, c] = nodes.servers as [TestServer, TestServer, TestServer];
+    ({ repo, sql } = nodes);
   });
 
   it('every node lists the three nodes, ready, with their address', async () => {
@@ -299,6 +279,61 @@ describe('nodes: three servers on one PostgreSQL are one installation', () => {
     assert.equal(r.status, 401);
   });
 
+  it('a relayed body changed on the way between two nodes is refused; unchanged, it passes', async () => {
+    // Between node b and node a, a proxy that may change the bodies it passes on: node a's
+    // address, as node b reads it, is the proxy's for this test.
+    let change: ((body: string) => string) | undefined;
+    const proxy = http.createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        const text = Buffer.concat(chunks).toString();
+        const body = Buffer.from(change ? change(text) : text);
+        const up = http.request(
+          new URL(req.url ?? '/', a.url),
+          { method: req.method, headers: { ...req.headers, 'content-length': String(body.length) } },
+          (answer) => {
+            res.writeHead(answer.statusCode ?? 502, answer.headers);
+            answer.pipe(res);
+          },
+        );
+        up.on('error', () => res.destroy());
+        up.end(body);
+      });
+    });
+    await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
+    const setAddress = async (url: string): Promise<void> => {
+      await sql.query("UPDATE nodes SET address = $1 WHERE name = 'node-a'", [url]);
+      // Listing the nodes reads them again.
+      const listed = (await b.api<{ items: Node[] }>('GET', '/v1/nodes')).body.items;
+      assert.equal(listed.find((n) => n.name === 'node-a')!.address, url);
+    };
+    try {
+      await setAddress(`http://127.0.0.1:${(proxy.address() as AddressInfo).port}`);
+      assert.equal((await b.exec(onA.id, ['echo', 'original'])).stdout, 'original\n');
+      for (const [what, edit, why] of [
+        ['the same length', (t: string) => t.replace('"original"', '"tampered"'), /its body is not the one it was signed with$/],
+        [
+          'another length',
+          (t: string) => t.replace('"original"', '"tampered!"'),
+          /its body is not the one it was signed with \(another length\)/,
+        ],
+      ] as const) {
+        change = edit;
+        const r = await b.api<{ code: string; message: string }>('POST', `/v1/workshops/${onA.id}/exec`, { command: ['echo', 'original'] });
+        assert.equal(r.status, 401, `${what}: ${JSON.stringify(r.body)}`);
+        assert.equal(r.body.code, 'UNAUTHENTICATED');
+        assert.match(r.body.message, /^node-to-node request refused: /);
+        assert.match(r.body.message, why);
+      }
+    } finally {
+      await setAddress(a.url);
+      proxy.closeAllConnections();
+      await new Promise((r) => proxy.close(r));
+    }
+    assert.equal((await b.exec(onA.id, ['echo', 'direct again'])).stdout, 'direct again\n');
+  });
+
   it('a draining node gets no new workshop; undrained, it does again', async () => {
     for (const n of ['node-b', 'node-c']) assert.equal((await a.api<Node>('POST', `/v1/nodes/${n}/drain`)).body.draining, true);
     const asked = await b.api<{ code: string; message: string }>('POST', '/v1/workshops', { repo, name: 'refused', node: 'node-b' });
@@ -344,10 +379,8 @@ describe('nodes: three servers on one PostgreSQL are one installation', () => {
   });
 
   it('a node on a newer schema joins and says to upgrade; one outside the node protocol window refuses, and says what to do', async () => {
-    const env = { ATELIER_MASTER_KEY_FILE: join(keyDir, 'master.key') };
     const attempt = async (name: string, expected: RegExp): Promise<void> => {
-      const s = new TestServer(mkdtempSync('/tmp/atelier-test-'), ['--database-url', db.url, '--node-name', name]);
-      s.serverEnv = env;
+      const s = nodes.node(name);
       try {
         await assert.rejects(s.boot(), (err: Error) => {
           assert.match(err.message, expected);
@@ -361,8 +394,7 @@ describe('nodes: three servers on one PostgreSQL are one installation', () => {
     // A migration this build does not know (a newer node applied it): migrations only add, so the
     // node joins (the schema's window), and says it should be upgraded.
     await sql.query("INSERT INTO schema_migrations (version) VALUES ('999_from_a_newer_node.sql')");
-    const older = new TestServer(mkdtempSync('/tmp/atelier-test-'), ['--database-url', db.url, '--node-name', 'old-schema']);
-    older.serverEnv = env;
+    const older = nodes.node('old-schema');
     try {
       await older.boot();
       assert.match(
@@ -380,12 +412,12 @@ describe('nodes: three servers on one PostgreSQL are one installation', () => {
     // A live node that no longer talks to this build's node protocol.
     await sql.query(
       `INSERT INTO nodes (id, name, address, version, protocol, min_protocol, schema_version, key_sealed)
-       VALUES ('node-future', 'future', 'http://127.0.0.1:9', '99.0.0', 3, 2, '999', 'x')`,
+       VALUES ('node-future', 'future', 'http://127.0.0.1:9', '99.0.0', 4, 3, '999', 'x')`,
     );
     try {
       await attempt(
         'old-protocol',
-        /this node speaks node protocol 1, and node future \(Atelier 99\.0\.0\) needs at least 2: upgrade this node/,
+        /this node speaks node protocol 2, and node future \(Atelier 99\.0\.0\) needs at least 3: upgrade this node/,
       );
     } finally {
       await sql.query("DELETE FROM nodes WHERE id = 'node-future'");

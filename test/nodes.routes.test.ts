@@ -3,9 +3,9 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import pg from 'pg';
-import { TestServer, makeRepo } from './helpers/server.js';
-import { ExternalPostgres } from './helpers/postgres.js';
+import type pg from 'pg';
+import type { TestServer } from './helpers/server.js';
+import { startNodes } from './helpers/nodes.js';
 
 // Three server processes (separate data dirs) on one external PostgreSQL, as in
 // test/nodes.replicas.test.ts: what a workshop's node alone knows (its SSH endpoint, its
@@ -56,11 +56,14 @@ function run(cmd: string, args: string[], env: NodeJS.ProcessEnv, cwd: string): 
 }
 
 describe('nodes: what only the owner node knows, through another; a dead node removed', () => {
-  let db: ExternalPostgres;
+  // A heartbeat every 0.5 s, a node dead after 3 s of silence (the defaults: 2 s and 10 s).
+  const nodes = startNodes({
+    env: { ATELIER_NODE_HEARTBEAT: '500ms', ATELIER_NODE_DEAD_AFTER: '3s', ATELIER_DEFAULT_DISK: '256m' },
+    repo: { 'README.md': '# routes\n' },
+  });
   let a: TestServer;
   let b: TestServer;
   let c: TestServer;
-  let keyDir: string;
   let home: string;
   let repo: string;
   let sql: pg.Client;
@@ -69,38 +72,16 @@ describe('nodes: what only the owner node knows, through another; a dead node re
   let keptOnC: Ws;
 
   before(async () => {
-    db = ExternalPostgres.start();
-    keyDir = mkdtempSync('/tmp/atelier-key-');
+    [a, b, c] = nodes.servers as [TestServer, TestServer, TestServer];
+    ({ repo, sql } = nodes);
     home = mkdtempSync('/tmp/atelier-ssh-home-');
-    // A heartbeat every 0.5 s, a node dead after 3 s of silence (the defaults: 2 s and 10 s).
-    const env = {
-      ATELIER_MASTER_KEY_FILE: join(keyDir, 'master.key'),
-      ATELIER_NODE_HEARTBEAT: '500ms',
-      ATELIER_NODE_DEAD_AFTER: '3s',
-      ATELIER_DEFAULT_DISK: '256m',
-    };
-    a = await TestServer.start({ databaseUrl: db.url, env, args: ['--node-name', 'node-a'] });
-    b = await TestServer.start({ databaseUrl: db.url, env, args: ['--node-name', 'node-b'] });
-    c = await TestServer.start({ databaseUrl: db.url, env, args: ['--node-name', 'node-c'] });
-    b.token = a.token;
-    c.token = a.token;
-    repo = makeRepo({ 'README.md': '# routes\n' });
-    sql = new pg.Client({ connectionString: db.url });
-    await sql.connect();
     onA = (await b.createWorkshop({ repo, name: 'on-a', node: 'node-a' })) as unknown as Ws;
     assert.equal(onA.status, 'Running', onA.statusReason ?? '');
     assert.equal(onA.node, 'node-a');
   });
 
-  after(async () => {
-    await sql?.end();
-    await a?.dispose();
-    await b?.dispose();
-    await c?.dispose();
-    db?.stop();
-    rmSync(keyDir, { recursive: true, force: true });
+  after(() => {
     if (home) rmSync(home, { recursive: true, force: true });
-    if (repo) rmSync(repo, { recursive: true, force: true });
   });
 
   it('the SSH endpoint of a workshop on another node, with the real ssh client, through a non-owner node', async () => {
@@ -175,18 +156,27 @@ describe('nodes: what only the owner node knows, through another; a dead node re
     assert.deepEqual(list[1], list[0]);
   });
 
-  it('the disk usage against the quota through a non-owner node is what the owner reads', async () => {
+  it('the disk usage against the quota through a non-owner node is what the owner read, published with its heartbeat', async () => {
     await a.exec(onA.id, ['sh', '-c', 'head -c 3000000 /dev/urandom > /workspace/blob && sync']);
-    const read = async (): Promise<Disk[]> => {
-      const one = await Promise.all([a, b, c].map((s) => s.api<Ws>('GET', `/v1/workshops/${onA.id}`)));
+    // The owner reads it live; the others read what it wrote in the workshop's row at its last
+    // heartbeat (0.5 s here). Read again until all agree: something in the workshop (its
+    // simulator's log) may write between two heartbeats.
+    const read = async (): Promise<{ owner: Disk; others: Disk[]; row: Disk }> => {
+      const owner = (await a.api<Ws>('GET', `/v1/workshops/${onA.id}`)).body.disk!;
+      const one = await Promise.all([b, c].map((s) => s.api<Ws>('GET', `/v1/workshops/${onA.id}`)));
       const all = await Promise.all([a, b, c].map((s) => s.api<{ items: Ws[] }>('GET', '/v1/workshops')));
-      return [...one.map((r) => r.body.disk!), ...all.map((r) => r.body.items.find((w) => w.id === onA.id)!.disk!)];
+      const row = (await sql.query<{ disk: Disk }>('SELECT disk FROM workshops WHERE id = $1', [onA.id])).rows[0]!.disk;
+      return { owner, others: [...one.map((r) => r.body.disk!), ...all.map((r) => r.body.items.find((w) => w.id === onA.id)!.disk!)], row };
     };
-    // Read again if something in the workshop wrote between two of the six reads (its simulator's log).
-    let disks = await read();
-    for (let i = 0; i < 5 && disks.some((d) => JSON.stringify(d) !== JSON.stringify(disks[0])); i++) disks = await read();
-    assert.ok(disks[0]!.enforced && disks[0]!.usedBytes! >= 3_000_000, JSON.stringify(disks[0]));
-    for (const d of disks) assert.deepEqual(d, disks[0]);
+    const same = (x: Disk, y: Disk): boolean => JSON.stringify(x) === JSON.stringify(y);
+    const seen = await until("the owner's disk figure everywhere", async () => {
+      const r = await read();
+      return r.owner.usedBytes! >= 3_000_000 && r.others.every((d) => same(d, r.owner)) ? r : undefined;
+    });
+    assert.ok(seen.owner.enforced, JSON.stringify(seen.owner));
+    for (const d of seen.others) assert.deepEqual(d, seen.owner);
+    // What the others show is the published figure, from the database.
+    assert.deepEqual(seen.row, seen.owner);
     const status = await b.cli(['workshops', 'status', onA.id]);
     assert.equal(status.code, 0, status.stderr);
     assert.match(status.stdout, /disk:?\s+\d+\.\dm of 2\d\d\.\dm used \(\d+%\)/);
@@ -209,6 +199,13 @@ describe('nodes: what only the owner node knows, through another; a dead node re
     const listed = await b.cli(['nodes', 'list']);
     assert.equal(listed.code, 0, listed.stderr);
     assert.match(listed.stdout, /node-c .*0\.5s \/ 3s/);
+    // The disk figure node c published last, the same as it read itself.
+    await c.exec(onC.id, ['sh', '-c', 'head -c 2000000 /dev/urandom > /workspace/blob && sync']);
+    const published = await until("node c's disk figure published", async () => {
+      const own = (await c.api<Ws>('GET', `/v1/workshops/${onC.id}`)).body.disk!;
+      const elsewhere = (await a.api<Ws>('GET', `/v1/workshops/${onC.id}`)).body.disk;
+      return own.usedBytes! >= 2_000_000 && JSON.stringify(elsewhere) === JSON.stringify(own) ? own : undefined;
+    });
     await c.stop('SIGKILL');
     for (const s of [a, b]) {
       const seen = await until('node c unreachable', async () => {
@@ -219,6 +216,8 @@ describe('nodes: what only the owner node knows, through another; a dead node re
         seen.statusReason ?? '',
         /^its node node-c has missed its heartbeats since \S+ \(silent for more than 3 s\); it was Running/,
       );
+      // A dead node's workshop shows its disk as last published (its reason says since when).
+      assert.deepEqual(seen.disk, published);
     }
     const state = (await b.api<{ items: Node[] }>('GET', '/v1/nodes')).body.items.find((n) => n.name === 'node-c')!.state;
     assert.equal(state, 'unreachable');

@@ -1,4 +1,6 @@
+import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
+import { Transform } from 'node:stream';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import websocket from '@fastify/websocket';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
@@ -25,7 +27,7 @@ import { execRoutes } from './routes/execs.js';
 import { secretRoutes } from './routes/secrets.js';
 import { csrfTokenValid, CSRF_HEADER } from './routes/actions.js';
 import { cookieValue, SESSION_COOKIE, type BrowserSessions } from './browserSessions.js';
-import { NodeRegistry } from './nodes.js';
+import { NodeRegistry, type SignedBody } from './nodes.js';
 import type { Cluster } from './relay.js';
 import { nodeRoutes } from './routes/nodes.js';
 
@@ -37,7 +39,7 @@ declare module 'fastify' {
   interface FastifyRequest {
     principal?: Principal;
     /** Set on a request another node relayed here (signed: src/server/nodes.ts). */
-    relayed?: { from: string; placement: string | undefined };
+    relayed?: { from: string; placement: string | undefined; body: SignedBody | undefined };
   }
 }
 
@@ -255,7 +257,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
         throw new AtelierError('UNAUTHENTICATED', 'node-to-node request refused: this server is not a node of an installation');
       const v = await deps.cluster.nodes.verify(request.method, request.raw.url ?? '', request.headers);
       principal = v.principal;
-      request.relayed = { from: v.from, placement: v.placement };
+      request.relayed = { from: v.from, placement: v.placement, body: v.body };
     } else {
       const tenant = tenantHeader(request.headers['x-atelier-tenant']);
       const browser = deps.browser;
@@ -312,6 +314,28 @@ export function buildApp(deps: AppDeps): FastifyInstance {
         return reply;
       }
     }
+  });
+  // A relayed body the sending node signed (src/server/relay.ts) is hashed as it is read, before
+  // any handler sees it: one changed on the way between the nodes fails its parsing, refused.
+  app.addHook('preParsing', async (request, _reply, payload) => {
+    const signed = request.relayed?.body;
+    if (!signed) return payload;
+    const hash = createHash('sha256');
+    return payload.pipe(
+      new Transform({
+        transform(chunk: Buffer, _encoding, done) {
+          hash.update(chunk);
+          done(null, chunk);
+        },
+        flush(done) {
+          done(
+            hash.digest('hex') === signed.sha256
+              ? null
+              : new AtelierError('UNAUTHENTICATED', 'node-to-node request refused: its body is not the one it was signed with'),
+          );
+        },
+      }),
+    );
   });
   app.addHook('onResponse', async (request, reply) => {
     // An upgrade answered over HTTP (refused before the WebSocket handler: 401, 404) owns a socket

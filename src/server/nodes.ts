@@ -1,4 +1,4 @@
-import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { freemem, hostname, totalmem } from 'node:os';
 import type { FastifyBaseLogger } from 'fastify';
 import { AtelierError, type NodeView } from '../core/index.js';
@@ -14,8 +14,11 @@ import type { Principal } from '../identity/index.js';
  * removed_nodes keeps its name for the workshops it ran.
  */
 
-/** The node-to-node protocol this build speaks (the relay's signed headers); bumped on a change. */
-export const NODE_PROTOCOL = 1;
+/**
+ * The node-to-node protocol this build speaks (the relay's signed headers); bumped on a change.
+ * 2: a relayed body read whole (JSON) is signed too (x-atelier-node-body), sent only to a node of 2.
+ */
+export const NODE_PROTOCOL = 2;
 /** The oldest protocol this build still talks to: the compatibility window is [MIN, NODE_PROTOCOL]. */
 export const NODE_MIN_PROTOCOL = 1;
 /** The defaults of ATELIER_NODE_HEARTBEAT and ATELIER_NODE_DEAD_AFTER (src/core/config.ts). */
@@ -33,8 +36,16 @@ export const NODE_HEADERS = {
   nonce: 'x-atelier-node-nonce',
   principal: 'x-atelier-node-principal',
   placement: 'x-atelier-node-placement',
+  /** `LENGTH:SHA256` of the body, when the sender read it whole (protocol 2); signed with the rest. */
+  body: 'x-atelier-node-body',
   signature: 'x-atelier-node-signature',
 } as const;
+
+/** What a relayed request's body must be: its length and SHA-256 (hex), as the sending node signed them. */
+export interface SignedBody {
+  length: number;
+  sha256: string;
+}
 
 interface NodeRow {
   id: string;
@@ -96,6 +107,11 @@ export interface JoinOptions {
   heartbeatMs?: number;
   /** ATELIER_NODE_DEAD_AFTER; default UNREACHABLE_AFTER_MS. */
   deadAfterMs?: number;
+  /**
+   * What this node writes for the others with each heartbeat (its workshops' disk figures: only
+   * it can read them); a failure is logged and tried again at the next heartbeat.
+   */
+  publish?: () => Promise<void>;
 }
 
 /** The default node name: the host's name and the first 4 characters of the data dir's node id (several nodes on one host differ). */
@@ -262,7 +278,7 @@ export class NodeRegistry {
         // Its row is gone: removed (`atelier nodes remove`) while its heartbeats did not reach the
         // database. It joins again (or says why it cannot), rather than run unknown to the others.
         if (beat.rowCount === 0 && this.address !== undefined) await this.register();
-        await this.refresh();
+        await Promise.all([this.refresh(), this.opts.publish?.()]);
       } catch (err) {
         this.opts.log.warn({ err: (err as Error).message }, 'node heartbeat failed; trying again');
       } finally {
@@ -497,11 +513,28 @@ export class NodeRegistry {
       url,
       h[NODE_HEADERS.principal],
       h[NODE_HEADERS.placement] ?? '',
+      // Only when there is one: a request without it is signed as by protocol 1.
+      ...(h[NODE_HEADERS.body] === undefined ? [] : [h[NODE_HEADERS.body]]),
     ].join('\n');
   }
 
-  /** The headers that carry a request to node `target` with the caller's identity, signed with this node's key. */
-  async sign(target: string, method: string, url: string, principal: Principal, placement?: string): Promise<Record<string, string>> {
+  /** Whether node `id` checks a signed body (protocol 2 and later), as last read. */
+  checksBodies(id: string): boolean {
+    return (this.nodes.get(id)?.protocol ?? 0) >= 2;
+  }
+
+  /**
+   * The headers that carry a request to node `target` with the caller's identity, signed with
+   * this node's key; with `body` (read whole, for a node that checksBodies), its digest too.
+   */
+  async sign(
+    target: string,
+    method: string,
+    url: string,
+    principal: Principal,
+    placement?: string,
+    body?: Buffer,
+  ): Promise<Record<string, string>> {
     const key = await this.keyOf(this.opts.id);
     if (!key) throw new AtelierError('INTERNAL', 'this node is not registered');
     const h: Record<string, string> = {
@@ -512,6 +545,7 @@ export class NodeRegistry {
       [NODE_HEADERS.principal]: Buffer.from(JSON.stringify(principal)).toString('base64url'),
     };
     if (placement !== undefined) h[NODE_HEADERS.placement] = encodeURIComponent(placement);
+    if (body !== undefined) h[NODE_HEADERS.body] = `${body.length}:${createHash('sha256').update(body).digest('hex')}`;
     h[NODE_HEADERS.signature] = createHmac('sha256', key)
       .update(NodeRegistry.payload(h, method, url))
       .digest('hex');
@@ -532,7 +566,7 @@ export class NodeRegistry {
     method: string,
     url: string,
     headers: Record<string, string | string[] | undefined>,
-  ): Promise<{ principal: Principal; placement: string | undefined; from: string }> {
+  ): Promise<{ principal: Principal; placement: string | undefined; from: string; body: SignedBody | undefined }> {
     const refuse = (why: string): never => {
       throw new AtelierError('UNAUTHENTICATED', `node-to-node request refused: ${why}`);
     };
@@ -573,7 +607,16 @@ export class NodeRegistry {
       return refuse('its principal is not JSON');
     }
     const placement = h[NODE_HEADERS.placement];
-    return { principal, placement: placement === undefined ? undefined : decodeURIComponent(placement), from: from! };
+    let body: SignedBody | undefined;
+    const digest = h[NODE_HEADERS.body];
+    if (digest !== undefined) {
+      const m = /^(\d{1,12}):([0-9a-f]{64})$/.exec(digest);
+      if (!m) return refuse(`its ${NODE_HEADERS.body} is not LENGTH:SHA256`);
+      // Checked as the body is read (the server's preParsing hook); its length already here.
+      if (headers['content-length'] !== m[1]) refuse('its body is not the one it was signed with (another length)');
+      body = { length: Number(m[1]), sha256: m[2]! };
+    }
+    return { principal, placement: placement === undefined ? undefined : decodeURIComponent(placement), from: from!, body };
   }
 
   private forgetOld(): void {

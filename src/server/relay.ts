@@ -74,41 +74,6 @@ export class Cluster {
   }
 
   /**
-   * A GET of `path` on node `nodeId` as `principal`, signed as a relayed request: its JSON
-   * answer, or undefined when the node is unreachable, slow (`timeoutMs`) or refuses. For what
-   * only the owner knows, merged into an answer read from the database here (a workshop's disk).
-   */
-  async readJson<T>(nodeId: string, path: string, principal: Principal, timeoutMs: number): Promise<T | undefined> {
-    const address = this.nodes.addressOf(nodeId);
-    if (!address || !this.nodes.isLive(nodeId)) return undefined;
-    const base = new URL(address);
-    const headers = { ...(await this.nodes.sign(nodeId, 'GET', path, principal)), accept: 'application/json' };
-    const mod = base.protocol === 'https:' ? https : http;
-    return new Promise<T | undefined>((resolve) => {
-      const req = mod.request(
-        new URL(path, base),
-        { method: 'GET', headers, agent: agents[base.protocol === 'https:' ? 'https:' : 'http:'], timeout: timeoutMs },
-        (answer) => {
-          const chunks: Buffer[] = [];
-          answer.on('data', (c: Buffer) => chunks.push(c));
-          answer.on('error', () => resolve(undefined));
-          answer.on('end', () => {
-            if (answer.statusCode !== 200) return resolve(undefined);
-            try {
-              resolve(JSON.parse(Buffer.concat(chunks).toString('utf8')) as T);
-            } catch {
-              resolve(undefined);
-            }
-          });
-        },
-      );
-      req.on('timeout', () => req.destroy(new Error('timed out')));
-      req.on('error', () => resolve(undefined));
-      req.end();
-    });
-  }
-
-  /**
    * Sends the request to node `nodeId` and its answer back to the caller (the reply is hijacked).
    * `body`: the request's body when it was read already (a create); otherwise it is streamed.
    */
@@ -122,16 +87,49 @@ export class Cluster {
     const base = this.target(nodeId, opts.what);
     const raw = request.raw;
     const url = raw.url ?? '/';
-    const signed = await this.nodes.sign(nodeId, raw.method ?? 'GET', url, principal, opts.placement);
+    // A body read whole is signed with the rest (the owner refuses it changed on the way): a
+    // create's, and a JSON body of at most SIGNED_BODY_MAX, which the owner would read whole
+    // anyway. Anything else (files, larger bodies, upgrades) streams through unsigned.
+    let body = opts.body;
+    if (body === undefined && raw.headers.upgrade === undefined && this.nodes.checksBodies(nodeId)) body = await wholeJsonBody(raw);
+    const signed = await this.nodes.sign(
+      nodeId,
+      raw.method ?? 'GET',
+      url,
+      principal,
+      opts.placement,
+      body !== undefined && this.nodes.checksBodies(nodeId) ? body : undefined,
+    );
     reply.hijack();
     if (raw.headers.upgrade !== undefined) return relayUpgrade(raw, raw.socket, upgradeHead(raw), base, signed, String(request.id));
     const headers = forwardHeaders(raw.headers, signed);
-    if (opts.body) {
-      headers['content-length'] = String(opts.body.length);
-      headers['content-type'] = 'application/json';
+    if (body) {
+      headers['content-length'] = String(body.length);
+      if (opts.body) headers['content-type'] = 'application/json';
     }
-    relayHttp(raw, reply.raw, base, headers, String(request.id), opts.body);
+    relayHttp(raw, reply.raw, base, headers, String(request.id), body);
   }
+}
+
+/** The most of a JSON body a relaying node reads whole to sign it (the server's own body limit). */
+const SIGNED_BODY_MAX = 1 << 20;
+
+/**
+ * The request's body, read whole, when it is JSON with a length of at most SIGNED_BODY_MAX
+ * (every request of the CLI and the SDK but a large exec stdin); otherwise undefined, the body
+ * left to stream.
+ */
+function wholeJsonBody(raw: IncomingMessage): Promise<Buffer | undefined> | undefined {
+  const length = Number(raw.headers['content-length']);
+  if (!/^application\/json\b/i.test(raw.headers['content-type'] ?? '') || raw.headers['transfer-encoding'] !== undefined) return undefined;
+  if (!Number.isSafeInteger(length) || length <= 0 || length > SIGNED_BODY_MAX) return undefined;
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    raw.on('data', (c: Buffer) => chunks.push(c));
+    raw.once('end', () => resolve(Buffer.concat(chunks)));
+    raw.once('error', reject);
+    raw.once('aborted', () => reject(new AtelierError('INVALID_ARGUMENT', 'the request was cut short before its body ended')));
+  });
 }
 
 /** Bytes that came after the upgrade request's headers (kept by @fastify/websocket on the raw request). */

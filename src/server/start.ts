@@ -337,6 +337,8 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       log: logger,
       heartbeatMs: config.nodeHeartbeatMs,
       deadAfterMs: config.nodeDeadAfterMs,
+      // Made below, before the node joins (the first heartbeat).
+      publish: (): Promise<void> => workshops.publishDisks(),
     });
     const advertiseUrl = publicUrlOf(opts.advertiseUrl, '--advertise-url');
     // The installation's periodic jobs run on one node of those sharing this database (src/db/leader.ts).

@@ -1,3 +1,4 @@
+import { isDeepStrictEqual } from 'node:util';
 import {
   AtelierError,
   isWorkshopId,
@@ -6,6 +7,7 @@ import {
   type ExecRequest,
   type SimulatorRequest,
   type Workshop,
+  type WorkshopDisk,
 } from '../core/index.js';
 import { queryRows, type Pool } from '../db/index.js';
 import { atLeast, type Principal, type WorkshopAction } from '../identity/index.js';
@@ -162,10 +164,36 @@ export class WorkshopService {
     return this.withDisk(await this.shared.row(id, { actor, action: 'read' }, true));
   }
 
-  // The disk is known to the node that runs it only.
+  // Only the node that runs it can read its disk: live there, as that node last published it
+  // (publishDisks, with its heartbeat) everywhere else.
   private withDisk(r: WorkshopRow): Workshop {
     const w = this.shared.view(r);
-    return r.node_id === this.opts.nodeId ? { ...w, disk: this.driver.diskOf(r.id) } : w;
+    if (r.node_id === this.opts.nodeId) return { ...w, disk: this.driver.diskOf(r.id) };
+    if (!r.disk) return w;
+    // In the owner's field order (jsonb keeps its own): the same answer byte for byte through any node.
+    const { enforced, quotaBytes, usedBytes, note } = r.disk;
+    return { ...w, disk: { enforced, quotaBytes, usedBytes, note } };
+  }
+
+  /**
+   * Writes the disk figures of the workshops this node runs into their rows, for the other nodes
+   * to read (docs/replicas.md): called with each heartbeat. A row is written only when its figure
+   * changed, so an idle installation writes nothing.
+   */
+  async publishDisks(): Promise<void> {
+    const rows = await queryRows<{ id: string; disk: WorkshopDisk | null }>(
+      this.pool,
+      'SELECT id, disk FROM workshops WHERE node_id = $1',
+      [this.opts.nodeId],
+    );
+    const changed = rows
+      .map((r) => ({ id: r.id, was: r.disk, disk: this.driver.diskOf(r.id) }))
+      .filter((r) => !isDeepStrictEqual(r.was, r.disk));
+    if (changed.length === 0) return;
+    await this.pool.query(
+      `UPDATE workshops w SET disk = d.disk FROM unnest($2::text[], $3::jsonb[]) AS d(id, disk) WHERE w.id = d.id AND w.node_id = $1`,
+      [this.opts.nodeId, changed.map((r) => r.id), changed.map((r) => JSON.stringify(r.disk))],
+    );
   }
 
   /** The node that runs the workshop (its id), or undefined when there is no such workshop. */

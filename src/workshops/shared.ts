@@ -8,6 +8,7 @@ import {
   isWorkshopId,
   type ExecRequest,
   type Workshop,
+  type WorkshopDisk,
   type WorkshopEgressEntry,
   type WorkshopStatus,
 } from '../core/index.js';
@@ -27,6 +28,8 @@ export interface WorkshopRow {
   owner_id: string | null;
   tenant_id: string;
   node_id: string;
+  /** Its disk figures as its node last published them with its heartbeat (migration 031); null before the first. */
+  disk: WorkshopDisk | null;
   status: WorkshopStatus;
   status_reason: string | null;
   repo: string;

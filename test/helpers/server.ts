@@ -48,6 +48,9 @@ export class TestServer {
   /** Extra environment for the server process (ATELIER_MASTER_KEY_FILE, …). */
   serverEnv: NodeJS.ProcessEnv = {};
 
+  /** The `atelier` it runs (another build's, for an upgrade); this checkout's by default. */
+  bin: string | undefined;
+
   static async start(opts: { databaseUrl?: string; args?: string[]; env?: NodeJS.ProcessEnv } = {}): Promise<TestServer> {
     const dir = mkdtempSync('/tmp/atelier-test-');
     const args = [...(opts.databaseUrl ? ['--database-url', opts.databaseUrl] : []), ...(opts.args ?? [])];
@@ -77,7 +80,7 @@ export class TestServer {
     const credentials = join(this.dataDir, 'credentials.txt');
     const before = existsSync(credentials) ? readFileSync(credentials, 'utf8') : '';
     rmSync(credentials, { force: true });
-    const bin = this.runAs?.bin ?? BIN;
+    const bin = this.runAs?.bin ?? this.bin ?? BIN;
     const proc = spawn(
       process.execPath,
       [bin, 'server', 'start', '--data-dir', this.dataDir, '--listen', '127.0.0.1:0', '--allow-repo-root', '/tmp', ...this.extraArgs],

@@ -1,7 +1,6 @@
 import { PassThrough } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
-import { AtelierError, CreateWorkshopRequest, type CreateWorkshopFrame, type Workshop, type WorkshopDisk } from '../../../core/index.js';
-import type { Principal } from '../../../identity/index.js';
+import { AtelierError, CreateWorkshopRequest, type CreateWorkshopFrame } from '../../../core/index.js';
 import type { WorkshopService } from '../../../workshops/index.js';
 import { parse, principalOf } from '../common.js';
 import type { Cluster } from '../../relay.js';
@@ -54,12 +53,9 @@ export function lifecycleRoutes(app: FastifyInstance, service: WorkshopService, 
     return reply;
   });
 
-  // Read from the database wherever the request lands; the disk, which only the workshop's node
-  // can read, is asked of that node (a relayed request is answered with this node's own only).
-  app.get('/v1/workshops', { config: { access: READ } }, async (request) => {
-    const items = await service.list(principalOf(request));
-    return { items: cluster && !request.relayed ? await withOwnersDisks(cluster, items, principalOf(request), false) : items };
-  });
+  // Read from the database wherever the request lands, the disk too: each node publishes its
+  // workshops' figures with its heartbeat (docs/replicas.md).
+  app.get('/v1/workshops', { config: { access: READ } }, async (request) => ({ items: await service.list(principalOf(request)) }));
 
   app.get<IdParams>('/v1/workshops/:id', { config: { access: READ } }, async (request) => {
     let w = await service.get(request.params.id, principalOf(request));
@@ -68,7 +64,7 @@ export function lifecycleRoutes(app: FastifyInstance, service: WorkshopService, 
       await cluster.nodes.refresh();
       w = await service.get(request.params.id, principalOf(request));
     }
-    return cluster && !request.relayed ? (await withOwnersDisks(cluster, [w], principalOf(request), true))[0]! : w;
+    return w;
   });
 
   app.delete<IdParams>('/v1/workshops/:id', { config: { access: MEMBER } }, async (request) => {
@@ -88,36 +84,4 @@ export function lifecycleRoutes(app: FastifyInstance, service: WorkshopService, 
   app.post<IdParams>('/v1/workshops/:id/resume', { config: { access: OPERATE } }, async (request) =>
     service.resume(request.params.id, principalOf(request)),
   );
-}
-
-// How long a list or a read waits for another node's disk figures before answering without them.
-const OWNER_DISK_TIMEOUT_MS = 5000;
-
-/**
- * `items` with the disk of each workshop another live node runs, as that node reads it: one
- * request per such node (its list, or the one workshop), in parallel. A node that does not answer
- * in time leaves its workshops without a disk, as an unreachable one does.
- */
-async function withOwnersDisks(cluster: Cluster, items: Workshop[], principal: Principal, one: boolean): Promise<Workshop[]> {
-  const byNode = new Map<string, Workshop[]>();
-  for (const w of items) {
-    if (w.disk !== undefined || w.status === 'NodeUnreachable') continue;
-    const id = cluster.nodes.idNamed(w.node);
-    if (id === undefined || id === cluster.nodeId) continue;
-    byNode.set(id, [...(byNode.get(id) ?? []), w]);
-  }
-  if (byNode.size === 0) return items;
-  const disks = new Map<string, WorkshopDisk>();
-  await Promise.all(
-    [...byNode].map(async ([node, ws]) => {
-      const answer = one
-        ? await cluster.readJson<Workshop>(node, `/v1/workshops/${encodeURIComponent(ws[0]!.id)}`, principal, OWNER_DISK_TIMEOUT_MS)
-        : (await cluster.readJson<{ items: Workshop[] }>(node, '/v1/workshops', principal, OWNER_DISK_TIMEOUT_MS))?.items;
-      for (const w of answer === undefined ? [] : Array.isArray(answer) ? answer : [answer]) if (w.disk) disks.set(w.id, w.disk);
-    }),
-  );
-  return items.map((w) => {
-    const disk = disks.get(w.id);
-    return disk ? { ...w, disk } : w;
-  });
 }
