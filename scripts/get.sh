@@ -45,12 +45,17 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # --- fetch ----------------------------------------------------------------------------------
-# fetch SRC DEST: an http(s) URL (curl, else wget) or a path (file:// or plain).
+# fetch SRC DEST [bar]: an http(s) URL (curl, else wget) or a path (file:// or plain). With `bar`
+# (the tarball) and stderr a terminal, curl's (or wget's) own progress bar is shown; otherwise the
+# download is silent but for errors (a log gets no redraws).
 fetch() {
+  curl_progress=-sS wget_progress=-q
+  if [ "${3:-}" = bar ] && [ -t 2 ]; then curl_progress=--progress-bar wget_progress='-q --show-progress'; fi
   case "$1" in
     http://* | https://*)
-      if command -v curl >/dev/null 2>&1; then curl -fsSL -o "$2" "$1" || die "could not download $1"
-      elif command -v wget >/dev/null 2>&1; then wget -q -O "$2" "$1" || die "could not download $1"
+      if command -v curl >/dev/null 2>&1; then curl -fL "$curl_progress" -o "$2" "$1" || die "could not download $1"
+      # shellcheck disable=SC2086 # two words on purpose
+      elif command -v wget >/dev/null 2>&1; then wget $wget_progress -O "$2" "$1" || die "could not download $1"
       else die "neither curl nor wget is installed: install one, or set ATELIER_RELEASE_URL to a local folder"
       fi ;;
     file://*) cp "${1#file://}" "$2" 2>/dev/null || die "could not read ${1#file://}" ;;
@@ -82,7 +87,7 @@ case "$version" in
   '' | *[!0-9A-Za-z.+-]*) die "release version '$version' is not a version" ;;
 esac
 
-fetch "$tarball_url" "$work/$file"
+fetch "$tarball_url" "$work/$file" bar
 fetch "$tarball_url.sha256" "$work/$file.sha256"
 want=$(awk '{ print $1; exit }' "$work/$file.sha256")
 got=$(sha256sum "$work/$file" | awk '{ print $1 }')
