@@ -26,27 +26,44 @@ export function bar(fraction: number, width: number): string {
   return '█'.repeat(full) + '░'.repeat(width - full);
 }
 
+/** `pid` and its descendants (tar hands its archive to a gzip it starts). */
+function family(pid: number): number[] {
+  const out = [pid];
+  for (let i = 0; i < out.length && out.length < 64; i++) {
+    try {
+      for (const task of readdirSync(`/proc/${out[i]}/task`))
+        for (const child of readFileSync(`/proc/${out[i]}/task/${task}/children`, 'utf8').trim().split(/\s+/))
+          if (child !== '') out.push(Number(child));
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return out;
+}
+
 /**
- * How far process `pid` has read `path`: the offset of the descriptor it holds on it
- * (/proc/PID/fdinfo's `pos`). Lets a tool that reads a file by itself (tar, pg_restore) be
- * measured without putting a pipe between it and its input.
+ * How far process `pid` (or a process it started) has read `path`: the offset of the descriptor
+ * it holds on it (/proc/PID/fdinfo's `pos`). Lets a tool that reads a file by itself (tar,
+ * pg_restore) be measured without putting a pipe between it and its input.
  */
 export function readOffset(pid: number | undefined, path: string): number | undefined {
   if (pid === undefined) return undefined;
-  try {
-    for (const fd of readdirSync(`/proc/${pid}/fd`)) {
-      let target: string;
-      try {
-        target = readlinkSync(`/proc/${pid}/fd/${fd}`);
-      } catch {
-        continue;
+  for (const p of family(pid)) {
+    try {
+      for (const fd of readdirSync(`/proc/${p}/fd`)) {
+        let target: string;
+        try {
+          target = readlinkSync(`/proc/${p}/fd/${fd}`);
+        } catch {
+          continue;
+        }
+        if (target !== path) continue;
+        const pos = /^pos:\s*(\d+)/m.exec(readFileSync(`/proc/${p}/fdinfo/${fd}`, 'utf8'))?.[1];
+        if (pos !== undefined) return Number(pos);
       }
-      if (target !== path) continue;
-      const pos = /^pos:\s*(\d+)/m.exec(readFileSync(`/proc/${pid}/fdinfo/${fd}`, 'utf8'))?.[1];
-      if (pos !== undefined) return Number(pos);
+    } catch {
+      // The process has ended, or is not ours to look at.
     }
-  } catch {
-    // The process has ended, or is not ours to look at.
   }
   return undefined;
 }
