@@ -78,12 +78,9 @@ function tlsToRemove(layout: HostLayout, flags: ServerInstallFlags): InstallSett
   const publicUrl = env.ATELIER_PUBLIC_URL;
   // The install derived https://DOMAIN[:PORT] from --domain: it goes with HTTPS. One given with
   // --public-url for another name (a proxy in front) stays.
+  const url = publicUrl !== undefined && URL.canParse(publicUrl) ? new URL(publicUrl) : undefined;
   const derived =
-    flags.publicUrl === undefined &&
-    publicUrl !== undefined &&
-    domain !== undefined &&
-    new URL(publicUrl).protocol === 'https:' &&
-    new URL(publicUrl).hostname.replace(/^\[|\]$/g, '') === domain;
+    flags.publicUrl === undefined && domain !== undefined && url?.protocol === 'https:' && url.hostname.replace(/^\[|\]$/g, '') === domain;
   return { listen: env.ATELIER_TLS_CERT !== undefined ? env.ATELIER_TLS_LISTEN : undefined, dropPublicUrl: derived };
 }
 
