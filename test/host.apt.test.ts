@@ -37,14 +37,18 @@ describe('get.sh installs what the system lacks with apt (the real dpkg-query an
   });
 
   after(async () => {
-    if (ours && installed(MISSING))
-      execFileSync('apt-get', ['-o', 'DPkg::Lock::Timeout=300', 'purge', '-y', '-qq', MISSING], {
-        stdio: 'ignore',
-        // sudo's own pre-removal script refuses while root has no password, unless told.
-        env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive', SUDO_FORCE_REMOVE: 'yes' },
-      });
-    if (target) await removeHostInstall({ prefix: target.prefix, home: target.home, env: target.env });
-    await site?.[Symbol.asyncDispose]();
+    try {
+      if (ours && installed(MISSING))
+        execFileSync('apt-get', ['-o', 'DPkg::Lock::Timeout=300', 'purge', '-y', '-qq', MISSING], {
+          stdio: 'ignore',
+          // sudo's own pre-removal script refuses while root has no password, unless told.
+          env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive', SUDO_FORCE_REMOVE: 'yes' },
+        });
+    } finally {
+      // Whatever the purge did, the prefix and the release site go (an open site keeps the run alive).
+      if (target) await removeHostInstall({ prefix: target.prefix, home: target.home, env: target.env });
+      await site?.[Symbol.asyncDispose]();
+    }
   });
 
   it('installs the missing package with apt-get; a second run finds everything and runs no apt', async () => {
