@@ -15,6 +15,9 @@
 #   ATELIER_PREFIX       root of the installed layout (default: none, so /opt/atelier and
 #                        /usr/local/bin). Tests use a temporary folder.
 #   ATELIER_SKIP_APT=1   do not check or install system packages (tests; machines prepared otherwise).
+#   ATELIER_APT_PACKAGES the Debian packages to check and install instead of the server's runtime list
+#                        below (space-separated): a machine that wants a subset, or more; the tests
+#                        prove the apt path with one package this machine lacks.
 #   ATELIER_SKIP_INSTALL=1  unpack and link only; do not run `atelier server install`.
 set -eu
 
@@ -45,12 +48,17 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # --- fetch ----------------------------------------------------------------------------------
-# fetch SRC DEST: an http(s) URL (curl, else wget) or a path (file:// or plain).
+# fetch SRC DEST [bar]: an http(s) URL (curl, else wget) or a path (file:// or plain). With `bar`
+# (the tarball) and stderr a terminal, curl's (or wget's) own progress bar is shown; otherwise the
+# download is silent but for errors (a log gets no redraws).
 fetch() {
+  curl_progress=-sS wget_progress=-q
+  if [ "${3:-}" = bar ] && [ -t 2 ]; then curl_progress=--progress-bar wget_progress='-q --show-progress'; fi
   case "$1" in
     http://* | https://*)
-      if command -v curl >/dev/null 2>&1; then curl -fsSL -o "$2" "$1" || die "could not download $1"
-      elif command -v wget >/dev/null 2>&1; then wget -q -O "$2" "$1" || die "could not download $1"
+      if command -v curl >/dev/null 2>&1; then curl -fL "$curl_progress" -o "$2" "$1" || die "could not download $1"
+      # shellcheck disable=SC2086 # two words on purpose
+      elif command -v wget >/dev/null 2>&1; then wget $wget_progress -O "$2" "$1" || die "could not download $1"
       else die "neither curl nor wget is installed: install one, or set ATELIER_RELEASE_URL to a local folder"
       fi ;;
     file://*) cp "${1#file://}" "$2" 2>/dev/null || die "could not read ${1#file://}" ;;
@@ -82,7 +90,7 @@ case "$version" in
   '' | *[!0-9A-Za-z.+-]*) die "release version '$version' is not a version" ;;
 esac
 
-fetch "$tarball_url" "$work/$file"
+fetch "$tarball_url" "$work/$file" bar
 fetch "$tarball_url.sha256" "$work/$file.sha256"
 want=$(awk '{ print $1; exit }' "$work/$file.sha256")
 got=$(sha256sum "$work/$file" | awk '{ print $1 }')
@@ -121,7 +129,8 @@ phase "unpacked to $release"
 # --- system packages ------------------------------------------------------------------------
 # What the server runs (sandboxes, networking, PostgreSQL, simulators): the runtime part of
 # scripts/install.sh's list (no compilers: the release is built).
-PACKAGES="bubblewrap socat util-linux mount e2fsprogs git perl iproute2 postgresql postgresql-client python3 ca-certificates curl redis-server openjdk-17-jre-headless openssh-client openssh-sftp-server"
+PACKAGES=${ATELIER_APT_PACKAGES:-bubblewrap socat util-linux mount e2fsprogs git perl iproute2 postgresql postgresql-client python3 ca-certificates curl redis-server openjdk-17-jre-headless openssh-client openssh-sftp-server}
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 if [ "${ATELIER_SKIP_APT:-}" = 1 ]; then
   say 'ATELIER_SKIP_APT=1: system packages not checked'
 elif ! command -v dpkg-query >/dev/null 2>&1; then
@@ -129,24 +138,33 @@ elif ! command -v dpkg-query >/dev/null 2>&1; then
 else
   missing=""
   for p in $PACKAGES; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+    case "$p" in *[!a-z0-9.+-]* | [!a-z0-9]*) die "'$p' is not a Debian package name (ATELIER_APT_PACKAGES?)" ;; esac
+    installed "$p" || missing="$missing $p"
   done
   if [ -n "$missing" ]; then
     say "installing:$missing"
-    # Atelier runs its own PostgreSQL cluster and its own redis servers: no system ones.
-    $SUDO mkdir -p /etc/postgresql-common/createcluster.d
-    echo "create_main_cluster = false" | $SUDO tee /etc/postgresql-common/createcluster.d/atelier.conf >/dev/null
+    case " $missing " in
+      *" postgresql "*)
+        # Atelier runs its own PostgreSQL cluster: no system one.
+        $SUDO mkdir -p /etc/postgresql-common/createcluster.d
+        echo "create_main_cluster = false" | $SUDO tee /etc/postgresql-common/createcluster.d/atelier.conf >/dev/null ;;
+    esac
+    # Nor system services (redis, PostgreSQL): none is started while apt runs.
     ours=""
     if [ ! -e /usr/sbin/policy-rc.d ]; then
       printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null && $SUDO chmod 755 /usr/sbin/policy-rc.d && ours=1
     fi
     $SUDO mkdir -p /usr/share/man/man1
+    # Another apt run (unattended upgrades) may hold the lock: wait for it rather than fail.
     # shellcheck disable=SC2086 # the list is split on purpose
-    if ! { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null; }; then
+    if ! { $SUDO apt-get -o DPkg::Lock::Timeout=300 update -qq &&
+      DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends $missing >/dev/null; }; then
       [ -z "$ours" ] || $SUDO rm -f /usr/sbin/policy-rc.d
       die "apt-get could not install:$missing (see above); fix that and run this again"
     fi
     [ -z "$ours" ] || $SUDO rm -f /usr/sbin/policy-rc.d
+    for p in $missing; do installed "$p" || die "apt-get ran, yet $p is not installed (dpkg-query -W $p): install it and run this again"; done
+    say "installed:$missing"
   fi
 fi
 phase 'system packages present'

@@ -254,11 +254,81 @@ describe('host install: TLS (files, local CA, ACME by pebble) and its progress',
     }
   });
 
+  it('--no-tls undoes the TLS step (with a new --listen): the server restarted on plain HTTP, a change once, then none', async () => {
+    const envFile = join(prefix, 'etc/atelier/atelier.env');
+    const httpsAnswers = (): boolean => {
+      try {
+        execFileSync('curl', ['-ksS', '--max-time', '5', `https://127.0.0.1:${tlsPort}/healthz`], { stdio: 'ignore' });
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    assert.equal(httpsAnswers(), true, 'HTTPS is served before');
+    const refused = await cli(['server', 'install', '--prefix', prefix, '--no-tls', '--domain', 'acme.test']);
+    assert.notEqual(refused.code, 0);
+    assert.match(refused.stderr, /--no-tls serves plain HTTP only, and --domain asks for HTTPS: give one or the other/);
+
+    const plan = await cli(['server', 'install', '--prefix', prefix, '--no-tls', '--plan']);
+    assert.equal(plan.code, 0, plan.stderr);
+    assert.match(plan.stderr, /^\[7\/8\] tls: planned — TLS removed \(--no-tls: plain HTTP only\)$/m);
+    assert.match(plan.stderr, new RegExp(`remove \\S+cert\\.pem, \\S+key\\.pem, \\S+source\\.json, \\S+acme-account-key\\.pem`));
+    assert.match(plan.stderr, /keep the local CA \S+local-ca\.pem/);
+    assert.match(plan.stderr, new RegExp(`no more HTTPS on 127\\.0\\.0\\.1:${tlsPort}`));
+    assert.equal(httpsAnswers(), true, 'the plan changed nothing');
+
+    // Another listen address at the same time: every setting but the data dir converges on a re-run.
+    const moved = `127.0.0.1:${await freePort()}`;
+    const r = await cli(['server', 'install', '--prefix', prefix, '--no-tls', '--listen', moved, '--yes']);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(
+      r.stderr,
+      /^\[3\/8\] configuration: applied .*\n\s+write \S+atelier\.env \(0640\): ATELIER_LISTEN, ATELIER_PUBLIC_URL, ATELIER_TLS_CERT, ATELIER_TLS_KEY, ATELIER_TLS_LISTEN$/m,
+    );
+    assert.match(r.stderr, /^\[6\/8\] service: applied/m);
+    assert.match(
+      r.stderr,
+      /^\[7\/8\] tls: applied \(\d+\.\d s\) — removed \S+cert\.pem, its key and the ACME account key \(the local CA \S+local-ca\.pem is kept/m,
+    );
+    assert.match(r.stderr, new RegExp(`is installed and running at http://${moved.replace(/\./g, '\\.')}`));
+    assert.doesNotMatch(r.stderr, /HTTPS:/);
+    const conf = readFileSync(envFile, 'utf8');
+    assert.match(conf, new RegExp(`^ATELIER_LISTEN=${moved}$`, 'm'));
+    assert.doesNotMatch(conf, /ATELIER_TLS_|ATELIER_PUBLIC_URL/, 'no TLS, and no https:// public URL derived from it');
+    for (const f of ['cert.pem', 'key.pem', 'source.json', 'acme-account-key.pem']) assert.equal(existsSync(join(tlsDir(), f)), false, f);
+    assert.equal(existsSync(join(tlsDir(), 'local-ca.pem')), true, 'the local CA is kept');
+    assert.equal(httpsAnswers(), false, 'nothing serves HTTPS any more');
+    const plain = (await (await fetch(`http://${moved}/healthz`)).json()) as { version: string };
+    assert.equal(plain.version, VERSION);
+    await assert.rejects(fetch(`http://${listen}/healthz`), 'the old address is closed');
+    assert.match(readFileSync(join(dataDir(), 'credentials.txt'), 'utf8'), new RegExp(`^url: http://${moved}$`, 'm'));
+    assert.deepEqual(journalOf('tls').slice(-2), ['applying', 'applied']);
+    listen = moved;
+
+    const again = await cli(['server', 'install', '--prefix', prefix, '--no-tls']);
+    assert.equal(again.code, 0, again.stderr);
+    assert.match(again.stderr, /^\[7\/8\] tls: no change — no TLS installed \(plain HTTP only\)$/m);
+    assert.match(again.stderr, /^no change: /m);
+    // Without the flag: plain HTTP stays (TLS is not brought back), and nothing changes.
+    const plainAgain = await cli(['server', 'install', '--prefix', prefix]);
+    assert.equal(plainAgain.code, 0, plainAgain.stderr);
+    assert.match(plainAgain.stderr, /^\[7\/7\] credentials: no change/m);
+    assert.match(plainAgain.stderr, /^no change: /m);
+  });
+
+  it('refuses to move the data dir on a re-run, saying what to do, and changes nothing', async () => {
+    const r = await cli(['server', 'install', '--prefix', prefix, '--data-dir', join(prefix, 'elsewhere'), '--yes']);
+    assert.notEqual(r.code, 0);
+    assert.match(r.stderr, /nothing was changed/);
+    assert.match(r.stderr, new RegExp(`the installed server keeps its data in ${dataDir()}: install does not move it\\. Drop --data-dir`));
+    assert.equal(existsSync(join(prefix, 'elsewhere')), false);
+  });
+
   it('on a terminal: a live step list (a spinner on the running step, then its mark)', async () => {
     const a = selfSigned('files.test');
     const p = pty.spawn(
       atelier(),
-      ['server', 'install', '--prefix', prefix, '--domain', 'files.test', '--tls-cert', a.cert, '--tls-key', a.key, '--yes'],
+      ['server', 'install', '--prefix', prefix, ...tlsFlags(), '--domain', 'files.test', '--tls-cert', a.cert, '--tls-key', a.key, '--yes'],
       {
         env: env as Record<string, string>,
         cols: 200,

@@ -1,7 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, readdirSync, readlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, readlinkSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { cachedRelease, derivedReleases, hostTarget, removeHostInstall, runGetSh, runProcess, serveDir } from './helpers/release.js';
 
@@ -127,11 +127,31 @@ describe('host upgrade: migration, automatic rollback of a broken release, --rol
   });
 
   it('upgrades to a release with a migration: backup, migrated, workshop and session kept', async () => {
-    const r = await cli(['server', 'upgrade', '--prefix', prefix, '--release', join(r1, `atelier-${V1}-linux-x64.tar.gz`)]);
+    const tarball = join(r1, `atelier-${V1}-linux-x64.tar.gz`);
+    const r = await cli(['server', 'upgrade', '--prefix', prefix, '--release', tarball, '--output', 'json']);
     assert.equal(r.code, 0, r.stderr);
-    for (const phase of ['verify', 'unpack', 'backup', 'stop', 'start', 'health'])
-      assert.match(r.stderr, new RegExp(`\\] ${phase}: applied`));
-    assert.match(r.stderr, new RegExp(`upgraded: Atelier ${V1}`));
+    const events = r.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { event: string; step?: string; state?: string; done?: number; total?: number; message?: string });
+    assert.deepEqual(
+      events.filter((e) => e.event === 'step' && e.state === 'applied').map((e) => e.step),
+      ['verify', 'unpack', 'backup', 'stop', 'start', 'health'],
+    );
+    assert.match(events.at(-1)?.message ?? '', new RegExp(`upgraded: Atelier ${V1}`));
+    // The steps that measure themselves: the download (hashed on the way) and the unpack in bytes
+    // of the tarball, the backup in bytes against the database's size; each ends at its total.
+    const progress = (step: string) => events.filter((e) => e.event === 'progress' && e.step === step);
+    for (const step of ['verify', 'unpack']) {
+      const p = progress(step);
+      assert.ok(p.length >= 1, `progress events for ${step}`);
+      assert.ok(p.every((e) => e.total === statSync(tarball).size && e.done! <= e.total));
+      assert.equal(p.at(-1)!.done, statSync(tarball).size);
+      // Each before its step's "applied".
+      assert.ok(events.indexOf(p.at(-1)!) < events.findIndex((e) => e.step === step && e.state === 'applied'));
+    }
+    const backup = progress('backup');
+    assert.ok(backup.length >= 1 && backup.at(-1)!.total! > 0 && backup.at(-1)!.done === backup.at(-1)!.total, JSON.stringify(backup));
     assert.equal(await version(), V1);
     assert.equal(readlinkSync(join(prefix, 'opt/atelier/current')), `releases/${V1}`);
     assert.ok(existsSync(join(prefix, 'opt/atelier/releases', V0, 'RELEASE.json')), 'the previous release stays beside');
@@ -148,6 +168,7 @@ describe('host upgrade: migration, automatic rollback of a broken release, --rol
     assert.match(r.stderr, new RegExp(`upgrade to ${V2} failed, rolled back: Atelier ${V1} runs again`));
     assert.match(r.stderr, /the server exited while starting/);
     assert.match(r.stderr, /a deliberately broken release/);
+    assert.match(r.stderr, /^\[0\] restore: applied \(\d+\.\d s\) — the database as backed up in \S+pre-upgrade-/m);
     assert.equal(await version(), V1);
     assert.equal(readlinkSync(join(prefix, 'opt/atelier/current')), `releases/${V1}`);
     const m = migrations();

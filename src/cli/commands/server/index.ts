@@ -93,6 +93,10 @@ export function register(program: Command, cli: Cli): void {
     .option('--tls-cert <file>', 'TLS certificate (PEM, chain after it); copied to /etc/atelier/tls')
     .option('--tls-key <file>', 'its private key (PEM, unencrypted); copied 0600')
     .option('--tls-listen <host:port>', 'where HTTPS is served (default 0.0.0.0:443)')
+    .option(
+      '--no-tls',
+      'plain HTTP only: an installed TLS is removed (configuration, certificate and key; the local CA is kept) and the server restarted',
+    )
     .option('--plan', 'show every step and what it would do; change nothing')
     .option('--yes', 'do not ask before applying (asked only on a terminal)')
     .action(async (flags, cmd: Command) => {

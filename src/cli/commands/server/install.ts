@@ -19,6 +19,8 @@ export interface ServerInstallFlags {
   tlsKey?: string;
   tlsListen?: string;
   acmeDirectory?: string;
+  /** false with --no-tls: plain HTTP only, an installed TLS removed. */
+  tls?: boolean;
   yes?: boolean;
   plan?: boolean;
 }
@@ -56,12 +58,46 @@ export function resolveSettings(layout: HostLayout, flags: ServerInstallFlags): 
   };
 }
 
+const TLS_FLAGS = [
+  ['--domain', 'domain'],
+  ['--email', 'email'],
+  ['--tls-cert', 'tlsCert'],
+  ['--tls-key', 'tlsKey'],
+  ['--tls-listen', 'tlsListen'],
+  ['--acme-directory', 'acmeDirectory'],
+] as const;
+
+/**
+ * With --no-tls, what is to be removed: the HTTPS listener the configuration names (undefined when
+ * it names none) and whether an https:// public URL derived from the TLS domain goes with it.
+ */
+function tlsToRemove(layout: HostLayout, flags: ServerInstallFlags): InstallSettings['removeTls'] {
+  if (flags.tls !== false) return undefined;
+  const env = existsSync(layout.envFile) ? parseEnvFile(readFileSync(layout.envFile, 'utf8')) : {};
+  const domain = installedTlsSource(layout)?.domain ?? undefined;
+  const publicUrl = env.ATELIER_PUBLIC_URL;
+  // The install derived https://DOMAIN[:PORT] from --domain: it goes with HTTPS. One given with
+  // --public-url for another name (a proxy in front) stays.
+  const url = publicUrl !== undefined && URL.canParse(publicUrl) ? new URL(publicUrl) : undefined;
+  const derived =
+    flags.publicUrl === undefined && domain !== undefined && url?.protocol === 'https:' && url.hostname.replace(/^\[|\]$/g, '') === domain;
+  return { listen: env.ATELIER_TLS_CERT !== undefined ? env.ATELIER_TLS_LISTEN : undefined, dropPublicUrl: derived };
+}
+
 /**
  * TLS from the flags, else as installed (a re-run keeps it). --email picks ACME when its directory
  * answers now, else a local CA (said in the plan and at the end).
  */
 async function resolveTls(layout: HostLayout, flags: ServerInstallFlags): Promise<TlsSettings | undefined> {
   const env = existsSync(layout.envFile) ? parseEnvFile(readFileSync(layout.envFile, 'utf8')) : {};
+  if (flags.tls === false) {
+    const both = TLS_FLAGS.filter(([, key]) => flags[key] !== undefined).map(([flag]) => flag);
+    if (both.length > 0)
+      throw new Error(
+        `--no-tls serves plain HTTP only, and ${both.join(', ')} ask${both.length === 1 ? 's' : ''} for HTTPS: give one or the other`,
+      );
+    return undefined;
+  }
   const installed = env.ATELIER_TLS_CERT !== undefined ? installedTlsSource(layout) : undefined;
   const asked = flags.domain ?? flags.email ?? flags.tlsCert ?? flags.tlsKey ?? flags.tlsListen ?? flags.acmeDirectory;
   if (asked === undefined && installed === undefined) return undefined;
@@ -107,6 +143,8 @@ export async function serverInstall(flags: ServerInstallFlags, output: string, p
   const settings = resolveSettings(base, flags);
   const layout = hostLayout(flags.prefix, settings.dataDir);
   settings.tls = await resolveTls(layout, flags);
+  settings.removeTls = tlsToRemove(layout, flags);
+  if (settings.removeTls?.dropPublicUrl) settings.publicUrl = undefined;
   // A new --domain derives a new public URL (https://DOMAIN) unless --public-url says otherwise.
   if (flags.domain !== undefined && flags.publicUrl === undefined) settings.publicUrl = undefined;
   if (settings.tls && flags.listen === undefined && !existsSync(layout.envFile) && settings.tls.source.kind === 'acme')

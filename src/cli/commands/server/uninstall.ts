@@ -5,7 +5,7 @@ import { emitter, journal } from './host/engine.js';
 import { hostLayout, parseEnvFile } from './host/layout.js';
 import { localUrl, serviceKind, serviceRunning, stopService } from './host/service.js';
 import { requireRoot } from './install.js';
-import { tlsPaths } from './host/tls.js';
+import { tlsPaths, tlsRemovable } from './host/tls.js';
 
 export interface ServerUninstallFlags {
   prefix?: string;
@@ -72,7 +72,7 @@ export async function serverUninstall(flags: ServerUninstallFlags, output: strin
   }
   const tls = tlsPaths(layout);
   if (existsSync(tls.cert) || existsSync(tls.source)) {
-    for (const f of [tls.cert, tls.key, tls.source, tls.account]) rmSync(f, { force: true });
+    for (const f of tlsRemovable(layout)) rmSync(f, { force: true });
     rmSync(join(layout.dataDir, 'acme-challenge'), { recursive: true, force: true });
     step(
       'tls',

@@ -1,11 +1,23 @@
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { createReadStream, existsSync, mkdirSync, readFileSync, readlinkSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  createReadStream,
+  createWriteStream,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  readlinkSync,
+  renameSync,
+  rmSync,
+  statSync,
+} from 'node:fs';
 import { basename, join } from 'node:path';
+import { once } from 'node:events';
 import { promisify } from 'node:util';
 import { emitter, journal, type Emit } from './host/engine.js';
 import { hostLayout, parseEnvFile, type HostLayout } from './host/layout.js';
 import { healthz, localUrl, serviceRunning, startService, stopService } from './host/service.js';
+import { readOffset, sizeOf, whileRunning, type Progress } from './host/progress.js';
 import { setLink } from './host/steps.js';
 import { requireRoot } from './install.js';
 
@@ -19,16 +31,38 @@ export interface ServerUpgradeFlags {
 
 const TARBALL = /^atelier-([0-9A-Za-z][0-9A-Za-z.+-]*)-linux-x64\.tar\.gz$/;
 
-async function fetchTo(src: string, dest: string): Promise<void> {
+/**
+ * Copies the tarball (URL or path) to `dest`, hashing it on the way: one pass, measured in bytes
+ * against its Content-Length (or its size on disk). Returns its SHA-256.
+ */
+async function fetchTo(src: string, dest: string, progress: Progress): Promise<string> {
+  let body: AsyncIterable<Uint8Array>;
+  let total: number | undefined;
   if (/^https?:\/\//.test(src)) {
     const res = await fetch(src);
-    if (!res.ok) throw new Error(`could not download ${src}: HTTP ${res.status}`);
-    writeFileSync(dest, Buffer.from(await res.arrayBuffer()));
-    return;
+    if (!res.ok || !res.body) throw new Error(`could not download ${src}: HTTP ${res.status}`);
+    const length = Number(res.headers.get('content-length'));
+    total = length > 0 ? length : undefined;
+    body = res.body as unknown as AsyncIterable<Uint8Array>;
+  } else {
+    const path = src.replace(/^file:\/\//, '');
+    if (!existsSync(path)) throw new Error(`${path} does not exist`);
+    total = statSync(path).size;
+    body = createReadStream(path);
   }
-  const path = src.replace(/^file:\/\//, '');
-  if (!existsSync(path)) throw new Error(`${path} does not exist`);
-  writeFileSync(dest, readFileSync(path));
+  const h = createHash('sha256');
+  const file = createWriteStream(dest);
+  let done = 0;
+  progress(0, total);
+  for await (const chunk of body) {
+    h.update(chunk);
+    done += chunk.length;
+    if (!file.write(chunk)) await once(file, 'drain');
+    progress(done, total);
+  }
+  file.end();
+  await once(file, 'close');
+  return h.digest('hex');
 }
 
 async function readText(src: string): Promise<string> {
@@ -38,12 +72,6 @@ async function readText(src: string): Promise<string> {
     return res.text();
   }
   return readFileSync(src.replace(/^file:\/\//, ''), 'utf8');
-}
-
-async function sha256(path: string): Promise<string> {
-  const h = createHash('sha256');
-  for await (const chunk of createReadStream(path)) h.update(chunk as Buffer);
-  return h.digest('hex');
 }
 
 /** --release: a tarball (path or URL, its .sha256 beside it) or a folder/base URL with LATEST (as get.sh takes). */
@@ -77,17 +105,22 @@ async function pgBin(pgBinDir: string | undefined, tool: string): Promise<string
   return join(findPgBinDir(pgBinDir), tool);
 }
 
+/** pg_restore of `dump` into `url`, measured by how far it has read the dump. */
+async function pgRestore(pgBinDir: string | undefined, args: string[], dump: string, progress: Progress): Promise<void> {
+  const p = run(await pgBin(pgBinDir, 'pg_restore'), [...args, dump]);
+  await whileRunning(p, () => readOffset(p.child.pid, dump), progress, sizeOf(dump));
+}
+
 /** Puts the database back as the dump has it: the embedded one is dropped and restored whole. */
-async function restoreDatabase(env: Record<string, string>, dataDir: string, dump: string, pgBinDir: string | undefined): Promise<void> {
+async function restoreDatabase(
+  env: Record<string, string>,
+  dataDir: string,
+  dump: string,
+  pgBinDir: string | undefined,
+  progress: Progress,
+): Promise<void> {
   if (env.ATELIER_DATABASE_URL) {
-    await run(await pgBin(pgBinDir, 'pg_restore'), [
-      '--clean',
-      '--if-exists',
-      '--single-transaction',
-      '-d',
-      env.ATELIER_DATABASE_URL,
-      dump,
-    ]);
+    await pgRestore(pgBinDir, ['--clean', '--if-exists', '--single-transaction', '-d', env.ATELIER_DATABASE_URL], dump, progress);
     return;
   }
   const { startEmbeddedPostgres } = await import('../../../db/index.js');
@@ -104,10 +137,22 @@ async function restoreDatabase(env: Record<string, string>, dataDir: string, dum
       '-c',
       'CREATE DATABASE atelier',
     ]);
-    await run(await pgBin(pgBinDir, 'pg_restore'), ['--single-transaction', '-d', pg.connectionString, dump]);
+    await pgRestore(pgBinDir, ['--single-transaction', '-d', pg.connectionString], dump, progress);
   } finally {
     await pg.stop();
   }
+}
+
+/**
+ * pg_dump of the service's database to `dump`, measured by the dump's size against the
+ * database's (pg_database_size): an estimate, as the dump is compressed and holds no indexes,
+ * so the bar ends with a jump to 100 %.
+ */
+async function backUp(url: string, dump: string, pgBinDir: string | undefined, progress: Progress): Promise<void> {
+  const { stdout } = await run(await pgBin(pgBinDir, 'psql'), ['-At', '-d', url, '-c', 'SELECT pg_database_size(current_database())']);
+  const size = Number(stdout.trim());
+  const p = run(await pgBin(pgBinDir, 'pg_dump'), ['-Fc', '-f', dump, '-d', url]);
+  await whileRunning(p, () => sizeOf(dump), progress, size > 0 ? size : undefined);
 }
 
 /** Health of the new server: ok with `version`, or it failed (exited during start-up, or timed out). */
@@ -157,10 +202,11 @@ export async function serverUpgrade(flags: ServerUpgradeFlags, output: string, p
   const previousLink = join(layout.home, 'previous');
   const total = flags.rollback ? 1 : 6;
   let index = 0;
-  const phase = async <T>(step: string, detail: string, fn: () => Promise<T>): Promise<T> => {
+  const phase = async <T>(step: string, detail: string, fn: (progress: Progress) => Promise<T>): Promise<T> => {
     index++;
     const t0 = Date.now();
-    const r = await fn();
+    emit({ event: 'step', step, index, total, state: 'applying', detail });
+    const r = await fn((done, of) => emit({ event: 'progress', step, done, total: of, unit: 'bytes' }));
     emit({ event: 'step', step, index, total, state: 'applied', detail, ms: Date.now() - t0 });
     journal(layout.journal, { step: `upgrade:${step}`, outcome: 'applied', detail });
     return r;
@@ -197,15 +243,16 @@ export async function serverUpgrade(flags: ServerUpgradeFlags, output: string, p
   mkdirSync(work, { recursive: true });
   try {
     const tarball = join(work, basename(url));
-    await phase('verify', `${basename(url)} matches its SHA-256`, async () => {
-      await fetchTo(url, tarball);
+    await phase('verify', `${basename(url)} matches its SHA-256`, async (progress) => {
+      const got = await fetchTo(url, tarball, progress);
       const want = (await readText(`${url}.sha256`)).trim().split(/\s+/)[0];
-      const got = await sha256(tarball);
       if (want !== got) throw new Error(`checksum mismatch for ${basename(url)}: expected ${want}, got ${got}. Nothing was changed`);
     });
-    await phase('unpack', `beside ${from}, in ${join(layout.releases, to)}`, async () => {
+    await phase('unpack', `beside ${from}, in ${join(layout.releases, to)}`, async (progress) => {
       if (existsSync(join(layout.releases, to, 'RELEASE.json'))) return;
-      await run('tar', ['-xzf', tarball, '-C', work, '--no-same-owner']);
+      // Measured by how far tar has read the tarball.
+      const tar = run('tar', ['-xzf', tarball, '-C', work, '--no-same-owner']);
+      await whileRunning(tar, () => readOffset(tar.child.pid, tarball), progress, sizeOf(tarball));
       const info = JSON.parse(readFileSync(join(work, `atelier-${to}`, 'RELEASE.json'), 'utf8')) as { version?: string };
       if (info.version !== to) throw new Error(`${basename(url)} holds release ${info.version}, not ${to}`);
       renameSync(join(work, `atelier-${to}`), join(layout.releases, to));
@@ -215,11 +262,11 @@ export async function serverUpgrade(flags: ServerUpgradeFlags, output: string, p
   }
   const backups = join(layout.dataDir, 'backups');
   const dump = join(backups, `pre-upgrade-${from}-to-${to}-${new Date().toISOString().replace(/[:.]/g, '')}.dump`);
-  await phase('backup', dump, async () => {
+  await phase('backup', dump, async (progress) => {
     mkdirSync(backups, { recursive: true, mode: 0o700 });
     if (!serviceRunning(layout) && !env.ATELIER_DATABASE_URL)
       throw new Error('the service is not running, so neither is its database: start it (`atelier server install`) before upgrading');
-    await run(await pgBin(pgBinDir, 'pg_dump'), ['-Fc', '-f', dump, '-d', databaseUrl(env, layout.dataDir)]);
+    await backUp(databaseUrl(env, layout.dataDir), dump, pgBinDir, progress);
   });
 
   try {
@@ -255,7 +302,13 @@ async function rollBack(
   journal(layout.journal, { step: 'upgrade', outcome: 'failed', detail: o.reason });
   if (serviceRunning(layout)) await stopService(layout);
   setLink(layout.current, `releases/${o.from}`);
-  await restoreDatabase(o.env, layout.dataDir, o.dump, o.pgBinDir);
+  const t0 = Date.now();
+  const detail = `the database as backed up in ${o.dump}`;
+  emit({ event: 'step', step: 'restore', index: 0, total: 0, state: 'applying', detail });
+  await restoreDatabase(o.env, layout.dataDir, o.dump, o.pgBinDir, (done, of) =>
+    emit({ event: 'progress', step: 'restore', done, total: of, unit: 'bytes' }),
+  );
+  emit({ event: 'step', step: 'restore', index: 0, total: 0, state: 'applied', detail, ms: Date.now() - t0 });
   const offset = existsSync(join(layout.logDir, 'server.log')) ? statSync(join(layout.logDir, 'server.log')).size : 0;
   await startService(layout);
   await checkHealth(o.listen, o.from, layout, offset, 180_000);

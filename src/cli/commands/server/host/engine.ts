@@ -1,5 +1,6 @@
 import { appendFileSync, existsSync, mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
+import { bar, formatBytes } from './progress.js';
 import type { HostStep, StepContext } from './steps.js';
 
 /** One line of progress: printed as text, or as one JSON object per line with `--output json`. */
@@ -14,7 +15,22 @@ export interface StepEvent {
   ms?: number;
 }
 
-export type Emit = (e: StepEvent | { event: string; [k: string]: unknown }) => void;
+/**
+ * How far a running step is: `done` of `total` in `unit` (total absent: not known in advance).
+ * Sent as often as the step measures; the emitter throttles what it shows.
+ */
+export interface ProgressEvent {
+  event: 'progress';
+  step: string;
+  done: number;
+  total?: number;
+  unit: 'bytes' | 'items';
+}
+
+export type Emit = (e: StepEvent | ProgressEvent | { event: string; [k: string]: unknown }) => void;
+
+/** At most this many progress events per second per step in JSON (and redraws on a terminal). */
+export const PROGRESS_PER_SECOND = 5;
 
 const MARK: Record<StepEvent['state'], string> = {
   unchanged: '·',
@@ -31,14 +47,52 @@ function stepLine(s: StepEvent, mark: string): string {
   return `${head}\n${(s.effects ?? []).map((x) => `      ${x}\n`).join('')}`;
 }
 
+/** Where the emitter writes: a stream, or anything with its `write`, `isTTY` and `columns` (tests). */
+export type Out = Pick<NodeJS.WriteStream, 'write'> & { isTTY?: boolean; columns?: number };
+
+export interface EmitterOptions {
+  /** Human output (default stderr): a live list on a terminal, plain lines otherwise. */
+  out?: Out;
+  /** JSON output (default stdout). */
+  stdout?: Out;
+  /** The clock progress is throttled by (tests give their own). */
+  now?: () => number;
+}
+
 /**
- * Progress for a program (`--output json`: one JSON object per line on stdout), for a terminal
- * (a live list: a spinner on the running step, then its mark), or for a log (plain lines, as a
- * spinner's redraws would be noise in a file).
+ * Keeps a progress event when it is the step's first, its last (done = total), or at least
+ * 1/PROGRESS_PER_SECOND s after the last one kept for that step.
  */
-export function emitter(output: string, out: NodeJS.WriteStream = process.stderr): Emit {
-  if (output === 'json') return (e) => process.stdout.write(`${JSON.stringify(e)}\n`);
-  if (out.isTTY) return liveEmitter(out);
+function throttle(now: () => number): (e: ProgressEvent) => boolean {
+  const last = new Map<string, number>();
+  return (e) => {
+    const t = now();
+    const prev = last.get(e.step);
+    const final = e.total !== undefined && e.done >= e.total;
+    if (prev !== undefined && !final && t - prev < 1000 / PROGRESS_PER_SECOND) return false;
+    last.set(e.step, t);
+    return true;
+  };
+}
+
+/**
+ * Progress for a program (`--output json`: one JSON object per line on stdout, progress throttled),
+ * for a terminal (a live list: a spinner and, for a step that measures itself, a bar on the running
+ * step, then its mark), or for a log (plain lines: a spinner's or a bar's redraws would be noise in a
+ * file, so progress is not written there; the step's line says when it is done).
+ */
+export function emitter(output: string, opts: EmitterOptions = {}): Emit {
+  const out = opts.out ?? process.stderr;
+  const now = opts.now ?? Date.now;
+  if (output === 'json') {
+    const stdout = opts.stdout ?? process.stdout;
+    const keep = throttle(now);
+    return (e) => {
+      if (e.event === 'progress' && !keep(e as ProgressEvent)) return;
+      stdout.write(`${JSON.stringify(e)}\n`);
+    };
+  }
+  if (out.isTTY) return liveEmitter(out, now);
   return (e) => {
     if (e.event !== 'step') {
       const message = (e as { message?: unknown }).message;
@@ -53,16 +107,43 @@ export function emitter(output: string, out: NodeJS.WriteStream = process.stderr
 
 const FRAMES = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
 
-function liveEmitter(out: NodeJS.WriteStream): Emit {
-  let running: { s: StepEvent; t0: number; frame: number; timer: NodeJS.Timeout } | undefined;
+/** The running step's line, never wider than `columns - 1` (a full-width line would wrap). */
+export function runningLine(s: StepEvent, frame: number, seconds: number, columns: number, p?: ProgressEvent): string {
+  const width = Math.max(20, columns - 1);
+  const head = `${FRAMES[frame % FRAMES.length]} [${s.total > 0 ? `${s.index}/${s.total}` : s.index}] ${s.step}: ${s.detail}`;
+  if (!p) return `${head} (${seconds.toFixed(0)} s)`.slice(0, width);
+  const amount = (n: number): string => (p.unit === 'bytes' ? formatBytes(n) : String(n));
+  const known = p.total !== undefined && p.total > 0;
+  const tail = known
+    ? ` ${Math.floor((Math.min(p.done, p.total!) / p.total!) * 100)}% ${amount(p.done)}/${amount(p.total!)} (${seconds.toFixed(0)} s)`
+    : ` ${amount(p.done)} (${seconds.toFixed(0)} s)`;
+  // The bar takes what is left once the head has 24 columns, between 5 and 30 cells; none when narrower.
+  const cells = Math.min(30, width - tail.length - 25);
+  const meter = known && cells >= 5 ? ` ${bar(p.done / p.total!, cells)}` : '';
+  const room = width - tail.length - meter.length;
+  const shown = head.length <= room ? head : `${head.slice(0, Math.max(0, room - 1))}…`;
+  return `${shown}${meter}${tail}`.slice(0, width);
+}
+
+function liveEmitter(out: Out, now: () => number): Emit {
+  let running: { s: StepEvent; t0: number; frame: number; timer: NodeJS.Timeout; progress?: ProgressEvent } | undefined;
+  let drawnAt = 0;
   const draw = (): void => {
     if (!running) return;
-    const { s, t0 } = running;
-    const line = `${FRAMES[running.frame++ % FRAMES.length]} [${s.index}/${s.total}] ${s.step}: ${s.detail} (${((Date.now() - t0) / 1000).toFixed(0)} s)`;
-    out.write(`\r\x1b[K${line.slice(0, Math.max(20, (out.columns || 80) - 1))}`);
+    drawnAt = now();
+    const line = runningLine(running.s, running.frame++, (now() - running.t0) / 1000, out.columns || 80, running.progress);
+    out.write(`\r\x1b[K${line}`);
   };
   const clear = (): void => void (running && out.write('\r\x1b[K'));
   return (e) => {
+    if (e.event === 'progress') {
+      const p = e as ProgressEvent;
+      if (running?.s.step !== p.step) return;
+      running.progress = p;
+      // Redrawn at most PROGRESS_PER_SECOND times a second by progress (the spinner's timer redraws too).
+      if (now() - drawnAt >= 1000 / PROGRESS_PER_SECOND) draw();
+      return;
+    }
     if (e.event !== 'step') {
       const message = (e as { message?: unknown }).message;
       if (typeof message !== 'string') return;
@@ -78,7 +159,7 @@ function liveEmitter(out: NodeJS.WriteStream): Emit {
       running = undefined;
     }
     if (s.state === 'applying') {
-      running = { s, t0: Date.now(), frame: 0, timer: setInterval(draw, 100) };
+      running = { s, t0: now(), frame: 0, timer: setInterval(draw, 100) };
       running.timer.unref();
       draw();
       return;

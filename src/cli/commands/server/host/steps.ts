@@ -5,6 +5,7 @@ import {
   lstatSync,
   mkdirSync,
   readFileSync,
+  readdirSync,
   readlinkSync,
   renameSync,
   rmSync,
@@ -15,7 +16,7 @@ import {
 import { dirname, join } from 'node:path';
 import { parseListen } from '../../../../core/index.js';
 import { formatEnvFile, parseEnvFile, type HostLayout } from './layout.js';
-import { tlsPaths, tlsStep, type TlsSettings } from './tls.js';
+import { tlsPaths, tlsRemovalStep, tlsStep, type TlsSettings } from './tls.js';
 import { healthz, serviceKind, serviceRunning, startService, stopService, waitHealthy } from './service.js';
 
 /** What `atelier server install` was asked for, completed from the existing configuration and defaults. */
@@ -26,6 +27,11 @@ export interface InstallSettings {
   dataDir: string;
   /** HTTPS (--domain, --email, --tls-cert/--tls-key), or undefined for none. */
   tls?: TlsSettings;
+  /**
+   * --no-tls: plain HTTP only. `listen` is the HTTPS listener the configuration named (undefined
+   * when TLS was not configured), `dropPublicUrl` whether the https:// URL derived from it goes too.
+   */
+  removeTls?: { listen: string | undefined; dropPublicUrl: boolean };
 }
 
 export interface StepContext {
@@ -209,7 +215,7 @@ const directoriesStep: HostStep = {
 const configStep: HostStep = {
   name: 'configuration',
   title: 'configuration file',
-  async preconditions({ settings }) {
+  async preconditions({ settings, layout }) {
     let listenOk = true;
     let reason = '';
     try {
@@ -218,7 +224,18 @@ const configStep: HostStep = {
       listenOk = false;
       reason = (err as Error).message;
     }
-    return [{ ok: listenOk, reason }];
+    // Every other setting converges on a re-run (the configuration is rewritten and the server
+    // restarted on it); the data dir does not: the database, the workshops and credentials.txt
+    // are in the old one, and moving them is not an install's job.
+    const old = existsSync(layout.envFile) ? parseEnvFile(readFileSync(layout.envFile, 'utf8')).ATELIER_DATA_DIR : undefined;
+    const moved = old !== undefined && old !== settings.dataDir && existsSync(old) && readdirSync(old).length > 0;
+    return [
+      { ok: listenOk, reason },
+      {
+        ok: !moved,
+        reason: `the installed server keeps its data in ${old}: install does not move it. Drop --data-dir to keep it there, or move it by hand with the server stopped (docs/server.md, "Changing the settings of an install")`,
+      },
+    ];
   },
   async check(ctx) {
     const want = formatEnvFile(envFor(ctx));
@@ -428,11 +445,16 @@ const credentialsStep: HostStep = {
   },
 };
 
-/** Install order: TLS after the service (the server answers the ACME challenge), when asked for or installed. */
+/**
+ * Install order: TLS after the service (the server answers the ACME challenge), when asked for or
+ * installed; with --no-tls its removal in the same place (after the service restarted without it,
+ * so the running server never reads files that are gone).
+ */
 export function installSteps(settings: InstallSettings): HostStep[] {
-  if (!settings.tls) return INSTALL_STEPS;
+  const tls = settings.tls ? tlsStep : settings.removeTls ? tlsRemovalStep : undefined;
+  if (!tls) return INSTALL_STEPS;
   const i = INSTALL_STEPS.indexOf(serviceStep) + 1;
-  return [...INSTALL_STEPS.slice(0, i), tlsStep, ...INSTALL_STEPS.slice(i)];
+  return [...INSTALL_STEPS.slice(0, i), tls, ...INSTALL_STEPS.slice(i)];
 }
 
 /** Install order without TLS; uninstall walks it backwards. */

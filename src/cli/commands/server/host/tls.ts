@@ -303,3 +303,72 @@ export function trustAdvice(layout: HostLayout, t: TlsSettings | undefined, url:
     `  cp ${ca} /usr/local/share/ca-certificates/atelier-local-ca.crt && update-ca-certificates   # this machine (Debian)`,
   ];
 }
+
+/**
+ * What removing TLS removes (`install --no-tls`, `uninstall`): the served certificate and key, its
+ * source and the ACME account key. The local CA stays: its root may be trusted by browsers and
+ * machines, and a later local-CA install issues from it again rather than asking them to trust a
+ * new one (`uninstall --purge` deletes it with /etc/atelier).
+ */
+export function tlsRemovable(layout: HostLayout): string[] {
+  const p = tlsPaths(layout);
+  return [p.cert, p.key, p.source, p.account];
+}
+
+/** Whether any file a TLS install writes is there. */
+function tlsInstalled(layout: HostLayout): boolean {
+  return tlsRemovable(layout).some((f) => existsSync(f));
+}
+
+/**
+ * `install --no-tls`: the TLS step's inverse. The configuration step has written the
+ * configuration without ATELIER_TLS_* and the service step restarted the server on it; this step
+ * then removes the files and checks nothing answers HTTPS on the old listener any more.
+ */
+export const tlsRemovalStep: HostStep = {
+  name: 'tls',
+  title: 'TLS removed (--no-tls: plain HTTP only)',
+  async preconditions() {
+    return [];
+  },
+  async check(ctx) {
+    const done = !tlsInstalled(ctx.layout);
+    return {
+      done,
+      detail: done
+        ? 'no TLS installed (plain HTTP only)'
+        : `${tlsPaths(ctx.layout).cert} and its key to remove${ctx.settings.removeTls?.listen ? `, no more HTTPS on ${ctx.settings.removeTls.listen}` : ''}`,
+    };
+  },
+  plan(ctx) {
+    const p = tlsPaths(ctx.layout);
+    const listen = ctx.settings.removeTls?.listen;
+    return [
+      `remove ${tlsRemovable(ctx.layout)
+        .filter((f) => existsSync(f))
+        .join(', ')} and ${join(ctx.settings.dataDir, 'acme-challenge')}`,
+      ...(existsSync(p.caCert) ? [`keep the local CA ${p.caCert} (a root users may trust)`] : []),
+      listen ? `no more HTTPS on ${listen} (the server was restarted without it)` : 'the server serves plain HTTP only',
+    ];
+  },
+  async apply(ctx, record) {
+    const p = tlsPaths(ctx.layout);
+    const before = new Map(tlsRemovable(ctx.layout).map((f) => [f, existsSync(f) ? readFileSync(f) : undefined]));
+    record(() => {
+      for (const [f, content] of before) if (content !== undefined) writeFile(f, content, f === p.cert || f === p.source ? 0o644 : 0o600);
+    });
+    for (const f of before.keys()) rmSync(f, { force: true });
+    rmSync(join(ctx.settings.dataDir, 'acme-challenge'), { recursive: true, force: true });
+    return {
+      detail: `removed ${p.cert}, its key and the ACME account key${existsSync(p.caCert) ? ` (the local CA ${p.caCert} is kept: a root users may trust)` : ''}`,
+    };
+  },
+  async verify(ctx) {
+    if (tlsInstalled(ctx.layout)) return { ok: false, detail: `${tlsPaths(ctx.layout).cert} or its key is still there` };
+    const listen = ctx.settings.removeTls?.listen;
+    const fp = listen ? await presented(listen, undefined) : undefined;
+    return fp === undefined
+      ? { ok: true, detail: listen ? `nothing serves HTTPS on ${listen}` : 'no TLS files' }
+      : { ok: false, detail: `the server on ${listen} still presents a certificate (${fp}): see the server log` };
+  },
+};
