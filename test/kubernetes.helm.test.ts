@@ -159,6 +159,7 @@ describe('Helm chart deploy/helm/atelier on a real API server (helm and kubectl 
     assert.deepEqual(kinds, [
       'ConfigMap',
       'Deployment',
+      'NetworkPolicy',
       'Role',
       'Role',
       'RoleBinding',
@@ -263,6 +264,13 @@ describe('Helm chart deploy/helm/atelier on a real API server (helm and kubectl 
     const pod = isolated.spec.podTemplate.spec as { securityContext?: unknown; containers: { volumeMounts?: unknown }[] };
     assert.deepEqual(pod.securityContext, { fsGroup: 1000 });
     assert.deepEqual(pod.containers[0]!.volumeMounts, [{ name: 'workspace', mountPath: '/workspace' }]);
+    // Each profile's baseline NetworkPolicy, as the driver's applyProfile writes it: its pods closed.
+    const baseline = find(list, 'NetworkPolicy', 'atelier-profile-isolated');
+    assert.equal(baseline.metadata.namespace, WORKSHOPS_NS);
+    assert.deepEqual(baseline.spec, {
+      podSelector: { matchLabels: { 'atelier.dev/profile': 'isolated' } },
+      policyTypes: ['Ingress', 'Egress'],
+    });
   });
 
   it('has the API server accept everything it renders (server-side dry run), with default and custom values', async () => {
@@ -398,7 +406,7 @@ describe('Helm chart deploy/helm/atelier on a real API server (helm and kubectl 
     for (const ns of [NS, WORKSHOPS_NS]) {
       const left = await kubectl([
         'get',
-        'deployments,services,configmaps,serviceaccounts,roles,rolebindings',
+        'deployments,services,configmaps,serviceaccounts,roles,rolebindings,networkpolicies',
         '--namespace',
         ns,
         '-o',

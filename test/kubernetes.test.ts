@@ -200,6 +200,20 @@ describe('Kubernetes driver objects on a real control plane (kwok node: no conta
     const claim = await api().request<KubeObject>('GET', `${EXT}/sandboxclaims/ws-warm0001`);
     assert.equal(claim.kind, 'SandboxClaim');
     await assertPolicy('ws-warm0001', claim, sandbox!, { 'agents.x-k8s.io/claim-uid': claim.metadata.uid! });
+    // The profile's baseline: nothing in or out for every pod of the profile, so the warm pool's
+    // pods, which no workshop policy selects before a claim adopts them, are closed too.
+    const baseline = await api().request<NetworkPolicy>('GET', `${NETPOL}/atelier-profile-default`);
+    assert.deepEqual(baseline.spec, {
+      podSelector: { matchLabels: { 'atelier.dev/profile': 'default' } },
+      policyTypes: ['Ingress', 'Egress'],
+    });
+    await until('the baseline selects the workshop pod and an unclaimed warm pod', async () => {
+      const pods = await api().request<{ items: Pod[] }>('GET', `/api/v1/namespaces/${NS}/pods`, undefined, {
+        query: { labelSelector: 'atelier.dev/profile=default' },
+      });
+      const names = pods.items.map((p) => p.metadata.name);
+      return names.includes(sandbox) && pods.items.some((p) => !p.metadata.labels?.['agents.x-k8s.io/claim-uid']);
+    });
   });
 
   it('suspends a workshop (pod terminated, Sandbox kept) and resumes it (a new pod, Running)', async () => {

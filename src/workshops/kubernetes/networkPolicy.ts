@@ -67,3 +67,23 @@ export function workshopNetworkPolicy(
     },
   };
 }
+
+/** The name of a profile's baseline policy (a workshop's is its id, `ws-…`). */
+export function profilePolicyName(profile: string): string {
+  return `atelier-profile-${profile}`;
+}
+
+/**
+ * A profile's baseline: every pod of the profile (label `atelier.dev/profile`) may send and
+ * receive nothing. NetworkPolicies add up (a pod may do what any policy selecting it allows), so
+ * a claimed pod gets exactly its workshop policy's rules; a warm pod, which no workshop policy
+ * selects until a claim adopts it, gets none.
+ */
+export function profileNetworkPolicy(profile: string, podLabels: Record<string, string>): KubeObject & { spec: unknown } {
+  return {
+    apiVersion: 'networking.k8s.io/v1',
+    kind: 'NetworkPolicy',
+    metadata: { name: profilePolicyName(profile), labels: podLabels },
+    spec: { podSelector: { matchLabels: podLabels }, policyTypes: ['Ingress', 'Egress'] },
+  };
+}

@@ -93,7 +93,10 @@ export function workshopPodSpec(options: PodSpecOptions, limits: WorkshopLimits)
 }
 
 type Blueprint = {
-  podTemplate: { spec: { containers?: { name: string; resources?: { limits?: Record<string, string> } }[] } };
+  podTemplate: {
+    metadata?: { labels?: Record<string, string>; annotations?: Record<string, string> };
+    spec: { containers?: { name: string; resources?: { limits?: Record<string, string> } }[] };
+  };
   volumeClaimTemplates?: { metadata?: { name?: string }; spec?: { resources?: { requests?: Record<string, string> } } }[];
 };
 

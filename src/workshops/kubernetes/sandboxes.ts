@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { KubeApiError, type KubeClient, type KubeObject, type WatchEvent } from './client.js';
-import { workshopNetworkPolicy, type WorkshopNetwork } from './networkPolicy.js';
+import { profileNetworkPolicy, profilePolicyName, workshopNetworkPolicy, type WorkshopNetwork } from './networkPolicy.js';
 import { reshape, templateFits, workshopPodSpec, workspaceClaimTemplate, type WorkshopShape } from './pod.js';
 import { podExec, type PodExecResult } from './podExec.js';
 
@@ -137,10 +137,15 @@ export class KubernetesSandboxes {
     return `/apis/${EXT}/namespaces/${this.namespace}/${resource}${name ? `/${name}` : ''}`;
   }
 
-  /** Creates or updates the profile's SandboxTemplate and SandboxWarmPool. */
+  /** Creates or updates the profile's baseline NetworkPolicy (its pods: nothing in or out), SandboxTemplate and SandboxWarmPool. */
   async applyProfile(profile: KubernetesProfile): Promise<void> {
     const podSpec = workshopPodSpec({ ...profile, ephemeralStorage: profile.ephemeralStorage ?? '1Gi' }, profile.defaults.limits);
     const labels = { [PROFILE_LABEL]: profile.name };
+    // Before the pool fills: its pods are closed from the start.
+    await this.createOrUpdate(
+      `/apis/networking.k8s.io/v1/namespaces/${this.namespace}/networkpolicies/${profilePolicyName(profile.name)}`,
+      profileNetworkPolicy(profile.name, labels),
+    );
     await this.createOrUpdate(this.ext('sandboxtemplates', profile.name), {
       apiVersion: EXT,
       kind: 'SandboxTemplate',
@@ -193,13 +198,13 @@ export class KubernetesSandboxes {
       podLabels = { [CLAIM_UID_LABEL]: owner.metadata.uid! };
     } else {
       const { podTemplate, volumeClaimTemplates, service } = reshape(template.spec, shape);
-      const podTemplateLabels = { ...(podTemplate as { metadata?: { labels?: Record<string, string> } }).metadata?.labels, ...labels };
       owner = await this.client.request('POST', this.core('sandboxes'), {
         apiVersion: CORE,
         kind: 'Sandbox',
         metadata: { name: id, labels },
         spec: {
-          podTemplate: { ...podTemplate, metadata: { ...(podTemplate as { metadata?: object }).metadata, labels: podTemplateLabels } },
+          // The workshop label down to the pod: what its NetworkPolicy selects.
+          podTemplate: { ...podTemplate, metadata: { ...podTemplate.metadata, labels: { ...podTemplate.metadata?.labels, ...labels } } },
           volumeClaimTemplates,
           ...(service === undefined ? {} : { service }),
         },
