@@ -51,6 +51,8 @@ profiles:
     image: registry.example/workshop:1
     runtimeClassName: gvisor
     warmPool: 0
+    disk: 50Gi
+    storageClassName: fast-ssd
     resources:
       requests: { cpu: "1", memory: 2Gi }
       limits: { cpu: "4", memory: 8Gi }
@@ -157,6 +159,7 @@ describe('Helm chart deploy/helm/atelier on a real API server (helm and kubectl 
     assert.deepEqual(kinds, [
       'ConfigMap',
       'Deployment',
+      'NetworkPolicy',
       'Role',
       'Role',
       'RoleBinding',
@@ -247,6 +250,27 @@ describe('Helm chart deploy/helm/atelier on a real API server (helm and kubectl 
     assert.equal(find(list, 'SandboxWarmPool', 'default').spec?.replicas, 2);
     assert.equal(find(list, 'SandboxWarmPool', 'isolated').spec?.replicas, 0);
     assert.equal(find(list, 'SandboxTemplate', 'default').spec?.podTemplate !== undefined, true);
+    // The workspace volume, as the driver's applyProfile writes it: a claim template of the
+    // profile's disk (10Gi by default) mounted at /workspace, writable by the container's group.
+    type Workspace = { spec: { volumeClaimTemplates: { metadata: { name: string }; spec: Record<string, unknown> }[] } };
+    const workspace = (name: string) => (find(list, 'SandboxTemplate', name) as unknown as Workspace).spec.volumeClaimTemplates;
+    assert.deepEqual(workspace('isolated'), [
+      {
+        metadata: { name: 'workspace' },
+        spec: { accessModes: ['ReadWriteOnce'], resources: { requests: { storage: '50Gi' } }, storageClassName: 'fast-ssd' },
+      },
+    ]);
+    assert.deepEqual(workspace('default')[0]!.spec, { accessModes: ['ReadWriteOnce'], resources: { requests: { storage: '10Gi' } } });
+    const pod = isolated.spec.podTemplate.spec as { securityContext?: unknown; containers: { volumeMounts?: unknown }[] };
+    assert.deepEqual(pod.securityContext, { fsGroup: 1000 });
+    assert.deepEqual(pod.containers[0]!.volumeMounts, [{ name: 'workspace', mountPath: '/workspace' }]);
+    // Each profile's baseline NetworkPolicy, as the driver's applyProfile writes it: its pods closed.
+    const baseline = find(list, 'NetworkPolicy', 'atelier-profile-isolated');
+    assert.equal(baseline.metadata.namespace, WORKSHOPS_NS);
+    assert.deepEqual(baseline.spec, {
+      podSelector: { matchLabels: { 'atelier.dev/profile': 'isolated' } },
+      policyTypes: ['Ingress', 'Egress'],
+    });
   });
 
   it('has the API server accept everything it renders (server-side dry run), with default and custom values', async () => {
@@ -299,6 +323,9 @@ describe('Helm chart deploy/helm/atelier on a real API server (helm and kubectl 
     const negative = await helm('template', 'atelier', CHART, ...API_FLAGS, '--set', 'profiles[0].warmPool=-1');
     assert.notEqual(negative.code, 0);
     assert.match(negative.stderr, /profiles\/0\/warmPool|warmPool/);
+    const disk = await helm('template', 'atelier', CHART, ...API_FLAGS, '--set', 'profiles[0].disk=lots');
+    assert.notEqual(disk.code, 0);
+    assert.match(disk.stderr, /profiles\/0\/disk|disk/);
     const twice = await helm('template', 'atelier', CHART, ...API_FLAGS, '--values', customValues, '--set', 'profiles[1].name=default');
     assert.notEqual(twice.code, 0);
     assert.match(twice.stderr, /profiles: the name "default" is given twice/);
@@ -379,7 +406,7 @@ describe('Helm chart deploy/helm/atelier on a real API server (helm and kubectl 
     for (const ns of [NS, WORKSHOPS_NS]) {
       const left = await kubectl([
         'get',
-        'deployments,services,configmaps,serviceaccounts,roles,rolebindings',
+        'deployments,services,configmaps,serviceaccounts,roles,rolebindings,networkpolicies',
         '--namespace',
         ns,
         '-o',

@@ -18,6 +18,7 @@ import { REPO_ROOT } from './server.js';
 /** The fake node kwok plays; pods are scheduled onto it by the real scheduler. */
 export const KWOK_NODE = 'kwok-node-0';
 const MAX_RESTARTS = 5;
+const NODE_RESOURCES = { cpu: '1k', memory: '1Ti', pods: '1M', 'ephemeral-storage': '1Ti' };
 
 /** Builds (or finds in the cache) the pinned control plane; returns its directory (bin/, crds/, stages/). */
 export function controlPlaneBuild(): string {
@@ -176,6 +177,9 @@ export class ControlPlane {
         annotations: { 'kwok.x-k8s.io/node': 'fake', 'node.alpha.kubernetes.io/ttl': '0' },
         labels: { 'kubernetes.io/hostname': KWOK_NODE, type: 'kwok' },
       },
+      // kwok's own default resources without ephemeral storage, which the workshop pods ask for
+      // (kwok keeps what the node says it has).
+      status: { capacity: NODE_RESOURCES, allocatable: NODE_RESOURCES },
     });
     await this.until(`node ${KWOK_NODE} is Ready`, async () => {
       const node = await this.client.request<KubeObject & { status?: { conditions?: { type: string; status: string }[] } }>(
@@ -194,6 +198,62 @@ export class ControlPlane {
     await this.until(`namespace ${name}'s default service account exists`, async () =>
       this.exists(`/api/v1/namespaces/${name}/serviceaccounts/default`),
     );
+  }
+
+  /**
+   * Plays a storage administrator for `namespace` until the returned function is called: no
+   * storage provisioner runs here, so each PersistentVolumeClaim waiting for a volume gets a
+   * PersistentVolume made for it (a `hostPath` one, pre-bound by `claimRef`), and the real
+   * PersistentVolume controller binds the two; a volume Released by a deleted claim is deleted.
+   * Nothing is mounted (kwok runs no container): the objects and their binding are real, the
+   * storage is not.
+   */
+  bindVolumes(namespace: string): () => Promise<void> {
+    type Pvc = KubeObject & {
+      spec: { volumeName?: string; accessModes: string[]; storageClassName?: string; resources: { requests: { storage: string } } };
+    };
+    type Pv = KubeObject & { spec: { claimRef?: { namespace: string } }; status?: { phase?: string } };
+    const stop = new AbortController();
+    const pass = async () => {
+      const claims = await this.client.request<{ items: Pvc[] }>('GET', `/api/v1/namespaces/${namespace}/persistentvolumeclaims`);
+      for (const pvc of claims.items) {
+        if (pvc.spec.volumeName || pvc.metadata.deletionTimestamp) continue;
+        const name = `pv-${pvc.metadata.uid!}`;
+        if (await this.exists(`/api/v1/persistentvolumes/${name}`)) continue;
+        await this.client.request('POST', '/api/v1/persistentvolumes', {
+          apiVersion: 'v1',
+          kind: 'PersistentVolume',
+          metadata: { name, labels: { 'test.atelier.dev/bound-by': 'bindVolumes' } },
+          spec: {
+            capacity: { storage: pvc.spec.resources.requests.storage },
+            accessModes: pvc.spec.accessModes,
+            storageClassName: pvc.spec.storageClassName ?? '',
+            persistentVolumeReclaimPolicy: 'Retain',
+            hostPath: { path: `/nonexistent/atelier-test/${name}` },
+            claimRef: { apiVersion: 'v1', kind: 'PersistentVolumeClaim', namespace, name: pvc.metadata.name, uid: pvc.metadata.uid },
+          },
+        });
+      }
+      const volumes = await this.client.request<{ items: Pv[] }>('GET', '/api/v1/persistentvolumes', undefined, {
+        query: { labelSelector: 'test.atelier.dev/bound-by=bindVolumes' },
+      });
+      for (const pv of volumes.items) {
+        if (pv.spec.claimRef?.namespace === namespace && pv.status?.phase === 'Released') {
+          await this.client.request('DELETE', `/api/v1/persistentvolumes/${pv.metadata.name!}`);
+        }
+      }
+    };
+    const loop = (async () => {
+      while (!stop.signal.aborted) {
+        // A pass that fails (the API server restarting, an object deleted meanwhile) is retried.
+        await pass().catch(() => undefined);
+        await sleep(250, undefined, { signal: stop.signal }).catch(() => undefined);
+      }
+    })();
+    return async () => {
+      stop.abort();
+      await loop;
+    };
   }
 
   /** Stops one component (SIGTERM, then SIGKILL after 10 s); `restart` starts it again. */

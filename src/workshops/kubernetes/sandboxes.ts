@@ -1,14 +1,20 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { KubeApiError, type KubeClient, type KubeObject, type WatchEvent } from './client.js';
+import { profileNetworkPolicy, profilePolicyName, workshopNetworkPolicy, type WorkshopNetwork } from './networkPolicy.js';
+import { reshape, templateFits, workshopPodSpec, workspaceClaimTemplate, type WorkshopShape } from './pod.js';
 import { podExec, type PodExecResult } from './podExec.js';
 
 /**
  * Workshops as kubernetes-sigs/agent-sandbox objects (docs/kubernetes.md): a profile is a
  * `SandboxTemplate` and a `SandboxWarmPool` of the same name; a workshop is a `SandboxClaim` named
  * by the workshop's id on that pool (agent-sandbox adopts a warm `Sandbox` when the pool has one,
- * and cold-creates one from the template otherwise); stop and resume set the claimed Sandbox's
- * `operatingMode`; delete removes the claim and the garbage collector removes the Sandbox and its
- * pod. Every status comes from the objects' conditions. Nothing here creates pods.
+ * and cold-creates one from the template otherwise) when the template's pods have the workshop's
+ * limits and disk size, and otherwise a `Sandbox` named by the id, made from the template with the
+ * workshop's own (a claim cannot change a template's resources). Each workshop also gets its
+ * NetworkPolicy, owned by that object. Stop and resume set the Sandbox's `operatingMode`; delete
+ * removes the claim (or the Sandbox) and the garbage collector removes the rest: Sandbox, pod,
+ * workspace volume claim, NetworkPolicy. Every status comes from the objects' conditions.
+ * Nothing here creates pods.
  */
 
 const CORE = 'agents.x-k8s.io/v1beta1';
@@ -26,7 +32,15 @@ export interface KubernetesProfile {
   runtimeClassName?: string;
   /** How many ready sandboxes the pool keeps for fast creates. */
   warmPool: number;
-  resources?: { requests?: Record<string, string>; limits?: Record<string, string> };
+  /**
+   * The limits and workspace size of the warm pool's pods: a workshop that asks for these is
+   * claimed from the pool, one that asks for others is cold-created with its own.
+   */
+  defaults: WorkshopShape;
+  /** The container's ephemeral-storage limit (its writable layer and logs; the workspace is a volume); `1Gi` when unset. */
+  ephemeralStorage?: string;
+  /** The workspace volumes' StorageClass; the cluster's default when unset. */
+  storageClassName?: string;
 }
 
 export type KubeWorkshopState = 'Building' | 'Running' | 'Suspended' | 'Failed' | 'Deleting' | 'Gone';
@@ -52,6 +66,10 @@ type SandboxObject = KubeObject & {
   status?: { conditions?: Condition[] };
 };
 type ClaimObject = KubeObject & { status?: { conditions?: Condition[]; sandbox?: { name?: string } } };
+type Blueprint = Parameters<typeof reshape>[0] & { service?: boolean };
+type TemplateObject = KubeObject & { spec: Blueprint };
+/** Set by agent-sandbox on the pods of a claim's Sandbox, warm or cold: what the claim's NetworkPolicy selects. */
+const CLAIM_UID_LABEL = 'agents.x-k8s.io/claim-uid';
 
 /** What the watch did: lists (the first, and one per 410 Gone) and resumes from a resourceVersion. */
 export interface WatchStats {
@@ -108,6 +126,7 @@ export class KubernetesSandboxes {
   constructor(
     private readonly client: KubeClient,
     readonly namespace: string,
+    private readonly network: WorkshopNetwork,
   ) {}
 
   private core(resource: string, name?: string): string {
@@ -118,23 +137,24 @@ export class KubernetesSandboxes {
     return `/apis/${EXT}/namespaces/${this.namespace}/${resource}${name ? `/${name}` : ''}`;
   }
 
-  /** Creates or updates the profile's SandboxTemplate and SandboxWarmPool. */
+  /** Creates or updates the profile's baseline NetworkPolicy (its pods: nothing in or out), SandboxTemplate and SandboxWarmPool. */
   async applyProfile(profile: KubernetesProfile): Promise<void> {
-    const container: Record<string, unknown> = {
-      name: 'workshop',
-      image: profile.image,
-      command: ['sleep', 'infinity'],
-      securityContext: { runAsNonRoot: true, runAsUser: 1000, allowPrivilegeEscalation: false, capabilities: { drop: ['ALL'] } },
-    };
-    if (profile.resources) container.resources = profile.resources;
-    const podSpec: Record<string, unknown> = { automountServiceAccountToken: false, containers: [container] };
-    if (profile.runtimeClassName) podSpec.runtimeClassName = profile.runtimeClassName;
+    const podSpec = workshopPodSpec({ ...profile, ephemeralStorage: profile.ephemeralStorage ?? '1Gi' }, profile.defaults.limits);
     const labels = { [PROFILE_LABEL]: profile.name };
+    // Before the pool fills: its pods are closed from the start.
+    await this.createOrUpdate(
+      `/apis/networking.k8s.io/v1/namespaces/${this.namespace}/networkpolicies/${profilePolicyName(profile.name)}`,
+      profileNetworkPolicy(profile.name, labels),
+    );
     await this.createOrUpdate(this.ext('sandboxtemplates', profile.name), {
       apiVersion: EXT,
       kind: 'SandboxTemplate',
       metadata: { name: profile.name, labels },
-      spec: { podTemplate: { metadata: { labels }, spec: podSpec }, networkPolicyManagement: 'Unmanaged' },
+      spec: {
+        podTemplate: { metadata: { labels }, spec: podSpec },
+        volumeClaimTemplates: [workspaceClaimTemplate(profile.defaults.diskBytes, profile.storageClassName)],
+        networkPolicyManagement: 'Unmanaged',
+      },
     });
     await this.createOrUpdate(this.ext('sandboxwarmpools', profile.name), {
       apiVersion: EXT,
@@ -157,14 +177,53 @@ export class KubernetesSandboxes {
     }
   }
 
-  /** Claims a sandbox of `profile` for workshop `id` (from the warm pool when it has one ready). */
-  async create(id: string, profile: string): Promise<void> {
-    await this.client.request('POST', this.ext('sandboxclaims'), {
-      apiVersion: EXT,
-      kind: 'SandboxClaim',
-      metadata: { name: id, labels: { [WORKSHOP_LABEL]: id, [PROFILE_LABEL]: profile } },
-      spec: { warmPoolRef: { name: profile } },
-    });
+  /**
+   * Creates workshop `id` of `profile` with `shape`, and its NetworkPolicy: a claim on the
+   * profile's pool (a warm sandbox when the pool has one ready) when the template's pods have
+   * `shape`, else a cold `Sandbox` from the template with the workshop's limits and disk size.
+   * Returns the kind made. Without its policy the workshop is not left behind: it is deleted.
+   */
+  async create(id: string, profile: string, shape: WorkshopShape): Promise<'SandboxClaim' | 'Sandbox'> {
+    const template = await this.client.request<TemplateObject>('GET', this.ext('sandboxtemplates', profile));
+    const labels = { [WORKSHOP_LABEL]: id, [PROFILE_LABEL]: profile };
+    let owner: KubeObject;
+    let podLabels: Record<string, string>;
+    if (templateFits(template.spec, shape)) {
+      owner = await this.client.request('POST', this.ext('sandboxclaims'), {
+        apiVersion: EXT,
+        kind: 'SandboxClaim',
+        metadata: { name: id, labels },
+        spec: { warmPoolRef: { name: profile } },
+      });
+      podLabels = { [CLAIM_UID_LABEL]: owner.metadata.uid! };
+    } else {
+      const { podTemplate, volumeClaimTemplates, service } = reshape(template.spec, shape);
+      owner = await this.client.request('POST', this.core('sandboxes'), {
+        apiVersion: CORE,
+        kind: 'Sandbox',
+        metadata: { name: id, labels },
+        spec: {
+          // The workshop label down to the pod: what its NetworkPolicy selects.
+          podTemplate: { ...podTemplate, metadata: { ...podTemplate.metadata, labels: { ...podTemplate.metadata?.labels, ...labels } } },
+          volumeClaimTemplates,
+          ...(service === undefined ? {} : { service }),
+        },
+      });
+      podLabels = { [WORKSHOP_LABEL]: id };
+    }
+    const kind = owner.kind === 'Sandbox' ? 'Sandbox' : 'SandboxClaim';
+    const ref = { apiVersion: owner.apiVersion!, kind, name: id, uid: owner.metadata.uid! };
+    try {
+      await this.client.request(
+        'POST',
+        `/apis/networking.k8s.io/v1/namespaces/${this.namespace}/networkpolicies`,
+        workshopNetworkPolicy(id, podLabels, ref, this.network, labels),
+      );
+    } catch (err) {
+      await this.delete(id).catch(() => undefined);
+      throw err;
+    }
+    return kind;
   }
 
   /** The workshop's status from its claim and the claimed Sandbox. */
@@ -173,8 +232,10 @@ export class KubernetesSandboxes {
     try {
       claim = await this.client.request<ClaimObject>('GET', this.ext('sandboxclaims', id));
     } catch (err) {
-      if (err instanceof KubeApiError && err.status === 404) return { state: 'Gone', reason: 'NotFound', message: `no SandboxClaim ${id}` };
-      throw err;
+      if (!(err instanceof KubeApiError && err.status === 404)) throw err;
+      const direct = await this.directSandbox(id);
+      if (!direct) return { state: 'Gone', reason: 'NotFound', message: `no SandboxClaim or Sandbox ${id}` };
+      return { ...sandboxState(direct), sandbox: id };
     }
     const name = claim.status?.sandbox?.name;
     const ready = condition(claim, 'Ready');
@@ -188,9 +249,26 @@ export class KubernetesSandboxes {
     }
   }
 
-  /** The name of the Sandbox that serves workshop `id`'s claim (throws when it is not bound yet). */
+  /** The Sandbox `id` the driver made itself for a workshop (a cold create with its own shape), if there is one. */
+  private async directSandbox(id: string): Promise<SandboxObject | undefined> {
+    try {
+      const sb = await this.client.request<SandboxObject>('GET', this.core('sandboxes', id));
+      return sb.metadata.labels?.[WORKSHOP_LABEL] === id ? sb : undefined;
+    } catch (err) {
+      if (err instanceof KubeApiError && err.status === 404) return undefined;
+      throw err;
+    }
+  }
+
+  /** The name of the Sandbox that serves workshop `id` (throws when its claim is not bound yet). */
   private async boundSandbox(id: string): Promise<string> {
-    const claim = await this.client.request<ClaimObject>('GET', this.ext('sandboxclaims', id));
+    let claim: ClaimObject;
+    try {
+      claim = await this.client.request<ClaimObject>('GET', this.ext('sandboxclaims', id));
+    } catch (err) {
+      if (err instanceof KubeApiError && err.status === 404 && (await this.directSandbox(id))) return id;
+      throw err;
+    }
     const name = claim.status?.sandbox?.name;
     if (!name) throw new KubeApiError(409, 'NotBound', `workshop ${id} has no sandbox yet: wait until it is Running`);
     return name;
@@ -220,14 +298,22 @@ export class KubernetesSandboxes {
     return podExec(this.client, this.namespace, await this.boundSandbox(id), 'workshop', argv);
   }
 
-  /** Deletes the claim; the garbage collector deletes the Sandbox and its pod (owner references). */
+  /**
+   * Deletes the claim (or the Sandbox the driver made); the garbage collector deletes the rest
+   * through their owner references: the Sandbox, its pod, its workspace volume claim and the
+   * workshop's NetworkPolicy.
+   */
   async delete(id: string): Promise<void> {
+    const options = { kind: 'DeleteOptions', apiVersion: 'v1', propagationPolicy: 'Background' };
     try {
-      await this.client.request('DELETE', this.ext('sandboxclaims', id), {
-        kind: 'DeleteOptions',
-        apiVersion: 'v1',
-        propagationPolicy: 'Background',
-      });
+      await this.client.request('DELETE', this.ext('sandboxclaims', id), options);
+      return;
+    } catch (err) {
+      if (!(err instanceof KubeApiError && err.status === 404)) throw err;
+    }
+    if (!(await this.directSandbox(id))) return;
+    try {
+      await this.client.request('DELETE', this.core('sandboxes', id), options);
     } catch (err) {
       if (!(err instanceof KubeApiError && err.status === 404)) throw err;
     }
@@ -238,7 +324,8 @@ export class KubernetesSandboxes {
    * watch that resumes from the last resourceVersion it saw when the stream ends (each watch asks
    * the server to end it after `timeoutSeconds`, 300 by default) or the API server goes away, and
    * relists only on 410 Gone (an API server that restarted has rebuilt its watch cache and answers
-   * 410 for versions before it). `id` is the owning claim's name (the workshop's id).
+   * 410 for versions before it). `id` is the owning claim's name, or the label of a Sandbox the
+   * driver made (the workshop's id).
    */
   async watchStatuses(
     onStatus: (id: string, status: KubeWorkshopStatus) => void,
@@ -246,12 +333,13 @@ export class KubernetesSandboxes {
     options: { timeoutSeconds?: number } = {},
   ): Promise<void> {
     const report = (sb: SandboxObject, deleted: boolean) => {
-      const owner = sb.metadata.ownerReferences?.find((o) => o.kind === 'SandboxClaim' && o.controller);
+      const owner =
+        sb.metadata.ownerReferences?.find((o) => o.kind === 'SandboxClaim' && o.controller)?.name ?? sb.metadata.labels?.[WORKSHOP_LABEL];
       if (!owner) return; // a warm pool's sandbox, not yet claimed
       const status: KubeWorkshopStatus = deleted
         ? { state: 'Gone', reason: 'Deleted', message: '', sandbox: sb.metadata.name }
         : { ...sandboxState(sb), sandbox: sb.metadata.name };
-      onStatus(owner.name, status);
+      onStatus(owner, status);
     };
     let rv: string | undefined;
     while (!signal.aborted) {
