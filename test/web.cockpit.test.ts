@@ -217,6 +217,7 @@ describe('the cockpit in Chromium, write guard on (ATELIER_COCKPIT_WRITES=apply)
     try {
       await page.screenshot({ path: join(SHOTS, 'cockpit-360px.png'), fullPage: true });
       await nothingRan(page, w, 'at 360 px');
+      assert.deepEqual(await accessibilityProblems(page), [], 'axe-core at 360 px');
     } finally {
       await page.setViewportSize({ width: 1100, height: 800 });
     }

@@ -125,6 +125,7 @@ function ProjectCockpit({ project, role, onSignedOut }: { project: string; role:
           error={catalog.error && visible(catalog.error)}
           empty={<p className="muted">No action.</p>}
           testId="catalog"
+          scrollLabel="Actions (scrolls sideways)"
           columns={['Action', 'Class', 'Preconditions (now)', <span className="sr-only">Choose</span>]}
           row={(i) => (
             <tr key={i.id} data-testid={`action-${i.id}`}>
@@ -630,6 +631,7 @@ function Journal({
         error={error && visible(error)}
         empty={<p className="muted">Nothing was applied yet.</p>}
         testId="journal"
+        scrollLabel="Executions (scrolls sideways)"
         columns={['Execution', 'Action', 'Status', 'Started', 'Verification', <span className="sr-only">Undo</span>]}
         row={(x: ExecutionSummary) => (
           <tr key={x.executionId} data-testid={`execution-${x.executionId}`}>
