@@ -1,5 +1,6 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { actors } from './helpers/actors.js';
@@ -99,7 +100,13 @@ describe('hostile payloads in the dashboard, in Chromium', { timeout: 280_000 },
     page.on('request', (r) => requests.push(r.url()));
   });
 
-  after(() => endDashboardTest({ contexts: [context], browser, server, repo, dist }));
+  /** The cockpit's project: its directory (named with markup) and atelier.yaml hold payloads too. */
+  const projectParent = mkdtempSync('/tmp/atelier-hostile-project-');
+
+  after(async () => {
+    await endDashboardTest({ contexts: [context], browser, server, repo, dist });
+    rmSync(projectParent, { recursive: true, force: true });
+  });
 
   /** Elements that reach past the window's right edge (what makes the page scroll sideways), as `tag.class`. */
   const sideways = (): Promise<string[]> =>
@@ -122,7 +129,8 @@ describe('hostile payloads in the dashboard, in Chromium', { timeout: 280_000 },
     const elsewhere = requests.filter((u) => {
       const url = new URL(u);
       return (
-        url.origin.replace(/^ws/, 'http') !== server.url || !/^\/(assets\/|v1\/|auth\/web\/|$|history$|favicon\.ico$)/.test(url.pathname)
+        url.origin.replace(/^ws/, 'http') !== server.url ||
+        !/^\/(assets\/|v1\/|api\/workspace\/|auth\/web\/|$|history$|favicon\.ico$)/.test(url.pathname)
       );
     });
     assert.deepEqual(elsewhere, [], `${where}: requests to unexpected URLs`);
@@ -322,5 +330,37 @@ describe('hostile payloads in the dashboard, in Chromium', { timeout: 280_000 },
     await table.scrollIntoViewIfNeeded();
     await page.screenshot({ path: join(SHOTS, 'hostile-egress-log.png') });
     await nothingHappened("the workshop's egress log");
+  });
+
+  it("a project whose directory name and atelier.yaml hold markup is text in the cockpit's catalog and plan", async () => {
+    // A directory name cannot hold '/', so the payloads without one; the file holds them all.
+    const dir = join(projectParent, `${MARKUP[1]} ${INVISIBLE}`);
+    mkdirSync(dir);
+    const comments = [MARKUP.slice(0, 5), MARKUP.slice(5, 10), MARKUP.slice(10), [INVISIBLE, LONG_WORD]].map((l) => `# ${l.join(' ')}`);
+    writeFileSync(
+      join(dir, 'atelier.yaml'),
+      ['# settings', comments[0], comments[1], 'egress:', '  allow: [api.stripe.com]', comments[2], comments[3], ''].join('\n'),
+    );
+    const added = await as('admin', 'POST', '/v1/projects', { path: dir, name: 'hostile-project' });
+    assert.equal(added.status, 201, JSON.stringify(added.body));
+
+    await page.getByRole('navigation').getByRole('link', { name: 'Cockpit' }).click();
+    await page.getByTestId('project-select').selectOption('hostile-project');
+    assert.equal(await page.getByTestId('project-path').innerText(), shownAs(dir));
+    const allow = page.getByTestId('action-egress.allow');
+    assert.ok((await allow.innerText()).includes(shownAs(dir)), 'the precondition names the directory as text');
+    await allow.getByRole('button', { name: /^Choose/ }).click();
+    const panel = page.getByTestId('action-panel');
+    await panel.getByLabel(/^entry/).fill('api.example.com');
+    await panel.getByRole('button', { name: 'Plan' }).click();
+    const diff = await panel.getByTestId('plan-diff').innerText();
+    for (const c of comments)
+      assert.ok(diff.includes(shownAs(c)), `the plan's diff does not show ${JSON.stringify(c.slice(0, 80))} as text`);
+    await page.screenshot({ path: join(SHOTS, 'hostile-cockpit.png') });
+    await nothingHappened("the cockpit's catalog and plan");
+    assert.deepEqual(await sideways(), [], 'the page scrolls sideways');
+    await page.setViewportSize({ width: 360, height: 740 });
+    assert.deepEqual(await sideways(), [], 'the page scrolls sideways at 360 px');
+    await page.setViewportSize({ width: 1100, height: 800 });
   });
 });

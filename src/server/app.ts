@@ -40,6 +40,8 @@ declare module 'fastify' {
     principal?: Principal;
     /** Set on a request another node relayed here (signed: src/server/nodes.ts). */
     relayed?: { from: string; placement: string | undefined; body: SignedBody | undefined };
+    /** The access token a dashboard session's cookie stands for (set only for such a request; never sent back). */
+    sessionToken?: string;
   }
 }
 
@@ -265,10 +267,12 @@ export function buildApp(deps: AppDeps): FastifyInstance {
         browser !== undefined &&
         request.headers.authorization === undefined &&
         cookieValue(request.headers.cookie, SESSION_COOKIE) !== undefined;
-      principal = fromCookie
-        ? (await browser.sessions.authenticate(request.headers.cookie, tenant))!
-        : await deps.authenticator.authenticate(request.headers.authorization, tenant);
-      if (fromCookie) checkBrowserRequest(request.method, request.headers, principal.userId, browser);
+      if (fromCookie) {
+        const session = (await browser.sessions.session(request.headers.cookie, tenant))!;
+        principal = session.principal;
+        request.sessionToken = session.token;
+        checkBrowserRequest(request.method, request.headers, principal.userId, browser);
+      } else principal = await deps.authenticator.authenticate(request.headers.authorization, tenant);
     }
     checkRouteAccess(access, principal);
     request.principal = principal;

@@ -256,12 +256,24 @@ export class BrowserSessions {
 
   /** The principal of a request that carries the session cookie (and no bearer token). */
   async authenticate(cookieHeader: string | undefined, tenantHeader: string | undefined): Promise<Principal | undefined> {
+    return (await this.session(cookieHeader, tenantHeader))?.principal;
+  }
+
+  /**
+   * As `authenticate`, with the access token the session stands for: the dashboard's Console runs
+   * the CLI with it, so a command can do exactly what its caller may (the token never leaves the server).
+   */
+  async session(
+    cookieHeader: string | undefined,
+    tenantHeader: string | undefined,
+  ): Promise<{ principal: Principal; token: string } | undefined> {
     const id = cookieValue(cookieHeader, SESSION_COOKIE);
     if (!id) return undefined;
     const row = await this.row(id);
     if (!row) throw new AtelierError('UNAUTHENTICATED', 'your dashboard session has ended: sign in again');
     const token = await this.accessToken(id, row);
-    return this.deps.authenticator.authenticate(`Bearer ${token}`, tenantHeader ?? row.tenant_name ?? undefined);
+    const principal = await this.deps.authenticator.authenticate(`Bearer ${token}`, tenantHeader ?? row.tenant_name ?? undefined);
+    return { principal, token };
   }
 
   /** The tenants the user belongs to, with their role in each (the tenant switch lists them). */

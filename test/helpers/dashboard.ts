@@ -27,14 +27,19 @@ export function buildDashboard(): string {
   return dist;
 }
 
-/** The dashboard built (buildDashboard) and a test server serving it; `dist` is the caller's to remove. */
-export async function dashboardServer(): Promise<{ server: TestServer; dist: string }> {
-  const dist = buildDashboard();
+/**
+ * The dashboard built (buildDashboard, unless `dist` is given: one build shared by two servers) and
+ * a test server serving it, with `env` besides; `dist` is the caller's to remove.
+ */
+export async function dashboardServer(
+  opts: { env?: NodeJS.ProcessEnv; dist?: string } = {},
+): Promise<{ server: TestServer; dist: string }> {
+  const dist = opts.dist ?? buildDashboard();
   mkdirSync(SHOTS, { recursive: true });
   try {
-    return { server: await TestServer.start({ env: { ATELIER_WEB_DIR: dist } }), dist };
+    return { server: await TestServer.start({ env: { ...opts.env, ATELIER_WEB_DIR: dist } }), dist };
   } catch (err) {
-    rmSync(dist, { recursive: true, force: true });
+    if (!opts.dist) rmSync(dist, { recursive: true, force: true });
     throw err;
   }
 }

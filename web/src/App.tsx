@@ -1,4 +1,4 @@
-import { useCallback, useEffect, useState } from 'react';
+import { lazy, Suspense, useCallback, useEffect, useState } from 'react';
 import { ApiError, getSession, setCsrf, signOut, switchTenant, type Approval, type Session, type SignedOut } from './api.ts';
 import { History } from './History.tsx';
 import { Banner } from './Banner.tsx';
@@ -8,6 +8,9 @@ import { summary } from './pending.ts';
 import { useNow, usePending } from './usePending.ts';
 import { Link, usePath } from './router.tsx';
 import { WorkshopPage, WorkshopsList } from './Workshops.tsx';
+
+// Its own chunk: the first page does not carry the cockpit.
+const Cockpit = lazy(() => import('./Cockpit.tsx').then((m) => ({ default: m.Cockpit })));
 
 export function App() {
   const [session, setSession] = useState<Session | SignedOut>();
@@ -105,6 +108,9 @@ function Dashboard({ session, reload }: { session: Session; reload: () => Promis
           <Link to="/workshops" current={path.startsWith('/workshops')}>
             Workshops
           </Link>
+          <Link to="/cockpit" current={path === '/cockpit' || path.startsWith('/cockpit/')}>
+            Cockpit
+          </Link>
         </nav>
         <span className="spacer" />
         {session.tenants.length > 1 ? (
@@ -140,6 +146,10 @@ function Dashboard({ session, reload }: { session: Session; reload: () => Promis
           <History onOpen={(a) => setOpen({ id: a.id, seen: a })} onSignedOut={signedOut} />
         ) : path === '/workshops' ? (
           <WorkshopsList role={session.role} onSignedOut={signedOut} />
+        ) : path === '/cockpit' || path.startsWith('/cockpit/') ? (
+          <Suspense fallback={<p className="muted">Loading the cockpit…</p>}>
+            <Cockpit path={path} role={session.role} onSignedOut={signedOut} />
+          </Suspense>
         ) : workshop !== undefined ? (
           <WorkshopPage id={workshop} role={session.role} userId={session.user.id} onSignedOut={signedOut} />
         ) : (

@@ -12,6 +12,7 @@ export function ListTable<T>({
   testId,
   columns,
   row,
+  scrollLabel,
 }: {
   items: readonly T[] | undefined;
   error?: string | undefined;
@@ -19,6 +20,11 @@ export function ListTable<T>({
   testId: string;
   columns: readonly ReactNode[];
   row: (item: T) => ReactNode;
+  /**
+   * For a table wider than a narrow screen: its box becomes a labelled region the keyboard can
+   * focus and scroll, even when nothing inside it is focusable.
+   */
+  scrollLabel?: string;
 }) {
   return (
     <>
@@ -32,7 +38,7 @@ export function ListTable<T>({
       ) : items.length === 0 ? (
         empty
       ) : (
-        <div className="table-wrap">
+        <div className="table-wrap" {...(scrollLabel ? { tabIndex: 0, role: 'region', 'aria-label': scrollLabel } : {})}>
           <table data-testid={testId}>
             <thead>
               <tr>

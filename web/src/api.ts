@@ -40,6 +40,18 @@ export type AgentSession = Wire<typeof core.SessionInfo>;
 export type SimulatorRequest = z.input<typeof schemas.SimulatorRequest>;
 export type CreateWorkshop = z.input<typeof schemas.CreateWorkshopRequest>;
 export type CreateFrame = schemas.CreateWorkshopFrame;
+export type Project = Wire<typeof core.ProjectView>;
+export type CatalogItem = Wire<typeof core.CatalogItemSchema>;
+export type ActionPlan = Wire<typeof core.ActionPlanSchema>;
+export type PlannedEffect = ActionPlan['effects'][number];
+export type ActionExecution = Wire<typeof core.ActionExecutionSchema>;
+export type ActionJournal = Wire<typeof core.ActionJournal>;
+export type ExecutionSummary = ActionJournal['executions'][number];
+export type ConsoleCatalog = Wire<typeof core.ConsoleCatalog>;
+export type ConsoleResult = Wire<typeof core.ConsoleResult>;
+export type ConsoleRequest = core.ConsoleRequest;
+/** The write guard as the browser meets it (ATELIER_COCKPIT_WRITES): apply from the page, or copy the CLI command. */
+export type CockpitWrites = 'apply' | 'copy-command';
 /** What the PTY WebSocket says in its text frames. */
 export type TerminalEvent = terminals.TerminalEvent;
 
@@ -57,6 +69,8 @@ export class ApiError extends Error {
     readonly status: number,
     readonly code: string,
     message: string,
+    /** The server's `details` (the field at fault, the command to copy…), when it sent any. */
+    readonly details: Record<string, unknown> = {},
   ) {
     super(message);
   }
@@ -73,10 +87,10 @@ export function setCsrf(value: Session['csrf'] | undefined): void {
   csrf = value;
 }
 
-export async function call<T>(method: string, path: string, body?: unknown): Promise<T> {
+export async function call<T>(method: string, path: string, body?: unknown, token: Session['csrf'] | undefined = csrf): Promise<T> {
   const headers: Record<string, string> = { accept: 'application/json', 'x-atelier-channel': 'dashboard' };
   if (body !== undefined) headers['content-type'] = 'application/json';
-  if (method !== 'GET' && csrf) headers[csrf.header] = csrf.token;
+  if (method !== 'GET' && token) headers[token.header] = token.token;
   const res = await fetch(path, {
     method,
     headers,
@@ -96,11 +110,12 @@ async function answer<T>(res: Response): Promise<T> {
     data = undefined;
   }
   if (!res.ok) {
-    const e = (data ?? {}) as { code?: unknown; message?: unknown };
+    const e = (data ?? {}) as { code?: unknown; message?: unknown; details?: unknown };
     throw new ApiError(
       res.status,
       typeof e.code === 'string' ? e.code : 'HTTP_' + res.status,
       typeof e.message === 'string' ? e.message : `the server answered ${res.status}`,
+      typeof e.details === 'object' && e.details !== null ? (e.details as Record<string, unknown>) : {},
     );
   }
   return data as T;
@@ -182,6 +197,42 @@ export async function createWorkshop(body: CreateWorkshop, onPhase: (frame: sche
   }
 }
 
+const q = (project: string): string => `project=${encodeURIComponent(project)}`;
+export const listProjects = (): Promise<{ items: Project[] }> => call('GET', '/v1/projects');
+/** A project's catalog, preconditions evaluated now, and how the server's write guard treats this page. */
+export const listActions = (project: string): Promise<{ project: string; items: CatalogItem[]; writes: CockpitWrites }> =>
+  call('GET', `/api/workspace/actions?${q(project)}`);
+export const actionJournal = (project: string): Promise<ActionJournal> => call('GET', `/api/workspace/actions/journal?${q(project)}`);
+/** Plans an action on the project the page has selected (the request names it): nothing changes but the journal's plan line. */
+export const planAction = (project: string, actionId: string, parameters: Record<string, unknown>): Promise<ActionPlan> =>
+  call('POST', `/api/workspace/actions/${encodeURIComponent(actionId)}/plan`, { project, action_id: actionId, parameters });
+
+/**
+ * The cockpit's write guard wants a double-submit token: GET /api/workspace/csrf sets it as the
+ * `atelier_csrf` cookie (HttpOnly) and returns it for the header. Asked before each apply and
+ * rollback (it is bound to the user and signed with the same key as the session's, so the
+ * session's own check accepts it as well).
+ */
+async function cockpitToken(): Promise<Session['csrf']> {
+  const t = await call<{ token: string; header: string }>('GET', '/api/workspace/csrf');
+  return { header: t.header, token: t.token };
+}
+export async function applyPlan(plan: Pick<ActionPlan, 'actionId' | 'planId' | 'fingerprint'>): Promise<ActionExecution> {
+  const token = await cockpitToken();
+  return call(
+    'POST',
+    `/api/workspace/actions/${encodeURIComponent(plan.actionId)}/apply`,
+    { plan_id: plan.planId, fingerprint: plan.fingerprint },
+    token,
+  );
+}
+export async function rollbackExecution(actionId: string, executionId: string): Promise<ActionExecution> {
+  const token = await cockpitToken();
+  return call('POST', `/api/workspace/actions/${encodeURIComponent(actionId)}/rollback`, { execution_id: executionId }, token);
+}
+export const consoleCatalog = (): Promise<ConsoleCatalog> => call('GET', '/api/workspace/console');
+export const runConsole = (body: ConsoleRequest): Promise<ConsoleResult> => call('POST', '/api/workspace/console', body);
+
 export const switchTenant = (tenant: string): Promise<{ tenant: string }> => call('POST', '/auth/web/tenant', { tenant });
 export const signOut = (): Promise<unknown> => call('POST', '/auth/web/logout');
 
@@ -191,6 +242,9 @@ export const signOut = (): Promise<unknown> => call('POST', '/auth/web/logout');
  */
 export const mayOperate = (role: Role, userId: string, workshop: Pick<Workshop, 'ownerId'>): boolean =>
   role === 'maintainer' || role === 'admin' || (role === 'member' && workshop.ownerId === userId);
+
+/** Who may plan, apply and roll back typed actions (D3: maintainers; the server checks again). */
+export const mayAct = (role: Role): boolean => role === 'maintainer' || role === 'admin';
 
 /** Who may decide (the server checks again: owner / maintainer / never the requester). */
 export const canDecide = (role: Role): boolean => role !== 'viewer';

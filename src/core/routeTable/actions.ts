@@ -50,7 +50,13 @@ export const actionsRoutes = {
     tag: 'actions',
     auth: 'bearer',
     query: z.object({ project: z.string().min(1).describe('project name or id') }),
-    response: ok({ project: z.string(), items: z.array(CatalogItemSchema) }),
+    response: ok({
+      project: z.string(),
+      items: z.array(CatalogItemSchema),
+      // The write guard as a browser meets it: `copy-command` (the default) answers a page's apply
+      // or rollback with the CLI command, so the cockpit shows that command instead of a button.
+      writes: z.enum(['apply', 'copy-command']),
+    }),
   },
   actionJournal: {
     method: 'GET',

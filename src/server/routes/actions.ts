@@ -133,7 +133,7 @@ export function actionRoutes(app: FastifyInstance, deps: ActionRoutesDeps): void
 
   app.get('/api/workspace/actions', { config: { access: READ } }, async (request) => {
     const project = projectParam(request.query);
-    return { project, items: await actions.catalog(actorOf(principalOf(request)), project) };
+    return { project, items: await actions.catalog(actorOf(principalOf(request)), project), writes: deps.cockpitWrites };
   });
 
   app.get('/api/workspace/actions/journal', { config: { access: READ } }, async (request) =>

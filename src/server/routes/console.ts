@@ -37,7 +37,8 @@ export function consoleRoutes(app: FastifyInstance, deps: ConsoleRoutesDeps): vo
   app.post('/api/workspace/console', { config: { access: READ } }, async (request) => {
     const body = parse(ConsoleRequest, request.body);
     const p = principalOf(request);
-    const token = /^Bearer\s+(\S+)$/i.exec(request.headers.authorization ?? '')?.[1];
+    // A bearer token, or the dashboard session's own (the Console page is cookie-authenticated).
+    const token = /^Bearer\s+(\S+)$/i.exec(request.headers.authorization ?? '')?.[1] ?? request.sessionToken;
     const url = deps.url();
     if (!token || !url) throw new AtelierError('UNAVAILABLE', 'the Console is not ready: try again in a moment');
     const mine = running.get(p.userId) ?? 0;
