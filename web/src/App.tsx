@@ -4,6 +4,7 @@ import { History } from './History.tsx';
 import { Banner } from './Banner.tsx';
 import { ApprovalsList } from './ApprovalsList.tsx';
 import { ApprovalModal } from './ApprovalModal.tsx';
+import { ApprovalLinkPage } from './ApprovalLink.tsx';
 import { summary } from './pending.ts';
 import { useNow, usePending } from './usePending.ts';
 import { Link, usePath } from './router.tsx';
@@ -76,6 +77,7 @@ function Dashboard({ session, reload }: { session: Session; reload: () => Promis
   const [headerError, setHeaderError] = useState<string>();
   const path = usePath();
   const workshop = decoded(/^\/workshops\/([^/]+)$/.exec(path)?.[1]);
+  const linked = decoded(/^\/approvals\/([^/]+)$/.exec(path)?.[1]);
   const signedOut = (): void => void reload();
   const s = summary(state, now);
   const opened = open ? (state.pending.get(open.id) ?? state.ended.get(open.id) ?? open.seen) : undefined;
@@ -140,6 +142,8 @@ function Dashboard({ session, reload }: { session: Session; reload: () => Promis
           <History onOpen={(a) => setOpen({ id: a.id, seen: a })} onSignedOut={signedOut} />
         ) : path === '/workshops' ? (
           <WorkshopsList role={session.role} onSignedOut={signedOut} />
+        ) : linked !== undefined ? (
+          <ApprovalLinkPage id={linked} search={location.search} onOpen={(a) => setOpen({ id: a.id, seen: a })} />
         ) : workshop !== undefined ? (
           <WorkshopPage id={workshop} role={session.role} userId={session.user.id} onSignedOut={signedOut} />
         ) : (
