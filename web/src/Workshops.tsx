@@ -146,7 +146,8 @@ export function WorkshopPage({ id, role, userId, onSignedOut }: { id: string; ro
             <dt>Budget</dt>
             <dd>{w.budgetUsd === null ? 'none' : `$${w.budgetUsd}`}</dd>
           </dl>
-          {role !== 'viewer' && <WorkshopActions workshop={w} />}
+          {/* Stop, resume and delete: only for those the server lets do them (it checks again). */}
+          {mayOperate(role, userId, w) && <WorkshopActions workshop={w} />}
           {w.warnings.length > 0 && (
             <ul className="error">
               {w.warnings.map((x, i) => (
