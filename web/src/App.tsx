@@ -94,6 +94,9 @@ function Dashboard({ session, reload }: { session: Session; reload: () => Promis
 
   return (
     <>
+      <a className="skip" href="#main">
+        Skip to the page
+      </a>
       <Banner count={s.count} soonest={s.soonest} now={now} onReview={() => s.items[0] && setOpenId(s.items[0].id)} />
       <header className="top">
         <strong className="brand">Atelier</strong>
@@ -135,7 +138,7 @@ function Dashboard({ session, reload }: { session: Session; reload: () => Promis
           {headerError}
         </p>
       )}
-      <main className="page">
+      <main className="page" id="main" tabIndex={-1}>
         {path === '/' ? (
           <ApprovalsList items={s.items} now={now} live={live} error={error} onOpen={setOpenId} />
         ) : path === '/history' ? (

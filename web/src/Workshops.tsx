@@ -302,6 +302,13 @@ function WorkshopActions({ workshop }: { workshop: Workshop }) {
       {confirming && (
         <form
           className="confirm"
+          onKeyDown={(e) => {
+            // Escape cancels, as it closes the modal.
+            if (e.key === 'Escape') {
+              setConfirming(false);
+              setTyped('');
+            }
+          }}
           onSubmit={(e) => {
             e.preventDefault();
             if (typed === workshop.name)
@@ -315,7 +322,7 @@ function WorkshopActions({ workshop }: { workshop: Workshop }) {
             Deleting removes the workshop, its files and its simulators for good. Type its name, <code>{visible(workshop.name)}</code>, to
             confirm.
           </label>
-          <input id="confirm-delete" value={typed} onChange={(e) => setTyped(e.target.value)} autoComplete="off" />
+          <input id="confirm-delete" value={typed} onChange={(e) => setTyped(e.target.value)} autoComplete="off" autoFocus />
           <div className="row">
             <button type="submit" className="danger" disabled={busy || typed !== workshop.name}>
               Delete for good
