@@ -3,6 +3,8 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { REPO_ROOT, TestServer, makeRepo } from './helpers/server.js';
+import { approvalLink } from '../src/approvals/deepLink.js';
+import { MasterKey } from '../src/identity/index.js';
 
 /** Whether web/dist holds a built dashboard (scripts/install.sh builds it). */
 const DASHBOARD_BUILT = existsSync(join(REPO_ROOT, 'web', 'dist', 'index.html'));
@@ -387,6 +389,16 @@ const TABLE: Record<string, Row> = {
   'GET /v1/approvals/:id/audit': {
     expect: e(401, 403, 200, 200, 200, 200, 200, 404),
     call: async (f) => ({ method: 'GET', path: `/v1/approvals/${await agentRequest(f)}/audit` }),
+  },
+  // A Teams card's signed link (made with the server's own key): people of the tenant, never an agent token.
+  'GET /v1/approvals/:id/link': {
+    expect: e(401, 403, 200, 200, 200, 200, 200, 404),
+    call: async (f) => {
+      const id = await agentRequest(f);
+      const key = MasterKey.loadOrCreate(join(f.server.dataDir, 'master.key')).derive('approval-deep-link');
+      const link = new URL(approvalLink('http://x', key, id, 'approve', Math.floor(Date.now() / 1000) + 600));
+      return { method: 'GET', path: `/v1/approvals/${id}/link${link.search}` };
+    },
   },
   'POST /v1/approvals/:id/decision': {
     expect: e(401, 403, 403, 403, 200, 200, 200, 404),

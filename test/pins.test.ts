@@ -58,6 +58,8 @@ const PINNED_EXPORTS: Record<string, readonly string[]> = {
     'CreateApprovalRequest',
     'DecideApprovalRequest',
     'SlackNotifier',
+    'TeamsNotifier',
+    'checkApprovalLink',
     'createApprovals',
     'eventVisibleTo',
     'gateCommand',
@@ -84,6 +86,8 @@ const PINNED_EXPORTS: Record<string, readonly string[]> = {
     'type CommandGate',
     'type CommandGateMatch',
     'type SlackConfig',
+    'type TeamsConfig',
+    'type TeamsLinks',
     'verifySlackSignature',
   ],
   core: [

@@ -179,6 +179,9 @@ describe('dashboard simulators in Chromium', { timeout: 280_000 }, () => {
       assert.equal(await page.getByRole('columnheader', { name: 'Connection' }).count(), 0, who);
       for (const name of ['Stop postgres', 'Reset postgres', 'Start postgres', 'Start simulator'])
         assert.equal(await page.getByRole('button', { name }).count(), 0, `${who} sees ${name}`);
+      // Nor the workshop's own Stop, Resume and Delete (the server would refuse them).
+      for (const name of ['Stop', 'Resume', 'Delete…'])
+        assert.equal(await page.getByRole('button', { name, exact: true }).count(), 0, `${who} sees the workshop's ${name}`);
       assert.equal(await page.getByText('Show the variables').count(), 0, who);
 
       // The page's own session, its CSRF token: the server refuses the stop anyway.
@@ -211,6 +214,9 @@ describe('dashboard simulators in Chromium', { timeout: 280_000 }, () => {
 
   it('a maintainer of the tenant operates a workshop it does not own: buttons and connection variables', async () => {
     const { page } = await workshopPageAs('lead');
+    // The workshop's own Stop and Delete too: a maintainer may.
+    await page.getByRole('button', { name: 'Stop', exact: true }).waitFor();
+    await page.getByRole('button', { name: 'Delete…', exact: true }).waitFor();
     const row = page.getByTestId('simulator-postgres');
     await row.getByText('Show the variables (credentials)').click();
     assert.ok((await row.getByTestId('simulator-env').innerText()).includes(`PGPASSWORD=${await postgresPassword()}`));

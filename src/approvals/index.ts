@@ -23,6 +23,8 @@ export {
   type ApprovalStatus,
 } from './types.js';
 export { SlackNotifier, slackMessage, verifySlackSignature, type SlackConfig } from './notifiers/slack.js';
+export { TeamsNotifier, type TeamsConfig, type TeamsLinks } from './notifiers/teams.js';
+export { checkApprovalLink } from './deepLink.js';
 export { createApprovals } from './runtime.js';
 export type { AllowlistAsk, ApprovalEffects, Approvals, ApprovalsOptions, CommandGate } from './runtime.js';
 export { gateCommand, matchCommand, type CommandGateMatch } from './commandGate.js';

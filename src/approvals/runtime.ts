@@ -1,6 +1,7 @@
 import { AtelierError } from '../core/index.js';
 import type { Pool } from '../db/index.js';
 import { SlackNotifier, type SlackConfig } from './notifiers/slack.js';
+import { TeamsNotifier, type TeamsConfig, type TeamsLinks } from './notifiers/teams.js';
 import { ApprovalService, type ApprovalServiceOptions } from './service.js';
 import { parseTtls, type ApprovalActor, type ApprovalRequest, type SecretMode } from './types.js';
 import { execInputs, gateCommand } from './commandGate.js';
@@ -53,6 +54,9 @@ export interface ApprovalsOptions {
   /** ApprovalServiceOptions.isLeader. */
   isLeader?: () => boolean;
   slack: SlackConfig;
+  teams?: TeamsConfig;
+  /** Signs the dashboard links of the Teams cards (a key derived from the master key) and knows the server's public origin. */
+  links?: TeamsLinks;
   pool: Pool;
   databaseUrl: string;
   log: ApprovalServiceOptions['log'];
@@ -84,6 +88,7 @@ export type CommandGate = (
 export interface Approvals {
   service: ApprovalService;
   slack: SlackNotifier;
+  teams: TeamsNotifier;
   /** The egress proxy's ask hook: files (or joins) an ALLOWLIST_EXPANSION request and holds the request for its decision. */
   ask: AllowlistAsk;
   /** The exec gate for SHELL_COMMAND (atelier.yaml `approvals.commands`). */
@@ -95,7 +100,7 @@ export interface Approvals {
   close(): Promise<void>;
 }
 
-/** The approval service, its Slack notifier, the gates that file requests, and each category's effect. */
+/** The approval service, its Slack and Teams notifiers, the gates that file requests, and each category's effect. */
 export function createApprovals(opts: ApprovalsOptions): Approvals {
   const service = new ApprovalService(opts.pool, {
     ttls: parseTtls(opts.ttl),
@@ -105,6 +110,7 @@ export function createApprovals(opts: ApprovalsOptions): Approvals {
     ...(opts.isLeader ? { isLeader: opts.isLeader } : {}),
   });
   const slack = new SlackNotifier(opts.pool, service, opts.slack, opts.log);
+  const teams = new TeamsNotifier(opts.pool, service, opts.teams ?? {}, opts.links ?? { key: '', origin: () => undefined }, opts.log);
 
   const ask: AllowlistAsk = async (host, port, ctx) => {
     const existing = await service.findPending(ctx.workshopId, 'ALLOWLIST_EXPANSION', { host, port });
@@ -182,6 +188,7 @@ export function createApprovals(opts: ApprovalsOptions): Approvals {
   return {
     service,
     slack,
+    teams,
     ask,
     execGate,
     async start(effects) {
@@ -264,11 +271,13 @@ export function createApprovals(opts: ApprovalsOptions): Approvals {
       service.register('SHELL_COMMAND', {});
       await service.start();
       slack.start();
+      teams.start();
     },
     resumeEffects: () => service.resumeEffects(),
     async close() {
       await service.close();
       await slack.close();
+      await teams.close();
     },
   };
 }

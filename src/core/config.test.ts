@@ -31,6 +31,21 @@ describe('config', () => {
     assert.throws(() => loadConfig({ ATELIER_DEFAULT_CPUS: '-1' }), /ATELIER_DEFAULT_CPUS/);
   });
 
+  it('reads the Teams webhook: https, or http to a loopback stand-in; anything else refused saying where to find the URL', () => {
+    assert.deepEqual(loadConfig({ HOME: '/home/u' }).teams, {});
+    const https = 'https://prod-01.westeurope.logic.azure.com:443/workflows/abc/triggers/manual/paths/invoke?sig=x';
+    assert.equal(loadConfig({ HOME: '/home/u', ATELIER_TEAMS_WEBHOOK_URL: https }).teams.webhookUrl, https);
+    assert.equal(
+      loadConfig({ HOME: '/home/u', ATELIER_TEAMS_WEBHOOK_URL: 'http://127.0.0.1:9/hook' }).teams.webhookUrl,
+      'http://127.0.0.1:9/hook',
+    );
+    for (const bad of ['http://teams.example/hook', 'ftp://x/y', 'not a url'])
+      assert.throws(
+        () => loadConfig({ HOME: '/home/u', ATELIER_TEAMS_WEBHOOK_URL: bad }),
+        /invalid environment variable ATELIER_TEAMS_WEBHOOK_URL: expected the https URL of a Teams Workflows webhook \(in Teams: Workflows/,
+      );
+  });
+
   it('reads the disk quota settings, with their defaults, and refuses a size it cannot read', () => {
     const d = loadConfig({ HOME: '/home/u' });
     assert.deepEqual(

@@ -35,6 +35,25 @@ const httpUrl: Rule<string> = (value) => {
     : { refused: `expected an http(s) URL, got "${value}"` };
 };
 
+/**
+ * A Teams Workflows webhook: https (the URL carries its own signature, which must not cross the
+ * network in clear); plain http only to a loopback address (a local stand-in, tests).
+ */
+const teamsWebhookUrl: Rule<string> = (value) => {
+  let url: URL | undefined;
+  try {
+    url = new URL(value);
+  } catch {
+    url = undefined;
+  }
+  const loopback = url !== undefined && /^(127\.\d+\.\d+\.\d+|\[::1\]|localhost)$/.test(url.hostname);
+  return url && (url.protocol === 'https:' || (url.protocol === 'http:' && loopback))
+    ? { value }
+    : {
+        refused: `expected the https URL of a Teams Workflows webhook (in Teams: Workflows → "Post to a channel when a webhook request is received" → copy its URL), got "${value.slice(0, 40)}${value.length > 40 ? '…' : ''}"`,
+      };
+};
+
 /** `500ms`, `2s`, `1m`, `3` (seconds): milliseconds from `min` to `max`. */
 const durationMs =
   (min: number, max: number): Rule<number> =>
@@ -97,6 +116,7 @@ const durationMs =
  * | ATELIER_SLACK_CHANNEL       | slack.channel    | (none) channel id the bot posts to |
  * | ATELIER_SLACK_SIGNING_SECRET| slack.signingSecret | (none) verifies /v1/webhooks/slack/interactions (without it every call is 401) |
  * | ATELIER_SLACK_API_URL       | slack.apiUrl     | https://slack.com/api |
+ * | ATELIER_TEAMS_WEBHOOK_URL   | teams.webhookUrl | (none) a Teams Workflows webhook URL (https; http only to a loopback address): each request is posted there as an Adaptive Card |
  * | ATELIER_COCKPIT_WRITES      | cockpitWrites    | copy-command: browsers get the CLI command for apply/rollback; `apply` lets a same-origin request with the CSRF token apply |
  * | ATELIER_ACTIONS_PLAN_TTL    | actionsPlanTtl   | 600 (seconds a typed action's plan may be applied after it was made) |
  * | ATELIER_STACKS_BACKEND      | stacksBackend    | native: stacks are processes supervised by the server; `docker`/`podman`: that engine's compose; `compose`: the first engine whose `compose version` answers; `auto`: that, else native |
@@ -161,6 +181,7 @@ const ENV = {
   ATELIER_SLACK_CHANNEL: text,
   ATELIER_SLACK_SIGNING_SECRET: text,
   ATELIER_SLACK_API_URL: httpUrl,
+  ATELIER_TEAMS_WEBHOOK_URL: teamsWebhookUrl,
   ATELIER_COCKPIT_WRITES: oneOf('apply', 'copy-command'),
   ATELIER_ACTIONS_PLAN_TTL: integer(1, 86400),
   ATELIER_STACKS_BACKEND: oneOf('native', 'auto', 'compose', 'docker', 'podman'),
@@ -245,6 +266,8 @@ export interface Config {
   approvalsSelfConfirm: 'off' | 'sole-maintainer';
   /** Slack notifications and interactions for approvals (all optional). */
   slack: { webhookUrl?: string; botToken?: string; channel?: string; signingSecret?: string; apiUrl: string };
+  /** Microsoft Teams notifications for approvals (optional). */
+  teams: { webhookUrl?: string };
   cockpitWrites: 'apply' | 'copy-command';
   actionsPlanTtl: number;
   stacksBackend: 'native' | 'auto' | 'compose' | 'docker' | 'podman';
@@ -363,6 +386,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       ...(e.ATELIER_SLACK_SIGNING_SECRET ? { signingSecret: e.ATELIER_SLACK_SIGNING_SECRET } : {}),
       apiUrl: (e.ATELIER_SLACK_API_URL ?? 'https://slack.com/api').replace(/\/+$/, ''),
     },
+    teams: e.ATELIER_TEAMS_WEBHOOK_URL ? { webhookUrl: e.ATELIER_TEAMS_WEBHOOK_URL } : {},
     cockpitWrites: e.ATELIER_COCKPIT_WRITES ?? 'copy-command',
     actionsPlanTtl: e.ATELIER_ACTIONS_PLAN_TTL ?? 600,
     stacksBackend: e.ATELIER_STACKS_BACKEND ?? 'native',

@@ -58,6 +58,8 @@ export interface AppDeps {
   extraRoutes?: ((app: FastifyInstance) => void)[];
   approvals?: ApprovalService;
   slack?: SlackNotifier;
+  /** Signs and checks the dashboard links of the Teams cards (derived from the master key). */
+  approvalLinkKey?: string;
   secrets?: SecretStore;
   credentialPolicies?: CredentialPolicies;
   /** Whether this node runs the installation's periodic jobs (src/db/leader.ts); always, without it. */
@@ -412,6 +414,8 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   for (const register of deps.extraRoutes ?? []) register(app);
   const approvals = deps.approvals;
   if (approvals)
-    void app.register(async (scope) => approvalRoutes(scope, approvals, deps.slack, (ref, actor) => deps.workshops.resolveRef(ref, actor)));
+    void app.register(async (scope) =>
+      approvalRoutes(scope, approvals, deps.slack, (ref, actor) => deps.workshops.resolveRef(ref, actor), deps.approvalLinkKey),
+    );
   return app;
 }

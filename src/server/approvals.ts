@@ -1,6 +1,12 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { Pool } from '../db/index.js';
-import { createApprovals as createApprovalsRoom, type Approvals, type SlackConfig } from '../approvals/index.js';
+import {
+  createApprovals as createApprovalsRoom,
+  type Approvals,
+  type SlackConfig,
+  type TeamsConfig,
+  type TeamsLinks,
+} from '../approvals/index.js';
 import { canonicalizeHost, createEgressPolicy, hostForAuthority, type CanonicalHost } from '../egress/index.js';
 import { DEFAULT_GRANT_SECONDS, Publisher, SecretStore, type WorkshopService } from '../workshops/index.js';
 
@@ -24,6 +30,8 @@ export function createApprovals(opts: {
   ttl: string | undefined;
   selfConfirm: 'off' | 'sole-maintainer';
   slack: SlackConfig;
+  teams: TeamsConfig;
+  links: TeamsLinks;
   isLeader: () => boolean;
   pool: Pool;
   databaseUrl: string;
@@ -37,6 +45,8 @@ export function createApprovals(opts: {
     selfConfirm: opts.selfConfirm,
     isLeader: opts.isLeader,
     slack: opts.slack,
+    teams: opts.teams,
+    links: opts.links,
     pool: opts.pool,
     databaseUrl: opts.databaseUrl,
     log: opts.logger,

@@ -377,11 +377,18 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       `disk quotas: ${driver.diskNote ?? `a filesystem of its own per workshop (default ${formatSize(config.defaultDiskBytes)}, at most ${formatSize(config.maxDiskBytes)})`}; ${formatSize(config.diskReserveBytes)} kept free for the database`,
     );
     const sudoHome = config.sudoUser ? homeOf(config.sudoUser.uid) : undefined;
+    // Known once the server listens; the write guard compares browsers' Origin with it, and the
+    // Teams cards' links point at it.
+    const publicOrigin: { value?: string } = {};
+    // Signs the dashboard links of the Teams cards; the server checks them (GET /v1/approvals/:id/link).
+    const approvalLinkKey = masterKey.derive('approval-deep-link');
     const approvals = createApprovals({
       isLeader: () => leadership.isLeader,
       ttl: config.approvalTtl,
       selfConfirm: config.approvalsSelfConfirm,
       slack: config.slack,
+      teams: config.teams,
+      links: { key: approvalLinkKey, origin: () => publicOrigin.value },
       pool,
       databaseUrl: databaseUrl ?? embedded!.connectionString,
       logger,
@@ -474,8 +481,6 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     const authenticator = new Authenticator(pool);
     const identityConfig = opts.identityConfig ? resolve(opts.identityConfig) : config.identityConfig;
     const identity = await startIdentity(identityConfig, pool, masterKey, logger, () => leadership.isLeader);
-    // Known once the server listens; the write guard compares browsers' Origin with it.
-    const publicOrigin: { value?: string } = {};
     // The server's own URL, for the Console's child CLI (known once it listens).
     const localUrl: { value?: string } = {};
     const starting = { value: true };
@@ -552,6 +557,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       ],
       approvals: approvals.service,
       slack: approvals.slack,
+      approvalLinkKey,
       secrets: approvals.secrets,
       credentialPolicies,
       sealer: masterKey,

@@ -4,6 +4,7 @@ import { History } from './History.tsx';
 import { Banner } from './Banner.tsx';
 import { ApprovalsList } from './ApprovalsList.tsx';
 import { ApprovalModal } from './ApprovalModal.tsx';
+import { ApprovalLinkPage } from './ApprovalLink.tsx';
 import { summary } from './pending.ts';
 import { useNow, usePending } from './usePending.ts';
 import { Link, usePath } from './router.tsx';
@@ -79,6 +80,7 @@ function Dashboard({ session, reload }: { session: Session; reload: () => Promis
   const [headerError, setHeaderError] = useState<string>();
   const path = usePath();
   const workshop = decoded(/^\/workshops\/([^/]+)$/.exec(path)?.[1]);
+  const linked = decoded(/^\/approvals\/([^/]+)$/.exec(path)?.[1]);
   const signedOut = (): void => void reload();
   const s = summary(state, now);
   const opened = open ? (state.pending.get(open.id) ?? state.ended.get(open.id) ?? open.seen) : undefined;
@@ -95,6 +97,9 @@ function Dashboard({ session, reload }: { session: Session; reload: () => Promis
 
   return (
     <>
+      <a className="skip" href="#main">
+        Skip to the page
+      </a>
       <Banner count={s.count} soonest={s.soonest} now={now} onReview={() => s.items[0] && setOpenId(s.items[0].id)} />
       <header className="top">
         <strong className="brand">Atelier</strong>
@@ -139,7 +144,7 @@ function Dashboard({ session, reload }: { session: Session; reload: () => Promis
           {headerError}
         </p>
       )}
-      <main className="page">
+      <main className="page" id="main" tabIndex={-1}>
         {path === '/' ? (
           <ApprovalsList items={s.items} now={now} live={live} error={error} onOpen={setOpenId} />
         ) : path === '/history' ? (
@@ -150,6 +155,8 @@ function Dashboard({ session, reload }: { session: Session; reload: () => Promis
           <Suspense fallback={<p className="muted">Loading the cockpit…</p>}>
             <Cockpit path={path} role={session.role} onSignedOut={signedOut} />
           </Suspense>
+        ) : linked !== undefined ? (
+          <ApprovalLinkPage id={linked} search={location.search} onOpen={(a) => setOpen({ id: a.id, seen: a })} />
         ) : workshop !== undefined ? (
           <WorkshopPage id={workshop} role={session.role} userId={session.user.id} onSignedOut={signedOut} />
         ) : (

@@ -37,8 +37,15 @@ export function ApprovalModal({
 
   useEffect(() => {
     const d = dialog.current;
+    // Focus goes back where it was once the modal closes: the button that opened it, or, when
+    // that left the page (a decided request leaves the list), the page itself.
+    const opener = document.activeElement instanceof HTMLElement ? document.activeElement : null;
     if (d && !d.open) d.showModal();
-    return () => d?.close();
+    return () => {
+      d?.close();
+      if (opener?.isConnected) opener.focus();
+      else document.getElementById('main')?.focus();
+    };
   }, []);
 
   const current = decided && progress(decided) >= progress(approval) ? decided : approval;

@@ -146,7 +146,8 @@ export function WorkshopPage({ id, role, userId, onSignedOut }: { id: string; ro
             <dt>Budget</dt>
             <dd>{w.budgetUsd === null ? 'none' : `$${w.budgetUsd}`}</dd>
           </dl>
-          {role !== 'viewer' && <WorkshopActions workshop={w} />}
+          {/* Stop, resume and delete: only for those the server lets do them (it checks again). */}
+          {mayOperate(role, userId, w) && <WorkshopActions workshop={w} />}
           {w.warnings.length > 0 && (
             <ul className="error">
               {w.warnings.map((x, i) => (
@@ -301,6 +302,13 @@ function WorkshopActions({ workshop }: { workshop: Workshop }) {
       {confirming && (
         <form
           className="confirm"
+          onKeyDown={(e) => {
+            // Escape cancels, as it closes the modal.
+            if (e.key === 'Escape') {
+              setConfirming(false);
+              setTyped('');
+            }
+          }}
           onSubmit={(e) => {
             e.preventDefault();
             if (typed === workshop.name)
@@ -314,7 +322,7 @@ function WorkshopActions({ workshop }: { workshop: Workshop }) {
             Deleting removes the workshop, its files and its simulators for good. Type its name, <code>{visible(workshop.name)}</code>, to
             confirm.
           </label>
-          <input id="confirm-delete" value={typed} onChange={(e) => setTyped(e.target.value)} autoComplete="off" />
+          <input id="confirm-delete" value={typed} onChange={(e) => setTyped(e.target.value)} autoComplete="off" autoFocus />
           <div className="row">
             <button type="submit" className="danger" disabled={busy || typed !== workshop.name}>
               Delete for good

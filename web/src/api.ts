@@ -7,6 +7,7 @@ import type { z } from 'zod';
 import type * as core from '../../src/core/api.ts';
 import type * as schemas from '../../src/core/schemas.ts';
 import type * as terminals from '../../src/core/terminals.ts';
+import type { ROUTES } from '../../src/core/routes.ts';
 
 export type Role = (typeof core.ROLES)[number];
 
@@ -138,6 +139,19 @@ export function listApprovals(f: HistoryFilter, limit = 200): Promise<{ items: A
   if (f.category) q.set('category', f.category);
   if (f.workshop) q.set('workshop', f.workshop);
   return call('GET', `/v1/approvals?${q}`);
+}
+/** What a Teams card's link was for, as the server checked it (its signature, its expiry), and the request it names. */
+export type LinkCheck = Wire<(typeof ROUTES)['checkApprovalLink']['response']>;
+
+/**
+ * Checks a Teams card's link (`?action=…&exp=…&sig=…` of /approvals/ID) with the server, which
+ * alone holds its key: the request, or the server's refusal (forged, expired, not yours to see).
+ */
+export function checkApprovalLink(id: string, search: string): Promise<LinkCheck> {
+  const given = new URLSearchParams(search);
+  const q = new URLSearchParams();
+  for (const name of ['action', 'exp', 'sig']) q.set(name, given.get(name) ?? '');
+  return call('GET', `/v1/approvals/${encodeURIComponent(id)}/link?${q}`);
 }
 export const getApproval = (id: string): Promise<Approval> => call('GET', `/v1/approvals/${encodeURIComponent(id)}`);
 export const approvalAudit = (id: string): Promise<{ items: AuditEntry[] }> => call('GET', `/v1/approvals/${encodeURIComponent(id)}/audit`);

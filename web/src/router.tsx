@@ -19,6 +19,8 @@ export function navigate(to: string): void {
   history.pushState(null, '', to);
   dispatchEvent(new Event('atelier:navigate'));
   scrollTo(0, 0);
+  // Keyboard and screen-reader users start on the new page, not on the link left behind.
+  document.getElementById('main')?.focus({ preventScroll: true });
 }
 
 /** A link that changes page without reloading the app (a modified click opens a tab as usual). */

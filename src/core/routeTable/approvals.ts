@@ -47,6 +47,23 @@ export const approvalsRoutes = {
     auth: 'bearer',
     response: ApprovalRequestSchema,
   },
+  checkApprovalLink: {
+    method: 'GET',
+    path: '/v1/approvals/:id/link',
+    summary: "check a Teams card's signed link to a request (people only): the request, what the link was for, until when; decides nothing",
+    tag: 'approvals',
+    auth: 'bearer',
+    query: z.object({
+      action: z.enum(['approve', 'reject', 'view']),
+      exp: z.number().int().min(0).describe('when the link expires (seconds since 1970)'),
+      sig: z.string().min(1).describe("the server's signature of id, action and exp"),
+    }),
+    response: z.object({
+      action: z.enum(['approve', 'reject', 'view']),
+      expiresAt: z.string().describe('when the link expires'),
+      approval: ApprovalRequestSchema,
+    }),
+  },
   waitApproval: {
     method: 'GET',
     path: '/v1/approvals/:id/wait',

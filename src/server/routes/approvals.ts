@@ -1,6 +1,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { AtelierError } from '../../core/index.js';
 import {
+  checkApprovalLink,
   CreateApprovalRequest,
   DecideApprovalRequest,
   eventVisibleTo,
@@ -25,6 +26,8 @@ const DECIDE: RouteAccess = { role: 'member' };
 
 // The audit trail names people and their addresses: people of the tenant only, not agents.
 const AUDIT: RouteAccess = { role: 'viewer' };
+// A Teams card's link is followed by a person (signed in to the dashboard), never by an agent.
+const LINK: RouteAccess = { role: 'viewer' };
 
 const MAX_WAIT_SECONDS = 300;
 /** `concerns=me`: only the requests of workshops the caller owns, or all of the tenant's for a maintainer or admin. */
@@ -53,6 +56,8 @@ export function approvalRoutes(
   slack?: SlackNotifier,
   /** A workshop's id from its id or name, as the caller sees names (the `workshop` filter takes either). */
   resolveWorkshop?: (ref: string, actor: Principal) => Promise<string>,
+  /** Signs the dashboard links of the Teams cards (src/approvals/deepLink.ts). */
+  linkKey?: string,
 ): void {
   // Slack's button clicks: public (Slack has no token of ours), authenticated by the request's
   // signature over the raw body, which is kept as bytes and verified before anything is parsed.
@@ -96,6 +101,21 @@ export function approvalRoutes(
   app.get<IdParams>('/v1/approvals/:id', { config: { access: READ } }, async (request) =>
     service.get(request.params.id, principalOf(request)),
   );
+
+  // A link of a Teams card, checked for the signed-in person who followed it: the request first
+  // (as they may see it: another tenant's is 404), then the signature and the expiry. It decides
+  // nothing; the dashboard then shows the request's modal, where the person decides with their rights.
+  app.get<IdParams>('/v1/approvals/:id/link', { config: { access: LINK } }, async (request) => {
+    const q = queryOf(request.query);
+    const action = q.string('action');
+    const exp = q.int('exp', { min: 0, max: 2 ** 40 });
+    const sig = q.string('sig');
+    q.done();
+    const approval = await service.get(request.params.id, principalOf(request));
+    if (!linkKey) throw new AtelierError('UNAVAILABLE', 'this server signs no approval links');
+    const link = checkApprovalLink(linkKey, approval.id, { action, exp, sig }, Math.floor(Date.now() / 1000));
+    return { ...link, approval };
+  });
 
   app.get<IdParams>('/v1/approvals/:id/wait', { config: { access: READ } }, async (request, reply) => {
     const q = queryOf(request.query);
