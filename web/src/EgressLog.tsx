@@ -47,9 +47,10 @@ export function useEgressLog(id: string, onSignedOut: () => void): { records: Eg
               last = r.id;
               batch.push(r);
               flush ??= setTimeout(draw, 50);
-              setError(undefined);
             },
             abort.signal,
+            // Connected again: the page no longer says it is trying.
+            () => setError(undefined),
           );
           if (flush) clearTimeout(flush);
           draw();

@@ -167,13 +167,14 @@ export const egressLog = (id: string, after: number | undefined): Promise<{ item
  * Follows the workshop's egress log (`?follow=true`, NDJSON): each record after `after` as the
  * proxy decides, handed to `onRecord` in order, until the server ends the stream (it does after at
  * most a minute, so the caller reconnects with the last id and the session is checked again) or
- * `signal` aborts. A refused request throws its ApiError.
+ * `signal` aborts; `onOpen` once the server has accepted it. A refused request throws its ApiError.
  */
 export async function followEgress(
   id: string,
   after: number | undefined,
   onRecord: (r: EgressRecord) => void,
   signal: AbortSignal,
+  onOpen: () => void = () => undefined,
 ): Promise<void> {
   const res = await fetch(
     `/v1/workshops/${encodeURIComponent(id)}/egress?follow=true&limit=500${after !== undefined ? `&after=${after}` : ''}`,
@@ -183,6 +184,7 @@ export async function followEgress(
     await answer(res);
     return;
   }
+  onOpen();
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffered = '';
   for (;;) {
