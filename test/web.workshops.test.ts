@@ -1,5 +1,6 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { actors } from './helpers/actors.js';
@@ -186,6 +187,81 @@ describe('dashboard workshops and terminal in Chromium', { timeout: 280_000 }, (
       assert.equal((await as<{ status: string }>('admin', 'GET', `/v1/workshops/${w.body.id}`)).body.status, 'Running');
     } finally {
       await as('admin', 'DELETE', `/v1/workshops/${w.body.id}`);
+    }
+  });
+
+  it("a workshop's usage beside its limits, and its egress log live: a request denied inside it appears without a reload, with its reason", async () => {
+    const denying = makeRepo({ 'atelier.yaml': 'egress:\n  deny: [blocked.example.test]\n' });
+    const w = await as<{ id: string }>('maker', 'POST', '/v1/workshops', { repo: denying, name: 'live-log', memory: '768m', budgetUsd: 5 });
+    assert.equal(w.status, 201, JSON.stringify(w.body));
+    try {
+      const page = await signedIn();
+      const egressReads: string[] = [];
+      page.on('request', (r) => {
+        if (r.url().includes(`/v1/workshops/${w.body.id}/egress`)) egressReads.push(r.url());
+      });
+      await page.goto(`${server.url}/workshops/${w.body.id}`);
+      await page
+        .getByTestId('workshop-status')
+        .getByText(/^Running/)
+        .waitFor();
+      await page.getByTestId('egress-empty').waitFor();
+
+      // Usage: the memory limit asked for, the disk as the API reports it, the budget spent.
+      const usage = page.getByTestId('workshop-usage');
+      assert.match(await usage.getByTestId('usage-memory').innerText(), /768 MiB/);
+      const { disk } = (
+        await as<{ disk?: { enforced: boolean; usedBytes: number | null; quotaBytes: number | null; note: string | null } }>(
+          'maker',
+          'GET',
+          `/v1/workshops/${w.body.id}`,
+        )
+      ).body;
+      assert.ok(disk, 'the API reports no disk for the workshop');
+      const diskText = await usage.getByTestId('usage-disk').innerText();
+      if (disk.enforced) {
+        assert.match(diskText, /^\d+(\.\d)? (MiB|GiB) of \d+(\.\d)? (MiB|GiB) \(\d+%\)/);
+        assert.equal(await usage.getByRole('meter', { name: 'Disk' }).getAttribute('max'), String(disk.quotaBytes));
+      } else assert.equal(diskText, disk.note);
+      assert.match(await usage.getByTestId('usage-spend').innerText(), /\$0\.00 of \$5\.00 budget/);
+      assert.equal(await usage.getByRole('meter', { name: 'Model spend' }).count(), 1);
+
+      // A request to a host the project denies, made inside the workshop through its proxy while
+      // the page stays open: the row arrives on the page's stream, the page not reloaded.
+      await page.evaluate(() => ((globalThis as unknown as { stillThere: boolean }).stillThere = true));
+      const tried = await server.exec(w.body.id, [
+        'sh',
+        '-c',
+        'curl -sS -m 30 -o /dev/null -w "%{http_code}" http://blocked.example.test/; true',
+      ]);
+      assert.equal(tried.stdout.trim(), '403', JSON.stringify(tried));
+      const row = page.getByTestId('egress-log').getByRole('row').filter({ hasText: 'blocked.example.test' });
+      await row.first().waitFor();
+      const text = await row.first().innerText();
+      assert.match(text, /blocked\.example\.test:80/);
+      assert.match(text, /denied/);
+      const recorded = await as<{ items: { host: string; message: string; reason: string }[] }>(
+        'maker',
+        'GET',
+        `/v1/workshops/${w.body.id}/egress`,
+      );
+      const why = recorded.body.items.find((r) => r.host === 'blocked.example.test');
+      assert.ok(why, JSON.stringify(recorded.body));
+      assert.ok(text.includes(why.message || why.reason), `the row does not say why: ${text}`);
+      assert.equal(
+        await page.evaluate(() => (globalThis as unknown as { stillThere?: boolean }).stillThere),
+        true,
+        'the page was reloaded',
+      );
+      // Read as a stream (follow), never by the 2 s page read of before.
+      assert.ok(egressReads.length > 0 && egressReads.every((u) => u.includes('follow=true')), egressReads.join('\n'));
+      await page.screenshot({ path: join(SHOTS, 'workshop-usage.png') });
+      assert.deepEqual(await accessibilityProblems(page), [], "axe-core on a workshop's page with its usage and live log");
+      assert.deepEqual(cspViolations, []);
+      await page.close();
+    } finally {
+      await as('maker', 'DELETE', `/v1/workshops/${w.body.id}`);
+      rmSync(denying, { recursive: true, force: true });
     }
   });
 });

@@ -1,7 +1,6 @@
-import { lazy, Suspense, useRef, useState } from 'react';
+import { lazy, Suspense, useState } from 'react';
 import {
   deleteWorkshop,
-  egressLog,
   getWorkshop,
   listSessions,
   listWorkshops,
@@ -10,14 +9,15 @@ import {
   said,
   stopWorkshop,
   type EgressEntry,
-  type EgressRecord,
   type Role,
   type Workshop,
 } from './api.ts';
 import { visible } from './ApprovalsList.tsx';
 import { CreateWorkshopForm } from './CreateWorkshop.tsx';
+import { EgressLog } from './EgressLog.tsx';
 import { ListTable } from './ListTable.tsx';
 import { Simulators } from './Simulators.tsx';
+import { bytes, Usage } from './Usage.tsx';
 import { Link, navigate } from './router.tsx';
 import { usePoll } from './usePoll.ts';
 
@@ -25,10 +25,6 @@ import { usePoll } from './usePoll.ts';
 const WorkshopTerminal = lazy(() => import('./Terminal.tsx').then((m) => ({ default: m.WorkshopTerminal })));
 
 const POLL_MS = 2000;
-
-function bytes(n: number): string {
-  return n >= 2 ** 30 ? `${(n / 2 ** 30).toFixed(1)} GiB` : `${Math.round(n / 2 ** 20)} MiB`;
-}
 
 /** Policy entries, each with where it came from (an approval: who decided it). */
 function EntryList({ entries, testId }: { entries: EgressEntry[]; testId: string }) {
@@ -92,26 +88,11 @@ export function WorkshopsList({ role, onSignedOut }: { role: Role; onSignedOut: 
   );
 }
 
-/** One workshop: status, limits, its egress policy and the proxy's decisions, read again every 2 s. */
+/** One workshop: status, limits and usage, its egress policy read again every 2 s, and the proxy's decisions as they are made. */
 export function WorkshopPage({ id, role, userId, onSignedOut }: { id: string; role: Role; userId: string; onSignedOut: () => void }) {
   const { data: w, error } = usePoll(() => getWorkshop(id), POLL_MS, onSignedOut, id);
   const sessions = usePoll(() => listSessions(id), POLL_MS, onSignedOut, `sess-${id}`);
   const [terminal, setTerminal] = useState<{ session?: string }>();
-  // The log grows: each poll asks only for what came after the last record seen.
-  const log = useRef<{ id: string; items: EgressRecord[] }>({ id, items: [] });
-  if (log.current.id !== id) log.current = { id, items: [] };
-  const egress = usePoll(
-    async () => {
-      const last = log.current.items.at(-1)?.id;
-      const { items } = await egressLog(id, last);
-      log.current.items = [...log.current.items, ...items].slice(-500);
-      return log.current.items;
-    },
-    POLL_MS,
-    onSignedOut,
-    id,
-  );
-  const records = egress.data ?? [];
   return (
     <section aria-labelledby="w-title">
       <p>
@@ -148,6 +129,7 @@ export function WorkshopPage({ id, role, userId, onSignedOut }: { id: string; ro
           </dl>
           {/* Stop, resume and delete: only for those the server lets do them (it checks again). */}
           {mayOperate(role, userId, w) && <WorkshopActions workshop={w} />}
+          <Usage workshop={w} />
           {w.warnings.length > 0 && (
             <ul className="error">
               {w.warnings.map((x, i) => (
@@ -232,30 +214,7 @@ export function WorkshopPage({ id, role, userId, onSignedOut }: { id: string; ro
         </>
       )}
       <h2>Egress log</h2>
-      <ListTable
-        items={[...records].reverse()}
-        error={egress.error}
-        empty={
-          <p className="muted" data-testid="egress-empty">
-            No connection attempt yet.
-          </p>
-        }
-        testId="egress-log"
-        columns={['Time', 'Destination', 'Decision', 'Why']}
-        row={(r) => (
-          <tr key={r.id} className={r.allowed ? undefined : 'denied'}>
-            <td>{new Date(r.at).toLocaleTimeString()}</td>
-            <td className="wrap">
-              <code>
-                {visible(r.host)}:{r.port}
-              </code>{' '}
-              <span className="muted">{r.protocol}</span>
-            </td>
-            <td>{r.allowed ? 'allowed' : 'denied'}</td>
-            <td className="wrap">{visible(r.message || r.reason)}</td>
-          </tr>
-        )}
-      />
+      <EgressLog id={id} onSignedOut={onSignedOut} />
     </section>
   );
 }

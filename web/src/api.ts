@@ -33,6 +33,8 @@ export type ApprovalCategory = Approval['category'];
 export type ApprovalStatus = Approval['status'];
 export type AuditEntry = Wire<typeof core.ApprovalAuditEntry>;
 export type Workshop = Wire<typeof core.WorkshopSchema>;
+/** Its disk against its quota: in the answer of GET /v1/workshops/:id (not of the list), read on the node that runs it. */
+export type WorkshopDisk = schemas.WorkshopDisk;
 export type EgressEntry = Workshop['egress']['policy'][number];
 /** One decision of the workshop's egress proxy. */
 export type EgressRecord = Wire<typeof core.EgressRecord>;
@@ -155,10 +157,46 @@ export function checkApprovalLink(id: string, search: string): Promise<LinkCheck
 }
 export const getApproval = (id: string): Promise<Approval> => call('GET', `/v1/approvals/${encodeURIComponent(id)}`);
 export const approvalAudit = (id: string): Promise<{ items: AuditEntry[] }> => call('GET', `/v1/approvals/${encodeURIComponent(id)}/audit`);
-export const getWorkshop = (id: string): Promise<Workshop> => call('GET', `/v1/workshops/${encodeURIComponent(id)}`);
+export const getWorkshop = (id: string): Promise<Workshop & { disk?: WorkshopDisk }> =>
+  call('GET', `/v1/workshops/${encodeURIComponent(id)}`);
 export const listWorkshops = (): Promise<{ items: Workshop[] }> => call('GET', '/v1/workshops');
 export const egressLog = (id: string, after: number | undefined): Promise<{ items: EgressRecord[] }> =>
   call('GET', `/v1/workshops/${encodeURIComponent(id)}/egress?limit=200${after !== undefined ? `&after=${after}` : ''}`);
+
+/**
+ * Follows the workshop's egress log (`?follow=true`, NDJSON): each record after `after` as the
+ * proxy decides, handed to `onRecord` in order, until the server ends the stream (it does after at
+ * most a minute, so the caller reconnects with the last id and the session is checked again) or
+ * `signal` aborts; `onOpen` once the server has accepted it. A refused request throws its ApiError.
+ */
+export async function followEgress(
+  id: string,
+  after: number | undefined,
+  onRecord: (r: EgressRecord) => void,
+  signal: AbortSignal,
+  onOpen: () => void = () => undefined,
+): Promise<void> {
+  const res = await fetch(
+    `/v1/workshops/${encodeURIComponent(id)}/egress?follow=true&limit=500${after !== undefined ? `&after=${after}` : ''}`,
+    { headers: { accept: 'application/x-ndjson', 'x-atelier-channel': 'dashboard' }, credentials: 'same-origin', signal },
+  );
+  if (!res.ok || !res.body) {
+    await answer(res);
+    return;
+  }
+  onOpen();
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffered = '';
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (value) buffered += value;
+    const lines = buffered.split('\n');
+    // A record cut by the stream's end is dropped: the next connection asks again from the last whole one.
+    buffered = lines.pop() ?? '';
+    for (const line of lines) if (line.trim()) onRecord(JSON.parse(line) as EgressRecord);
+    if (done) return;
+  }
+}
 export const decide = (id: string, decision: 'APPROVE' | 'REJECT', reason: string): Promise<Approval> =>
   call('POST', `/v1/approvals/${encodeURIComponent(id)}/decision`, { decision, reason });
 export const stopWorkshop = (id: string): Promise<Workshop> => call('POST', `/v1/workshops/${encodeURIComponent(id)}/stop`);
