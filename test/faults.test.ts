@@ -47,6 +47,12 @@ describe('faults', () => {
     const stray = new TestServer(mkdtempSync('/tmp/atelier-test-'), ['--database-url', db.url]);
     cleanups.push(() => stray.dispose());
     await assert.rejects(stray.boot(), /must share one key file \(ATELIER_MASTER_KEY_FILE\)/);
+    // It stopped before joining: no node of its own that would look live (and be given workshops) for a while.
+    const check = new pg.Client({ connectionString: db.url });
+    await check.connect();
+    const nodes = (await check.query<{ n: number }>('SELECT count(*)::int AS n FROM nodes')).rows[0]!.n;
+    await check.end();
+    assert.equal(nodes, 2, 'the stray server joined the installation before failing');
     // Either server drives every workshop, wherever it runs (docs/replicas.md; test/nodes.replicas.test.ts).
     const w = await a.createWorkshop({ repo: makeRepo() });
     const fromB = await b.api<{ exitCode: number }>('POST', `/v1/workshops/${w.id}/exec`, { command: ['true'] });

@@ -12,6 +12,25 @@ import { TestServer } from './helpers/server.js';
 // OIDC client (authorization code + PKCE with the issuer's dashboard client), the browser only
 // ever holds the session cookie, and the issuer's groups decide the tenant and role as they do
 // for the CLI.
+/** An identity file for `idp` (its CLI and dashboard clients), developers members and leads maintainers of acme. */
+function identityFile(dir: string, name: string, idp: ExternalIssuer): string {
+  const path = join(dir, name);
+  writeFileSync(
+    path,
+    [
+      `issuer: ${idp.issuer}`,
+      `clientId: ${idp.clientId}`,
+      `webClientId: ${idp.webClientId}`,
+      `audience: ${idp.audience}`,
+      'groups:',
+      '  - { group: developers, tenant: acme, role: member }',
+      '  - { group: leads, tenant: acme, role: maintainer }',
+      '',
+    ].join('\n'),
+  );
+  return path;
+}
+
 describe('dashboard sign-in through an external issuer', () => {
   let idp: ExternalIssuer;
   let server: TestServer;
@@ -23,20 +42,7 @@ describe('dashboard sign-in through an external issuer', () => {
   before(async () => {
     idp = await startExternalIssuer({ alice: { groups: ['developers'] }, carol: { groups: ['leads'] } });
     dir = mkdtempSync('/tmp/atelier-ext-web-');
-    const config = join(dir, 'identity.yaml');
-    writeFileSync(
-      config,
-      [
-        `issuer: ${idp.issuer}`,
-        `clientId: ${idp.clientId}`,
-        `webClientId: ${idp.webClientId}`,
-        `audience: ${idp.audience}`,
-        'groups:',
-        '  - { group: developers, tenant: acme, role: member }',
-        '  - { group: leads, tenant: acme, role: maintainer }',
-        '',
-      ].join('\n'),
-    );
+    const config = identityFile(dir, 'identity.yaml', idp);
     dist = buildDashboard();
     server = await TestServer.start({ args: ['--identity-config', config], env: { ATELIER_WEB_DIR: dist } });
     browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
@@ -120,18 +126,7 @@ describe('dashboard sign-in through an external issuer', () => {
 
   it('an issuer that gives no refresh token: the session ends with its access token, and says so', async () => {
     const brief = await startExternalIssuer({ alice: { groups: ['developers'] } }, { refreshTokens: false, accessTokenSeconds: 3 });
-    const config = join(dir, 'brief.yaml');
-    writeFileSync(
-      config,
-      [
-        `issuer: ${brief.issuer}`,
-        `clientId: ${brief.clientId}`,
-        `webClientId: ${brief.webClientId}`,
-        `audience: ${brief.audience}`,
-        'groups: [{ group: developers, tenant: acme, role: member }]',
-        '',
-      ].join('\n'),
-    );
+    const config = identityFile(dir, 'brief.yaml', brief);
     const other = await TestServer.start({ args: ['--identity-config', config], env: { ATELIER_WEB_DIR: dist } });
     try {
       const page = await freshPage();

@@ -582,16 +582,19 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
     if (listen.host !== '0.0.0.0' && listen.host !== '::') apiTarget.host = listen.host;
     const host = listen.host.includes(':') ? `[${listen.host}]` : listen.host === '0.0.0.0' ? '127.0.0.1' : listen.host;
     const url = `http://${host}:${port}`;
+    // The identity first: it reads the signing keys sealed in the database, which is where a server
+    // with another master key stops. Joining before that would leave a node that looked live (a
+    // fresh heartbeat) for its dead-after timeout, and new workshops placed on it.
+    authenticator.setAuthority(await identity.ready(publicUrlFlag ?? config.publicUrl ?? url));
+    cleanups.push(() => identity.close());
     await nodes.join(advertiseUrl ?? url);
     cleanups.push(() => nodes.close());
     opts.say(
       `node ${nodes.name} (${nodeId}) joined the installation, reachable by the other nodes at ${advertiseUrl ?? url}; ` +
         `heartbeat every ${nodes.heartbeatMs / 1000} s, a node silent ${nodes.deadAfterMs / 1000} s is unreachable (ATELIER_NODE_HEARTBEAT, ATELIER_NODE_DEAD_AFTER)`,
     );
-    authenticator.setAuthority(await identity.ready(publicUrlFlag ?? config.publicUrl ?? url));
     publicOrigin.value = new URL(publicUrlFlag ?? config.publicUrl ?? url).origin;
     localUrl.value = url;
-    cleanups.push(() => identity.close());
     // Ended dashboard sessions are removed now and then.
     const pruneSessions = setInterval(() => {
       browserSessions.prune().catch((err: Error) => logger.warn({ err: err.message }, 'pruning ended dashboard sessions failed'));

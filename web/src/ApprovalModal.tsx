@@ -2,6 +2,7 @@ import { lazy, Suspense, useEffect, useRef, useState, type KeyboardEvent } from 
 import { ApiError, canDecide, decide, getApproval, getWorkshop, type Approval, type Role, type Workshop } from './api.ts';
 import { CATEGORY_LABEL, visible } from './ApprovalsList.tsx';
 import { AuditTrail } from './History.tsx';
+import { UnifiedDiff } from './UnifiedDiff.tsx';
 import { countdown, effectOf, page, splitDiff } from './pending.ts';
 
 const DIFF_PAGE = 400;
@@ -343,19 +344,7 @@ function PrDiff({ approval }: { approval: Approval }) {
 function DiffFileView({ name, lines, split }: { name: string; lines: string[]; split: boolean }) {
   const [pages, setPages] = useState(1);
   const { shown, more } = page(lines, DIFF_PAGE, pages);
-  const unified = (
-    <pre className="code unified-diff" data-testid="diff">
-      {shown.map((l, i) => (
-        <span
-          key={i}
-          className={l.startsWith('+') && !l.startsWith('+++') ? 'add' : l.startsWith('-') && !l.startsWith('---') ? 'del' : undefined}
-        >
-          {visible(l)}
-          {'\n'}
-        </span>
-      ))}
-    </pre>
-  );
+  const unified = <UnifiedDiff lines={shown} testId="diff" />;
   return (
     <details open className="diff-file">
       <summary>

@@ -23,6 +23,7 @@ import {
 import { visible } from './ApprovalsList.tsx';
 import { copyMode, fieldOf, formParameters, inputKind, planCommand, type Parameter } from './cockpitForm.ts';
 import { ListTable } from './ListTable.tsx';
+import { UnifiedDiff } from './UnifiedDiff.tsx';
 import { countdown } from './pending.ts';
 import { navigate } from './router.tsx';
 import { useNow } from './usePending.ts';
@@ -436,17 +437,7 @@ function EffectView({ effect }: { effect: PlannedEffect }) {
             ({effect.beforeSha256 ? `sha256 ${effect.beforeSha256.slice(0, 12)}…` : 'new file'} → sha256 {effect.afterSha256.slice(0, 12)}…)
           </span>
         </p>
-        <pre className="code diff" data-testid="plan-diff">
-          {effect.diff.split('\n').map((l, i) => (
-            <span
-              key={i}
-              className={l.startsWith('+') && !l.startsWith('+++') ? 'add' : l.startsWith('-') && !l.startsWith('---') ? 'del' : undefined}
-            >
-              {visible(l)}
-              {'\n'}
-            </span>
-          ))}
-        </pre>
+        <UnifiedDiff lines={effect.diff.split('\n')} testId="plan-diff" />
       </div>
     );
   if (effect.kind === 'command')
