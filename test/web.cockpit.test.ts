@@ -81,6 +81,22 @@ async function nothingRan(page: Page, w: ReturnType<typeof watch>, where: string
   assert.deepEqual(sideways, [], `${where}: the page scrolls sideways`);
 }
 
+/**
+ * Applies `plan` from `page` as the page itself would: its cookie, the cockpit's CSRF token from
+ * `GET /api/workspace/csrf`, same origin. Answers the server's status and body.
+ */
+async function applyFromPage(page: Page, plan: Plan): Promise<{ status: number; body: { code: string; details?: { command?: string } } }> {
+  return page.evaluate(async (p) => {
+    const t = (await (await fetch('/api/workspace/csrf')).json()) as { header: string; token: string };
+    const res = await fetch(`/api/workspace/actions/${p.actionId}/apply`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', [t.header]: t.token },
+      body: JSON.stringify({ plan_id: p.planId, fingerprint: p.fingerprint }),
+    });
+    return { status: res.status, body: (await res.json()) as { code: string; details?: { command?: string } } };
+  }, plan);
+}
+
 describe('the cockpit in Chromium, write guard on (ATELIER_COCKPIT_WRITES=apply)', { timeout: 300_000 }, () => {
   let server: TestServer | undefined;
   let browser: Browser | undefined;
@@ -281,15 +297,7 @@ describe('the cockpit in Chromium, write guard on (ATELIER_COCKPIT_WRITES=apply)
       parameters: { entry: 'viewer.example.com' },
     });
     assert.equal(plan.status, 201, JSON.stringify(plan.body));
-    const answer = await page.evaluate(async (p) => {
-      const t = (await (await fetch('/api/workspace/csrf')).json()) as { header: string; token: string };
-      const res = await fetch(`/api/workspace/actions/${p.actionId}/apply`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', [t.header]: t.token },
-        body: JSON.stringify({ plan_id: p.planId, fingerprint: p.fingerprint }),
-      });
-      return { status: res.status, body: (await res.json()) as { code: string } };
-    }, plan.body);
+    const answer = await applyFromPage(page, plan.body);
     assert.equal(answer.status, 403);
     assert.equal(answer.body.code, 'PERMISSION_DENIED');
     assert.equal(readFileSync(yaml, 'utf8'), SETTINGS);
@@ -347,17 +355,9 @@ describe('the cockpit in Chromium, write guard off (the default)', { timeout: 30
     const fromApi = await server!.api<Plan>('GET', `/api/workspace/actions/plans/${planId}`, undefined, {
       authorization: `Bearer ${server!.token}`,
     });
-    const answer = await page.evaluate(async (p) => {
-      const t = (await (await fetch('/api/workspace/csrf')).json()) as { header: string; token: string };
-      const res = await fetch(`/api/workspace/actions/${p.actionId}/apply`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', [t.header]: t.token },
-        body: JSON.stringify({ plan_id: p.planId, fingerprint: p.fingerprint }),
-      });
-      return { status: res.status, body: (await res.json()) as { code: string; details: { command: string } } };
-    }, fromApi.body);
+    const answer = await applyFromPage(page, fromApi.body);
     assert.equal(answer.body.code, 'WRITES_COPY_COMMAND');
-    assert.equal(answer.body.details.command, `atelier actions apply ${planId}`);
+    assert.equal(answer.body.details?.command, `atelier actions apply ${planId}`);
     assert.equal(readFileSync(yaml, 'utf8'), SETTINGS);
   });
 });

@@ -57,16 +57,10 @@ function SignIn({ signIn }: { signIn: SignedOut['signIn'] }) {
   return (
     <main className="center">
       <h1>Atelier</h1>
-      {signIn.available ? (
-        <>
-          <p>Sign in to see and decide the requests of your workshops.</p>
-          <a className="button" href={`${signIn.url}?return=${encodeURIComponent(ret)}`}>
-            Sign in
-          </a>
-        </>
-      ) : (
-        <p role="alert">{signIn.reason}</p>
-      )}
+      <p>Sign in to see and decide the requests of your workshops.</p>
+      <a className="button" href={`${signIn.url}?return=${encodeURIComponent(ret)}`}>
+        Sign in
+      </a>
     </main>
   );
 }

@@ -318,25 +318,19 @@ function ParameterField({
   );
 }
 
-/** A plan as the server made it: everything apply would do, then confirm → apply, or the command to copy. */
-function PlanView({ plan, writes, onChanged }: { plan: ActionPlan; writes: CockpitWrites; onChanged: () => void }) {
-  const now = useNow();
+/**
+ * A write the user confirms first (apply, rollback): the confirmation step, the call in flight and
+ * the server's refusal; the page's data is read again afterwards, whatever came of it.
+ */
+function useConfirmedWrite(onChanged: () => void) {
   const [confirming, setConfirming] = useState(false);
   const [busy, setBusy] = useState(false);
-  const [result, setResult] = useState<ActionExecution>();
   const [refusal, setRefusal] = useState<{ text: string; command?: string }>();
-  const confirmButton = useRef<HTMLButtonElement>(null);
-  useEffect(() => {
-    if (confirming) confirmButton.current?.focus();
-  }, [confirming]);
-  const left = Date.parse(plan.expiresAt) - now;
-  const copy = copyMode(plan.class, writes);
-
-  const apply = async (): Promise<void> => {
+  const run = async <T,>(call: () => Promise<T>, done: (result: T) => void): Promise<void> => {
     setBusy(true);
     setRefusal(undefined);
     try {
-      setResult(await applyPlan(plan));
+      done(await call());
     } catch (err) {
       setRefusal(refusalOf(err));
     } finally {
@@ -345,6 +339,22 @@ function PlanView({ plan, writes, onChanged }: { plan: ActionPlan; writes: Cockp
       onChanged();
     }
   };
+  return { confirming, setConfirming, busy, refusal, run };
+}
+
+/** A plan as the server made it: everything apply would do, then confirm → apply, or the command to copy. */
+function PlanView({ plan, writes, onChanged }: { plan: ActionPlan; writes: CockpitWrites; onChanged: () => void }) {
+  const now = useNow();
+  const { confirming, setConfirming, busy, refusal, run } = useConfirmedWrite(onChanged);
+  const [result, setResult] = useState<ActionExecution>();
+  const confirmButton = useRef<HTMLButtonElement>(null);
+  useEffect(() => {
+    if (confirming) confirmButton.current?.focus();
+  }, [confirming]);
+  const left = Date.parse(plan.expiresAt) - now;
+  const copy = copyMode(plan.class, writes);
+
+  const apply = (): Promise<void> => run(() => applyPlan(plan), setResult);
 
   return (
     <section aria-labelledby="plan-title" className="plan" data-testid="plan">
@@ -553,23 +563,9 @@ function Rollback({
   onDone: (e: ActionExecution) => void;
   onChanged: () => void;
 }) {
-  const [confirming, setConfirming] = useState(false);
-  const [busy, setBusy] = useState(false);
-  const [refusal, setRefusal] = useState<{ text: string; command?: string }>();
+  const { confirming, setConfirming, busy, refusal, run } = useConfirmedWrite(onChanged);
   if (writes === 'copy-command') return <CopyCommand command={`atelier actions rollback ${executionId}`} />;
-  const run = async (): Promise<void> => {
-    setBusy(true);
-    setRefusal(undefined);
-    try {
-      onDone(await rollbackExecution(actionId, executionId));
-    } catch (err) {
-      setRefusal(refusalOf(err));
-    } finally {
-      setBusy(false);
-      setConfirming(false);
-      onChanged();
-    }
-  };
+  const rollback = (): Promise<void> => run(() => rollbackExecution(actionId, executionId), onDone);
   return (
     <div>
       {!confirming ? (
@@ -578,7 +574,7 @@ function Rollback({
         </button>
       ) : (
         <div className="row" role="group" aria-label={`Confirm the rollback of ${executionId}`}>
-          <button type="button" className="danger" autoFocus disabled={busy} onClick={() => void run()}>
+          <button type="button" className="danger" autoFocus disabled={busy} onClick={() => void rollback()}>
             {busy ? 'Rolling back…' : 'Confirm rollback'}
           </button>
           <button type="button" className="secondary" disabled={busy} onClick={() => setConfirming(false)}>

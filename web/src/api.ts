@@ -22,7 +22,7 @@ export interface Session {
 
 export interface SignedOut {
   signedIn: false;
-  signIn: { available: true; url: string } | { available: false; reason: string };
+  signIn: { available: true; url: string };
 }
 
 // The server's own wire types (zod schemas in src/core), imported as types only: nothing of zod
