@@ -119,6 +119,28 @@ describe('byte-preserving key edits of atelier.yaml', () => {
     assert.equal(t2, FIXTURE.replace('    - uploads.example.com   # block, kept in block\n', '    - a.example.com\n'));
   });
 
+  it('keeps the lines and comments of the list items that stay', () => {
+    const text = [
+      'egress:',
+      '  allow:',
+      '    - api.github.com   # the agent pushes here',
+      '    # registry mirrors below',
+      '    - registry.npmjs.org',
+      '    - pypi.org # python',
+      'x: 1',
+      '',
+    ].join('\n');
+    const added = setKey(text, ['egress', 'allow'], ['api.github.com', 'registry.npmjs.org', 'pypi.org', 'crates.io'], 'atelier.yaml');
+    assert.equal(added.text, text.replace('    - pypi.org # python\n', '    - pypi.org # python\n    - crates.io\n'));
+    const removed = setKey(text, ['egress', 'allow'], ['api.github.com', 'pypi.org'], 'atelier.yaml');
+    assert.equal(removed.text, text.replace('    # registry mirrors below\n    - registry.npmjs.org\n', ''));
+    const between = setKey(text, ['egress', 'allow'], ['api.github.com', 'example.com', 'pypi.org'], 'atelier.yaml');
+    assert.equal(between.text, text.replace('    # registry mirrors below\n    - registry.npmjs.org\n', '    - example.com\n'));
+    // A list with a mapping in it is rewritten whole, as before.
+    const mixed = 'allow:\n  - a.com # kept?\n  - {host: b.com}\n';
+    assert.equal(setKey(mixed, ['allow'], ['a.com'], 'atelier.yaml').text, 'allow:\n  - a.com\n');
+  });
+
   it('refuses to edit through an alias or an anchored value, and invalid YAML', () => {
     const refused = (text: string, path: string[], re: RegExp): void => {
       assert.throws(

@@ -1,4 +1,16 @@
-import { isAlias, isCollection, isMap, isScalar, isSeq, parseDocument, stringify, type Node as YamlNode, type YAMLMap } from 'yaml';
+import {
+  isAlias,
+  isCollection,
+  isMap,
+  isScalar,
+  isSeq,
+  parseDocument,
+  stringify,
+  type Node as YamlNode,
+  type Scalar,
+  type YAMLMap,
+  type YAMLSeq,
+} from 'yaml';
 import { AtelierError } from '../core/index.js';
 
 /**
@@ -146,9 +158,12 @@ export function setKey(text: string, path: string[], value: unknown, file: strin
             ? { start: text.indexOf(':', keyEnd) + 1, end: valueEnd, insert: inline }
             : { start: s, end: valueEnd, insert: renderBlock(target, col, eol) };
         } else {
-          let insert = renderBlock(target, col, eol);
-          if (text[valueEnd - 1] !== '\n') insert = insert.replace(/\r?\n$/, '');
-          splice = { start: s, end: valueEnd, insert };
+          splice = (isSeq(node) && Array.isArray(target) && editScalarList(text, node, target, col, eol, valueEnd)) || undefined;
+          if (!splice) {
+            let insert = renderBlock(target, col, eol);
+            if (text[valueEnd - 1] !== '\n') insert = insert.replace(/\r?\n$/, '');
+            splice = { start: s, end: valueEnd, insert };
+          }
         }
         break;
       }
@@ -175,6 +190,43 @@ export function setKey(text: string, path: string[], value: unknown, file: strin
   if (JSON.stringify(canonical(after)) !== JSON.stringify(canonical(expected)))
     throw refuse(file, `the layout around ${path.join('.')} could not be edited in place: edit it by hand`);
   return { text: out, splice };
+}
+
+/**
+ * A block list of scalars set to another list of scalars (an `egress.allow` host added or
+ * removed): the items that stay keep their own lines, trailing comments and the own-line comments
+ * after them; only the lines of removed items go, and new items are written where they fall in the
+ * new order. Null when the list holds anything but plain scalars (the caller rewrites it whole).
+ */
+function editScalarList(text: string, node: YAMLSeq, target: unknown[], col: number, eol: string, valueEnd: number): Splice | null {
+  const items = node.items as YamlNode[];
+  if (!target.every(isScalarValue)) return null;
+  if (!items.every((item) => isScalar(item) && !item.anchor && item.range && isScalarValue(item.value))) return null;
+  const lineStart = (offset: number): number => text.lastIndexOf('\n', offset - 1) + 1;
+  const lineEnd = (offset: number): number => {
+    const nl = text.indexOf('\n', offset);
+    return nl < 0 || nl >= valueEnd ? valueEnd : nl + 1;
+  };
+  // Each item's segment: its own line (with its trailing comment) and the comment or blank lines
+  // just above it, so that a comment moves, or goes, with the item it introduces.
+  const ends = items.map((item) => lineEnd(item.range![1]));
+  const segments = ends.map((end, i) => text.slice(i === 0 ? lineStart(items[0]!.range![0]) : ends[i - 1], end));
+  const tail = text.slice(ends.at(-1), valueEnd);
+  const values = items.map((item) => (item as Scalar).value);
+  let out = '';
+  let next = 0;
+  for (const value of target) {
+    const found = values.findIndex((v, i) => i >= next && v === value);
+    if (found >= 0) {
+      let segment = segments[found]!;
+      if (!segment.endsWith('\n')) segment += eol;
+      out += segment;
+      next = found + 1;
+    } else out += `${' '.repeat(col)}- ${renderFlow(value)}${eol}`;
+  }
+  out += tail;
+  if (text[valueEnd - 1] !== '\n') out = out.replace(/\r?\n$/, '');
+  return { start: lineStart(items[0]!.range![0]), end: valueEnd, insert: out };
 }
 
 function isMapValue(v: unknown): boolean {
