@@ -1,7 +1,7 @@
 /**
  * Atelier benchmarks, each beside its peer measured in the same run (DESIGN.md, "Peers to
  * measure against"). Usage: `npm run bench [-- NAME]` with NAME one of create, exec, resume,
- * memory, cli, egress, postgres-sim, terminals, approvals, mcp, secrets, broker (or 1-12), hogs (13), gateway (14), create-sims, live-sim, console, dashboard, nodes (15), doctor (16); without it, all of them. Needs root (cgroups, freezer) and `npm run
+ * memory, cli, egress, postgres-sim, terminals, approvals, mcp, secrets, broker (or 1-12), hogs (13), gateway (14), create-sims, live-sim, console, dashboard, nodes (15), doctor (16), kubernetes (17); without it, all of them. Needs root (cgroups, freezer) and `npm run
  * build` first: the server and the CLI run from dist/.
  *
  * One server is started for the run with a data dir under /tmp; every workshop it made is
@@ -23,6 +23,7 @@ import { consoleBench } from './console.js';
 import { egress } from './egress.js';
 import { execRoundTrip } from './exec-roundtrip.js';
 import { hogs } from './hogs.js';
+import { kubernetes } from './kubernetes.js';
 import { BenchServer, killLiveChildren, makeScratch, REPO_ROOT, removeScratch, type Scratch } from './lib.js';
 import { memory } from './memory.js';
 import { nodes } from './nodes.js';
@@ -55,6 +56,7 @@ const BENCHES: { name: string; aliases: string[]; fn: Bench }[] = [
   { name: 'dashboard', aliases: ['web', 'banner'], fn: dashboard },
   { name: 'nodes', aliases: ['15', 'replicas', 'relay'], fn: nodes },
   { name: 'doctor', aliases: ['16', 'probe'], fn: doctor },
+  { name: 'kubernetes', aliases: ['17', 'k8s'], fn: kubernetes },
 ];
 
 function newestMtime(dir: string): number {

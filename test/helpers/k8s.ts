@@ -160,6 +160,11 @@ export class ControlPlane {
       `--tls-cert-file=${file('kwok.crt')}`,
       `--tls-private-key-file=${file('kwok.key')}`,
       '--cidr=10.244.0.1/24',
+      // Renew the node's Lease, as a kubelet does. Without it (the flag's default is 0 when no
+      // KwokConfiguration is given) the node controller finds the node silent after its grace
+      // period, marks it and every pod on it not Ready, and kwok's stages make it Ready again
+      // seconds later: the node and its pods flapped about once a minute.
+      '--node-lease-duration-seconds=40',
     ]);
     this.define('agent-sandbox-controller', [
       bin('agent-sandbox-controller'),
