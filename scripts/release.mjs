@@ -106,7 +106,9 @@ try {
   cpSync(join(root, 'bin/atelier'), join(top, 'bin/atelier.cjs'));
   writeFileSync(join(top, 'bin/atelier.mjs'), "import './atelier.cjs';\n");
   const cc = process.env.CC || 'cc';
-  const built = spawnSync(cc, ['-O2', '-static', '-s', '-o', join(top, 'bin/atelier'), join(root, 'src/cli/launcher.c')], { stdio: 'inherit' });
+  const built = spawnSync(cc, ['-O2', '-static', '-s', '-o', join(top, 'bin/atelier'), join(root, 'src/cli/launcher.c')], {
+    stdio: 'inherit',
+  });
   if (built.status !== 0) {
     console.error(
       `release: could not build the launcher (src/cli/launcher.c) with \`${cc}\`${built.error ? ` (${built.error.message})` : ''}: install a C compiler and libc6-dev (the build needs them already)`,
