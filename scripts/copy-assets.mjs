@@ -84,6 +84,65 @@ function vendorStubs() {
   };
 }
 
+/**
+ * Node built-ins that a module of the main bundle requires at its top level for a function only
+ * some commands call: each is a stub of those functions here, which requires the built-in when
+ * first called. `child_process` (with `net`, `dgram` and their bindings) came with commander, which
+ * spawns only executable subcommands (we have none); `crypto` with core's atomic write, which a
+ * command reading its context never calls. A command that uses either still gets the real thing.
+ * Keyed by the importer's path (its end) and the built-in; the functions are all that importer uses
+ * of it (the build fails if one is missing: the stub would answer `undefined`).
+ */
+const LAZY_BUILTINS = [
+  { importer: '/node_modules/commander/lib/command.js', builtin: 'node:child_process', names: ['spawn'] },
+  { importer: '/dist/core/files.js', builtin: 'node:crypto', names: ['randomBytes'] },
+];
+function lazyBuiltins() {
+  return {
+    name: 'lazy-builtins',
+    setup(b) {
+      b.onResolve({ filter: /^node:(child_process|crypto)$/ }, (a) => {
+        // The stub's own require is the real built-in.
+        if (a.namespace === 'lazy-builtin') return undefined;
+        const lazy = LAZY_BUILTINS.find((l) => a.importer.endsWith(l.importer) && l.builtin === a.path);
+        if (!lazy) return undefined;
+        const used = builtinNamesUsed(readFileSync(a.importer, 'utf8'), a.path);
+        if (!used) throw new Error(`${a.importer} imports ${a.path} in a way scripts/copy-assets.mjs cannot read: see LAZY_BUILTINS there`);
+        const missing = used.filter((n) => !lazy.names.includes(n));
+        if (missing.length > 0)
+          throw new Error(`${a.importer} now uses ${missing.join(', ')} of ${a.path}: add it to LAZY_BUILTINS in scripts/copy-assets.mjs`);
+        return { path: `${a.path}#${lazy.importer}`, namespace: 'lazy-builtin', pluginData: lazy };
+      });
+      b.onLoad({ filter: /.*/, namespace: 'lazy-builtin' }, (a) => ({
+        contents: `module.exports = {\n${a.pluginData.names
+          .map((n) => `  ${n}: (...args) => require(${JSON.stringify(a.pluginData.builtin)}).${n}(...args),`)
+          .join('\n')}\n};\n`,
+        loader: 'js',
+      }));
+    },
+  };
+}
+
+/**
+ * The functions `source` uses of `builtin`: its named imports (`import { a, b } from 'node:x'`), or
+ * the properties read of the variable it requires it into (`const x = require('node:x')`, `x.a`);
+ * undefined for any other form.
+ */
+function builtinNamesUsed(source, builtin) {
+  const esm = new RegExp(`import\\s*\\{([^}]*)\\}\\s*from\\s*['"]${builtin}['"]`).exec(source);
+  if (esm)
+    return esm[1]
+      .split(',')
+      .map((s) => s.trim().split(/\s+as\s+/)[0])
+      .filter(Boolean);
+  const cjs = new RegExp(`const (\\w+) = require\\(['"]${builtin}['"]\\);`).exec(source);
+  if (!cjs) return undefined;
+  const uses = [...source.matchAll(new RegExp(`\\b${cjs[1]}\\b(?:\\.(\\w+))?`, 'g'))];
+  // The declaration is its one bare use: any other hands the module itself on.
+  if (uses.filter((m) => !m[1]).length !== 1) return undefined;
+  return [...new Set(uses.map((m) => m[1]).filter(Boolean))];
+}
+
 /** dist/core/index.js as CommonJS whose every export is a getter that requires its module of core. */
 async function lazyIndex(core) {
   const index = join(core, 'index.js');
@@ -150,6 +209,7 @@ await build({
   plugins: [
     clientPath(),
     vendorStubs(),
+    lazyBuiltins(),
     {
       name: 'server-stays-unbundled',
       setup(b) {

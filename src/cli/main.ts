@@ -12,7 +12,7 @@ async function main(argv: string[]): Promise<number> {
   const { CommanderError } = await import('commander');
   const { loadConfig } = await import('../core/index.js');
   const { createProgram, VERSION_FLAGS } = await import('./program.js');
-  const { program, exitCode } = await createProgram(loadConfig(), VERSION);
+  const { program, exitCode } = await createProgram(loadConfig(), VERSION, argv);
 
   try {
     await program.parseAsync(argv, { from: 'user' });

@@ -109,12 +109,26 @@ export class WorkshopExecs {
     actor: Principal,
     gate: { onApproval?: (approvalId: string) => void; signal?: AbortSignal } = {},
   ): Promise<RunningExec> {
+    // The granted secrets are read while the workshop's row is (one database round trip less on
+    // every exec); a command that waited for an approval reads them again, as they are then.
+    const secretEnv = this.opts.secretEnv;
+    let secretsRead: Promise<Record<string, string>> = secretEnv ? secretEnv(id) : Promise.resolve({});
     if (this.opts.execGate) {
-      const row = await this.shared.row(id, { actor, action: 'operate' });
-      if (row.approval_commands.length > 0) await this.opts.execGate(id, row.approval_commands, req, actor, gate);
+      let row: WorkshopRow;
+      try {
+        row = await this.shared.row(id, { actor, action: 'operate' });
+      } catch (err) {
+        secretsRead.catch(() => undefined);
+        throw err;
+      }
+      if (row.approval_commands.length > 0) {
+        secretsRead.catch(() => undefined);
+        await this.opts.execGate(id, row.approval_commands, req, actor, gate);
+        secretsRead = secretEnv ? secretEnv(id) : Promise.resolve({});
+      }
     }
     const stdin = req.stdin === undefined ? undefined : Buffer.from(req.stdin, 'base64');
-    const secrets = this.opts.secretEnv ? await this.opts.secretEnv(id) : {};
+    const secrets = await secretsRead;
     return this.startLocked(
       id,
       { actor, action: 'operate' },

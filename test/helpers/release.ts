@@ -61,7 +61,7 @@ function underLock<T>(fn: () => T): T {
 export function cachedRelease(version = '0.0.0-test'): string {
   const h = createHash('sha256');
   hashTree(join(REPO_ROOT, 'dist'), h);
-  for (const f of ['package.json', 'package-lock.json', 'scripts/get.sh', 'scripts/release.mjs'])
+  for (const f of ['package.json', 'package-lock.json', 'scripts/get.sh', 'scripts/release.mjs', 'src/cli/launcher.c'])
     h.update(readFileSync(join(REPO_ROOT, f)));
   h.update(version);
   const out = join(REPO_ROOT, '.cache/host-release', h.digest('hex').slice(0, 16));
