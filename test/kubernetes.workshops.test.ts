@@ -1,7 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { KubeApiError, type KubeObject } from '../src/workshops/kubernetes/client.js';
 import { ControlPlane, k8sToolsBuild } from './helpers/k8s.js';
@@ -13,7 +13,9 @@ import { REPO_ROOT, type TestServer } from './helpers/server.js';
  * a real API server (etcd and kube-apiserver built from pinned modules: test/helpers/k8s.ts) and
  * two real Atelier servers on one PostgreSQL (two replicas of one installation): objects applied
  * with the real `kubectl`, workshops listed and made with the real CLI, the Lease held by one
- * replica and taken over by the other when the leader is killed.
+ * replica and taken over by the other when the leader is killed. The servers talk to the API
+ * server as the chart's ServiceAccount, bound to the chart's own Roles (rendered by the real
+ * `helm`): the controller needs nothing the chart does not grant.
  */
 
 const NS = 'atelier-workshops';
@@ -21,6 +23,13 @@ const CRD = join(REPO_ROOT, 'deploy', 'helm', 'atelier', 'crds', 'workshops.atel
 const BASE = `/apis/atelier.dev/v1alpha1/namespaces/${NS}/workshops`;
 const LEASE = `/apis/coordination.k8s.io/v1/namespaces/${NS}/leases/atelier-workshop-controller`;
 const OWNER = 'kube-controller';
+const CHART = join(REPO_ROOT, 'deploy', 'helm', 'atelier');
+const AGENT_SANDBOX_APIS = [
+  'agents.x-k8s.io/v1beta1/Sandbox',
+  'extensions.agents.x-k8s.io/v1beta1/SandboxTemplate',
+  'extensions.agents.x-k8s.io/v1beta1/SandboxClaim',
+  'extensions.agents.x-k8s.io/v1beta1/SandboxWarmPool',
+];
 
 interface Ws {
   id: string;
@@ -59,10 +68,11 @@ async function until<T>(what: string, fn: () => Promise<T | undefined>, ms = 120
 describe('the Workshop resource: kubectl and the CLI in step, one leader of two replicas', { timeout: 1_200_000 }, () => {
   let cp: ControlPlane | undefined;
   let kubectlBin: string;
+  let helmBin: string;
   let home: string;
   // Registered before the nodes' own hooks: their environment names the control plane.
   before(async () => {
-    kubectlBin = k8sToolsBuild().kubectl;
+    ({ kubectl: kubectlBin, helm: helmBin } = k8sToolsBuild());
     home = mkdtempSync('/tmp/atelier-kws-');
     cp = await ControlPlane.start({ apiOnly: true });
     await cp.client.request('POST', '/api/v1/namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS } });
@@ -75,8 +85,39 @@ describe('the Workshop resource: kubectl and the CLI in step, one leader of two 
       );
       return crd.status?.conditions?.some((c) => c.type === 'Established' && c.status === 'True') ?? false;
     });
+    // The servers act as the chart's ServiceAccount, with the chart's Roles: nothing more.
+    const rbac = await run(helmBin, [
+      'template',
+      'atelier',
+      CHART,
+      '--namespace',
+      NS,
+      '--show-only',
+      'templates/serviceaccount.yaml',
+      '--show-only',
+      'templates/rbac.yaml',
+      ...AGENT_SANDBOX_APIS.flatMap((v) => ['--api-versions', v]),
+    ]);
+    assert.equal(rbac.code, 0, rbac.stderr);
+    const made = await kubectl(['apply', '-f', '-'], rbac.stdout);
+    assert.equal(made.code, 0, made.stderr);
+    const token = await kubectl(['create', 'token', 'atelier', '-n', NS, '--duration', '2h']);
+    assert.equal(token.code, 0, token.stderr);
+    const kubeconfig = join(home, 'atelier-sa.kubeconfig');
+    writeFileSync(
+      kubeconfig,
+      [
+        'apiVersion: v1',
+        'kind: Config',
+        `clusters: [{ name: test, cluster: { server: '${cp.client.connection.server.href}', certificate-authority: '${join(cp.dir, 'ca.crt')}' } }]`,
+        `users: [{ name: atelier, user: { token: '${token.stdout.trim()}' } }]`,
+        'contexts: [{ name: atelier, context: { cluster: test, user: atelier } }]',
+        'current-context: atelier',
+        '',
+      ].join('\n'),
+    );
     Object.assign(nodes.env, {
-      ATELIER_K8S_KUBECONFIG: cp.kubeconfig,
+      ATELIER_K8S_KUBECONFIG: kubeconfig,
       ATELIER_K8S_WORKSHOPS_NAMESPACE: NS,
       ATELIER_K8S_WORKSHOPS_OWNER: OWNER,
       // Long enough for the leader to keep its lease across an API server restart, short enough
@@ -95,10 +136,14 @@ describe('the Workshop resource: kubectl and the CLI in step, one leader of two 
   let b: TestServer;
   let ownerId: string;
 
+  /** kubectl as the cluster's admin (who applies the objects). */
   function kubectl(args: string[], input?: string): Promise<{ code: number; stdout: string; stderr: string }> {
+    return run(kubectlBin, args, input);
+  }
+  function run(bin: string, args: string[], input?: string): Promise<{ code: number; stdout: string; stderr: string }> {
     return new Promise((resolve, reject) => {
       const env = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: home, KUBECONFIG: cp!.kubeconfig };
-      const child = spawn(kubectlBin, args, { env, stdio: ['pipe', 'pipe', 'pipe'] });
+      const child = spawn(bin, args, { env, stdio: ['pipe', 'pipe', 'pipe'] });
       let stdout = '';
       let stderr = '';
       child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -262,10 +307,56 @@ describe('the Workshop resource: kubectl and the CLI in step, one leader of two 
     });
   });
 
+  it('a workshop the leader does not run: its simulator is started on its own node, through that node', async () => {
+    const lead = await leader();
+    const elsewhere = lead === a ? 'node-b' : 'node-a';
+    const made = await a.cli(['workshops', 'create', '--repo', nodes.repo, '--name', 'elsewhere', '--node', elsewhere]);
+    assert.equal(made.code, 0, made.stderr);
+    const w = await running(a, 'elsewhere');
+    assert.equal(w.node, elsewhere);
+    await until('its object Running', async () =>
+      (await object(w.id).catch(() => undefined))?.status?.phase === 'Running' ? true : undefined,
+    );
+    const patched = await kubectl([
+      'patch',
+      'workshop',
+      w.id,
+      '-n',
+      NS,
+      '--type=merge',
+      '-p',
+      JSON.stringify({ spec: { simulators: [{ name: 'redis' }] } }),
+    ]);
+    assert.equal(patched.code, 0, patched.stderr);
+    await until('redis Running in its object', async () =>
+      (await object(w.id)).status?.simulators?.find((s) => s.name === 'redis')?.status === 'Running' ? true : undefined,
+    );
+    const sims = await b.cli(['simulators', 'list', w.id, '-o', 'json']);
+    assert.equal(sims.code, 0, sims.stderr);
+    const listed = JSON.parse(sims.stdout) as { name: string; status: string }[] | { items: { name: string; status: string }[] };
+    assert.equal((Array.isArray(listed) ? listed : listed.items).find((s) => s.name === 'redis')?.status, 'Running');
+  });
+
   it('the watch goes on across an API server restart: an object applied after it is reconciled', async () => {
     await cp!.restart('kube-apiserver');
     await apply('after-restart');
     await running(b, 'after-restart');
+  });
+
+  it('a leader stopped cleanly releases its lease: the other takes it without waiting for it to expire', async () => {
+    const first = await leader();
+    const other = first === a ? b : a;
+    const nodesNow = await other.api<{ items: { id: string; name: string }[] }>('GET', '/v1/nodes');
+    const otherId = nodesNow.body.items.find((n) => n.name === (other === a ? 'node-a' : 'node-b'))!.id;
+    await first.stop();
+    // Read at once: released (no holder), or already the other's; never still the stopped one's.
+    const lease = await cp!.client.request<KubeObject & { spec: { holderIdentity?: string | null } }>('GET', LEASE);
+    assert.ok(
+      [null, undefined, '', otherId].includes(lease.spec.holderIdentity),
+      `holder after a clean stop: ${lease.spec.holderIdentity}`,
+    );
+    await until('the other replica holds the lease', async () => ((await leader(other)) === other ? true : undefined));
+    await first.boot();
   });
 
   it('two replicas, one leader: the leader killed, the other takes the lease and reconciles an object applied meanwhile', async () => {
