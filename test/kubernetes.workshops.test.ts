@@ -248,6 +248,34 @@ describe('the Workshop resource: kubectl and the CLI in step, one leader of two 
     assert.match(got.stdout, new RegExp(`from-kubectl\\s+${w.id}\\s+Running\\s+${nodes.repo}`));
   });
 
+  it('an object the server refuses: phase Refused and why in its Ready condition, no workshop; deleted, it goes', async () => {
+    const r = await kubectl(
+      ['apply', '-f', '-'],
+      JSON.stringify({
+        apiVersion: 'atelier.dev/v1alpha1',
+        kind: 'Workshop',
+        metadata: { name: 'outside', namespace: NS },
+        spec: { devcontainer: { gitUrl: '/srv/not-allowed/repo' } },
+      }),
+    );
+    assert.equal(r.code, 0, r.stderr);
+    const obj = await until('the refusal in the object', async () => {
+      const o = await object('outside');
+      return o.status?.phase === 'Refused' ? o : undefined;
+    });
+    const ready = obj.status!.conditions!.find((c) => c.type === 'Ready')!;
+    assert.equal(ready.status, 'False');
+    assert.equal(ready.reason, 'CreateRefused');
+    assert.match(ready.message!, /\/srv\/not-allowed\/repo/);
+    assert.equal(
+      (await list(a)).find((w) => w.name === 'outside'),
+      undefined,
+    );
+    const del = await kubectl(['delete', 'workshop', 'outside', '-n', NS, '--wait=true']);
+    assert.equal(del.code, 0, del.stderr);
+    assert.equal(await gone('outside'), true);
+  });
+
   it('`atelier workshops create`: a Workshop object appears, labelled as Atelier-made, and only one', async () => {
     const made = await a.cli(['workshops', 'create', '--repo', nodes.repo, '--name', 'from-cli']);
     assert.equal(made.code, 0, made.stderr);
