@@ -525,6 +525,7 @@ const PINNED_EXPORTS: Record<string, readonly string[]> = {
     'checkSecretName',
     'readDevcontainer',
     'resolveRepoSource',
+    'startWorkshopResource',
     'type EgressWiring',
     'type EnterSpec',
     'type ExecChunk',

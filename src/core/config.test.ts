@@ -101,4 +101,40 @@ describe('config', () => {
       /ATELIER_NODE_DEAD_AFTER: 5000 ms is less than 3 heartbeats of 2000 ms \(ATELIER_NODE_HEARTBEAT, by default\): raise it to at least 6000 ms, or heartbeat more often/,
     );
   });
+  it('reads the Workshop resource controller settings: off by default, the three together, the rest defaulted', () => {
+    assert.equal(loadConfig({ HOME: '/home/u' }).kubeWorkshops, undefined);
+    const c = loadConfig({
+      HOME: '/home/u',
+      ATELIER_K8S_KUBECONFIG: '/etc/kube/config',
+      ATELIER_K8S_WORKSHOPS_NAMESPACE: 'atelier',
+      ATELIER_K8S_WORKSHOPS_OWNER: 'kube-controller',
+    });
+    assert.deepEqual(c.kubeWorkshops, {
+      kubeconfig: '/etc/kube/config',
+      namespace: 'atelier',
+      owner: 'kube-controller',
+      tenant: 'default',
+      leaseMs: 15_000,
+      resyncMs: 5000,
+    });
+    const inCluster = loadConfig({
+      ATELIER_K8S_KUBECONFIG: 'in-cluster',
+      ATELIER_K8S_WORKSHOPS_NAMESPACE: 'atelier',
+      ATELIER_K8S_WORKSHOPS_OWNER: 'kube-controller',
+      ATELIER_K8S_LEASE_DURATION: '4s',
+      KUBERNETES_SERVICE_HOST: '10.96.0.1',
+      KUBERNETES_SERVICE_PORT: '443',
+    }).kubeWorkshops;
+    assert.equal(inCluster?.kubeconfig, 'in-cluster');
+    assert.equal(inCluster?.leaseMs, 4000);
+    assert.deepEqual(inCluster?.inCluster, { host: '10.96.0.1', port: 443 });
+    assert.throws(
+      () => loadConfig({ ATELIER_K8S_KUBECONFIG: '/etc/kube/config' }),
+      /ATELIER_K8S_KUBECONFIG, ATELIER_K8S_WORKSHOPS_NAMESPACE and ATELIER_K8S_WORKSHOPS_OWNER go together .*: set all three or none/,
+    );
+    assert.throws(
+      () => loadConfig({ ATELIER_K8S_LEASE_DURATION: '10ms' }),
+      /ATELIER_K8S_LEASE_DURATION: expected a duration from 1s to 300s/,
+    );
+  });
 });

@@ -125,6 +125,14 @@ const durationMs =
  * | ATELIER_SSH_CONFIG          | sshConfigFile    | ~/.ssh/config (the file `atelier config-ssh` keeps its managed block in) |
  * | ATELIER_NODE_HEARTBEAT      | nodeHeartbeatMs  | 2s: how often this node heartbeats in the shared database (100ms-60s; docs/replicas.md) |
  * | ATELIER_NODE_DEAD_AFTER     | nodeDeadAfterMs  | 10s: a node silent this long is unreachable to this one, its workshops NodeUnreachable (1s-1h, at least 3 heartbeats; the same on every node) |
+ * | ATELIER_K8S_KUBECONFIG      | kubeWorkshops.kubeconfig | (none: off) in progress (docs/kubernetes.md): a kubeconfig file, or `in-cluster`, for the `Workshop` resource's controller; with ATELIER_K8S_WORKSHOPS_NAMESPACE and _OWNER |
+ * | ATELIER_K8S_WORKSHOPS_NAMESPACE | kubeWorkshops.namespace | (none) the namespace of the `Workshop` objects (and of the controller's Lease) |
+ * | ATELIER_K8S_WORKSHOPS_OWNER | kubeWorkshops.owner | (none) the user who owns the workshops made from `Workshop` objects and whose rights the controller acts with (a maintainer to manage everyone's) |
+ * | ATELIER_K8S_WORKSHOPS_TENANT | kubeWorkshops.tenant | default: the tenant whose workshops the namespace holds |
+ * | ATELIER_K8S_LEASE_NAMESPACE | kubeWorkshops.leaseNamespace | the pod's own namespace in a cluster (in-cluster), else the Workshop objects' one: where the controller's Lease is |
+ * | ATELIER_K8S_LEASE_DURATION  | kubeWorkshops.leaseMs | 15s: the controller's Lease; a replica takes over this long after the leader stopped renewing (1s-5m) |
+ * | ATELIER_K8S_RESYNC          | kubeWorkshops.resyncMs | 5s: how often the controller compares every object with every workshop besides watch events (workshops made through the API show within this) (100ms-10m) |
+ * | KUBERNETES_SERVICE_HOST, KUBERNETES_SERVICE_PORT | kubeWorkshops.inCluster | set by Kubernetes in every pod: the API server for `in-cluster` |
  *
  * The root data dir is not under /root because the embedded PostgreSQL runs as the
  * unprivileged `postgres` user, which must be able to reach its cluster directory.
@@ -187,6 +195,15 @@ const ENV = {
   ATELIER_STACKS_BACKEND: oneOf('native', 'auto', 'compose', 'docker', 'podman'),
   ATELIER_NODE_HEARTBEAT: durationMs(100, 60_000),
   ATELIER_NODE_DEAD_AFTER: durationMs(1000, 3_600_000),
+  ATELIER_K8S_KUBECONFIG: text,
+  ATELIER_K8S_WORKSHOPS_NAMESPACE: text,
+  ATELIER_K8S_WORKSHOPS_OWNER: text,
+  ATELIER_K8S_WORKSHOPS_TENANT: text,
+  ATELIER_K8S_LEASE_NAMESPACE: text,
+  ATELIER_K8S_LEASE_DURATION: durationMs(1000, 300_000),
+  ATELIER_K8S_RESYNC: durationMs(100, 600_000),
+  KUBERNETES_SERVICE_HOST: text,
+  KUBERNETES_SERVICE_PORT: integer(1, 65535),
   DISPLAY: text,
   WAYLAND_DISPLAY: text,
   SUDO_UID: integer(0),
@@ -277,6 +294,19 @@ export interface Config {
   nodeDeadAfterMs: number;
   /** The user who ran `sudo atelier server start`, whose CLI gets the `local` context too. */
   sudoUser: { uid: number; gid: number } | undefined;
+  /** The `Workshop` resource's controller (ATELIER_K8S_*; in progress, off by default). */
+  kubeWorkshops:
+    | {
+        kubeconfig: string;
+        namespace: string;
+        owner: string;
+        tenant: string;
+        leaseNamespace?: string;
+        leaseMs: number;
+        resyncMs: number;
+        inCluster?: { host: string; port: number };
+      }
+    | undefined;
 }
 
 /**
@@ -395,6 +425,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     canOpenBrowser: process.platform === 'darwin' || Boolean(e.DISPLAY ?? e.WAYLAND_DISPLAY),
     term: e.TERM,
     sshConfigFile: resolve(e.ATELIER_SSH_CONFIG ?? join(home, '.ssh', 'config')),
+    kubeWorkshops: kubeWorkshopsOf(e),
     sudoUser: isRoot && e.SUDO_UID !== undefined && e.SUDO_UID !== 0 ? { uid: e.SUDO_UID, gid: e.SUDO_GID ?? e.SUDO_UID } : undefined,
   };
 }
@@ -420,6 +451,27 @@ export function formatSize(bytes: number): string {
   ];
   for (const [u, n] of units) if (Math.abs(bytes) >= n) return `${(bytes / n).toFixed(1)}${u}`;
   return `${bytes}b`;
+}
+
+function kubeWorkshopsOf(e: Env): Config['kubeWorkshops'] {
+  const set = (['ATELIER_K8S_KUBECONFIG', 'ATELIER_K8S_WORKSHOPS_NAMESPACE', 'ATELIER_K8S_WORKSHOPS_OWNER'] as const).filter(
+    (k) => e[k] !== undefined,
+  );
+  if (set.length === 0) return undefined;
+  if (set.length < 3)
+    throw new Error(
+      'ATELIER_K8S_KUBECONFIG, ATELIER_K8S_WORKSHOPS_NAMESPACE and ATELIER_K8S_WORKSHOPS_OWNER go together (the cluster, the namespace of the Workshop objects, the user who owns their workshops): set all three or none',
+    );
+  return {
+    kubeconfig: e.ATELIER_K8S_KUBECONFIG === 'in-cluster' ? 'in-cluster' : resolve(e.ATELIER_K8S_KUBECONFIG!),
+    namespace: e.ATELIER_K8S_WORKSHOPS_NAMESPACE!,
+    owner: e.ATELIER_K8S_WORKSHOPS_OWNER!,
+    tenant: e.ATELIER_K8S_WORKSHOPS_TENANT ?? 'default',
+    ...(e.ATELIER_K8S_LEASE_NAMESPACE ? { leaseNamespace: e.ATELIER_K8S_LEASE_NAMESPACE } : {}),
+    leaseMs: e.ATELIER_K8S_LEASE_DURATION ?? 15_000,
+    resyncMs: e.ATELIER_K8S_RESYNC ?? 5000,
+    ...(e.KUBERNETES_SERVICE_HOST ? { inCluster: { host: e.KUBERNETES_SERVICE_HOST, port: e.KUBERNETES_SERVICE_PORT ?? 443 } } : {}),
+  };
 }
 
 function tlsOf(

@@ -26,7 +26,14 @@ import {
   SERVER_OOM_SCORE_ADJ,
   WORKSHOP_OOM_SCORE_ADJ,
 } from '../sandbox/index.js';
-import { CredentialPolicies, InternalNetwork, LocalDriver, SimulatorManager, WorkshopService } from '../workshops/index.js';
+import {
+  CredentialPolicies,
+  InternalNetwork,
+  LocalDriver,
+  SimulatorManager,
+  WorkshopService,
+  startWorkshopResource,
+} from '../workshops/index.js';
 import { checkSimulatorVersion, runOffServer, warmSimulators } from '../simulators/index.js';
 import { AccountService, Authenticator, MasterKey, generatePassword, hashPassword } from '../identity/index.js';
 import { createActionService, createProjectRegistry, selectStackBackend } from '../actions/index.js';
@@ -615,6 +622,13 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       }, 2000);
       timer.unref();
       cleanups.push(async () => clearInterval(timer));
+    }
+
+    // In progress (docs/kubernetes.md): the `Workshop` resource, kept in step by the replica holding its Lease.
+    if (config.kubeWorkshops) {
+      const controller = startWorkshopResource(pool, workshops, config.kubeWorkshops, nodeId, logger, nodes);
+      // Runs before workshops.close (cleanups run in reverse): the lease is released for another replica at once.
+      cleanups.push(() => controller.close());
     }
 
     await ensureLocalContext(config, pool, url, token, sudoHome, opts.say);

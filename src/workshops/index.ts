@@ -1,6 +1,8 @@
 export { LocalDriver } from './local/driver.js';
 export type { EnterSpec, SandboxEntry, StartRequest, WorkshopDriver } from './driver.js';
 export { WorkshopService } from './service.js';
+// In progress (docs/kubernetes.md): the `Workshop` resource's controller, off unless configured.
+export { startWorkshopResource } from './kubernetes/workshopResource.js';
 export { WorkshopEvents, type WorkshopEvent, type WorkshopEventType, type WorkshopListener } from './events.js';
 export type { EgressWiring, ExecGate, NodeDirectory, RunningExec, ServiceOptions } from './service.js';
 export { readDevcontainer } from './devcontainer.js';
