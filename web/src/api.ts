@@ -36,6 +36,7 @@ export type Workshop = Wire<typeof core.WorkshopSchema>;
 /** Its disk against its quota: in the answer of GET /v1/workshops/:id (not of the list), read on the node that runs it. */
 export type WorkshopDisk = schemas.WorkshopDisk;
 export type EgressEntry = Workshop['egress']['policy'][number];
+export type WorkshopUsage = Wire<typeof core.WorkshopUsageSchema>;
 /** One decision of the workshop's egress proxy. */
 export type EgressRecord = Wire<typeof core.EgressRecord>;
 export type Simulator = Wire<typeof core.SimulatorView>;
@@ -159,6 +160,8 @@ export const getApproval = (id: string): Promise<Approval> => call('GET', `/v1/a
 export const approvalAudit = (id: string): Promise<{ items: AuditEntry[] }> => call('GET', `/v1/approvals/${encodeURIComponent(id)}/audit`);
 export const getWorkshop = (id: string): Promise<Workshop & { disk?: WorkshopDisk }> =>
   call('GET', `/v1/workshops/${encodeURIComponent(id)}`);
+/** What the workshop's processes use now (memory, CPU time, processes), read on the node that runs it; null figures come with a note. */
+export const getUsage = (id: string): Promise<WorkshopUsage> => call('GET', `/v1/workshops/${encodeURIComponent(id)}/usage`);
 export const listWorkshops = (): Promise<{ items: Workshop[] }> => call('GET', '/v1/workshops');
 export const egressLog = (id: string, after: number | undefined): Promise<{ items: EgressRecord[] }> =>
   call('GET', `/v1/workshops/${encodeURIComponent(id)}/egress?limit=200${after !== undefined ? `&after=${after}` : ''}`);
