@@ -167,37 +167,79 @@ export const egressLog = (id: string, after: number | undefined): Promise<{ item
   call('GET', `/v1/workshops/${encodeURIComponent(id)}/egress?limit=200${after !== undefined ? `&after=${after}` : ''}`);
 
 /**
+ * How long a follow stream may stay silent before it is taken for dead: three of the server's
+ * heartbeats (a blank line every 5 s: src/server/routes/workshops/egress.ts). A connection that
+ * dies without a word (a network blip, a sleeping laptop, a proxy that drops it) is otherwise
+ * noticed only when the server would have ended the stream, up to a minute later.
+ */
+export const FOLLOW_SILENCE_MS = 15_000;
+
+/** A follow stream that said nothing for FOLLOW_SILENCE_MS: the caller connects again. */
+export class SilentStream extends Error {}
+
+/**
  * Follows the workshop's egress log (`?follow=true`, NDJSON): each record after `after` as the
  * proxy decides, handed to `onRecord` in order, until the server ends the stream (it does after at
  * most a minute, so the caller reconnects with the last id and the session is checked again) or
- * `signal` aborts; `onOpen` once the server has accepted it. A refused request throws its ApiError.
+ * `signal` aborts; `onLive` at each chunk the server sends (its heartbeat comes at once, then at
+ * least every 5 s). A refused request throws its ApiError; `silenceMs` without a chunk (the
+ * answer's headers included) throws SilentStream.
  */
 export async function followEgress(
   id: string,
   after: number | undefined,
   onRecord: (r: EgressRecord) => void,
   signal: AbortSignal,
-  onOpen: () => void = () => undefined,
+  onLive: () => void = () => undefined,
+  silenceMs = FOLLOW_SILENCE_MS,
 ): Promise<void> {
-  const res = await fetch(
-    `/v1/workshops/${encodeURIComponent(id)}/egress?follow=true&limit=500${after !== undefined ? `&after=${after}` : ''}`,
-    { headers: { accept: 'application/x-ndjson', 'x-atelier-channel': 'dashboard' }, credentials: 'same-origin', signal },
-  );
-  if (!res.ok || !res.body) {
-    await answer(res);
-    return;
-  }
-  onOpen();
-  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
-  let buffered = '';
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (value) buffered += value;
-    const lines = buffered.split('\n');
-    // A record cut by the stream's end is dropped: the next connection asks again from the last whole one.
-    buffered = lines.pop() ?? '';
-    for (const line of lines) if (line.trim()) onRecord(JSON.parse(line) as EgressRecord);
-    if (done) return;
+  // This connection's own abort: the caller's, or the watchdog's when the server goes silent.
+  const connection = new AbortController();
+  const forward = (): void => connection.abort();
+  signal.addEventListener('abort', forward);
+  let silent = false;
+  let watchdog: ReturnType<typeof setTimeout> | undefined;
+  const heard = (): void => {
+    clearTimeout(watchdog);
+    watchdog = setTimeout(() => {
+      silent = true;
+      connection.abort();
+    }, silenceMs);
+  };
+  try {
+    heard();
+    const res = await fetch(
+      `/v1/workshops/${encodeURIComponent(id)}/egress?follow=true&limit=500${after !== undefined ? `&after=${after}` : ''}`,
+      {
+        headers: { accept: 'application/x-ndjson', 'x-atelier-channel': 'dashboard' },
+        credentials: 'same-origin',
+        signal: connection.signal,
+      },
+    );
+    if (!res.ok || !res.body) {
+      await answer(res);
+      return;
+    }
+    heard();
+    const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffered = '';
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      heard();
+      onLive();
+      buffered += value;
+      const lines = buffered.split('\n');
+      // A record cut by the stream's end is dropped: the next connection asks again from the last whole one.
+      buffered = lines.pop() ?? '';
+      for (const line of lines) if (line.trim()) onRecord(JSON.parse(line) as EgressRecord);
+    }
+  } catch (err) {
+    if (silent && !signal.aborted) throw new SilentStream(`no word from the server for ${Math.round(silenceMs / 1000)} s`);
+    throw err;
+  } finally {
+    clearTimeout(watchdog);
+    signal.removeEventListener('abort', forward);
   }
 }
 export const decide = (id: string, decision: 'APPROVE' | 'REJECT', reason: string): Promise<Approval> =>
