@@ -265,6 +265,10 @@ const TABLE: Record<string, Row> = {
     expect: e(401, 404, 403, 403, 200, 200, 200, 404),
     call: (f) => ({ method: 'PUT', path: `/v1/workshops/${f.ws}/files?path=notes.txt`, raw: Buffer.from('hello\n') }),
   },
+  'GET /v1/workshops/:id/usage': {
+    expect: e(401, 404, 200, 200, 200, 200, 200, 404),
+    call: (f) => ({ method: 'GET', path: `/v1/workshops/${f.ws}/usage` }),
+  },
   'GET /v1/workshops/:id/egress': {
     expect: e(401, 404, 200, 200, 200, 200, 200, 404),
     call: (f) => ({ method: 'GET', path: `/v1/workshops/${f.ws}/egress` }),

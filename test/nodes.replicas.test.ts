@@ -138,6 +138,21 @@ describe('nodes: three servers on one PostgreSQL are one installation', () => {
     assert.deepEqual(diffs[2], diffs[0]);
   });
 
+  it("a workshop's usage through a non-owner node is read on its owner (its cgroups are there)", async () => {
+    const held = await b.api<{ id: string }>('POST', `/v1/workshops/${onA.id}/execs`, { command: ['sleep', '30'] });
+    assert.equal(held.status, 201, JSON.stringify(held.body));
+    for (const s of [a, b, c]) {
+      const u = await s.api<{ memoryBytes: number | null; cpuUsec: number | null; pids: number | null; note: string | null }>(
+        'GET',
+        `/v1/workshops/${onA.id}/usage`,
+      );
+      assert.equal(u.status, 200, JSON.stringify(u.body));
+      // Read anywhere but on a, there would be no cgroups: every figure null, and a note.
+      assert.equal(u.body.note, null, JSON.stringify(u.body));
+      assert.ok(u.body.memoryBytes! > 0 && u.body.cpuUsec! > 0 && u.body.pids! >= 2, JSON.stringify(u.body));
+    }
+  });
+
   it('a PTY through a non-owner node', async () => {
     const ws = new WebSocket(`${c.url.replace('http', 'ws')}/v1/workshops/${onA.id}/pty`, {
       headers: { authorization: `Bearer ${c.token}` },

@@ -31,7 +31,7 @@ async function shows(page: Page, re: RegExp): Promise<string> {
   return text;
 }
 
-describe('dashboard workshops and terminal in Chromium', { timeout: 280_000 }, () => {
+describe('dashboard workshops and terminal in Chromium', { timeout: 340_000 }, () => {
   let server: TestServer;
   let repo: string;
   let dist: string;
@@ -207,9 +207,55 @@ describe('dashboard workshops and terminal in Chromium', { timeout: 280_000 }, (
         .waitFor();
       await page.getByTestId('egress-empty').waitFor();
 
-      // Usage: the memory limit asked for, the disk as the API reports it, the budget spent.
+      // Usage: memory, CPU and processes as the workshop's cgroups count them, beside its limits.
+      // A shell holds 50 MB while its sleep waits, and a busy loop spins for at most a minute.
+      const holder = await as('maker', 'POST', `/v1/workshops/${w.body.id}/execs`, {
+        command: ['sh', '-c', 'a=$(head -c 50000000 /dev/zero | tr "\\0" a); sleep 600 & echo held; wait; echo ${#a}'],
+      });
+      assert.equal(holder.status, 201, JSON.stringify(holder.body));
+      const spinner = await as('maker', 'POST', `/v1/workshops/${w.body.id}/execs`, {
+        command: ['timeout', '60', 'sh', '-c', 'while :; do :; done'],
+      });
+      assert.equal(spinner.status, 201, JSON.stringify(spinner.body));
       const usage = page.getByTestId('workshop-usage');
-      assert.match(await usage.getByTestId('usage-memory').innerText(), /768 MiB/);
+      const MiB = 2 ** 20;
+      let memoryText = '';
+      await until('the page to show the 50 MB held', async () => {
+        memoryText = await usage.getByTestId('usage-memory').innerText();
+        const m = /^(\d+) MiB of 768 MiB \(\d+%\)/.exec(memoryText);
+        return m !== null && Number(m[1]) >= 48;
+      });
+      assert.match(memoryText, /· peak \d+ MiB$/);
+      assert.equal(await usage.getByRole('meter', { name: 'Memory' }).getAttribute('max'), String(768 * MiB));
+      // CPU: a share of its limit over the last 2 s, from two readings of its CPU time.
+      let cpuText = '';
+      await until('the page to show the busy loop', async () => {
+        cpuText = await usage.getByTestId('usage-cpu').innerText();
+        return Number(/^(\d+)% of \d+(\.\d+)? CPU/.exec(cpuText)?.[1] ?? 0) > 0;
+      });
+      assert.match(cpuText, /of CPU time in all$/);
+      assert.equal(await usage.getByRole('meter', { name: 'CPU' }).getAttribute('max'), '1');
+      // Processes: at least those running in the workshop now (counted inside it by one shell
+      // with no child of its own: its glob and echo are built in), itself left out.
+      const inside = await server.exec(w.body.id, ['sh', '-c', 'set -- /proc/[0-9]*; echo $#']);
+      const running = Number(inside.stdout.trim()) - 1;
+      const counted = await as<{ pids: number | null; memoryBytes: number | null; cpuUsec: number | null; note: string | null }>(
+        'maker',
+        'GET',
+        `/v1/workshops/${w.body.id}/usage`,
+      );
+      assert.equal(counted.status, 200, JSON.stringify(counted.body));
+      assert.equal(counted.body.note, null);
+      assert.ok(running >= 4, `${running} processes inside: the sandbox's first, the holder, its sleep, the loop`);
+      assert.ok(counted.body.pids! >= running, `${counted.body.pids} processes counted, ${running} running`);
+      await until('the page to show the processes', async () => {
+        const m = /^(\d+) of \d+\b/.exec(await usage.getByTestId('usage-pids').innerText());
+        return m !== null && Number(m[1]) >= running;
+      });
+      assert.equal(
+        await usage.getByRole('meter', { name: 'Processes' }).getAttribute('max'),
+        String((await as<{ limits: { pids: number } }>('maker', 'GET', `/v1/workshops/${w.body.id}`)).body.limits.pids),
+      );
       const { disk } = (
         await as<{ disk?: { enforced: boolean; usedBytes: number | null; quotaBytes: number | null; note: string | null } }>(
           'maker',

@@ -240,6 +240,26 @@ export const WorkshopSchema = z.object({
   updatedAt: time,
 });
 
+/**
+ * What a workshop's processes use now beside its limits (`GET /v1/workshops/:id/usage`), read
+ * from its cgroups on the node that runs it. A figure the node cannot read is null, `note` says why.
+ */
+export const WorkshopUsageSchema = z.object({
+  id: z.string(),
+  status: z.enum(WORKSHOP_STATUSES),
+  at: time.describe('when the figures were read (ms precision: two readings give a CPU rate)'),
+  limits: z.object({ cpus: z.number(), memoryBytes: z.number(), pids: z.number() }),
+  memoryBytes: z
+    .number()
+    .nullable()
+    .describe('memory charged to it now, page cache included (which the kernel reclaims before the limit bites)'),
+  memoryPeakBytes: z.number().nullable().describe('the most memory it was ever charged'),
+  cpuUsec: z.number().nullable().describe('CPU time of all its processes since it started, in microseconds'),
+  pids: z.number().nullable().describe('processes in it now (its simulators included)'),
+  note: z.string().nullable().describe('why a figure is null'),
+});
+export type WorkshopUsage = z.infer<typeof WorkshopUsageSchema>;
+
 /** A node of the installation (`atelier nodes list`). */
 export const NodeView = z.object({
   id: z.string(),

@@ -4,9 +4,31 @@ import { dirname, join } from 'node:path';
 /** Controllers Atelier uses, each a separate hierarchy on cgroup v1. */
 export const CONTROLLERS = ['memory', 'cpu', 'pids', 'freezer'] as const;
 export type Controller = (typeof CONTROLLERS)[number];
-export type CgroupPaths = Record<Controller, string>;
+/**
+ * A workshop's (or their parent's) cgroup in each hierarchy. `cpuacct`: where the cpuacct
+ * controller is a hierarchy of its own (not mounted with cpu), the group that counts the CPU time
+ * its processes use; absent where it is mounted with cpu (the time is read in `cpu`), where there
+ * is no cpuacct, and in the handles of workshops started before CPU time was counted.
+ */
+export type CgroupPaths = Record<Controller, string> & { cpuacct?: string };
 
 const ROOT = '/sys/fs/cgroup';
+
+/**
+ * Where CPU time is counted: `cpu` when cpuacct shares the cpu hierarchy (`cpu,cpuacct`),
+ * `cpuacct` when it is a hierarchy of its own (the processes join it too, for the count only:
+ * nothing is limited there), undefined without it.
+ */
+function cpuacctHierarchy(): 'cpu' | 'cpuacct' | undefined {
+  if (existsSync(join(ROOT, 'cpu', 'cpuacct.usage'))) return 'cpu';
+  if (existsSync(join(ROOT, 'cpuacct', 'cgroup.procs'))) return 'cpuacct';
+  return undefined;
+}
+
+/** Every directory of `paths`, cpuacct's included when it has one. */
+function allDirs(paths: CgroupPaths): string[] {
+  return [...CONTROLLERS.map((c) => paths[c]), ...(paths.cpuacct !== undefined ? [paths.cpuacct] : [])];
+}
 
 export interface CgroupSupport {
   ok: boolean;
@@ -28,7 +50,7 @@ export function cgroupSupport(): CgroupSupport {
   return { ok: true, reason: undefined };
 }
 
-function ownPath(controller: Controller): string {
+function ownPath(controller: Controller | 'cpuacct'): string {
   // Nest under the server's own cgroup so that whoever supervises the server also holds its workshops.
   for (const line of readFileSync('/proc/self/cgroup', 'utf8').split('\n')) {
     const [, ctrls, path] = line.split(':');
@@ -41,6 +63,7 @@ function ownPath(controller: Controller): string {
 export function cgroupBase(nodeId: string): CgroupPaths {
   const out = {} as CgroupPaths;
   for (const c of CONTROLLERS) out[c] = join(ROOT, c, ownPath(c), 'atelier', nodeId);
+  if (cpuacctHierarchy() === 'cpuacct') out.cpuacct = join(ROOT, 'cpuacct', ownPath('cpuacct'), 'atelier', nodeId);
   return out;
 }
 
@@ -48,13 +71,14 @@ export function cgroupBase(nodeId: string): CgroupPaths {
 export function workshopCgroups(base: CgroupPaths, id: string): CgroupPaths {
   const paths = {} as CgroupPaths;
   for (const c of CONTROLLERS) paths[c] = join(base[c], id);
+  if (base.cpuacct !== undefined) paths.cpuacct = join(base.cpuacct, id);
   return paths;
 }
 
 /** Creates the workshop's cgroups with its limits; returns their paths. */
 export function createCgroups(base: CgroupPaths, id: string, limits: { cpus: number; memoryBytes: number; pids: number }): CgroupPaths {
   const paths = workshopCgroups(base, id);
-  for (const c of CONTROLLERS) mkdirSync(paths[c], { recursive: true });
+  for (const dir of allDirs(paths)) mkdirSync(dir, { recursive: true });
   writeFileSync(join(paths.memory, 'memory.limit_in_bytes'), String(limits.memoryBytes));
   if (existsSync(join(paths.memory, 'memory.memsw.limit_in_bytes'))) {
     writeFileSync(join(paths.memory, 'memory.memsw.limit_in_bytes'), String(limits.memoryBytes));
@@ -67,7 +91,7 @@ export function createCgroups(base: CgroupPaths, id: string, limits: { cpus: num
 
 /** The `cgroup.procs` files a new process must write its pid into. */
 export function procsFiles(paths: CgroupPaths): string[] {
-  return CONTROLLERS.map((c) => join(paths[c], 'cgroup.procs'));
+  return allDirs(paths).map((dir) => join(dir, 'cgroup.procs'));
 }
 
 export function tasks(paths: CgroupPaths): number[] {
@@ -117,23 +141,26 @@ export function isFrozen(paths: CgroupPaths): boolean {
  */
 export function childCgroups(paths: CgroupPaths, name: string): CgroupPaths {
   const out = {} as CgroupPaths;
-  for (const c of CONTROLLERS) {
-    out[c] = join(paths[c], name);
-    mkdirSync(out[c], { recursive: true });
-  }
+  for (const c of CONTROLLERS) out[c] = join(paths[c], name);
+  if (paths.cpuacct !== undefined) out.cpuacct = join(paths.cpuacct, name);
+  for (const dir of allDirs(out)) mkdirSync(dir, { recursive: true });
   return out;
 }
 
 function children(paths: CgroupPaths): CgroupPaths[] {
   const names = new Set<string>();
-  for (const c of CONTROLLERS) {
+  for (const dir of allDirs(paths)) {
     try {
-      for (const e of readdirSync(paths[c], { withFileTypes: true })) if (e.isDirectory()) names.add(e.name);
+      for (const e of readdirSync(dir, { withFileTypes: true })) if (e.isDirectory()) names.add(e.name);
     } catch {
       // absent
     }
   }
-  return [...names].map((n) => Object.fromEntries(CONTROLLERS.map((c) => [c, join(paths[c], n)])) as CgroupPaths);
+  return [...names].map((n) => {
+    const child = Object.fromEntries(CONTROLLERS.map((c) => [c, join(paths[c], n)])) as CgroupPaths;
+    if (paths.cpuacct !== undefined) child.cpuacct = join(paths.cpuacct, n);
+    return child;
+  });
 }
 
 /** Kills every process in the cgroups and their children (frozen first, so that nothing forks away) and removes them. */
@@ -169,6 +196,38 @@ export async function destroyCgroups(paths: CgroupPaths): Promise<void> {
   removeDirs(paths);
 }
 
+/** What a workshop's processes use now, as its cgroups count it; null where a figure cannot be read. */
+export interface CgroupUsage {
+  /** Memory charged to it (v1 `memory.usage_in_bytes`: page cache included, which the kernel reclaims before the limit bites). */
+  memoryBytes: number | null;
+  /** The most it was ever charged (v1 `memory.max_usage_in_bytes`). */
+  memoryPeakBytes: number | null;
+  /** CPU time of all its processes, living and gone, since its cgroups were made (cpuacct.usage, in µs). */
+  cpuUsec: number | null;
+  /** Processes (tasks) in it now (`pids.current`): simulators' included. */
+  pids: number | null;
+}
+
+function readNumber(path: string): number | null {
+  try {
+    const n = Number(readFileSync(path, 'utf8').trim());
+    return Number.isFinite(n) ? n : null;
+  } catch {
+    return null;
+  }
+}
+
+/** Reads a workshop's figures from its cgroups (hierarchical: its simulators' child groups count in). */
+export function cgroupUsage(paths: CgroupPaths): CgroupUsage {
+  const ns = readNumber(join(paths.cpuacct ?? paths.cpu, 'cpuacct.usage'));
+  return {
+    memoryBytes: readNumber(join(paths.memory, 'memory.usage_in_bytes')),
+    memoryPeakBytes: readNumber(join(paths.memory, 'memory.max_usage_in_bytes')),
+    cpuUsec: ns === null ? null : Math.round(ns / 1000),
+    pids: readNumber(join(paths.pids, 'pids.current')),
+  };
+}
+
 function readFileSafe(path: string): number[] {
   try {
     return readFileSync(path, 'utf8').split('\n').filter(Boolean).map(Number);
@@ -178,9 +237,9 @@ function readFileSafe(path: string): number[] {
 }
 
 function removeDirs(paths: CgroupPaths): void {
-  for (const c of CONTROLLERS) {
+  for (const dir of allDirs(paths)) {
     try {
-      rmdirSync(paths[c]);
+      rmdirSync(dir);
     } catch {
       // absent, or still busy: reported by the caller's reconcile
     }
@@ -254,7 +313,7 @@ function writeMemoryLimit(dir: string, bytes: number): void {
  * effect then). Throws with what to do when the reserve leaves no memory to workshops.
  */
 export function applyServerReserve(base: CgroupPaths, reserve: ServerReserve, hostBytes: number): AppliedReserve {
-  for (const c of CONTROLLERS) mkdirSync(base[c], { recursive: true });
+  for (const dir of allDirs(base)) mkdirSync(dir, { recursive: true });
   const availableBytes = memoryAvailable(dirname(dirname(base.memory)), hostBytes);
   const workshopsMemoryBytes = availableBytes - reserve.memoryBytes;
   if (workshopsMemoryBytes < 256 << 20) {

@@ -2,6 +2,7 @@ export {
   applyServerReserve,
   cgroupBase,
   cgroupSupport,
+  cgroupUsage,
   childCgroups,
   createCgroups,
   destroyCgroups,
@@ -12,7 +13,7 @@ export {
   workshopCgroups,
   WORKSHOP_OOM_SCORE_ADJ,
 } from './cgroups.js';
-export type { AppliedReserve, CgroupPaths, ServerReserve } from './cgroups.js';
+export type { AppliedReserve, CgroupPaths, CgroupUsage, ServerReserve } from './cgroups.js';
 export { diskUsage, freeBytes, isMountPoint, WorkshopDisks } from './disk.js';
 export type { DiskUsage, Runner, WorkshopDisksOptions } from './disk.js';
 export {

@@ -1,5 +1,6 @@
 import type { ChildProcess } from 'node:child_process';
 import type { WorkshopDisk, WorkshopLimits } from '../core/index.js';
+import type { CgroupUsage } from '../sandbox/index.js';
 import type { ExecSpec, SandboxHandle, SandboxLayout } from '../sandbox/index.js';
 
 export interface StartRequest {
@@ -57,6 +58,11 @@ export interface WorkshopDriver {
   start(req: StartRequest): Promise<SandboxHandle>;
   alive(handle: SandboxHandle): boolean;
   frozen(handle: SandboxHandle): boolean;
+  /**
+   * What the workshop's processes use now (memory, CPU time, processes), each null where this
+   * driver cannot tell, with `note` saying why (null when every figure is there).
+   */
+  usageOf(id: string): CgroupUsage & { note: string | null };
   /** How many processes the kernel's OOM killer killed in the workshop (undefined: the driver cannot tell). */
   oomKills(handle: SandboxHandle): number | undefined;
   canSuspend(): boolean;

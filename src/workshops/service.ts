@@ -8,6 +8,7 @@ import {
   type SimulatorRequest,
   type Workshop,
   type WorkshopDisk,
+  type WorkshopUsage,
 } from '../core/index.js';
 import { queryRows, type Pool } from '../db/index.js';
 import { atLeast, type Principal, type WorkshopAction } from '../identity/index.js';
@@ -173,6 +174,15 @@ export class WorkshopService {
     // In the owner's field order (jsonb keeps its own): the same answer byte for byte through any node.
     const { enforced, quotaBytes, usedBytes, note } = r.disk;
     return { ...w, disk: { enforced, quotaBytes, usedBytes, note } };
+  }
+
+  /**
+   * What the workshop's processes use now beside its limits, read from its sandbox's cgroups:
+   * only the node that runs it can (the request is relayed there, src/server/app.ts).
+   */
+  async usage(id: string, actor: Principal): Promise<WorkshopUsage> {
+    const row = await this.shared.row(id, { actor, action: 'read' });
+    return { id, status: row.status, at: new Date().toISOString(), limits: this.shared.view(row).limits, ...this.driver.usageOf(id) };
   }
 
   /**

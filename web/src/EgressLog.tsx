@@ -1,5 +1,5 @@
 import { useEffect, useRef, useState } from 'react';
-import { ApiError, followEgress, said, type EgressRecord } from './api.ts';
+import { ApiError, followEgress, said, SilentStream, type EgressRecord } from './api.ts';
 import { visible } from './ApprovalsList.tsx';
 import { ListTable } from './ListTable.tsx';
 
@@ -9,8 +9,11 @@ export const EGRESS_KEPT = 500;
 /**
  * The workshop's egress log, live: the server's NDJSON stream (`?follow=true`), each record added
  * as the proxy decides. The server ends a stream after a minute (the session is checked again at
- * each connection): it is opened again at once from the last id; a lost connection is retried
- * after 0.5 s, doubling to 10 s. A 401 reports the lost session.
+ * each connection): it is opened again at once from the last id. A stream silent for
+ * FOLLOW_SILENCE_MS (the server's heartbeat missed three times: a connection that died without a
+ * word) is opened again at once; a failed connection is retried after 0.5 s, doubling to 10 s,
+ * and at once when the browser says it is back online. The "connecting again" note leaves as
+ * soon as a stream delivers (its heartbeat comes first). A 401 reports the lost session.
  */
 export function useEgressLog(id: string, onSignedOut: () => void): { records: EgressRecord[] | undefined; error: string | undefined } {
   const [records, setRecords] = useState<EgressRecord[]>();
@@ -18,24 +21,47 @@ export function useEgressLog(id: string, onSignedOut: () => void): { records: Eg
   const signedOut = useRef(onSignedOut);
   signedOut.current = onSignedOut;
   useEffect(() => {
-    const abort = new AbortController();
+    const unmounted = new AbortController();
     let kept: EgressRecord[] = [];
     let last: number | undefined;
+    let wait = 500;
+    // The connection under way, and the wake-up of a retry's wait: what `online` cuts short.
+    let attempt: AbortController | undefined;
+    let wake: (() => void) | undefined;
+    let kicked = false;
+    const sleep = (ms: number): Promise<void> =>
+      new Promise((resolve) => {
+        const timer = setTimeout(resolve, ms);
+        wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+    // The network is back: a stream opened before may have died with the old one without a
+    // word, and a retry may be seconds away. Either gives way to a new connection now.
+    const online = (): void => {
+      wait = 500;
+      kicked = true;
+      attempt?.abort();
+      wake?.();
+    };
+    window.addEventListener('online', online);
     setRecords(undefined);
     setError(undefined);
     const run = async (): Promise<void> => {
-      let wait = 500;
-      while (!abort.signal.aborted) {
+      while (!unmounted.signal.aborted) {
+        attempt = new AbortController();
+        kicked = false;
+        // Records are drawn in batches: one render per chunk the stream brings, not per line.
+        let batch: EgressRecord[] = [];
+        let flush: ReturnType<typeof setTimeout> | undefined;
+        const draw = (): void => {
+          flush = undefined;
+          kept = [...kept, ...batch].slice(-EGRESS_KEPT);
+          batch = [];
+          setRecords(kept);
+        };
         try {
-          // Records are drawn in batches: one render per chunk the stream brings, not per line.
-          let batch: EgressRecord[] = [];
-          let flush: ReturnType<typeof setTimeout> | undefined;
-          const draw = (): void => {
-            flush = undefined;
-            kept = [...kept, ...batch].slice(-EGRESS_KEPT);
-            batch = [];
-            setRecords(kept);
-          };
           setRecords(kept);
           const opened = Date.now();
           await followEgress(
@@ -48,29 +74,38 @@ export function useEgressLog(id: string, onSignedOut: () => void): { records: Eg
               batch.push(r);
               flush ??= setTimeout(draw, 50);
             },
-            abort.signal,
-            // Connected again: the page no longer says it is trying.
+            attempt.signal,
+            // The stream delivers: the page no longer says it is trying.
             () => setError(undefined),
           );
-          if (flush) clearTimeout(flush);
-          draw();
-          setError(undefined);
           // A stream the server ended at once (a session about to expire) is not opened again in a tight loop.
           if (Date.now() - opened < 1000) {
-            await new Promise((r) => setTimeout(r, wait));
+            await sleep(wait);
             wait = Math.min(wait * 2, 10_000);
           } else wait = 500;
         } catch (err) {
-          if (abort.signal.aborted) return;
+          if (unmounted.signal.aborted) return;
           if (err instanceof ApiError && err.status === 401) return signedOut.current();
+          // Cut by `online`: connect again at once, nothing to say.
+          if (kicked) continue;
           setError(`${said(err)}: connecting again…`);
-          await new Promise((r) => setTimeout(r, wait));
+          // A silent stream took FOLLOW_SILENCE_MS to be noticed already: the next one is opened at once.
+          if (err instanceof SilentStream) continue;
+          await sleep(wait);
           wait = Math.min(wait * 2, 10_000);
+        } finally {
+          if (flush) clearTimeout(flush);
+          if (batch.length > 0 && !unmounted.signal.aborted) draw();
         }
       }
     };
     void run();
-    return () => abort.abort();
+    return () => {
+      unmounted.abort();
+      attempt?.abort();
+      wake?.();
+      window.removeEventListener('online', online);
+    };
   }, [id]);
   return { records, error };
 }

@@ -129,7 +129,7 @@ export function WorkshopPage({ id, role, userId, onSignedOut }: { id: string; ro
           </dl>
           {/* Stop, resume and delete: only for those the server lets do them (it checks again). */}
           {mayOperate(role, userId, w) && <WorkshopActions workshop={w} />}
-          <Usage workshop={w} />
+          <Usage workshop={w} onSignedOut={onSignedOut} />
           {w.warnings.length > 0 && (
             <ul className="error">
               {w.warnings.map((x, i) => (

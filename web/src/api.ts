@@ -36,6 +36,7 @@ export type Workshop = Wire<typeof core.WorkshopSchema>;
 /** Its disk against its quota: in the answer of GET /v1/workshops/:id (not of the list), read on the node that runs it. */
 export type WorkshopDisk = schemas.WorkshopDisk;
 export type EgressEntry = Workshop['egress']['policy'][number];
+export type WorkshopUsage = Wire<typeof core.WorkshopUsageSchema>;
 /** One decision of the workshop's egress proxy. */
 export type EgressRecord = Wire<typeof core.EgressRecord>;
 export type Simulator = Wire<typeof core.SimulatorView>;
@@ -159,42 +160,86 @@ export const getApproval = (id: string): Promise<Approval> => call('GET', `/v1/a
 export const approvalAudit = (id: string): Promise<{ items: AuditEntry[] }> => call('GET', `/v1/approvals/${encodeURIComponent(id)}/audit`);
 export const getWorkshop = (id: string): Promise<Workshop & { disk?: WorkshopDisk }> =>
   call('GET', `/v1/workshops/${encodeURIComponent(id)}`);
+/** What the workshop's processes use now (memory, CPU time, processes), read on the node that runs it; null figures come with a note. */
+export const getUsage = (id: string): Promise<WorkshopUsage> => call('GET', `/v1/workshops/${encodeURIComponent(id)}/usage`);
 export const listWorkshops = (): Promise<{ items: Workshop[] }> => call('GET', '/v1/workshops');
 export const egressLog = (id: string, after: number | undefined): Promise<{ items: EgressRecord[] }> =>
   call('GET', `/v1/workshops/${encodeURIComponent(id)}/egress?limit=200${after !== undefined ? `&after=${after}` : ''}`);
 
 /**
+ * How long a follow stream may stay silent before it is taken for dead: three of the server's
+ * heartbeats (a blank line every 5 s: src/server/routes/workshops/egress.ts). A connection that
+ * dies without a word (a network blip, a sleeping laptop, a proxy that drops it) is otherwise
+ * noticed only when the server would have ended the stream, up to a minute later.
+ */
+export const FOLLOW_SILENCE_MS = 15_000;
+
+/** A follow stream that said nothing for FOLLOW_SILENCE_MS: the caller connects again. */
+export class SilentStream extends Error {}
+
+/**
  * Follows the workshop's egress log (`?follow=true`, NDJSON): each record after `after` as the
  * proxy decides, handed to `onRecord` in order, until the server ends the stream (it does after at
  * most a minute, so the caller reconnects with the last id and the session is checked again) or
- * `signal` aborts; `onOpen` once the server has accepted it. A refused request throws its ApiError.
+ * `signal` aborts; `onLive` at each chunk the server sends (its heartbeat comes at once, then at
+ * least every 5 s). A refused request throws its ApiError; `silenceMs` without a chunk (the
+ * answer's headers included) throws SilentStream.
  */
 export async function followEgress(
   id: string,
   after: number | undefined,
   onRecord: (r: EgressRecord) => void,
   signal: AbortSignal,
-  onOpen: () => void = () => undefined,
+  onLive: () => void = () => undefined,
+  silenceMs = FOLLOW_SILENCE_MS,
 ): Promise<void> {
-  const res = await fetch(
-    `/v1/workshops/${encodeURIComponent(id)}/egress?follow=true&limit=500${after !== undefined ? `&after=${after}` : ''}`,
-    { headers: { accept: 'application/x-ndjson', 'x-atelier-channel': 'dashboard' }, credentials: 'same-origin', signal },
-  );
-  if (!res.ok || !res.body) {
-    await answer(res);
-    return;
-  }
-  onOpen();
-  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
-  let buffered = '';
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (value) buffered += value;
-    const lines = buffered.split('\n');
-    // A record cut by the stream's end is dropped: the next connection asks again from the last whole one.
-    buffered = lines.pop() ?? '';
-    for (const line of lines) if (line.trim()) onRecord(JSON.parse(line) as EgressRecord);
-    if (done) return;
+  // This connection's own abort: the caller's, or the watchdog's when the server goes silent.
+  const connection = new AbortController();
+  const forward = (): void => connection.abort();
+  signal.addEventListener('abort', forward);
+  let silent = false;
+  let watchdog: ReturnType<typeof setTimeout> | undefined;
+  const heard = (): void => {
+    clearTimeout(watchdog);
+    watchdog = setTimeout(() => {
+      silent = true;
+      connection.abort();
+    }, silenceMs);
+  };
+  try {
+    heard();
+    const res = await fetch(
+      `/v1/workshops/${encodeURIComponent(id)}/egress?follow=true&limit=500${after !== undefined ? `&after=${after}` : ''}`,
+      {
+        headers: { accept: 'application/x-ndjson', 'x-atelier-channel': 'dashboard' },
+        credentials: 'same-origin',
+        signal: connection.signal,
+      },
+    );
+    if (!res.ok || !res.body) {
+      await answer(res);
+      return;
+    }
+    heard();
+    const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffered = '';
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      heard();
+      onLive();
+      buffered += value;
+      const lines = buffered.split('\n');
+      // A record cut by the stream's end is dropped: the next connection asks again from the last whole one.
+      buffered = lines.pop() ?? '';
+      for (const line of lines) if (line.trim()) onRecord(JSON.parse(line) as EgressRecord);
+    }
+  } catch (err) {
+    if (silent && !signal.aborted) throw new SilentStream(`no word from the server for ${Math.round(silenceMs / 1000)} s`);
+    throw err;
+  } finally {
+    clearTimeout(watchdog);
+    signal.removeEventListener('abort', forward);
   }
 }
 export const decide = (id: string, decision: 'APPROVE' | 'REJECT', reason: string): Promise<Approval> =>

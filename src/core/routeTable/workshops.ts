@@ -10,6 +10,7 @@ import {
   MAX_EXEC_WAIT_SECONDS,
   StartExecRequest,
   WorkshopSchema,
+  WorkshopUsageSchema,
   SetBudgetRequest,
   SpendReportSchema,
 } from '../api.js';
@@ -45,6 +46,15 @@ export const workshopsRoutes = {
     tag: 'workshops',
     auth: 'bearer',
     response: WorkshopSchema,
+  },
+  workshopUsage: {
+    method: 'GET',
+    path: '/v1/workshops/:id/usage',
+    summary:
+      'what its processes use now beside its limits: memory (and its peak), CPU time, processes, read from its cgroups on the node that runs it (null, with `note` saying why, where that node cannot tell)',
+    tag: 'workshops',
+    auth: 'bearer',
+    response: WorkshopUsageSchema,
   },
   deleteWorkshop: {
     method: 'DELETE',

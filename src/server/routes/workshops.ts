@@ -7,11 +7,13 @@ import { execRoutes } from './workshops/exec.js';
 import { fileRoutes, gitRoutes } from './workshops/files.js';
 import { lifecycleRoutes } from './workshops/lifecycle.js';
 import { spendRoutes } from './workshops/spend.js';
+import { usageRoutes } from './workshops/usage.js';
 
 /** REST routes for workshops under /v1 (bearer token required; see app.ts). */
 export function workshopRoutes(app: FastifyInstance, service: WorkshopService, approvals?: ApprovalService, cluster?: Cluster): void {
   // In this order (the order of /v1/admin/routes).
   lifecycleRoutes(app, service, cluster);
+  usageRoutes(app, service);
   execRoutes(app, service, approvals);
   fileRoutes(app, service);
   egressRoutes(app, service);

@@ -6,6 +6,8 @@ import type { ChildProcess } from 'node:child_process';
 import {
   applyServerReserve,
   cgroupBase,
+  cgroupSupport,
+  cgroupUsage,
   createCgroups,
   diskUsage,
   freeBytes,
@@ -27,6 +29,7 @@ import {
   workshopCgroups,
   type AppliedReserve,
   type CgroupPaths,
+  type CgroupUsage,
   type ServerReserve,
   type ExecSpec,
   type SandboxHandle,
@@ -69,6 +72,8 @@ export class LocalDriver implements WorkshopDriver {
   private readonly disks: WorkshopDisks | null;
   /** Why workshops have no enforced quota, when they have none (shown by `server start` and `status`). */
   readonly diskNote: string | null;
+  /** Why workshops have no cgroups, so nothing measures what they use (null: they have). */
+  private readonly cgroupNote: string | null;
 
   constructor(
     private readonly dataDir: string,
@@ -79,6 +84,11 @@ export class LocalDriver implements WorkshopDriver {
     private readonly disk: DiskSettings = { quota: false, defaultBytes: 0, spares: 0, reserveBytes: 0, log: console },
   ) {
     this.base = cgroups ? cgroupBase(nodeId) : null;
+    this.cgroupNote = rootless
+      ? 'not measured: a rootless server makes no cgroups per workshop (run the server as root for memory, CPU and process figures)'
+      : cgroups
+        ? null
+        : `not measured: ${cgroupSupport().reason ?? 'this host has no cgroups for workshops'}`;
     this.diskNote = rootless
       ? 'not enforced: a rootless server cannot loop-mount a filesystem per workshop (run the server as root for disk quotas)'
       : disk.quota
@@ -170,6 +180,24 @@ export class LocalDriver implements WorkshopDriver {
 
   alive(handle: SandboxHandle): boolean {
     return isSandboxAlive(handle);
+  }
+
+  /**
+   * What the workshop uses, read from its cgroups (cgroup v1: memory, cpuacct, pids), simulators
+   * included; nothing without cgroups (rootless, cgroup v2), and a figure whose file cannot be
+   * read is null (the workshop stopped: its cgroups are gone; CPU time of a workshop started
+   * by an older server, which did not count it).
+   */
+  usageOf(id: string): CgroupUsage & { note: string | null } {
+    if (!this.base) return { memoryBytes: null, memoryPeakBytes: null, cpuUsec: null, pids: null, note: this.cgroupNote };
+    const u = cgroupUsage(workshopCgroups(this.base, id));
+    const note =
+      u.memoryBytes === null && u.pids === null
+        ? 'not measured: the workshop has no cgroups on its node now (it is not running)'
+        : u.cpuUsec === null
+          ? 'CPU time not counted: the workshop was started by an older server (counted from its next start) or this host has no cpuacct controller'
+          : null;
+    return { ...u, note };
   }
 
   /**

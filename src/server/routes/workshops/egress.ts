@@ -8,6 +8,14 @@ import { READ, type IdParams } from './access.js';
 
 const FOLLOW_POLL_MS = 250;
 const FOLLOW_MAX_MS = 60_000;
+/**
+ * A follower hears at least this often: a blank line (NDJSON readers skip them; the CLI's and the
+ * dashboard's do) when no decision was sent meanwhile, so a client can tell a quiet workshop from
+ * a connection that died silently (the dashboard gives up on one after three missed beats), and
+ * a dead client is noticed here by the failed write. One is also sent at once, which flushes the
+ * answer's headers: the client knows the stream is open before the first decision.
+ */
+const FOLLOW_HEARTBEAT_MS = 5_000;
 
 /** The workshop's egress decisions: a page, or (`follow`) a stream of them as they are recorded. */
 export function egressRoutes(app: FastifyInstance, service: WorkshopService): void {
@@ -37,7 +45,10 @@ export function egressRoutes(app: FastifyInstance, service: WorkshopService): vo
     const tokenEnds = actor.expiresAt ? Date.parse(actor.expiresAt) : Infinity;
     const ends = Math.min(Date.now() + FOLLOW_MAX_MS, tokenEnds);
     let last = first.at(-1)?.id ?? after ?? 0;
+    let wrote = Date.now();
+    stream.write('\n');
     const send = async (items: { id: number }[]): Promise<void> => {
+      if (items.length > 0) wrote = Date.now();
       for (const d of items) {
         // Backpressure: a client that does not read is not buffered for without limit.
         if (!stream.write(`${JSON.stringify(d)}\n`)) await new Promise((r) => stream.once('drain', r).once('close', r));
@@ -49,6 +60,10 @@ export function egressRoutes(app: FastifyInstance, service: WorkshopService): vo
       while (!stopped && Date.now() < ends) {
         await new Promise((r) => setTimeout(r, FOLLOW_POLL_MS));
         if (stopped) return;
+        if (Date.now() - wrote >= FOLLOW_HEARTBEAT_MS) {
+          wrote = Date.now();
+          stream.write('\n');
+        }
         try {
           const next = await service.egressLog(id, actor, { afterId: last, limit: 500 });
           await send(next);

@@ -1,0 +1,210 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { createServer, connect, type Server, type Socket } from 'node:net';
+import { join } from 'node:path';
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import {
+  CHROMIUM,
+  CHROMIUM_ARGS,
+  accessibilityProblems,
+  SHOTS,
+  dashboardServer,
+  endDashboardTest,
+  signInThroughPages,
+} from './helpers/dashboard.js';
+import { makeRepo, type TestServer } from './helpers/server.js';
+
+// The live egress log of a workshop's page in Debian's Chromium through a network blip: the
+// browser reaches the server through a TCP relay that can stop carrying bytes without closing
+// anything, as a lost network does (Chromium's own offline switch leaves an open stream alone).
+// The page notices the silent stream by the server's missing heartbeat, says so, connects again
+// when the network is back (and at once when the browser says it is online), and shows the
+// denials made during and after the blip without a reload, each once.
+
+/** A TCP relay to `target` that can hold every byte in both directions and let them go again. */
+class Relay {
+  private readonly server: Server;
+  private readonly pairs = new Set<{ client: Socket; upstream: Socket }>();
+  private cut = false;
+  target: { host: string; port: number } | undefined;
+
+  constructor() {
+    this.server = createServer((client) => {
+      const upstream = connect(this.target!.port, this.target!.host);
+      const pair = { client, upstream };
+      this.pairs.add(pair);
+      const end = (): void => {
+        this.pairs.delete(pair);
+        client.destroy();
+        upstream.destroy();
+      };
+      client.on('close', end).on('error', end);
+      upstream.on('close', end).on('error', end);
+      if (!this.cut) this.carry(pair);
+    });
+  }
+
+  async listen(): Promise<string> {
+    await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', r));
+    const a = this.server.address();
+    if (!a || typeof a === 'string') throw new Error('the relay has no port');
+    return `http://127.0.0.1:${a.port}`;
+  }
+
+  private carry({ client, upstream }: { client: Socket; upstream: Socket }): void {
+    client.pipe(upstream);
+    upstream.pipe(client);
+  }
+
+  /** The blip: nothing more goes either way (the kernel's buffers fill, no socket is closed). */
+  blip(): void {
+    this.cut = true;
+    for (const { client, upstream } of this.pairs) {
+      client.unpipe(upstream);
+      upstream.unpipe(client);
+      client.pause();
+      upstream.pause();
+    }
+  }
+
+  /** The network is back: what was held goes on. */
+  back(): void {
+    this.cut = false;
+    for (const pair of this.pairs) this.carry(pair);
+  }
+
+  async close(): Promise<void> {
+    for (const { client, upstream } of this.pairs) {
+      client.destroy();
+      upstream.destroy();
+    }
+    await new Promise<void>((r) => this.server.close(() => r()));
+  }
+}
+
+describe('dashboard egress log through a network blip in Chromium', { timeout: 300_000 }, () => {
+  let server: TestServer;
+  let repo: string;
+  let dist: string;
+  let browser: Browser;
+  let context: BrowserContext;
+  const relay = new Relay();
+  /** The server's public URL: the relay's. */
+  let publicUrl = '';
+  const cspViolations: string[] = [];
+
+  before(async () => {
+    publicUrl = await relay.listen();
+    // The server's public URL is the relay's: sign-in, the page and its WebSocket all go through it.
+    ({ server, dist } = await dashboardServer({ env: { ATELIER_PUBLIC_URL: publicUrl } }));
+    const direct = new URL(server.url);
+    relay.target = { host: direct.hostname, port: Number(direct.port) };
+    repo = makeRepo({ 'atelier.yaml': 'egress:\n  deny: [one.blocked.test, two.blocked.test, three.blocked.test]\n' });
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
+  });
+
+  after(async () => {
+    await endDashboardTest({ contexts: [context], browser, server, repo, dist });
+    await relay.close();
+  });
+
+  /** A request to `host` from inside the workshop, which its proxy denies (403), made through the API directly (not the relay). */
+  async function denied(id: string, host: string): Promise<void> {
+    const tried = await server.exec(id, ['sh', '-c', `curl -sS -m 30 -o /dev/null -w "%{http_code}" http://${host}/; true`]);
+    assert.equal(tried.stdout.trim(), '403', JSON.stringify(tried));
+  }
+
+  const rowOf = (page: Page, host: string) => page.getByTestId('egress-log').getByRole('row').filter({ hasText: host });
+
+  it('the follow stream says it is live at once, before any decision (a blank line: its heartbeat)', async () => {
+    const w = await server.createWorkshop({ repo, name: 'quiet' });
+    try {
+      const abort = new AbortController();
+      const res = await fetch(`${server.url}/v1/workshops/${w.id}/egress?follow=true`, {
+        headers: { authorization: `Bearer ${server.token}`, accept: 'application/x-ndjson' },
+        signal: abort.signal,
+      });
+      assert.equal(res.status, 200);
+      const first = await res.body!.getReader().read();
+      abort.abort();
+      assert.equal(new TextDecoder().decode(first.value), '\n');
+    } finally {
+      await server.api('DELETE', `/v1/workshops/${w.id}`);
+    }
+  });
+
+  it('a silent stream is noticed and opened again: denials made during and after the blip appear without a reload, once each', async () => {
+    const w = await server.createWorkshop({ repo, name: 'blip' });
+    try {
+      context = await browser.newContext({ viewport: { width: 1100, height: 900 } });
+      const page = await context.newPage();
+      page.setDefaultTimeout(30_000);
+      page.on('console', (m) => {
+        if (/Content Security Policy/i.test(m.text())) cspViolations.push(m.text());
+      });
+      const follows: string[] = [];
+      page.on('request', (r) => {
+        if (r.url().includes(`/v1/workshops/${w.id}/egress`)) follows.push(r.url());
+      });
+      await signInThroughPages(page, publicUrl, 'admin', server.password, 'a passphrase chosen for the blip');
+      await page.goto(`${publicUrl}/workshops/${w.id}`);
+      await page
+        .getByTestId('workshop-status')
+        .getByText(/^Running/)
+        .waitFor();
+      await page.getByTestId('egress-empty').waitFor();
+      await page.evaluate(() => ((globalThis as unknown as { stillThere: boolean }).stillThere = true));
+
+      await denied(w.id, 'one.blocked.test');
+      await rowOf(page, 'one.blocked.test').waitFor();
+
+      // The blip: the open stream goes silent without being closed; a denial is made meanwhile.
+      relay.blip();
+      await denied(w.id, 'two.blocked.test');
+      // Noticed by the missing heartbeat (nothing else would tell: the stream is still open).
+      const note = page.getByRole('alert').filter({ hasText: /no word from the server for \d+ s: connecting again/ });
+      await note.waitFor({ timeout: 60_000 });
+      assert.equal(await rowOf(page, 'two.blocked.test').count(), 0, 'a row came through the blip');
+      await page.screenshot({ path: join(SHOTS, 'egress-blip.png') });
+      assert.deepEqual(await accessibilityProblems(page), [], 'axe-core on the page saying it connects again');
+
+      // The network comes back, and the browser says so (offline, then online: its `online` event).
+      await context.setOffline(true);
+      relay.back();
+      await context.setOffline(false);
+      await rowOf(page, 'two.blocked.test').waitFor({ timeout: 60_000 });
+      await page
+        .getByRole('alert')
+        .filter({ hasText: /connecting again/ })
+        .waitFor({ state: 'detached' });
+
+      await denied(w.id, 'three.blocked.test');
+      await rowOf(page, 'three.blocked.test').waitFor();
+
+      // Each decision once, in the API's order, the page never reloaded, every read of the log a stream.
+      const api = await server.api<{ items: { id: number; host: string }[] }>('GET', `/v1/workshops/${w.id}/egress`);
+      const hosts = api.body.items.map((r) => r.host);
+      assert.deepEqual(hosts, ['one.blocked.test', 'two.blocked.test', 'three.blocked.test']);
+      const shown = await page.getByTestId('egress-log').locator('tbody tr').allInnerTexts();
+      assert.deepEqual(
+        shown.map((t) => /(\w+)\.blocked\.test/.exec(t)?.[1]),
+        ['three', 'two', 'one'],
+        `rows shown, newest first:\n${shown.join('\n')}`,
+      );
+      assert.equal(
+        await page.evaluate(() => (globalThis as unknown as { stillThere?: boolean }).stillThere),
+        true,
+        'the page was reloaded',
+      );
+      assert.ok(follows.length >= 2, `the stream was not opened again:\n${follows.join('\n')}`);
+      assert.ok(
+        follows.every((u) => u.includes('follow=true')),
+        follows.join('\n'),
+      );
+      assert.deepEqual(cspViolations, []);
+      await page.close();
+    } finally {
+      await server.api('DELETE', `/v1/workshops/${w.id}`);
+    }
+  });
+});
