@@ -138,6 +138,11 @@ export function helmError(r: HelmRun, ctx: { namespace: string; kubeContext?: st
   // The chart's `fail` (prerequisites, required values): "execution error at (atelier/templates/x.yaml:2:4): \n\nMESSAGE".
   const chartFail = /execution error at \([^)]*\):\s*([\s\S]*)$/.exec(text);
   if (chartFail) return new Error(`the chart refused to render: ${chartFail[1]!.trim()}`);
+  // Helm before 3.13 has a boolean --dry-run.
+  if (/invalid argument "server" for "--dry-run"/.test(text))
+    return new Error(
+      'this `helm` is older than 3.13 (it has no `--dry-run=server`): install a newer one (https://helm.sh/docs/intro/install/)',
+    );
   if (/values don't meet the specifications of the schema/.test(text))
     return new Error(`the values do not fit the chart's schema (deploy/helm/atelier/values.schema.json):\n${text.replace(/^Error: /, '')}`);
   if (/Kubernetes cluster unreachable|connection refused|no such host|i\/o timeout|dial tcp/.test(text))
