@@ -6,7 +6,7 @@ import { SourceAddressListener } from '../src/egress/sourceListener.js';
 import type { KubeObject } from '../src/workshops/kubernetes/client.js';
 import { normalizeAddress, PodAddresses } from '../src/workshops/kubernetes/podAddresses.js';
 import { KubernetesSandboxes } from '../src/workshops/kubernetes/sandboxes.js';
-import { ControlPlane } from './helpers/k8s.js';
+import { ControlPlane, KWOK_NODE } from './helpers/k8s.js';
 
 /**
  * The in-cluster egress proxy's knowledge of which workshop asks (docs/kubernetes.md, "The egress
@@ -131,6 +131,33 @@ describe('the egress proxy identifies a workshop by its pod IP, from the real AP
     assert.equal(addresses.workshopAt(warmIp), undefined, 'an unclaimed warm pod is nobody');
     assert.equal(addresses.workshopAt('127.1.0.250'), undefined, 'an address no pod has is nobody');
     assert.equal(normalizeAddress('::FFFF:10.0.0.5'), '10.0.0.5');
+  });
+
+  it('a host-network pod labelled as a workshop is nobody: its address is the node’s', async () => {
+    const made = async (name: string, labels: Record<string, string>, hostNetwork: boolean): Promise<string> => {
+      await api().request('POST', `/api/v1/namespaces/${NS}/pods`, {
+        apiVersion: 'v1',
+        kind: 'Pod',
+        metadata: { name, labels },
+        spec: { nodeName: KWOK_NODE, hostNetwork, containers: [{ name: 'c', image: 'atelier.invalid/x:1' }] },
+      });
+      let ip = '';
+      await until(`pod ${name} runs with an IP`, async () => {
+        const p = await podOf(name);
+        ip = p.status?.podIP ?? '';
+        return p.status?.phase === 'Running' && ip !== '';
+      });
+      return ip;
+    };
+    const impostor = await made('impostor', { 'atelier.dev/workshop': 'ws-egress01' }, true);
+    assert.equal(impostor, '127.0.0.1', "kwok gives a host-network pod its node's address");
+    // Events of one watch come in order: once the later pod is mapped, the impostor was seen.
+    const later = await made('later', { 'atelier.dev/workshop': 'ws-later' }, false);
+    await until('the mapping saw the later pod', async () => addresses.workshopAt(later) === 'ws-later');
+    assert.equal(addresses.workshopAt(impostor), undefined);
+    for (const name of ['impostor', 'later'])
+      await api().request('DELETE', `/api/v1/namespaces/${NS}/pods/${name}`, undefined, { query: { gracePeriodSeconds: '0' } });
+    await until('the later pod is gone from the mapping', async () => addresses.workshopAt(later) === undefined);
   });
 
   it('the proxy judges a connection as the workshop its source address belongs to, and closes one from nobody unread', async () => {
