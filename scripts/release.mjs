@@ -6,7 +6,7 @@
 //   dist-release/get.sh                                    scripts/get.sh, the bootstrap
 //
 // Inside: the built server and CLI (dist/), the production dependencies as npm installed them here
-// (native addons, node-pty's included, built for this platform), deploy/stacks, scripts/get.sh (the
+// (native addons, node-pty's included, built for this platform), deploy/stacks, deploy/helm (the chart), scripts/get.sh (the
 // bootstrap the server serves at /install.sh), the Node.js binary that runs it all (node/bin/node: a
 // Debian machine's own Node is too old), bin/atelier (a small static launcher, src/cli/launcher.c) and RELEASE.json.
 //
@@ -63,6 +63,8 @@ try {
   mkdirSync(top);
   cpSync(join(root, 'dist'), join(top, 'dist'), { recursive: true });
   cpSync(join(root, 'deploy/stacks'), join(top, 'deploy/stacks'), { recursive: true });
+  // The Helm chart `atelier server install --kubernetes` installs (it is this release's chart).
+  cpSync(join(root, 'deploy/helm'), join(top, 'deploy/helm'), { recursive: true });
   mkdirSync(join(top, 'scripts'));
   cpSync(join(root, 'scripts/get.sh'), join(top, 'scripts/get.sh'));
   writeFileSync(join(top, 'package.json'), JSON.stringify({ ...pkg, version, scripts: {}, devDependencies: {} }, null, 2) + '\n');

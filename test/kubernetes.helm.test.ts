@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { MasterKey } from '../src/identity/index.js';
 import type { KubeObject } from '../src/workshops/kubernetes/client.js';
+import { workshopNetworkPolicy } from '../src/workshops/kubernetes/networkPolicy.js';
 import { ControlPlane, k8sToolsBuild } from './helpers/k8s.js';
 import { REPO_ROOT } from './helpers/server.js';
 
@@ -167,6 +168,7 @@ describe('Helm chart deploy/helm/atelier on a real API server (helm and kubectl 
       'SandboxTemplate',
       'SandboxWarmPool',
       'Service',
+      'Service',
       'ServiceAccount',
     ]);
     const deployment = find<Deployment>(list, 'Deployment', 'atelier');
@@ -200,6 +202,44 @@ describe('Helm chart deploy/helm/atelier on a real API server (helm and kubectl 
     assert.equal(envOf(server, 'ATELIER_PUBLIC_URL'), undefined);
     for (const o of list) assert.ok(!o.kind.startsWith('Cluster'), `${o.kind} is cluster-wide`);
     assert.deepEqual(find(list, 'SandboxWarmPool', 'default').spec, { replicas: 1, sandboxTemplateRef: { name: 'default' } });
+  });
+
+  it("renders the egress proxy: a ClusterIP Service on the server pods' egress port, which a workshop's NetworkPolicy allows", async () => {
+    for (const port of [7879, 3128]) {
+      const list = objects(await render('--set', `egressProxy.port=${port}`));
+      const deployment = find<Deployment>(list, 'Deployment', 'atelier');
+      const podLabels = (deployment.spec.template as unknown as { metadata: { labels: Record<string, string> } }).metadata.labels;
+      const server = deployment.spec.template.spec.containers[0] as Container & { ports: { name: string; containerPort: number }[] };
+      assert.equal(server.ports.find((p) => p.name === 'egress')?.containerPort, port);
+      const service = find<
+        Rendered & { spec: { type: string; selector: Record<string, string>; ports: { port: number; targetPort: string }[] } }
+      >(list, 'Service', 'atelier-egress');
+      assert.equal(service.spec.type, 'ClusterIP', 'a node port or load balancer would replace the source address');
+      assert.deepEqual(
+        service.spec.ports.map((p) => [p.port, p.targetPort]),
+        [[port, 'egress']],
+      );
+      for (const [k, v] of Object.entries(service.spec.selector))
+        assert.equal(podLabels[k], v, `the Service selects the server pods (${k})`);
+      // The driver's network parameters as the chart implies them: the policy's only egress
+      // besides DNS goes to exactly the pods and port the Service leads to.
+      const policy = workshopNetworkPolicy(
+        'ws-x',
+        { 'atelier.dev/workshop': 'ws-x' },
+        { apiVersion: 'v1', kind: 'Sandbox', name: 'ws-x', uid: 'u' },
+        {
+          server: { namespace: NS, podLabels: service.spec.selector },
+          egressProxy: { namespace: NS, podLabels: service.spec.selector, ports: [port] },
+        },
+        {},
+      ) as { spec: { egress: { to: { podSelector: { matchLabels: Record<string, string> } }[]; ports: { port: number }[] }[] } };
+      const toProxy = policy.spec.egress[1]!;
+      for (const [k, v] of Object.entries(toProxy.to[0]!.podSelector.matchLabels)) assert.equal(podLabels[k], v);
+      assert.deepEqual(
+        toProxy.ports.map((p) => p.port),
+        [port],
+      );
+    }
   });
 
   it("copies the master key as the server wants it: the init container's own command, run here on a Secret-like file", async () => {
@@ -351,6 +391,9 @@ describe('Helm chart deploy/helm/atelier on a real API server (helm and kubectl 
       ['watch', 'sandboxes.agents.x-k8s.io'],
       ['update', 'sandboxes.agents.x-k8s.io'],
       ['list', 'pods'],
+      // The egress proxy's source-address mapping (src/workshops/kubernetes/podAddresses.ts).
+      ['watch', 'pods'],
+      ['watch', 'sandboxclaims.extensions.agents.x-k8s.io'],
       ['create', 'pods', '--subresource=exec'],
       ['create', 'pods', '--subresource=portforward'],
       ['get', 'pods', '--subresource=log'],

@@ -40,6 +40,11 @@ export interface ControlPlaneOptions {
    * the scheduler and kwok, which would only add load.
    */
   apiOnly?: boolean;
+  /**
+   * Where kwok takes its pods' IPs (default 10.244.0.1/24). A range in 127.0.0.0/8 gives pods
+   * addresses this host can send from (`localAddress`), as a pod sends from its own IP.
+   */
+  podCidr?: string;
 }
 
 interface Component {
@@ -159,7 +164,7 @@ export class ControlPlane {
       `--server-address=127.0.0.1:${ports.kwok}`,
       `--tls-cert-file=${file('kwok.crt')}`,
       `--tls-private-key-file=${file('kwok.key')}`,
-      '--cidr=10.244.0.1/24',
+      `--cidr=${options.podCidr ?? '10.244.0.1/24'}`,
       // Renew the node's Lease, as a kubelet does. Without it (the flag's default is 0 when no
       // KwokConfiguration is given) the node controller finds the node silent after its grace
       // period, marks it and every pod on it not Ready, and kwok's stages make it Ready again

@@ -99,6 +99,19 @@ export function register(program: Command, cli: Cli): void {
     )
     .option('--plan', 'show every step and what it would do; change nothing')
     .option('--yes', 'do not ask before applying (asked only on a terminal)')
+    .option(
+      '--kubernetes',
+      "install the release's Helm chart on the kubeconfig's cluster with `helm upgrade --install` (no root; --plan prints the manifests)",
+    )
+    .option('--kubeconfig <file>', 'with --kubernetes: the kubeconfig (default KUBECONFIG, then ~/.kube/config)')
+    .option('--kube-context <name>', "with --kubernetes: the kubeconfig's context (default its current context)")
+    .option('--namespace <name>', 'with --kubernetes: the release namespace, made beforehand with the Secrets (default atelier)')
+    .option('--release-name <name>', 'with --kubernetes: the Helm release (default atelier)')
+    .option('--values <file>', 'with --kubernetes: chart values (YAML; repeatable)', (v: string, all: string[] = []) => [...all, v])
+    .option('--set <key=value>', 'with --kubernetes: one chart value, as helm --set (repeatable)', (v: string, all: string[] = []) => [
+      ...all,
+      v,
+    ])
     .action(async (flags, cmd: Command) => {
       const { serverInstall } = await import('./install.js');
       cli.setExitCode(await serverInstall(flags as object, (cmd.optsWithGlobals() as { output: string }).output, cli.config.pgBinDir));

@@ -23,7 +23,32 @@ export interface ServerInstallFlags {
   tls?: boolean;
   yes?: boolean;
   plan?: boolean;
+  /** Install the Helm chart on the kubeconfig's cluster instead of a service on this machine. */
+  kubernetes?: boolean;
+  kubeconfig?: string;
+  kubeContext?: string;
+  namespace?: string;
+  releaseName?: string;
+  values?: string[];
+  set?: string[];
 }
+
+/** The flags that only mean something for one of the two installs. */
+const KUBERNETES_ONLY = ['kubeconfig', 'kubeContext', 'namespace', 'releaseName', 'values', 'set'] as const;
+const HOST_ONLY = [
+  'prefix',
+  'dataDir',
+  'listen',
+  'databaseUrl',
+  'publicUrl',
+  'domain',
+  'email',
+  'tlsCert',
+  'tlsKey',
+  'tlsListen',
+  'acmeDirectory',
+] as const;
+const flagName = (key: string): string => `--${key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
 
 /** Root is needed for the service, the sandboxes and /etc: said before anything is looked at. */
 export function requireRoot(command: string): void {
@@ -138,6 +163,25 @@ async function confirm(question: string): Promise<boolean> {
 
 /** `atelier server install`: the typed, journaled, idempotent install of this release as a service. */
 export async function serverInstall(flags: ServerInstallFlags, output: string, pgBinDir: string | undefined): Promise<number> {
+  const given = (keys: readonly string[]): string[] =>
+    keys.filter((k) => {
+      const v = flags[k as keyof ServerInstallFlags];
+      return v !== undefined && !(Array.isArray(v) && v.length === 0);
+    });
+  if (flags.kubernetes) {
+    const host = given(HOST_ONLY);
+    if (host.length > 0 || flags.tls === false)
+      throw new Error(
+        `${[...host.map(flagName), ...(flags.tls === false ? ['--no-tls'] : [])].join(', ')} configure a service on this machine, not the Helm chart: with --kubernetes give chart values with --values FILE or --set KEY=VALUE (deploy/helm/atelier/values.yaml)`,
+      );
+    const { kubernetesInstall } = await import('./kubernetes.js');
+    return kubernetesInstall(flags, output);
+  }
+  const kube = given(KUBERNETES_ONLY);
+  if (kube.length > 0)
+    throw new Error(
+      `${kube.map(flagName).join(', ')} go${kube.length === 1 ? 'es' : ''} with --kubernetes (installing the Helm chart on a cluster)`,
+    );
   requireRoot('install');
   const base = hostLayout(flags.prefix);
   const settings = resolveSettings(base, flags);
