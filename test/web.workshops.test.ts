@@ -12,24 +12,16 @@ import {
   dashboardServer,
   endDashboardTest,
   signInThroughPages,
+  screen,
+  shows,
   until,
 } from './helpers/dashboard.js';
 import { makeRepo, type TestServer } from './helpers/server.js';
 
 // The dashboard's workshops in Debian's Chromium, against a real server: a workshop created from
 // the form (with a real simulator), stopped, resumed and deleted from its page; a shell in the
-// browser (xterm.js on the PTY WebSocket) runs a command, follows a resize; an agent session is
-// attached with its recent output.
-
-/** What xterm shows (its DOM renderer's rows), as text. */
-const screen = (page: Page): Promise<string> => page.locator('.xterm-rows').innerText();
-
-/** Waits until the terminal shows `re`; what it shows then. */
-async function shows(page: Page, re: RegExp): Promise<string> {
-  let text = '';
-  await until(`the terminal to show ${re}`, async () => re.test((text = await screen(page))));
-  return text;
-}
+// browser (xterm.js on a session: a PTY that outlives its connection) runs a command, follows a
+// resize, and is stopped when its terminal closes; an agent session is attached with its recent output.
 
 describe('dashboard workshops and terminal in Chromium', { timeout: 340_000 }, () => {
   let server: TestServer;
@@ -133,7 +125,14 @@ describe('dashboard workshops and terminal in Chromium', { timeout: 340_000 }, (
     const cols = Number(/cols-(\d+)-now/.exec(narrowed)![1]);
     assert.ok(cols < Number(before[2]), `${cols} columns after the resize, ${before[2]} before`);
     await page.setViewportSize({ width: 1100, height: 900 });
+    // The shell is a session of its own while its terminal is open, stopped when it closes.
+    const shellSessions = async () =>
+      (await as<{ items: { name: string; running: boolean }[] }>('maker', 'GET', `/v1/workshops/${id}/sessions`)).body.items.filter(
+        (s) => s.name.startsWith('shell-') && s.running,
+      );
+    assert.equal((await shellSessions()).length, 1);
     await page.getByRole('button', { name: 'Close the terminal' }).click();
+    await until('the shell session to be stopped', async () => (await shellSessions()).length === 0);
 
     // An agent session started through the API: attached from the page, its recent output first.
     const started = await as('maker', 'POST', `/v1/workshops/${id}/sessions`, {
@@ -141,7 +140,7 @@ describe('dashboard workshops and terminal in Chromium', { timeout: 340_000 }, (
       command: ['sh', '-c', 'echo session-says-hello; exec cat'],
     });
     assert.equal(started.status, 201, JSON.stringify(started.body));
-    await page.getByTestId('sessions').getByRole('button', { name: 'Attach' }).click();
+    await page.getByTestId('sessions').getByRole('row').filter({ hasText: 'agent' }).getByRole('button', { name: 'Attach' }).click();
     await shows(page, /session-says-hello/);
     await page.locator('.xterm').click();
     await page.keyboard.type('typed-into-the-session\n');

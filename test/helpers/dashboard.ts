@@ -133,3 +133,13 @@ export async function until(what: string, check: () => Promise<boolean>, seconds
     await new Promise((r) => setTimeout(r, 100));
   }
 }
+
+/** What xterm shows (its DOM renderer's rows), as text. */
+export const screen = (page: Page): Promise<string> => page.locator('.xterm-rows').innerText();
+
+/** Waits until the terminal shows `re`; what it shows then. */
+export async function shows(page: Page, re: RegExp): Promise<string> {
+  let text = '';
+  await until(`the terminal to show ${re}`, async () => re.test((text = await screen(page))));
+  return text;
+}

@@ -6,18 +6,17 @@ import type { TerminalEvent } from './api.ts';
 import { visible } from './ApprovalsList.tsx';
 
 /**
- * A terminal in the workshop, xterm.js on the server's PTY WebSocket (the route `atelier ssh`
- * and `atelier run` use): bytes both ways as binary frames, `start` and `resize` as JSON text
- * frames. `session` attaches to an agent session instead (its recent output first); a session
- * survives the connection, so a lost connection is retried, while a shell ends with it and
- * is opened again by hand.
+ * A terminal in the workshop: xterm.js attached to a session (`/sessions/:name/attach`, a PTY
+ * that outlives its connection; the page's "Open a shell" starts one running `bash -l`): its
+ * recent output first, bytes both ways as binary frames, `resize` as JSON text frames. A dropped
+ * connection is attached again (0.5 s doubling to 10 s, and at once when the browser says it is
+ * online), with the shell as it was; once the session has ended or the server refused, it is not.
  *
  * What the workshop prints is drawn by xterm as text; links in it (OSC 8) open nothing.
  */
-export function WorkshopTerminal({ workshopId, session }: { workshopId: string; session?: string }) {
+export function WorkshopTerminal({ workshopId, session }: { workshopId: string; session: string }) {
   const box = useRef<HTMLDivElement>(null);
   const [state, setState] = useState<string>('connecting');
-  const [generation, setGeneration] = useState(0);
 
   useEffect(() => {
     const el = box.current;
@@ -40,16 +39,19 @@ export function WorkshopTerminal({ workshopId, session }: { workshopId: string; 
     let retry: ReturnType<typeof setTimeout> | undefined;
     let delay = 500;
 
+    /** The session has ended, or the server refused: nothing to attach to again. */
+    let over = false;
+
     const connect = (): void => {
+      if (retry) clearTimeout(retry);
+      retry = undefined;
       const scheme = location.protocol === 'https:' ? 'wss' : 'ws';
-      const base = `/v1/workshops/${encodeURIComponent(workshopId)}`;
-      const path = session ? `${base}/sessions/${encodeURIComponent(session)}/attach` : `${base}/pty`;
+      const path = `/v1/workshops/${encodeURIComponent(workshopId)}/sessions/${encodeURIComponent(session)}/attach`;
       const ws = new WebSocket(`${scheme}://${location.host}${path}`);
       ws.binaryType = 'arraybuffer';
       socket = ws;
       ws.addEventListener('open', () => {
-        if (!session) ws.send(JSON.stringify({ type: 'start', cols: term.cols, rows: term.rows, term: 'xterm-256color' }));
-        else ws.send(JSON.stringify({ type: 'resize', cols: term.cols, rows: term.rows }));
+        ws.send(JSON.stringify({ type: 'resize', cols: term.cols, rows: term.rows }));
       });
       ws.addEventListener('message', (e: MessageEvent<ArrayBuffer | string>) => {
         if (typeof e.data !== 'string') {
@@ -63,22 +65,32 @@ export function WorkshopTerminal({ workshopId, session }: { workshopId: string; 
           return;
         }
         if (ev.type === 'started') {
+          // The session's recent output follows: drawn on a clean screen, so that attaching
+          // again after a dropped connection does not show it twice.
+          term.reset();
           delay = 500;
           setState(ev.resumed ? 'connected (the workshop was resumed)' : 'connected');
           term.focus();
-        } else if (ev.type === 'exit') setState(`ended (exit ${ev.exitCode}${ev.signal ? `, ${ev.signal}` : ''})`);
-        else if (ev.type === 'error') setState(`refused: ${visible(ev.message)} (${ev.code})`);
-        else if (ev.type === 'approval') term.write(`\r\n[atelier] waiting for a decision: ${visible(ev.what)}\r\n`);
+        } else if (ev.type === 'exit') {
+          over = true;
+          setState(`ended (exit ${ev.exitCode}${ev.signal ? `, ${ev.signal}` : ''})`);
+        } else if (ev.type === 'error') {
+          over = true;
+          setState(`refused: ${visible(ev.message)} (${ev.code})`);
+        } else if (ev.type === 'approval') term.write(`\r\n[atelier] waiting for a decision: ${visible(ev.what)}\r\n`);
       });
       ws.addEventListener('close', () => {
-        if (closed) return;
-        if (session) {
-          setState('disconnected: trying again…');
-          retry = setTimeout(connect, delay);
-          delay = Math.min(delay * 2, 10_000);
-        } else setState((s) => (s.startsWith('ended') || s.startsWith('refused') ? s : 'disconnected'));
+        if (closed || over || socket !== ws) return;
+        setState('disconnected: trying again…');
+        retry = setTimeout(connect, delay);
+        delay = Math.min(delay * 2, 10_000);
       });
     };
+    // The browser is back online: try now rather than at the end of the wait.
+    const online = (): void => {
+      if (!closed && !over && retry) connect();
+    };
+    window.addEventListener('online', online);
     const input = term.onData((d) => {
       if (socket?.readyState === WebSocket.OPEN) socket.send(encoder.encode(d));
     });
@@ -91,33 +103,22 @@ export function WorkshopTerminal({ workshopId, session }: { workshopId: string; 
     return () => {
       closed = true;
       if (retry) clearTimeout(retry);
+      window.removeEventListener('online', online);
       observer.disconnect();
       input.dispose();
       resized.dispose();
       socket?.close();
       term.dispose();
     };
-  }, [workshopId, session, generation]);
+  }, [workshopId, session]);
 
   return (
     <div className="terminal-wrap">
       <div className="row">
         <span data-testid="terminal-state" className="muted">
-          {session ? `session ${visible(session)}: ` : 'shell: '}
+          {`session ${visible(session)}: `}
           {state}
         </span>
-        {!session && (state === 'disconnected' || state.startsWith('ended')) && (
-          <button
-            type="button"
-            className="secondary"
-            onClick={() => {
-              setState('connecting');
-              setGeneration((g) => g + 1);
-            }}
-          >
-            Open a new shell
-          </button>
-        )}
       </div>
       <div ref={box} className="terminal" data-testid="terminal" />
     </div>

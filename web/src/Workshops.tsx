@@ -7,6 +7,8 @@ import {
   mayOperate,
   resumeWorkshop,
   said,
+  startShell,
+  stopSession,
   stopWorkshop,
   type EgressEntry,
   type Role,
@@ -92,7 +94,21 @@ export function WorkshopsList({ role, onSignedOut }: { role: Role; onSignedOut: 
 export function WorkshopPage({ id, role, userId, onSignedOut }: { id: string; role: Role; userId: string; onSignedOut: () => void }) {
   const { data: w, error } = usePoll(() => getWorkshop(id), POLL_MS, onSignedOut, id);
   const sessions = usePoll(() => listSessions(id), POLL_MS, onSignedOut, `sess-${id}`);
-  const [terminal, setTerminal] = useState<{ session?: string }>();
+  /** The open terminal: an agent session attached, or the page's own shell (a session it stops on close). */
+  const [terminal, setTerminal] = useState<{ session: string; shell?: boolean }>();
+  const [terminalError, setTerminalError] = useState<string>();
+  const openShell = async (): Promise<void> => {
+    setTerminalError(undefined);
+    try {
+      setTerminal({ session: await startShell(id), shell: true });
+    } catch (err) {
+      setTerminalError(said(err));
+    }
+  };
+  const closeTerminal = (): void => {
+    if (terminal?.shell) void stopSession(id, terminal.session).catch(() => undefined);
+    setTerminal(undefined);
+  };
   return (
     <section aria-labelledby="w-title">
       <p>
@@ -168,7 +184,7 @@ export function WorkshopPage({ id, role, userId, onSignedOut }: { id: string; ro
                   <th scope="col">Started</th>
                   <th scope="col">State</th>
                   <th scope="col">
-                    <span className="sr-only">Attach</span>
+                    <span className="sr-only">Attach or stop</span>
                   </th>
                 </tr>
               </thead>
@@ -183,8 +199,30 @@ export function WorkshopPage({ id, role, userId, onSignedOut }: { id: string; ro
                     <td>{s.running ? `running, ${s.attached} attached` : `ended (exit ${s.exitCode ?? '?'})`}</td>
                     <td>
                       {s.running && role !== 'viewer' && (
-                        <button type="button" className="secondary" onClick={() => setTerminal({ session: s.name })}>
+                        <button
+                          type="button"
+                          className="secondary"
+                          onClick={() => {
+                            if (terminal?.shell && terminal.session !== s.name)
+                              void stopSession(id, terminal.session).catch(() => undefined);
+                            setTerminal({ session: s.name, shell: terminal?.shell && terminal.session === s.name });
+                          }}
+                        >
                           Attach
+                        </button>
+                      )}
+                      {s.running && role !== 'viewer' && (
+                        <button
+                          type="button"
+                          className="secondary"
+                          aria-label={`Stop session ${s.name}`}
+                          onClick={() => {
+                            setTerminalError(undefined);
+                            if (terminal?.session === s.name) setTerminal(undefined);
+                            stopSession(id, s.name).catch((err: unknown) => setTerminalError(said(err)));
+                          }}
+                        >
+                          Stop
                         </button>
                       )}
                     </td>
@@ -200,16 +238,21 @@ export function WorkshopPage({ id, role, userId, onSignedOut }: { id: string; ro
           {terminal ? (
             <>
               <Suspense fallback={<p className="muted">Loading the terminal…</p>}>
-                <WorkshopTerminal key={terminal.session ?? ''} workshopId={id} {...terminal} />
+                <WorkshopTerminal key={terminal.session} workshopId={id} session={terminal.session} />
               </Suspense>
-              <button type="button" className="secondary" onClick={() => setTerminal(undefined)}>
+              <button type="button" className="secondary" onClick={closeTerminal}>
                 Close the terminal
               </button>
             </>
           ) : (
-            <button type="button" onClick={() => setTerminal({})}>
+            <button type="button" onClick={() => void openShell()}>
               Open a shell
             </button>
+          )}
+          {terminalError && (
+            <p role="alert" className="error">
+              {terminalError}
+            </p>
           )}
         </>
       )}

@@ -263,6 +263,24 @@ export const listSessions = (id: string): Promise<{ items: AgentSession[] }> =>
   call('GET', `/v1/workshops/${encodeURIComponent(id)}/sessions`);
 
 /**
+ * The dashboard's shell: a session (a PTY that outlives its connection) running the workshop's
+ * login shell, so that a dropped connection is attached again with the shell as it was; it is
+ * stopped when its terminal is closed.
+ */
+export async function startShell(id: string): Promise<string> {
+  const bytes = crypto.getRandomValues(new Uint8Array(4));
+  const name = `shell-${[...bytes].map((b) => b.toString(16).padStart(2, '0')).join('')}`;
+  const started = await call<AgentSession>('POST', `/v1/workshops/${encodeURIComponent(id)}/sessions`, {
+    name,
+    command: ['/bin/bash', '-l'],
+  });
+  return started.name;
+}
+
+export const stopSession = (id: string, name: string): Promise<unknown> =>
+  call('DELETE', `/v1/workshops/${encodeURIComponent(id)}/sessions/${encodeURIComponent(name)}`);
+
+/**
  * Creates a workshop, telling each phase as it happens (`POST /v1/workshops` as NDJSON); the
  * workshop (Running or Failed) at the end. A request refused before anything exists throws its ApiError.
  */

@@ -10,16 +10,20 @@ import {
   SHOTS,
   dashboardServer,
   endDashboardTest,
+  shows,
   signInThroughPages,
+  until,
 } from './helpers/dashboard.js';
 import { makeRepo, type TestServer } from './helpers/server.js';
 
-// The live egress log of a workshop's page in Debian's Chromium through a network blip: the
-// browser reaches the server through a TCP relay that can stop carrying bytes without closing
-// anything, as a lost network does (Chromium's own offline switch leaves an open stream alone).
-// The page notices the silent stream by the server's missing heartbeat, says so, connects again
-// when the network is back (and at once when the browser says it is online), and shows the
-// denials made during and after the blip without a reload, each once.
+// A workshop's page in Debian's Chromium through network blips: the browser reaches the server
+// through a TCP relay that can stop carrying bytes without closing anything, as a lost network
+// does (Chromium's own offline switch leaves an open stream alone), or cut every connection.
+// - The live egress log notices the silent stream by the server's missing heartbeat, says so,
+//   connects again when the network is back (and at once when the browser says it is online),
+//   and shows the denials made during and after the blip without a reload, each once.
+// - The terminal's shell (a session) is attached again after its connection is cut, with the
+//   shell as it was.
 
 /** A TCP relay to `target` that can hold every byte in both directions and let them go again. */
 class Relay {
@@ -67,6 +71,15 @@ class Relay {
     }
   }
 
+  /** A harder blip: every connection through the relay is cut (new ones are carried). */
+  drop(): void {
+    for (const { client, upstream } of this.pairs) {
+      client.destroy();
+      upstream.destroy();
+    }
+    this.pairs.clear();
+  }
+
   /** The network is back: what was held goes on. */
   back(): void {
     this.cut = false;
@@ -82,15 +95,18 @@ class Relay {
   }
 }
 
-describe('dashboard egress log through a network blip in Chromium', { timeout: 300_000 }, () => {
+describe('dashboard through a network blip in Chromium: the egress log and the terminal', { timeout: 300_000 }, () => {
   let server: TestServer;
   let repo: string;
   let dist: string;
   let browser: Browser;
   let context: BrowserContext;
+  let shellContext: BrowserContext | undefined;
   const relay = new Relay();
   /** The server's public URL: the relay's. */
   let publicUrl = '';
+  /** The admin's password in force (the first sign-in changes it). */
+  let password = '';
   const cspViolations: string[] = [];
 
   before(async () => {
@@ -104,7 +120,7 @@ describe('dashboard egress log through a network blip in Chromium', { timeout: 3
   });
 
   after(async () => {
-    await endDashboardTest({ contexts: [context], browser, server, repo, dist });
+    await endDashboardTest({ contexts: [context, shellContext], browser, server, repo, dist });
     await relay.close();
   });
 
@@ -146,7 +162,7 @@ describe('dashboard egress log through a network blip in Chromium', { timeout: 3
       page.on('request', (r) => {
         if (r.url().includes(`/v1/workshops/${w.id}/egress`)) follows.push(r.url());
       });
-      await signInThroughPages(page, publicUrl, 'admin', server.password, 'a passphrase chosen for the blip');
+      password = await signInThroughPages(page, publicUrl, 'admin', password || server.password, 'a passphrase chosen for the blip');
       await page.goto(`${publicUrl}/workshops/${w.id}`);
       await page
         .getByTestId('workshop-status')
@@ -201,6 +217,51 @@ describe('dashboard egress log through a network blip in Chromium', { timeout: 3
         follows.every((u) => u.includes('follow=true')),
         follows.join('\n'),
       );
+      assert.deepEqual(cspViolations, []);
+      await page.close();
+    } finally {
+      await server.api('DELETE', `/v1/workshops/${w.id}`);
+    }
+  });
+
+  it("the terminal's shell is attached again after its connection is cut, the same shell", async () => {
+    const w = await server.createWorkshop({ repo, name: 'shell-blip' });
+    try {
+      shellContext = await browser.newContext({ viewport: { width: 1100, height: 900 } });
+      const page = await shellContext.newPage();
+      page.setDefaultTimeout(30_000);
+      password = await signInThroughPages(page, publicUrl, 'admin', password || server.password, 'a passphrase chosen for the blip');
+      await page.goto(`${publicUrl}/workshops/${w.id}`);
+      await page
+        .getByTestId('workshop-status')
+        .getByText(/^Running/)
+        .waitFor();
+      await page.getByRole('button', { name: 'Open a shell' }).click();
+      const state = page.getByTestId('terminal-state');
+      await state.getByText(/: connected/).waitFor();
+      await page.locator('.xterm').click();
+      // A shell variable: only the same shell still has it after the cut.
+      await page.keyboard.type('kept=kept-$((40+2)); echo "$kept-before"\n');
+      await shows(page, /kept-42-before/);
+
+      relay.drop();
+      await state.getByText(/disconnected: trying again/).waitFor();
+      await state.getByText(/: connected/).waitFor({ timeout: 60_000 });
+      await page.locator('.xterm').click();
+      await page.keyboard.type('echo "$kept-after"\n');
+      const after = await shows(page, /kept-42-after/);
+      // Attached again on a clean screen: the session's recent output is drawn once, not twice.
+      assert.equal(after.match(/kept-42-before/g)?.length, 1, after);
+      assert.equal(await page.getByRole('button', { name: 'Open a shell' }).count(), 0);
+
+      // Closing the terminal stops the shell's session.
+      const shells = async () =>
+        (await server.api<{ items: { name: string; running: boolean }[] }>('GET', `/v1/workshops/${w.id}/sessions`)).body.items.filter(
+          (s) => s.name.startsWith('shell-') && s.running,
+        );
+      assert.equal((await shells()).length, 1);
+      await page.getByRole('button', { name: 'Close the terminal' }).click();
+      await until('the shell session to be stopped', async () => (await shells()).length === 0);
       assert.deepEqual(cspViolations, []);
       await page.close();
     } finally {
