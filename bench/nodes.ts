@@ -132,24 +132,14 @@ function cpuMs(pid: number): number {
 }
 
 /**
- * CPU ms per call of `f` used by each process of `pids` over `runs` calls in a row, less what each
- * uses idle (`idlePerMs`, per ms of wall time: heartbeats, timers) over as long.
+ * CPU ms per call of `f` used by each process of `pids` over `runs` calls in a row (with what each
+ * does meanwhile on its own: heartbeats, timers, the clean-up of earlier execs; the same through
+ * either path, so it cancels out of the relay's cost).
  */
-async function cpuPerCall(runs: number, pids: number[], idlePerMs: number[], f: () => Promise<void>): Promise<number[]> {
+async function cpuPerCall(runs: number, pids: number[], f: () => Promise<void>): Promise<number[]> {
   const before = pids.map(cpuMs);
-  const t0 = performance.now();
   for (let i = 0; i < runs; i++) await f();
-  const wall = performance.now() - t0;
-  return pids.map((p, i) => (cpuMs(p) - before[i]! - idlePerMs[i]! * wall) / runs);
-}
-
-/** CPU ms each process of `pids` uses per ms of wall time while nothing is asked of it. */
-async function idleCpu(pids: number[], forMs: number): Promise<number[]> {
-  const before = pids.map(cpuMs);
-  const t0 = performance.now();
-  await sleep(forMs);
-  const wall = performance.now() - t0;
-  return pids.map((p, i) => (cpuMs(p) - before[i]!) / wall);
+  return pids.map((p, i) => (cpuMs(p) - before[i]!) / runs);
 }
 
 export async function nodes(server: BenchServer): Promise<Record<string, unknown>> {
@@ -180,17 +170,16 @@ export async function nodes(server: BenchServer): Promise<Record<string, unknown
     // CPU per exec on each server, a block through each path: what the relay costs in CPU, and
     // where (the node that relays, the owner), whatever the machine's load.
     const pids = [server.pid, edge.child.pid!];
-    const idle = await idleCpu(pids, 3000);
     const execVia = (url: string) => () => post(url, server.token, `/v1/workshops/${ws.id}/exec`, { command: ['true'] });
     // Two blocks through each path, alternated (the machine's load drifts).
     const blocks: number[][][] = [[], []];
     for (let i = 0; i < 2; i++)
-      for (const [k, url] of [server.url, edgeUrl].entries()) blocks[k]!.push(await cpuPerCall(CPU_RUNS / 2, pids, idle, execVia(url)));
+      for (const [k, url] of [server.url, edgeUrl].entries()) blocks[k]!.push(await cpuPerCall(CPU_RUNS / 2, pids, execVia(url)));
     const meanOf = (b: number[][], i: number): number => b.reduce((n, x) => n + x[i]!, 0) / b.length;
     const direct = [meanOf(blocks[0]!, 0), meanOf(blocks[0]!, 1)];
     const via = [meanOf(blocks[1]!, 0), meanOf(blocks[1]!, 1)];
     line(
-      `CPU per exec (${CPU_RUNS} each way, less each server's idle ${(idle[0]! * 1000).toFixed(1)} / ${(idle[1]! * 1000).toFixed(1)} ms/s): ` +
+      `CPU per exec (${CPU_RUNS} each way): ` +
         `direct ${ms(direct[0]!)} on the owner (${ms(direct[1]!)} on the other node); ` +
         `relayed ${ms(via[1]!)} on the relaying node + ${ms(via[0]!)} on the owner`,
     );
