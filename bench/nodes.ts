@@ -2,16 +2,18 @@
  * 15. Nodes (docs/replicas.md): a second server joins the bench server's installation (its
  * embedded PostgreSQL, its master key) as node `bench-edge`; a workshop runs on the bench server.
  * Exec round trip of `true` through the non-owner node beside the owner, alternated run by run
- * (goal: at most +1 ms p50), and port-forward throughput through each (goal: the non-owner's
- * download at least 0.8x the owner's).
+ * (goal: at most +1 ms p50), with the CPU each server spends per exec on either path, and
+ * port-forward throughput through each (goal: the non-owner's download and upload at least 0.8x
+ * the owner's). With ATELIER_BENCH_CPU_PROF, both servers are profiled (`server/`, `edge/`).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import { join } from 'node:path';
 import {
   ATELIER_BIN,
   alternate,
+  cpuProfileArgs,
   goalLine,
   heading,
   line,
@@ -27,6 +29,8 @@ import { measure, SERVER_PY, watch, type PathResult } from './terminals.js';
 
 const RUNS = 200;
 const WARMUP = 20;
+/** Execs per block of the CPU-time figures (one block through each path, after the timed runs). */
+const CPU_RUNS = 200;
 const GOAL_EXTRA_P50_MS = 1;
 const GOAL_THROUGHPUT_OF_OWNER = 0.8;
 const PORT_IN_WORKSHOP = 9100;
@@ -79,6 +83,7 @@ async function startEdge(server: BenchServer, dir: string): Promise<{ url: strin
   const child = spawn(
     process.execPath,
     [
+      ...cpuProfileArgs('edge'),
       ATELIER_BIN,
       'server',
       'start',
@@ -109,6 +114,34 @@ async function startEdge(server: BenchServer, dir: string): Promise<{ url: strin
   }
 }
 
+/**
+ * CPU time a process used so far, in ms: the sum of its threads' time on a CPU (schedstat, in ns:
+ * finer than /proc/PID/stat's clock ticks). The machine is shared: wall times move with everyone
+ * else's load, a process's own CPU time much less.
+ */
+function cpuMs(pid: number): number {
+  let ns = 0;
+  for (const t of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      ns += Number(readFileSync(`/proc/${pid}/task/${t}/schedstat`, 'utf8').split(' ')[0]);
+    } catch {
+      // the thread ended meanwhile
+    }
+  }
+  return ns / 1e6;
+}
+
+/**
+ * CPU ms per call of `f` used by each process of `pids` over `runs` calls in a row (with what each
+ * does meanwhile on its own: heartbeats, timers, the clean-up of earlier execs; the same through
+ * either path, so it cancels out of the relay's cost).
+ */
+async function cpuPerCall(runs: number, pids: number[], f: () => Promise<void>): Promise<number[]> {
+  const before = pids.map(cpuMs);
+  for (let i = 0; i < runs; i++) await f();
+  return pids.map((p, i) => (cpuMs(p) - before[i]!) / runs);
+}
+
 export async function nodes(server: BenchServer): Promise<Record<string, unknown>> {
   heading(
     `15. nodes: exec round trip (${RUNS} runs, alternated) and port-forward throughput through a non-owner node beside the owner (goals: +${GOAL_EXTRA_P50_MS} ms p50 at most, ${GOAL_THROUGHPUT_OF_OWNER}x at least)`,
@@ -134,7 +167,28 @@ export async function nodes(server: BenchServer): Promise<Record<string, unknown
     statLine('relayed', 'the same through the other node', sr, ['p50', 'p99']);
     line(`relay cost p50: ${ms(sr.p50 - so.p50)}`);
     goalLine(`non-owner exec p50 - owner p50 <= ${GOAL_EXTRA_P50_MS} ms`, sr.p50 - so.p50, GOAL_EXTRA_P50_MS + Number.EPSILON);
-    result.exec = { owner: so, relayed: sr };
+    // CPU per exec on each server, a block through each path: what the relay costs in CPU, and
+    // where (the node that relays, the owner), whatever the machine's load.
+    const pids = [server.pid, edge.child.pid!];
+    const execVia = (url: string) => () => post(url, server.token, `/v1/workshops/${ws.id}/exec`, { command: ['true'] });
+    // Two blocks through each path, alternated (the machine's load drifts).
+    const blocks: number[][][] = [[], []];
+    for (let i = 0; i < 2; i++)
+      for (const [k, url] of [server.url, edgeUrl].entries()) blocks[k]!.push(await cpuPerCall(CPU_RUNS / 2, pids, execVia(url)));
+    const meanOf = (b: number[][], i: number): number => b.reduce((n, x) => n + x[i]!, 0) / b.length;
+    const direct = [meanOf(blocks[0]!, 0), meanOf(blocks[0]!, 1)];
+    const via = [meanOf(blocks[1]!, 0), meanOf(blocks[1]!, 1)];
+    line(
+      `CPU per exec (${CPU_RUNS} each way): ` +
+        `direct ${ms(direct[0]!)} on the owner (${ms(direct[1]!)} on the other node); ` +
+        `relayed ${ms(via[1]!)} on the relaying node + ${ms(via[0]!)} on the owner`,
+    );
+    line(`relay cost in CPU per exec: ${ms(via[0]! + via[1]! - direct[0]! - direct[1]!)}`);
+    result.exec = {
+      owner: so,
+      relayed: sr,
+      cpuMs: { direct: { owner: direct[0], edge: direct[1] }, relayed: { owner: via[0], edge: via[1] } },
+    };
 
     await server.request('POST', `/v1/workshops/${ws.id}/exec`, {
       command: ['sh', '-c', 'cat > tcp-bench.py'],
@@ -173,10 +227,18 @@ export async function nodes(server: BenchServer): Promise<Record<string, unknown
     }
     ratioLine('relayed / owner download', mr.down, mo.down);
     ratioLine('relayed / owner upload', mr.up, mo.up);
-    const share = mr.down / mo.down;
+    // Each measure's own figures too: one path's transfers vary from one measure to the next.
     line(
-      `goal: port-forward download through a non-owner >= ${GOAL_THROUGHPUT_OF_OWNER}x the owner's -> ${share >= GOAL_THROUGHPUT_OF_OWNER ? 'MET' : 'NOT MET'} (${share.toFixed(2)}x)`,
+      `each measure (MiB/s, in order): owner ${mo1.down.toFixed(0)}/${mo1.up.toFixed(0)}, other ${mr1.down.toFixed(0)}/${mr1.up.toFixed(0)}, ` +
+        `other ${mr2.down.toFixed(0)}/${mr2.up.toFixed(0)}, owner ${mo2.down.toFixed(0)}/${mo2.up.toFixed(0)} (down/up)`,
     );
+    for (const [way, share] of [
+      ['download', mr.down / mo.down],
+      ['upload', mr.up / mo.up],
+    ] as const)
+      line(
+        `goal: port-forward ${way} through a non-owner >= ${GOAL_THROUGHPUT_OF_OWNER}x the owner's -> ${share >= GOAL_THROUGHPUT_OF_OWNER ? 'MET' : 'NOT MET'} (${share.toFixed(2)}x)`,
+      );
     result.portForward = { owner: mo, relayed: mr };
   } finally {
     for (const c of children) if (c.exitCode === null) c.kill('SIGTERM');

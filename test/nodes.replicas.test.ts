@@ -6,30 +6,15 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type pg from 'pg';
 import WebSocket from 'ws';
+import { MasterKey, type Principal } from '../src/identity/index.js';
 import { CliProcess, type TestServer } from './helpers/server.js';
-import { startNodes } from './helpers/nodes.js';
+import { startNodes, type Node, type Ws } from './helpers/nodes.js';
 
 // Three server processes (separate data dirs) on one external PostgreSQL are one installation:
 // each lists every node and every workshop, places new workshops, and relays what must run where
 // the sandbox is (exec, files, git diff, a PTY, a port-forward) to the workshop's node; a node
 // killed with -9 shows its workshops NodeUnreachable until it is back; a forged node-to-node
 // request is refused; a draining node gets no new workshop.
-interface Ws {
-  id: string;
-  name: string;
-  status: string;
-  statusReason: string | null;
-  node: string;
-  placement: string | null;
-}
-interface Node {
-  id: string;
-  name: string;
-  address: string;
-  state: string;
-  workshops: number;
-  draining: boolean;
-}
 
 async function until<T>(what: string, fn: () => Promise<T | undefined>, ms = 40_000): Promise<T> {
   const deadline = Date.now() + ms;
@@ -294,11 +279,70 @@ describe('nodes: three servers on one PostgreSQL are one installation', () => {
     assert.equal(r.status, 401);
   });
 
+  it('a request relayed to a node that does not run the workshop is refused, naming the node that does', async () => {
+    // Signed with node b's own key (unsealed here with the installation's master key), as node b
+    // would sign it, but sent to node c for a workshop node a runs.
+    const nodeList = (await a.api<{ items: Node[] }>('GET', '/v1/nodes')).body.items;
+    const idOf = (name: string): string => nodeList.find((n) => n.name === name)!.id;
+    const [row] = (await sql.query<{ key_sealed: string }>('SELECT key_sealed FROM nodes WHERE id = $1', [idOf('node-b')])).rows;
+    const key = Buffer.from(
+      MasterKey.loadOrCreate(nodes.env.ATELIER_MASTER_KEY_FILE!)
+        .decrypt(row!.key_sealed, `node-key:${idOf('node-b')}`)
+        .toString('utf8'),
+      'hex',
+    );
+    const me = (await a.api<{ user: { id: string; name: string }; tenant: { id: string; name: string } }>('GET', '/v1/auth/whoami')).body;
+    const caller: Principal = {
+      kind: 'user',
+      userId: me.user.id,
+      userName: me.user.name,
+      tenantId: me.tenant.id,
+      tenantName: me.tenant.name,
+      role: 'admin',
+      workshopId: null,
+      tokenId: null,
+      via: 'api-token',
+      expiresAt: null,
+    };
+    const principal = Buffer.from(JSON.stringify(caller)).toString('base64url');
+    const path = `/v1/workshops/${onA.id}/exec`;
+    const signed = (target: string): Record<string, string> => {
+      const time = String(Date.now());
+      const nonce = randomBytes(12).toString('hex');
+      const sig = createHmac('sha256', key)
+        .update([idOf('node-b'), target, time, nonce, 'POST', path, principal, ''].join('\n'))
+        .digest('hex');
+      return {
+        'x-atelier-node': idOf('node-b'),
+        'x-atelier-node-target': target,
+        'x-atelier-node-time': time,
+        'x-atelier-node-nonce': nonce,
+        'x-atelier-node-principal': principal,
+        'x-atelier-node-signature': sig,
+        'content-type': 'application/json',
+        accept: 'application/json',
+      };
+    };
+    const send = (s: TestServer, target: string): Promise<Response> =>
+      fetch(`${s.url}${path}`, { method: 'POST', headers: signed(target), body: JSON.stringify({ command: ['echo', 'here'] }) });
+    const wrong = await send(c, idOf('node-c'));
+    const body = (await wrong.json()) as { code: string; message: string };
+    assert.equal(wrong.status, 409, JSON.stringify(body));
+    assert.equal(body.code, 'CONFLICT');
+    assert.match(body.message, new RegExp(`^workshop ${onA.id} runs on node node-a, not on node-c`));
+    // The same, signed the same way, to the node that runs it: answered.
+    const right = await send(a, idOf('node-a'));
+    assert.equal(right.status, 200);
+    assert.equal(((await right.json()) as { stdout: string }).stdout, 'here\n');
+  });
+
   it('a relayed body changed on the way between two nodes is refused; unchanged, it passes', async () => {
     // Between node b and node a, a proxy that may change the bodies it passes on: node a's
     // address, as node b reads it, is the proxy's for this test.
     let change: ((body: string) => string) | undefined;
+    const seen: string[] = [];
     const proxy = http.createServer((req, res) => {
+      seen.push(req.url ?? '');
       const chunks: Buffer[] = [];
       req.on('data', (c: Buffer) => chunks.push(c));
       req.on('end', () => {
@@ -326,6 +370,12 @@ describe('nodes: three servers on one PostgreSQL are one installation', () => {
     try {
       await setAddress(`http://127.0.0.1:${(proxy.address() as AddressInfo).port}`);
       assert.equal((await b.exec(onA.id, ['echo', 'original'])).stdout, 'original\n');
+      // A workshop named by its name is relayed by its id, resolved by the relaying node (the
+      // owner has nothing to look up again).
+      seen.length = 0;
+      const named = await b.api<{ stdout: string }>('POST', `/v1/workshops/${onA.name}/exec`, { command: ['echo', 'by name'] });
+      assert.equal(named.body.stdout, 'by name\n', JSON.stringify(named.body));
+      assert.deepEqual(seen, [`/v1/workshops/${onA.id}/exec`]);
       for (const [what, edit, why] of [
         ['the same length', (t: string) => t.replace('"original"', '"tampered"'), /its body is not the one it was signed with$/],
         [

@@ -5,34 +5,14 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { join } from 'node:path';
 import type pg from 'pg';
 import type { TestServer } from './helpers/server.js';
-import { startNodes } from './helpers/nodes.js';
+import type { WorkshopDisk as Disk } from '../src/core/index.js';
+import { startNodes, type Node, type Ws } from './helpers/nodes.js';
 
 // Three server processes (separate data dirs) on one external PostgreSQL, as in
 // test/nodes.replicas.test.ts: what a workshop's node alone knows (its SSH endpoint, its
 // simulators' logs and reset, its disk usage) gives the same answer through a non-owner node;
 // then a node killed with -9 is seen dead after the installation's short dead-after timeout
 // (ATELIER_NODE_DEAD_AFTER), and `atelier nodes remove` takes it out of the installation.
-interface Disk {
-  enforced: boolean;
-  quotaBytes: number | null;
-  usedBytes: number | null;
-  note: string | null;
-}
-interface Ws {
-  id: string;
-  name: string;
-  status: string;
-  statusReason: string | null;
-  node: string;
-  disk?: Disk;
-}
-interface Node {
-  id: string;
-  name: string;
-  state: string;
-  heartbeatMs: number | null;
-  deadAfterMs: number | null;
-}
 
 async function until<T>(what: string, fn: () => Promise<T | undefined>, ms = 60_000): Promise<T> {
   const deadline = Date.now() + ms;

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { REPO_ROOT, type TestServer } from './helpers/server.js';
-import { startNodes } from './helpers/nodes.js';
+import { startNodes, type Node, type Ws } from './helpers/nodes.js';
 
 // A rolling upgrade (docs/replicas.md): two nodes on one PostgreSQL, a workshop on each, restarted
 // one at a time on a second build that adds a migration (made here from this checkout's: a copy
@@ -11,20 +11,6 @@ import { startNodes } from './helpers/nodes.js';
 // makes its second release). After each step every workshop answers an exec through every live
 // node; the node still on the first build serves on the newer schema, and joins it again when
 // restarted, saying it should be upgraded.
-interface Ws {
-  id: string;
-  name: string;
-  status: string;
-  statusReason: string | null;
-  node: string;
-}
-interface Node {
-  name: string;
-  address: string;
-  version: string;
-  schemaVersion: string;
-  state: string;
-}
 
 const NEXT = '0.1.1-rolling';
 const PROBE = '900_rolling_upgrade_probe.sql';

@@ -117,6 +117,27 @@ function checkBrowserRequest(
     );
 }
 
+/**
+ * The request's URL with the workshop's id where it gave the workshop's name (`ref`), for the
+ * node it is relayed to; undefined (the URL as it came) when it gave the id, or in a form other
+ * than `/v1/workshops/NAME…` (the owner then resolves it itself).
+ */
+function withId(url: string | undefined, ref: string, id: string): string | undefined {
+  if (ref === id || url === undefined) return undefined;
+  const prefix = '/v1/workshops/';
+  if (!url.startsWith(prefix)) return undefined;
+  const end = url.slice(prefix.length).search(/[/?#]/);
+  const rest = end < 0 ? '' : url.slice(prefix.length + end);
+  const given = end < 0 ? url.slice(prefix.length) : url.slice(prefix.length, prefix.length + end);
+  let decoded: string;
+  try {
+    decoded = decodeURIComponent(given);
+  } catch {
+    return undefined;
+  }
+  return decoded === ref ? `${prefix}${encodeURIComponent(id)}${rest}` : undefined;
+}
+
 /** Builds the HTTP server: health, metrics, and the authenticated /v1 API. */
 export function buildApp(deps: AppDeps): FastifyInstance {
   const app = Fastify({
@@ -282,12 +303,26 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     // name: resolved here, once, for the caller, so handlers, the CLI, the SDK and MCP see ids only.
     const params = request.params as { id?: unknown };
     if (request.routeOptions.url.startsWith(WORKSHOP_ROUTES) && typeof params.id === 'string') {
-      const id = await deps.workshops.resolveRef(params.id, principal);
+      const ref = params.id;
+      // A relayed request names the workshop by the id the relaying node resolved (and signed):
+      // nothing to look up (resolveRef returns an id as it is).
+      const id = await deps.workshops.resolveRef(ref, principal);
       params.id = id;
       // What must run where the sandbox is goes to the workshop's node, as it came (reading the
       // workshop itself is answered here, from the database, also while its node is unreachable).
       const cluster = deps.cluster;
-      if (cluster && !request.relayed && !(request.method === 'GET' && request.routeOptions.url === WORKSHOP_ROUTES)) {
+      if (cluster && request.relayed) {
+        // Relayed here because this node runs it: checked on the node's own record of its
+        // workshops (read once per workshop: a workshop never moves). A workshop deleted since
+        // is the handler's 404, as for a direct request.
+        const owner = await ownerOf(id);
+        if (owner !== undefined && owner !== cluster.nodeId)
+          throw new AtelierError(
+            'CONFLICT',
+            `workshop ${id} runs on node ${cluster.nodes.describe(owner).name}, not on ${cluster.nodes.name}, which another node relayed it to: try again (the relaying node reads where workshops run again)`,
+            { node: cluster.nodes.describe(owner).name },
+          );
+      } else if (cluster && !(request.method === 'GET' && request.routeOptions.url === WORKSHOP_ROUTES)) {
         const owner = await ownerOf(id);
         if (owner !== undefined && owner !== cluster.nodeId) {
           // Silent: maybe removed since this node last read the nodes (a removed node's workshop
@@ -300,7 +335,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
           }
           const forget = cluster.nodes.isRemoved(owner) && request.method === 'DELETE' && request.routeOptions.url === WORKSHOP_ROUTES;
           if (!forget) {
-            await cluster.forward(request, reply, owner, principal, { what: `workshop ${id}` });
+            await cluster.forward(request, reply, owner, principal, { what: `workshop ${id}`, url: withId(request.raw.url, ref, id) });
             return reply;
           }
         }

@@ -14,10 +14,11 @@ import { NODE_HEADERS, type NodeRegistry } from './nodes.js';
  * path for every such route, so no route has code of its own for it.
  */
 
-// Kept-alive connections to the other nodes: a relayed exec costs no TCP handshake.
+// Kept-alive connections to the other nodes: a relayed exec costs no TCP handshake, and its
+// request and answer are written at once (no Nagle delay on a small request behind another).
 const agents = {
-  'http:': new http.Agent({ keepAlive: true, maxSockets: 256 }),
-  'https:': new https.Agent({ keepAlive: true, maxSockets: 256 }),
+  'http:': new http.Agent({ keepAlive: true, maxSockets: 256, noDelay: true }),
+  'https:': new https.Agent({ keepAlive: true, maxSockets: 256, noDelay: true }),
 };
 
 // Never forwarded: hop-by-hop headers, the caller's credentials (the signed principal replaces
@@ -82,11 +83,13 @@ export class Cluster {
     reply: FastifyReply,
     nodeId: string,
     principal: Principal,
-    opts: { what: string; placement?: string; body?: Buffer },
+    opts: { what: string; placement?: string; body?: Buffer; url?: string },
   ): Promise<void> {
     const base = this.target(nodeId, opts.what);
     const raw = request.raw;
-    const url = raw.url ?? '/';
+    // `url`: the request's own with the workshop's id for the name it may give (resolved here,
+    // and signed: the owner has nothing to look up again).
+    const url = opts.url ?? raw.url ?? '/';
     // A body read whole is signed with the rest (the owner refuses it changed on the way): a
     // create's, and a JSON body of at most SIGNED_BODY_MAX, which the owner would read whole
     // anyway. Anything else (files, larger bodies, upgrades) streams through unsigned.
@@ -101,13 +104,13 @@ export class Cluster {
       body !== undefined && this.nodes.checksBodies(nodeId) ? body : undefined,
     );
     reply.hijack();
-    if (raw.headers.upgrade !== undefined) return relayUpgrade(raw, raw.socket, upgradeHead(raw), base, signed, String(request.id));
+    if (raw.headers.upgrade !== undefined) return relayUpgrade(raw, url, raw.socket, upgradeHead(raw), base, signed, String(request.id));
     const headers = forwardHeaders(raw.headers, signed);
     if (body) {
       headers['content-length'] = String(body.length);
       if (opts.body) headers['content-type'] = 'application/json';
     }
-    relayHttp(raw, reply.raw, base, headers, String(request.id), body);
+    relayHttp(raw, url, reply.raw, base, headers, String(request.id), body);
   }
 }
 
@@ -139,12 +142,19 @@ function upgradeHead(raw: IncomingMessage): Buffer {
   return Buffer.isBuffer(head) ? head : Buffer.alloc(0);
 }
 
+/** Where a node is, as http.request takes it (the path is the relayed request's). */
+function endpoint(base: URL): { protocol: string; hostname: string; port: string } {
+  // An IPv6 address comes bracketed in a URL, and bare to http.request.
+  return { protocol: base.protocol, hostname: base.hostname.replace(/^\[(.*)\]$/, '$1'), port: base.port };
+}
+
 function unreachable(err: Error): AtelierError {
   return new AtelierError('UNAVAILABLE', `the workshop's node did not answer (${err.message}): try again in a few seconds`);
 }
 
 function relayHttp(
   raw: IncomingMessage,
+  url: string,
   res: ServerResponse,
   base: URL,
   headers: OutgoingHttpHeaders,
@@ -153,8 +163,7 @@ function relayHttp(
 ): void {
   const mod = base.protocol === 'https:' ? https : http;
   const up = mod.request(
-    new URL(raw.url ?? '/', base),
-    { method: raw.method, headers, agent: agents[base.protocol === 'https:' ? 'https:' : 'http:'] },
+    { ...endpoint(base), path: url, method: raw.method, headers, agent: agents[base.protocol === 'https:' ? 'https:' : 'http:'] },
     (answer) => {
       const out: OutgoingHttpHeaders = {};
       for (const [k, v] of Object.entries(answer.headers))
@@ -164,7 +173,6 @@ function relayHttp(
       answer.on('error', () => res.destroy());
     },
   );
-  up.setNoDelay(true);
   up.on('error', (err) => {
     if (res.headersSent) return void res.destroy();
     res
@@ -187,6 +195,7 @@ function headLines(statusCode: number, statusMessage: string, rawHeaders: string
 
 function relayUpgrade(
   raw: IncomingMessage,
+  url: string,
   socket: Socket,
   head: Buffer,
   base: URL,
@@ -197,7 +206,7 @@ function relayUpgrade(
   const headers = forwardHeaders(raw.headers, signed);
   headers.connection = 'Upgrade';
   headers.upgrade = raw.headers.upgrade;
-  const up = mod.request(new URL(raw.url ?? '/', base), { method: raw.method, headers, agent: false });
+  const up = mod.request({ ...endpoint(base), path: url, method: raw.method, headers, agent: false });
   up.setNoDelay(true);
   const onClientError = (): void => void up.destroy();
   socket.on('error', onClientError);

@@ -2,8 +2,14 @@ import { after, before } from 'node:test';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import pg from 'pg';
+import type { NodeView, Workshop } from '../../src/core/index.js';
 import { ExternalPostgres } from './postgres.js';
 import { TestServer, killStrays, makeRepo } from './server.js';
+
+/** A workshop as the API answers it (`GET /v1/workshops…`): the one shape every node test reads. */
+export type Ws = Workshop;
+/** A node as `GET /v1/nodes` answers it. */
+export type Node = NodeView;
 
 /** What startNodes starts: the nodes' environment, their names, and the files of the test repository. */
 export interface NodesOptions {
