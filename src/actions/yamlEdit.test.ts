@@ -136,6 +136,12 @@ describe('byte-preserving key edits of atelier.yaml', () => {
     assert.equal(removed.text, text.replace('    # registry mirrors below\n    - registry.npmjs.org\n', ''));
     const between = setKey(text, ['egress', 'allow'], ['api.github.com', 'example.com', 'pypi.org'], 'atelier.yaml');
     assert.equal(between.text, text.replace('    # registry mirrors below\n    - registry.npmjs.org\n', '    - example.com\n'));
+    // The blank line and the comment after the list stay after it (the cockpit's own file).
+    const spaced = 'egress:\n  allow:\n    - api.stripe.com   # payments\n\n# kept as it is\nslots: []\n';
+    assert.equal(
+      setKey(spaced, ['egress', 'allow'], ['api.stripe.com', 'api.example.com'], 'atelier.yaml').text,
+      spaced.replace('# payments\n', '# payments\n    - api.example.com\n'),
+    );
     // A list with a mapping in it is rewritten whole, as before.
     const mixed = 'allow:\n  - a.com # kept?\n  - {host: b.com}\n';
     assert.equal(setKey(mixed, ['allow'], ['a.com'], 'atelier.yaml').text, 'allow:\n  - a.com\n');

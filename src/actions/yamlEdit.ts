@@ -209,7 +209,13 @@ function editScalarList(text: string, node: YAMLSeq, target: unknown[], col: num
   };
   // Each item's segment: its own line (with its trailing comment) and the comment or blank lines
   // just above it, so that a comment moves, or goes, with the item it introduces.
-  const ends = items.map((item) => lineEnd(item.range![1]));
+  const ends = items.map((item) => {
+    // The end of the item's last line: the yaml library's range can run past it, over the blank
+    // lines that follow the list's last item.
+    let end = item.range![1];
+    while (end > item.range![0] && /\s/.test(text[end - 1]!)) end--;
+    return lineEnd(end);
+  });
   const segments = ends.map((end, i) => text.slice(i === 0 ? lineStart(items[0]!.range![0]) : ends[i - 1], end));
   const tail = text.slice(ends.at(-1), valueEnd);
   const values = items.map((item) => (item as Scalar).value);
