@@ -1,6 +1,5 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
@@ -8,7 +7,7 @@ import { parseAllDocuments } from 'yaml';
 import { MasterKey } from '../src/identity/index.js';
 import type { KubeObject } from '../src/workshops/kubernetes/client.js';
 import { workshopNetworkPolicy } from '../src/workshops/kubernetes/networkPolicy.js';
-import { ControlPlane, k8sToolsBuild } from './helpers/k8s.js';
+import { ControlPlane, k8sToolsBuild, runTool, type ToolRun } from './helpers/k8s.js';
 import { REPO_ROOT } from './helpers/server.js';
 
 /**
@@ -59,11 +58,7 @@ profiles:
       limits: { cpu: "4", memory: 8Gi }
 `;
 
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
+type Run = ToolRun;
 
 type Container = {
   command: string[];
@@ -116,17 +111,7 @@ describe('Helm chart deploy/helm/atelier on a real API server (helm and kubectl 
     return runWith(bin, args, {}, input);
   }
   function runWith(bin: string, args: string[], extraEnv: Record<string, string>, input?: string): Promise<Run> {
-    return new Promise((resolve, reject) => {
-      const env = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: home, KUBECONFIG: cp!.kubeconfig, ...extraEnv };
-      const child = spawn(bin, args, { env, stdio: ['pipe', 'pipe', 'pipe'] });
-      let stdout = '';
-      let stderr = '';
-      child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-      child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-      child.once('error', reject);
-      child.once('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
-      child.stdin.end(input ?? '');
-    });
+    return runTool(bin, args, { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: home, KUBECONFIG: cp!.kubeconfig, ...extraEnv }, input);
   }
   const ok = (r: Run, what: string): string => {
     assert.equal(r.code, 0, `${what} failed (exit ${r.code}):\n${r.stderr}\n${r.stdout}`);

@@ -1,12 +1,11 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { dirname, join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import type { KubeObject } from '../src/workshops/kubernetes/client.js';
-import { ControlPlane, k8sToolsBuild } from './helpers/k8s.js';
+import { ControlPlane, k8sToolsBuild, runTool } from './helpers/k8s.js';
 import { runCli, type CliResult } from './helpers/server.js';
 
 /**
@@ -74,18 +73,7 @@ describe('atelier server install --kubernetes on a real API server (helm built f
     assert.match(r.stderr, pattern);
     assert.doesNotMatch(r.stderr, STACK);
   };
-  function tool(bin: string, args: string[], input?: string): Promise<CliResult> {
-    return new Promise((resolve, reject) => {
-      const child = spawn(bin, args, { env: userEnv(), stdio: ['pipe', 'pipe', 'pipe'] });
-      let stdout = '';
-      let stderr = '';
-      child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-      child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-      child.once('error', reject);
-      child.once('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
-      child.stdin.end(input ?? '');
-    });
-  }
+  const tool = (bin: string, args: string[], input?: string): Promise<CliResult> => runTool(bin, args, userEnv(), input);
   const kubectl = (args: string[], input?: string) => tool(tools.kubectl, args, input);
   const helm = (...args: string[]) => tool(tools.helm, args);
   const objects = (yaml: string): Obj[] =>

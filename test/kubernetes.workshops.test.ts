@@ -1,10 +1,9 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { KubeApiError, type KubeObject } from '../src/workshops/kubernetes/client.js';
-import { ControlPlane, k8sToolsBuild } from './helpers/k8s.js';
+import { ControlPlane, k8sToolsBuild, runTool, type ToolRun } from './helpers/k8s.js';
 import { startNodes } from './helpers/nodes.js';
 import { REPO_ROOT, type TestServer } from './helpers/server.js';
 
@@ -137,21 +136,11 @@ describe('the Workshop resource: kubectl and the CLI in step, one leader of two 
   let ownerId: string;
 
   /** kubectl as the cluster's admin (who applies the objects). */
-  function kubectl(args: string[], input?: string): Promise<{ code: number; stdout: string; stderr: string }> {
+  function kubectl(args: string[], input?: string): Promise<ToolRun> {
     return run(kubectlBin, args, input);
   }
-  function run(bin: string, args: string[], input?: string): Promise<{ code: number; stdout: string; stderr: string }> {
-    return new Promise((resolve, reject) => {
-      const env = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: home, KUBECONFIG: cp!.kubeconfig };
-      const child = spawn(bin, args, { env, stdio: ['pipe', 'pipe', 'pipe'] });
-      let stdout = '';
-      let stderr = '';
-      child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-      child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-      child.once('error', reject);
-      child.once('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
-      child.stdin.end(input ?? '');
-    });
+  function run(bin: string, args: string[], input?: string): Promise<ToolRun> {
+    return runTool(bin, args, { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: home, KUBECONFIG: cp!.kubeconfig }, input);
   }
   const apply = async (name: string, simulators: { name: string }[] = []): Promise<void> => {
     const manifest = JSON.stringify({

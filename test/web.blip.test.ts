@@ -124,6 +124,26 @@ describe('dashboard through a network blip in Chromium: the egress log and the t
     await relay.close();
   });
 
+  /**
+   * A new page of `ctx` (`watch` sees it first), signed in through the relay, on workshop `id`'s
+   * page with the workshop Running; its CSP reports are collected.
+   */
+  async function workshopPage(ctx: BrowserContext, id: string, watch?: (page: Page) => void): Promise<Page> {
+    const page = await ctx.newPage();
+    page.setDefaultTimeout(30_000);
+    page.on('console', (m) => {
+      if (/Content Security Policy/i.test(m.text())) cspViolations.push(m.text());
+    });
+    watch?.(page);
+    password = await signInThroughPages(page, publicUrl, 'admin', password || server.password, 'a passphrase chosen for the blip');
+    await page.goto(`${publicUrl}/workshops/${id}`);
+    await page
+      .getByTestId('workshop-status')
+      .getByText(/^Running/)
+      .waitFor();
+    return page;
+  }
+
   /** A request to `host` from inside the workshop, which its proxy denies (403), made through the API directly (not the relay). */
   async function denied(id: string, host: string): Promise<void> {
     const tried = await server.exec(id, ['sh', '-c', `curl -sS -m 30 -o /dev/null -w "%{http_code}" http://${host}/; true`]);
@@ -153,21 +173,12 @@ describe('dashboard through a network blip in Chromium: the egress log and the t
     const w = await server.createWorkshop({ repo, name: 'blip' });
     try {
       context = await browser.newContext({ viewport: { width: 1100, height: 900 } });
-      const page = await context.newPage();
-      page.setDefaultTimeout(30_000);
-      page.on('console', (m) => {
-        if (/Content Security Policy/i.test(m.text())) cspViolations.push(m.text());
-      });
       const follows: string[] = [];
-      page.on('request', (r) => {
-        if (r.url().includes(`/v1/workshops/${w.id}/egress`)) follows.push(r.url());
-      });
-      password = await signInThroughPages(page, publicUrl, 'admin', password || server.password, 'a passphrase chosen for the blip');
-      await page.goto(`${publicUrl}/workshops/${w.id}`);
-      await page
-        .getByTestId('workshop-status')
-        .getByText(/^Running/)
-        .waitFor();
+      const page = await workshopPage(context, w.id, (p) =>
+        p.on('request', (r) => {
+          if (r.url().includes(`/v1/workshops/${w.id}/egress`)) follows.push(r.url());
+        }),
+      );
       await page.getByTestId('egress-empty').waitFor();
       await page.evaluate(() => ((globalThis as unknown as { stillThere: boolean }).stillThere = true));
 
@@ -228,14 +239,7 @@ describe('dashboard through a network blip in Chromium: the egress log and the t
     const w = await server.createWorkshop({ repo, name: 'shell-blip' });
     try {
       shellContext = await browser.newContext({ viewport: { width: 1100, height: 900 } });
-      const page = await shellContext.newPage();
-      page.setDefaultTimeout(30_000);
-      password = await signInThroughPages(page, publicUrl, 'admin', password || server.password, 'a passphrase chosen for the blip');
-      await page.goto(`${publicUrl}/workshops/${w.id}`);
-      await page
-        .getByTestId('workshop-status')
-        .getByText(/^Running/)
-        .waitFor();
+      const page = await workshopPage(shellContext, w.id);
       await page.getByRole('button', { name: 'Open a shell' }).click();
       const state = page.getByTestId('terminal-state');
       await state.getByText(/: connected/).waitFor();

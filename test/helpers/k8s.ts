@@ -493,3 +493,24 @@ function writeKwokConfig(dir: string, build: string): void {
   ].join('\n');
   writeFileSync(join(dir, 'kwok.yaml'), [...stages, exec].join('\n---\n') + '\n');
 }
+
+/** What a tool printed and how it exited. */
+export interface ToolRun {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `bin` (helm, kubectl, a chart's command) with `env` only and `input` on its stdin; what it printed and its exit code. */
+export function runTool(bin: string, args: string[], env: NodeJS.ProcessEnv, input?: string): Promise<ToolRun> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(bin, args, { env, stdio: ['pipe', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    child.once('error', reject);
+    child.once('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
+    child.stdin.end(input ?? '');
+  });
+}

@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { Agent, request as httpsRequest } from 'node:https';
 import { dirname, resolve } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { parse } from 'yaml';
 
 /**
@@ -149,6 +150,48 @@ export class KubeClient {
       throw new KubeApiError(0, 'Transport', `WATCH ${path}: ${(err as Error).message}`);
     }
     return last;
+  }
+
+  /**
+   * Lists `path`, then watches it from the list's resourceVersion until `signal` aborts. A watch
+   * the server ends (`timeoutSeconds`), or that loses its connection, or an API server answering
+   * 429 ("storage is (re)initializing") or 5xx while it restarts, is resumed from the last
+   * resourceVersion seen, after `retryMs`; only 410 Gone (the version was compacted, or an API
+   * server that restarted has rebuilt its watch cache past it) lists again. Any other error
+   * rejects. `on.list` gets each list's items (the whole state: replace what you hold),
+   * `on.event` each change after it; `stats` counts the lists and the resumes.
+   */
+  async listAndWatch<T extends KubeObject>(
+    path: string,
+    on: { list: (items: T[]) => void; event: (obj: T, deleted: boolean) => void },
+    signal: AbortSignal,
+    options: { timeoutSeconds?: number; retryMs?: number; stats?: { lists: number; resumes: number } } = {},
+  ): Promise<void> {
+    let rv: string | undefined;
+    while (!signal.aborted) {
+      try {
+        if (rv === undefined) {
+          const list = await this.request<{ metadata: { resourceVersion: string }; items: T[] }>('GET', path);
+          if (options.stats) options.stats.lists++;
+          on.list(list.items);
+          rv = list.metadata.resourceVersion;
+        } else if (options.stats) options.stats.resumes++;
+        rv = await this.watch<T>(
+          path,
+          rv,
+          (event) => {
+            if (event.type !== 'BOOKMARK') on.event(event.object, event.type === 'DELETED');
+          },
+          signal,
+          options.timeoutSeconds,
+        );
+      } catch (err) {
+        if (signal.aborted) return;
+        if (err instanceof KubeApiError && err.status === 410) rv = undefined;
+        else if (!(err instanceof KubeApiError && (err.status === 0 || err.status === 429 || err.status >= 500))) throw err;
+        await sleep(options.retryMs ?? 500, undefined, { signal }).catch(() => undefined);
+      }
+    }
   }
 
   /** Closes the client's kept-alive connections. */

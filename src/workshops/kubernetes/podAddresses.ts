@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { isIPv4 } from 'node:net';
-import { KubeApiError, type KubeClient, type KubeObject, type WatchEvent } from './client.js';
+import type { KubeClient, KubeObject } from './client.js';
 import { WORKSHOP_LABEL } from './sandboxes.js';
 
 /**
@@ -132,41 +132,25 @@ export class PodAddresses {
     });
   }
 
-  private async follow<T extends KubeObject>(
+  /** `listAndWatch` of `path`: each list replaces what is held, then counts as synced. */
+  private follow<T extends KubeObject>(
     path: string,
     signal: AbortSignal,
     options: { timeoutSeconds?: number },
     on: { reset: () => void; apply: (obj: T, deleted: boolean) => void; synced: () => void },
   ): Promise<void> {
-    let rv: string | undefined;
-    while (!signal.aborted) {
-      try {
-        if (rv === undefined) {
-          const list = await this.client.request<{ metadata: { resourceVersion: string }; items: T[] }>('GET', path);
-          this.stats.lists++;
+    return this.client.listAndWatch<T>(
+      path,
+      {
+        list: (items) => {
           on.reset();
-          for (const obj of list.items) on.apply(obj, false);
-          rv = list.metadata.resourceVersion;
+          for (const obj of items) on.apply(obj, false);
           on.synced();
-        } else {
-          this.stats.resumes++;
-        }
-        rv = await this.client.watch<T>(
-          path,
-          rv,
-          (event: WatchEvent<T>) => {
-            if (event.type === 'BOOKMARK') return;
-            on.apply(event.object, event.type === 'DELETED');
-          },
-          signal,
-          options.timeoutSeconds,
-        );
-      } catch (err) {
-        if (signal.aborted) return;
-        if (err instanceof KubeApiError && err.status === 410) rv = undefined;
-        else if (!(err instanceof KubeApiError && (err.status === 0 || err.status === 429 || err.status >= 500))) throw err;
-        await sleep(500, undefined, { signal }).catch(() => undefined);
-      }
-    }
+        },
+        event: on.apply,
+      },
+      signal,
+      { timeoutSeconds: options.timeoutSeconds, stats: this.stats },
+    );
   }
 }

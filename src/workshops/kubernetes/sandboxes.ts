@@ -1,5 +1,4 @@
-import { setTimeout as sleep } from 'node:timers/promises';
-import { KubeApiError, type KubeClient, type KubeObject, type WatchEvent } from './client.js';
+import { KubeApiError, type KubeClient, type KubeObject } from './client.js';
 import { profileNetworkPolicy, profilePolicyName, workshopNetworkPolicy, type WorkshopNetwork } from './networkPolicy.js';
 import { reshape, templateFits, workshopPodSpec, workspaceClaimTemplate, type WorkshopShape } from './pod.js';
 import { podExec, type PodExecResult } from './podExec.js';
@@ -341,38 +340,11 @@ export class KubernetesSandboxes {
         : { ...sandboxState(sb), sandbox: sb.metadata.name };
       onStatus(owner, status);
     };
-    let rv: string | undefined;
-    while (!signal.aborted) {
-      try {
-        if (rv === undefined) {
-          const list = await this.client.request<{ metadata: { resourceVersion: string }; items: SandboxObject[] }>(
-            'GET',
-            this.core('sandboxes'),
-          );
-          this.watchStats.lists++;
-          for (const sb of list.items) report(sb, false);
-          rv = list.metadata.resourceVersion;
-        } else {
-          this.watchStats.resumes++;
-        }
-        rv = await this.client.watch<SandboxObject>(
-          this.core('sandboxes'),
-          rv,
-          (event: WatchEvent<SandboxObject>) => {
-            if (event.type === 'BOOKMARK') return;
-            report(event.object, event.type === 'DELETED');
-          },
-          signal,
-          options.timeoutSeconds,
-        );
-      } catch (err) {
-        if (signal.aborted) return;
-        // 410: the version was compacted, relist. 0 (no connection), 429 (an API server that
-        // restarts answers "storage is (re)initializing") and 5xx pass: resume from `rv`.
-        if (err instanceof KubeApiError && err.status === 410) rv = undefined;
-        else if (!(err instanceof KubeApiError && (err.status === 0 || err.status === 429 || err.status >= 500))) throw err;
-        await sleep(500, undefined, { signal }).catch(() => undefined);
-      }
-    }
+    await this.client.listAndWatch<SandboxObject>(
+      this.core('sandboxes'),
+      { list: (items) => items.forEach((sb) => report(sb, false)), event: report },
+      signal,
+      { timeoutSeconds: options.timeoutSeconds, stats: this.watchStats },
+    );
   }
 }

@@ -12,7 +12,7 @@ import type { Principal, Role } from '../../identity/index.js';
 import type { WorkshopService } from '../service.js';
 import type { SimulatorView } from '../simulators.js';
 import { simulatorName } from '../simulators.js';
-import { KubeApiError, KubeClient, readKubeconfig, type KubeConnection, type KubeObject, type WatchEvent } from './client.js';
+import { KubeApiError, KubeClient, readKubeconfig, type KubeConnection, type KubeObject } from './client.js';
 import { LeaseElector } from './leader.js';
 import { updateWithRetry } from './sandboxes.js';
 
@@ -200,37 +200,33 @@ export class WorkshopResourceController {
     this.wake?.();
   }
 
-  /** List, then watch from the list's resourceVersion; resumed from the last version seen, relisted only on 410 Gone. */
+  /**
+   * List, then watch from the list's resourceVersion (`listAndWatch`: resumed from the last version
+   * seen, relisted only on 410 Gone); any other failure is logged and the whole is started again.
+   */
   private async watchLoop(signal: AbortSignal): Promise<void> {
-    let rv: string | undefined;
     while (!signal.aborted) {
       try {
-        if (rv === undefined) {
-          const list = await this.client.request<{ metadata: { resourceVersion: string }; items: WorkshopObject[] }>('GET', this.base);
-          this.objects = new Map(list.items.map((o) => [o.metadata.name!, o]));
-          rv = list.metadata.resourceVersion;
-          this.kick();
-        }
-        rv = await this.client.watch<WorkshopObject>(
+        await this.client.listAndWatch<WorkshopObject>(
           this.base,
-          rv,
-          (event: WatchEvent<WorkshopObject>) => {
-            rv = event.object.metadata.resourceVersion ?? rv;
-            if (event.type === 'BOOKMARK') return;
-            if (event.type === 'DELETED') this.objects.delete(event.object.metadata.name!);
-            else this.objects.set(event.object.metadata.name!, event.object);
-            this.kick();
+          {
+            list: (items) => {
+              this.objects = new Map(items.map((o) => [o.metadata.name!, o]));
+              this.kick();
+            },
+            event: (obj, deleted) => {
+              if (deleted) this.objects.delete(obj.metadata.name!);
+              else this.objects.set(obj.metadata.name!, obj);
+              this.kick();
+            },
           },
           signal,
-          60,
+          { timeoutSeconds: 60, retryMs: 1000 },
         );
       } catch (err) {
         if (signal.aborted) break;
-        if (err instanceof KubeApiError && err.status === 410) rv = undefined;
-        else {
-          this.log.warn({ err: (err as Error).message }, 'workshop controller: the watch of Workshop objects failed; resuming');
-          await sleep(1000, signal);
-        }
+        this.log.warn({ err: (err as Error).message }, 'workshop controller: the watch of Workshop objects failed; listing again');
+        await sleep(1000, signal).catch(() => undefined);
       }
     }
   }
