@@ -23,8 +23,9 @@ import type { TestServer } from './helpers/server.js';
 
 const MARKUP_DIR = '<img src=x onerror=window.__pwned=1> \u202Eshop';
 const SETTINGS = [
-  '# Shop settings <script>window.__pwned=1</script> \u202Edlrow',
   'egress:',
+  // Close to the list, so that a plan's diff shows it in its context.
+  '  # Shop settings <script>window.__pwned=1</script> \u202Edlrow',
   '  allow:',
   '    - api.stripe.com   # payments <img src=x onerror="window.__pwned=1">',
   '',
@@ -217,7 +218,8 @@ describe('the cockpit in Chromium, write guard on (ATELIER_COCKPIT_WRITES=apply)
     const applied = readFileSync(yaml, 'utf8');
     assert.notEqual(applied, SETTINGS);
     assert.match(applied, /^ {4}- api\.example\.com$/m);
-    assert.ok(applied.startsWith('# Shop settings <script>'), 'the rest of the file is kept');
+    // The new host on a line of its own; every other byte kept, the existing item's comment included.
+    assert.equal(applied, SETTINGS.replace('onerror="window.__pwned=1">\n', 'onerror="window.__pwned=1">\n    - api.example.com\n'));
     await page.getByTestId('journal').getByTestId('journal-status').getByText('applied').waitFor();
     await page.screenshot({ path: join(SHOTS, 'cockpit-applied.png'), fullPage: true });
     assert.deepEqual(await accessibilityProblems(page), [], 'axe-core on the result');
