@@ -297,13 +297,18 @@ export interface Config {
   /** The `Workshop` resource's controller (ATELIER_K8S_*; in progress, off by default). */
   kubeWorkshops:
     | {
+        /** A kubeconfig file, or `in-cluster` (the pod's service account). */
         kubeconfig: string;
         namespace: string;
+        /** The user (name) who owns the workshops made from objects, and whose rights the controller uses. */
         owner: string;
+        /** The tenant whose workshops the namespace holds. */
         tenant: string;
+        /** Where the controller's Lease is (the chart lets the server write leases in its own namespace only). */
         leaseNamespace?: string;
         leaseMs: number;
         resyncMs: number;
+        /** The in-cluster API address (KUBERNETES_SERVICE_HOST/PORT), for `in-cluster`. */
         inCluster?: { host: string; port: number };
       }
     | undefined;

@@ -4,6 +4,7 @@ import {
   CreateWorkshopRequest,
   describeZodError,
   isErrorCode,
+  type Config,
   type SimulatorRequest,
   type WorkshopStatus,
 } from '../../core/index.js';
@@ -39,21 +40,8 @@ export const FINALIZER = 'atelier.dev/workshop';
 export const ID_LABEL = 'atelier.dev/workshop-id';
 const MANAGED_BY = 'app.kubernetes.io/managed-by';
 
-export interface WorkshopResourceConfig {
-  /** A kubeconfig file, or `in-cluster` (the pod's service account). */
-  kubeconfig: string;
-  namespace: string;
-  /** The user (name) who owns the workshops made from objects, and whose rights the controller uses. */
-  owner: string;
-  /** The tenant whose workshops the namespace holds. */
-  tenant: string;
-  /** Where the controller's Lease is (the chart lets the server write leases in its own namespace only). */
-  leaseNamespace?: string;
-  leaseMs: number;
-  resyncMs: number;
-  /** The in-cluster API address (KUBERNETES_SERVICE_HOST/PORT), for `in-cluster`. */
-  inCluster?: { host: string; port: number };
-}
+/** Its configuration: `ATELIER_K8S_*` (src/core/config.ts). */
+export type WorkshopResourceConfig = NonNullable<Config['kubeWorkshops']>;
 
 interface SimulatorSpec {
   name: string;

@@ -6,8 +6,9 @@ import { hostLayout, parseEnvFile, runningRelease, type HostLayout } from './hos
 import { localUrl } from './host/service.js';
 import { LETS_ENCRYPT, acmeReachable, installedTlsSource, trustAdvice, tlsPaths, type TlsSettings } from './host/tls.js';
 import { installSteps, type InstallSettings, type StepContext } from './host/steps.js';
+import type { KubernetesInstallFlags } from './kubernetes.js';
 
-export interface ServerInstallFlags {
+export interface ServerInstallFlags extends KubernetesInstallFlags {
   prefix?: string;
   dataDir?: string;
   listen?: string;
@@ -22,15 +23,8 @@ export interface ServerInstallFlags {
   /** false with --no-tls: plain HTTP only, an installed TLS removed. */
   tls?: boolean;
   yes?: boolean;
-  plan?: boolean;
   /** Install the Helm chart on the kubeconfig's cluster instead of a service on this machine. */
   kubernetes?: boolean;
-  kubeconfig?: string;
-  kubeContext?: string;
-  namespace?: string;
-  releaseName?: string;
-  values?: string[];
-  set?: string[];
 }
 
 /** The flags that only mean something for one of the two installs. */
