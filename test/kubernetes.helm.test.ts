@@ -43,6 +43,7 @@ ingress:
   host: atelier.test.example
   tlsSecretName: atelier-tls
 workshops: { namespace: ${WORKSHOPS_NS} }
+workshopResource: { enabled: true, owner: kube-controller }
 profiles:
   - name: default
     image: registry.example/workshop:1
@@ -185,6 +186,13 @@ describe('Helm chart deploy/helm/atelier on a real API server (helm and kubectl 
     assert.equal(server.readinessProbe.httpGet.path, '/healthz');
     assert.ok(server.args.includes('--node-name=$(POD_NAME)'), 'each replica is a node named by its pod');
     assert.equal(envOf(server, 'ATELIER_PUBLIC_URL'), undefined);
+    // The Workshop resource's controller is off by default: no variable for it, no right on its objects.
+    assert.deepEqual(
+      server.env.filter((e) => e.name.startsWith('ATELIER_K8S_')),
+      [],
+    );
+    const rules = list.filter((o) => o.kind === 'Role').flatMap((o) => (o as unknown as { rules: { apiGroups: string[] }[] }).rules);
+    assert.ok(!rules.some((r) => r.apiGroups.includes('atelier.dev')), 'no rule on workshops.atelier.dev');
     for (const o of list) assert.ok(!o.kind.startsWith('Cluster'), `${o.kind} is cluster-wide`);
     assert.deepEqual(find(list, 'SandboxWarmPool', 'default').spec, { replicas: 1, sandboxTemplateRef: { name: 'default' } });
   });
@@ -257,6 +265,18 @@ describe('Helm chart deploy/helm/atelier on a real API server (helm and kubectl 
     assert.deepEqual(envOf(server, 'ATELIER_DATABASE_URL')?.valueFrom?.secretKeyRef, { name: 'pg-url', key: 'dsn' });
     assert.equal(envOf(server, 'ATELIER_PUBLIC_URL')?.value, 'https://atelier.test.example');
     assert.equal(envOf(server, 'ATELIER_TRUST_PROXY')?.value, '10.0.0.0/8');
+    // The Workshop resource's controller: the pod's service account, the workshops' namespace, the
+    // Lease beside the server (test/kubernetes.workshops.test.ts runs the controller with these).
+    assert.deepEqual(
+      server.env.filter((e) => e.name.startsWith('ATELIER_K8S_')),
+      [
+        { name: 'ATELIER_K8S_KUBECONFIG', value: 'in-cluster' },
+        { name: 'ATELIER_K8S_WORKSHOPS_NAMESPACE', value: WORKSHOPS_NS },
+        { name: 'ATELIER_K8S_WORKSHOPS_OWNER', value: 'kube-controller' },
+        { name: 'ATELIER_K8S_WORKSHOPS_TENANT', value: 'default' },
+        { name: 'ATELIER_K8S_LEASE_NAMESPACE', value: NS },
+      ],
+    );
     const ingress = find<Rendered & { spec: { ingressClassName: string; tls: { secretName: string }[] } }>(list, 'Ingress');
     assert.equal(ingress.spec.ingressClassName, 'nginx');
     assert.equal(ingress.spec.tls[0]!.secretName, 'atelier-tls');
@@ -357,6 +377,12 @@ describe('Helm chart deploy/helm/atelier on a real API server (helm and kubectl 
     const noDatabase = await helm('template', 'atelier', CHART, ...API_FLAGS, '--set', 'database.existingSecret=');
     assert.notEqual(noDatabase.code, 0);
     assert.match(noDatabase.stderr, /database\.existingSecret is required/);
+    const noOwner = await helm('template', 'atelier', CHART, ...API_FLAGS, '--set', 'workshopResource.enabled=true');
+    assert.notEqual(noOwner.code, 0);
+    assert.match(noOwner.stderr, /workshopResource\.owner is required when workshopResource\.enabled/);
+    const badOwner = await helm('template', 'atelier', CHART, ...API_FLAGS, '--set', 'workshopResource.owner=no one');
+    assert.notEqual(badOwner.code, 0);
+    assert.match(badOwner.stderr, /workshopResource\/owner|owner/);
   });
 
   it('installs on the real API server, its ServiceAccount may do what the driver needs in its namespace and nothing else, upgrades', async () => {
@@ -385,6 +411,12 @@ describe('Helm chart deploy/helm/atelier on a real API server (helm and kubectl 
       ['delete', 'persistentvolumeclaims'],
       ['create', 'networkpolicies.networking.k8s.io'],
       ['watch', 'events'],
+      // The Workshop resource's controller (on in these values).
+      ['create', 'workshops.atelier.dev'],
+      ['delete', 'workshops.atelier.dev'],
+      ['watch', 'workshops.atelier.dev'],
+      ['update', 'workshops.atelier.dev', '--subresource=status'],
+      ['update', 'workshops.atelier.dev', '--subresource=finalizers'],
     ];
     for (const args of allowed)
       assert.equal(await can([...args, '--namespace', WORKSHOPS_NS]), true, `may ${args.join(' ')} in ${WORKSHOPS_NS}`);
@@ -408,6 +440,9 @@ describe('Helm chart deploy/helm/atelier on a real API server (helm and kubectl 
       ['get', 'clusterroles.rbac.authorization.k8s.io'],
       ['create', 'customresourcedefinitions.apiextensions.k8s.io'],
       ['list', 'sandboxes.agents.x-k8s.io', '--all-namespaces'],
+      ['create', 'workshops.atelier.dev', '--namespace', NS],
+      ['create', 'workshops.atelier.dev', '--namespace', OTHER_NS],
+      ['list', 'workshops.atelier.dev', '--all-namespaces'],
     ];
     for (const args of refused) assert.equal(await can(args), false, `may not ${args.join(' ')}`);
     // An upgrade that changes a profile: the pool follows, and the replicas roll (the profiles' checksum).

@@ -2,6 +2,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { parse } from 'yaml';
 import { KubeApiError, type KubeObject } from '../src/workshops/kubernetes/client.js';
 import { ControlPlane, k8sToolsBuild, runTool, type ToolRun } from './helpers/k8s.js';
 import { startNodes } from './helpers/nodes.js';
@@ -23,6 +24,8 @@ const BASE = `/apis/atelier.dev/v1alpha1/namespaces/${NS}/workshops`;
 const LEASE = `/apis/coordination.k8s.io/v1/namespaces/${NS}/leases/atelier-workshop-controller`;
 const OWNER = 'kube-controller';
 const CHART = join(REPO_ROOT, 'deploy', 'helm', 'atelier');
+/** The chart's values that turn the controller on (values.yaml, workshopResource). */
+const CONTROLLER_VALUES = ['--set', 'workshopResource.enabled=true', '--set', `workshopResource.owner=${OWNER}`];
 const AGENT_SANDBOX_APIS = [
   'agents.x-k8s.io/v1beta1/Sandbox',
   'extensions.agents.x-k8s.io/v1beta1/SandboxTemplate',
@@ -95,6 +98,7 @@ describe('the Workshop resource: kubectl and the CLI in step, one leader of two 
       'templates/serviceaccount.yaml',
       '--show-only',
       'templates/rbac.yaml',
+      ...CONTROLLER_VALUES,
       ...AGENT_SANDBOX_APIS.flatMap((v) => ['--api-versions', v]),
     ]);
     assert.equal(rbac.code, 0, rbac.stderr);
@@ -115,10 +119,36 @@ describe('the Workshop resource: kubectl and the CLI in step, one leader of two 
         '',
       ].join('\n'),
     );
-    Object.assign(nodes.env, {
-      ATELIER_K8S_KUBECONFIG: kubeconfig,
+    // The controller's variables as the chart sets them on its Deployment; only the kubeconfig
+    // differs (the servers are not pods here: the ServiceAccount's token above, not `in-cluster`).
+    const deployment = await run(helmBin, [
+      'template',
+      'atelier',
+      CHART,
+      '--namespace',
+      NS,
+      '--show-only',
+      'templates/deployment.yaml',
+      ...CONTROLLER_VALUES,
+      ...AGENT_SANDBOX_APIS.flatMap((v) => ['--api-versions', v]),
+    ]);
+    assert.equal(deployment.code, 0, deployment.stderr);
+    const rendered = parse(deployment.stdout) as {
+      spec: { template: { spec: { containers: { env: { name: string; value?: string }[] }[] } } };
+    };
+    const chartEnv = Object.fromEntries(
+      rendered.spec.template.spec.containers[0]!.env.filter((e) => e.name.startsWith('ATELIER_K8S_')).map((e) => [e.name, e.value]),
+    );
+    assert.deepEqual(chartEnv, {
+      ATELIER_K8S_KUBECONFIG: 'in-cluster',
       ATELIER_K8S_WORKSHOPS_NAMESPACE: NS,
       ATELIER_K8S_WORKSHOPS_OWNER: OWNER,
+      ATELIER_K8S_WORKSHOPS_TENANT: 'default',
+      ATELIER_K8S_LEASE_NAMESPACE: NS,
+    });
+    Object.assign(nodes.env, {
+      ...chartEnv,
+      ATELIER_K8S_KUBECONFIG: kubeconfig,
       // Long enough for the leader to keep its lease across an API server restart, short enough
       // for the takeover below.
       ATELIER_K8S_LEASE_DURATION: '12s',
