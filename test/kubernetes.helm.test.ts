@@ -7,6 +7,7 @@ import { parseAllDocuments } from 'yaml';
 import { MasterKey } from '../src/identity/index.js';
 import type { KubeObject } from '../src/workshops/kubernetes/client.js';
 import { workshopNetworkPolicy } from '../src/workshops/kubernetes/networkPolicy.js';
+import { workshopPodSpec } from '../src/workshops/kubernetes/pod.js';
 import { ControlPlane, k8sToolsBuild, runTool, type ToolRun } from './helpers/k8s.js';
 import { REPO_ROOT } from './helpers/server.js';
 
@@ -54,6 +55,7 @@ profiles:
     warmPool: 0
     disk: 50Gi
     storageClassName: fast-ssd
+    readOnlyRootFilesystem: false
     resources:
       requests: { cpu: "1", memory: 2Gi }
       limits: { cpu: "4", memory: 8Gi }
@@ -306,6 +308,29 @@ describe('Helm chart deploy/helm/atelier on a real API server (helm and kubectl 
       },
     ]);
     assert.deepEqual(workspace('default')[0]!.spec, { accessModes: ['ReadWriteOnce'], resources: { requests: { storage: '10Gi' } } });
+    // Each profile's pod exactly as the driver's applyProfile writes it (pod.ts), but for the
+    // resources, which the chart writes as given: the read-only root filesystem with /tmp and the
+    // home as the pod's volumes by default, a writable one (and neither volume) on request.
+    const podSpec = (name: string) => {
+      const spec = structuredClone(
+        (find(list, 'SandboxTemplate', name) as unknown as { spec: { podTemplate: { spec: { containers: Record<string, unknown>[] } } } })
+          .spec.podTemplate.spec,
+      );
+      for (const c of spec.containers) delete c.resources;
+      return spec;
+    };
+    const driverSpec = (options: { image: string; runtimeClassName?: string; readOnlyRootFilesystem?: boolean }) => {
+      const spec = workshopPodSpec({ ephemeralStorage: '1Gi', ...options }, { cpus: 1, memoryBytes: 2 ** 30, pids: 1024 }) as {
+        containers: Record<string, unknown>[];
+      };
+      for (const c of spec.containers) delete c.resources;
+      return spec;
+    };
+    assert.deepEqual(podSpec('default'), driverSpec({ image: 'registry.example/workshop:1' }));
+    assert.deepEqual(
+      podSpec('isolated'),
+      driverSpec({ image: 'registry.example/workshop:1', runtimeClassName: 'gvisor', readOnlyRootFilesystem: false }),
+    );
     const pod = isolated.spec.podTemplate.spec as { securityContext?: unknown; containers: { volumeMounts?: unknown }[] };
     assert.deepEqual(pod.securityContext, { fsGroup: 1000 });
     assert.deepEqual(pod.containers[0]!.volumeMounts, [{ name: 'workspace', mountPath: '/workspace' }]);

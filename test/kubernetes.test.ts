@@ -22,8 +22,11 @@ type Pod = KubeObject & {
       name: string;
       resources?: { limits?: Record<string, string>; requests?: Record<string, string> };
       volumeMounts?: { name: string; mountPath: string }[];
+      securityContext?: Record<string, unknown>;
+      workingDir?: string;
+      env?: { name: string; value?: string }[];
     }[];
-    volumes?: { name: string; persistentVolumeClaim?: { claimName: string } }[];
+    volumes?: { name: string; persistentVolumeClaim?: { claimName: string }; emptyDir?: Record<string, unknown> }[];
   };
   status: { phase: string };
 };
@@ -191,6 +194,27 @@ describe('Kubernetes driver objects on a real control plane (kwok node: no conta
     assert.ok(sandbox.metadata.ownerReferences?.some((o) => o.kind === 'SandboxClaim' && o.name === 'ws-warm0001'));
     const p = await pod(status.sandbox!);
     assert.equal(p.spec.automountServiceAccountToken, false, 'no service-account token in the workshop pod');
+    // As the API server stores it: non-root, nothing to escalate, a read-only root filesystem with
+    // /tmp and the home as the pod's own volumes beside agent-sandbox's workspace claim.
+    const c = p.spec.containers.find((x) => x.name === 'workshop')!;
+    assert.deepEqual(c.securityContext, {
+      runAsNonRoot: true,
+      runAsUser: 1000,
+      allowPrivilegeEscalation: false,
+      capabilities: { drop: ['ALL'] },
+      readOnlyRootFilesystem: true,
+    });
+    assert.equal(c.workingDir, '/workspace');
+    assert.deepEqual(c.env, [{ name: 'HOME', value: '/home/atelier' }]);
+    assert.deepEqual(c.volumeMounts?.map((m) => [m.name, m.mountPath]).sort(), [
+      ['home', '/home/atelier'],
+      ['tmp', '/tmp'],
+      ['workspace', '/workspace'],
+    ]);
+    const volumes = Object.fromEntries((p.spec.volumes ?? []).map((v) => [v.name, v]));
+    assert.deepEqual(volumes.tmp?.emptyDir, {});
+    assert.deepEqual(volumes.home?.emptyDir, {});
+    assert.ok(volumes.workspace?.persistentVolumeClaim, 'the workspace claim is mounted beside them');
   });
 
   it('gives a warm workshop the profile limits, a workspace claim of its disk size and its own NetworkPolicy (not enforced here: no CNI)', async () => {

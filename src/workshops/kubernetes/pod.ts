@@ -12,6 +12,12 @@ export const WORKSPACE_PATH = '/workspace';
 /** The volume claim template's name: agent-sandbox names the claim `workspace-<sandbox>`. */
 export const WORKSPACE_VOLUME = 'workspace';
 const CONTAINER = 'workshop';
+/**
+ * The workshop user's home where the root filesystem is read-only: a writable volume of the pod's
+ * own (`HOME` names it), as `/tmp` is; both go with the pod (a suspend empties them), the
+ * workspace stays.
+ */
+export const HOME_PATH = '/home/atelier';
 /** The container's user; `fsGroup` makes the workspace volume writable by it. */
 const USER = 1000;
 
@@ -66,28 +72,53 @@ export interface PodSpecOptions {
   image: string;
   runtimeClassName?: string;
   ephemeralStorage: string;
+  /** False for an image that must write outside /workspace, /tmp and the home (a package manager at run time); true by default. */
+  readOnlyRootFilesystem?: boolean;
 }
 
 /**
  * The workshop pod's spec: no service-account token, non-root, no privilege escalation, no
- * capabilities, the workspace volume mounted at /workspace (agent-sandbox adds the volume itself,
- * named after the claim template), and the workshop's limits.
+ * capabilities, a read-only root filesystem unless the profile says otherwise (then `/tmp` and the
+ * home, HOME_PATH, are writable volumes of the pod, counted in its ephemeral-storage limit), the
+ * workspace volume mounted at /workspace and the commands started there (agent-sandbox adds the
+ * volume itself, named after the claim template), and the workshop's limits.
  */
 export function workshopPodSpec(options: PodSpecOptions, limits: WorkshopLimits): Record<string, unknown> {
+  const readOnly = options.readOnlyRootFilesystem ?? true;
+  const container: Record<string, unknown> = {
+    name: CONTAINER,
+    image: options.image,
+    command: ['sleep', 'infinity'],
+    workingDir: WORKSPACE_PATH,
+    securityContext: {
+      runAsNonRoot: true,
+      runAsUser: USER,
+      allowPrivilegeEscalation: false,
+      capabilities: { drop: ['ALL'] },
+      readOnlyRootFilesystem: readOnly,
+    },
+    resources: workshopResources(limits, options.ephemeralStorage),
+    volumeMounts: [
+      { name: WORKSPACE_VOLUME, mountPath: WORKSPACE_PATH },
+      ...(readOnly
+        ? [
+            { name: 'tmp', mountPath: '/tmp' },
+            { name: 'home', mountPath: HOME_PATH },
+          ]
+        : []),
+    ],
+  };
+  if (readOnly) container.env = [{ name: 'HOME', value: HOME_PATH }];
   const spec: Record<string, unknown> = {
     automountServiceAccountToken: false,
     securityContext: { fsGroup: USER },
-    containers: [
-      {
-        name: CONTAINER,
-        image: options.image,
-        command: ['sleep', 'infinity'],
-        securityContext: { runAsNonRoot: true, runAsUser: USER, allowPrivilegeEscalation: false, capabilities: { drop: ['ALL'] } },
-        resources: workshopResources(limits, options.ephemeralStorage),
-        volumeMounts: [{ name: WORKSPACE_VOLUME, mountPath: WORKSPACE_PATH }],
-      },
-    ],
+    containers: [container],
   };
+  if (readOnly)
+    spec.volumes = [
+      { name: 'tmp', emptyDir: {} },
+      { name: 'home', emptyDir: {} },
+    ];
   if (options.runtimeClassName) spec.runtimeClassName = options.runtimeClassName;
   return spec;
 }

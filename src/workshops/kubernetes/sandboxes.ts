@@ -40,6 +40,8 @@ export interface KubernetesProfile {
   ephemeralStorage?: string;
   /** The workspace volumes' StorageClass; the cluster's default when unset. */
   storageClassName?: string;
+  /** A read-only root filesystem for its pods (`/tmp` and the home writable); true when unset (pod.ts). */
+  readOnlyRootFilesystem?: boolean;
 }
 
 export type KubeWorkshopState = 'Building' | 'Running' | 'Suspended' | 'Failed' | 'Deleting' | 'Gone';
