@@ -11,7 +11,7 @@ cpSync('src/db/migrations', 'dist/db/migrations', { recursive: true });
 // The helper that opens each workshop's egress listener inside its network namespace.
 cpSync('src/sandbox/netns-listen.py', 'dist/sandbox/netns-listen.py');
 // The long-lived variant the terminals area keeps per workshop (port-forward, ssh -L).
-cpSync('src/terminals/netns-connector.py', 'dist/terminals/netns-connector.py');
+cpSync('src/workshops/local/netns-connector.py', 'dist/workshops/local/netns-connector.py');
 // The zero-copy relay of tunnels (src/relay/splice.ts; the CLI's bundle finds it in dist/relay).
 cpSync('src/relay/splice-relay.py', 'dist/relay/splice-relay.py');
 // Node's IPC channel for the python helpers above and below (each imports it from dist/core).

@@ -5,7 +5,7 @@ import type { Duplex } from 'node:stream';
 import ssh2 from 'ssh2';
 import type { AuthContext, Connection, ParsedKey, PseudoTtyInfo, ServerChannel, Session } from 'ssh2';
 import { queryRows, type Pool } from '../db/index.js';
-import type { SandboxConnectors } from './connector.js';
+import type { WorkshopDriver } from '../workshops/index.js';
 import { PtySession, type TerminalTarget } from './pty.js';
 
 const { Server, utils } = ssh2;
@@ -59,7 +59,8 @@ export class SshEndpoint {
   constructor(
     private readonly pool: Pool,
     private readonly sealer: Sealer,
-    private readonly connectors: SandboxConnectors,
+    /** Dials the ports of `ssh -L` inside workshops. */
+    private readonly driver: Pick<WorkshopDriver, 'connect'>,
     private readonly log: { warn(obj: object, msg?: string): void },
   ) {}
 
@@ -190,7 +191,7 @@ export class SshEndpoint {
       client.on('tcpip', (accept, reject, info) => {
         // direct-tcpip (ssh -L, Remote-SSH's port forwarding): only to the workshop's own loopback.
         if (!['127.0.0.1', 'localhost', '::1'].includes(info.destIP) || info.destPort < 1 || info.destPort > 65535) return reject();
-        this.connectors.connect(target.sandbox, info.destPort).then(
+        this.driver.connect(target.sandbox, info.destPort).then(
           (socket) => {
             const channel = accept();
             socket.on('error', () => channel.destroy());

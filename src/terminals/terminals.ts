@@ -6,7 +6,6 @@ import type { Pool } from '../db/index.js';
 import type { Principal } from '../identity/index.js';
 import { SandboxConnectError } from '../sandbox/index.js';
 import type { WorkshopService } from '../workshops/index.js';
-import { SandboxConnectors } from './connector.js';
 import { PtySession, type TerminalTarget } from './pty.js';
 import { TunnelRelays } from './relays.js';
 import { AgentSessions, type SessionInfo } from './sessions.js';
@@ -101,15 +100,14 @@ export interface Terminals {
 }
 
 /**
- * Builds the terminals room: one SSH endpoint, one connector per workshop, the live tunnels and
+ * Builds the terminals room: one SSH endpoint, the live tunnels (ports dialled by the driver) and
  * PTYs, the agent sessions (adopted from a previous server). A workshop being deleted has its
  * tunnels cut, its SSH endpoint and sessions forgotten (its `deleting` event) before its
  * sandbox goes.
  */
 export function createTerminals(opts: TerminalsOptions): Terminals {
   const { workshops, log, approvals } = opts;
-  const connectors = new SandboxConnectors(workshops.driver);
-  const ssh = new SshEndpoint(opts.pool, opts.sealer, connectors, log);
+  const ssh = new SshEndpoint(opts.pool, opts.sealer, workshops.driver, log);
   // Host keys left in clear by an older server are sealed at start (and on first use, if this fails).
   void ssh.sealStoredKeys().then(
     (n) => {
@@ -137,7 +135,7 @@ export function createTerminals(opts: TerminalsOptions): Terminals {
 
     async dial(target, port) {
       try {
-        return await connectors.connect(target.sandbox, port);
+        return await workshops.driver.connect(target.sandbox, port);
       } catch (err) {
         if (err instanceof SandboxConnectError)
           throw new AtelierError('PORT_CLOSED', `${err.message} (${target.id}): start the server there first`, {
@@ -216,7 +214,7 @@ export function createTerminals(opts: TerminalsOptions): Terminals {
     close() {
       unsubscribe();
       relays.closeAll();
-      connectors.close();
+      workshops.driver.closeConnections();
       for (const p of ptys) p.close();
       sessions.close();
     },

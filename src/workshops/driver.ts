@@ -1,4 +1,5 @@
 import type { ChildProcess } from 'node:child_process';
+import type { Socket } from 'node:net';
 import type { WorkshopDisk, WorkshopLimits } from '../core/index.js';
 import type { CgroupUsage } from '../sandbox/index.js';
 import type { ExecSpec, SandboxHandle, SandboxLayout } from '../sandbox/index.js';
@@ -34,7 +35,8 @@ export interface SandboxEntry {
 /**
  * A runtime driver: where and how workshops run. `WorkshopService` owns the lifecycle (database,
  * locks, egress, simulators) and asks its driver for the sandbox side of each step; the terminals
- * room asks it how to enter a sandbox (`enter`, `netnsArgv`), so that neither reaches past it.
+ * room asks it how to enter a sandbox (`enter`) and to dial a port inside (`connect`), so that
+ * neither reaches past it.
  * The local driver (`local/driver.ts`) runs bubblewrap sandboxes on this host; a Kubernetes
  * driver would implement the same calls against its pods.
  */
@@ -73,10 +75,13 @@ export interface WorkshopDriver {
   /** How to spawn a program in the sandbox yourself (a PTY, an SSH channel, an agent session's holder). */
   enter(handle: SandboxHandle, spec: EnterSpec): SandboxEntry;
   /**
-   * The command line that runs a host program (`argv`: a helper that dials ports inside) in the
-   * sandbox's network namespace only, with the environment to run it with.
+   * A TCP connection to `port` on the sandbox's own loopback (a tunnel, `ssh -L`), as a socket
+   * the server owns (with a file descriptor: tunnels splice it in the kernel); SandboxConnectError
+   * when nothing listens there or it does not answer within `timeoutMs` (10 s when unset).
    */
-  netnsEntry(handle: SandboxHandle, argv: string[]): SandboxEntry;
+  connect(handle: SandboxHandle, port: number, timeoutMs?: number): Promise<Socket>;
+  /** Closes what `connect` keeps open between connections (at the server's shutdown). */
+  closeConnections(): void;
   stop(id: string, handle: SandboxHandle | null): Promise<void>;
   /** Removes everything the workshop owned on this host. */
   destroy(id: string, handle: SandboxHandle | null): Promise<void>;

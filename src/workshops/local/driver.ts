@@ -3,6 +3,7 @@ import { readdirSync, readFileSync, readlinkSync, rmdirSync, mkdirSync, existsSy
 import { join } from 'node:path';
 import { totalmem } from 'node:os';
 import type { ChildProcess } from 'node:child_process';
+import type { Socket } from 'node:net';
 import {
   applyServerReserve,
   cgroupBase,
@@ -38,6 +39,7 @@ import {
 } from '../../sandbox/index.js';
 import { AtelierError, formatSize, type WorkshopDisk } from '../../core/index.js';
 import type { EnterSpec, SandboxEntry, StartRequest, WorkshopDriver } from '../driver.js';
+import { SandboxConnectors } from './connector.js';
 
 /** Disk quotas (see sandbox/disk.ts): off in rootless mode, which cannot loop-mount. */
 export interface DiskSettings {
@@ -246,8 +248,18 @@ export class LocalDriver implements WorkshopDriver {
     return { argv: sandboxArgv(handle, marked), env: privilegedEnv(marked) };
   }
 
-  netnsEntry(handle: SandboxHandle, argv: string[]): SandboxEntry {
-    return { argv: ['/usr/bin/nsenter', ...nsenterArgs(handle, ['-n']), '--', ...seccompWrapOnHost(argv)], env: { ...HELPER_ENV } };
+  // One long-lived connect helper per workshop in use, in its network namespace only (connector.ts).
+  private readonly connectors = new SandboxConnectors((handle: SandboxHandle, argv: string[]): SandboxEntry => ({
+    argv: ['/usr/bin/nsenter', ...nsenterArgs(handle, ['-n']), '--', ...seccompWrapOnHost(argv)],
+    env: { ...HELPER_ENV },
+  }));
+
+  connect(handle: SandboxHandle, port: number, timeoutMs?: number): Promise<Socket> {
+    return this.connectors.connect(handle, port, timeoutMs);
+  }
+
+  closeConnections(): void {
+    this.connectors.close();
   }
 
   /** Kills the sandbox and any stray process that names its directories, removes its cgroups. */

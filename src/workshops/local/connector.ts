@@ -1,9 +1,9 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import type { Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
-import { SandboxConnectError, type SandboxHandle } from '../sandbox/index.js';
-import type { WorkshopDriver } from '../workshops/index.js';
-import { pythonLibEnv } from '../core/index.js';
+import { SandboxConnectError, type SandboxHandle } from '../../sandbox/index.js';
+import { pythonLibEnv } from '../../core/index.js';
+import type { SandboxEntry } from '../driver.js';
 
 const HELPER = fileURLToPath(new URL('./netns-connector.py', import.meta.url));
 /** A connector nobody used for this long exits (it holds the workshop's network namespace). */
@@ -17,6 +17,9 @@ interface Pending {
   timer: NodeJS.Timeout;
 }
 
+/** The command line that runs a host program (`argv`) in a sandbox's network namespace only. */
+export type NetnsEntry = (handle: SandboxHandle, argv: string[]) => SandboxEntry;
+
 /** One helper process inside one workshop's network namespace, connecting on request. */
 class Connector {
   private readonly child: ChildProcess;
@@ -26,8 +29,8 @@ class Connector {
   private stderr = '';
   gone = false;
 
-  constructor(driver: WorkshopDriver, handle: SandboxHandle, onGone: () => void) {
-    const { argv, env } = driver.netnsEntry(handle, ['/usr/bin/python3', '-I', '-S', HELPER]);
+  constructor(entry: NetnsEntry, handle: SandboxHandle, onGone: () => void) {
+    const { argv, env } = entry(handle, ['/usr/bin/python3', '-I', '-S', HELPER]);
     this.child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'ignore', 'pipe', 'ipc'], env: { ...env, ...pythonLibEnv() } });
     this.child.stderr!.on('data', (c: Buffer) => (this.stderr = (this.stderr + c.toString()).slice(-2000)));
     this.child.on('message', (m: unknown, socket?: Socket) => this.answer(m, socket));
@@ -106,18 +109,19 @@ class Connector {
  * `nsenter --net`, started on first use, gone after 30 s unused) instead of a helper process per
  * connection: a new connection costs a message, not a process start (which dominated short
  * requests: ~150–200 ms on this machine under load, against ~1 ms for a direct connection).
- * The result: a socket owned by the server, or SandboxConnectError when nothing listens.
+ * The result: a socket owned by the server, or SandboxConnectError when nothing listens. The local
+ * driver's `connect` (a driver of another kind dials its sandboxes its own way).
  */
 export class SandboxConnectors {
   private readonly connectors = new Map<string, Connector>();
 
-  constructor(private readonly driver: WorkshopDriver) {}
+  constructor(private readonly entry: NetnsEntry) {}
 
   connect(handle: SandboxHandle, port: number, timeoutMs = TIMEOUT_MS): Promise<Socket> {
     const key = `${handle.pid}:${handle.startTime}`;
     let c = this.connectors.get(key);
     if (!c || c.gone) {
-      const fresh: Connector = new Connector(this.driver, handle, () => {
+      const fresh: Connector = new Connector(this.entry, handle, () => {
         if (this.connectors.get(key) === fresh) this.connectors.delete(key);
       });
       c = fresh;
