@@ -154,14 +154,13 @@ function builtinNamesUsed(source, builtin) {
 
 /**
  * Core's index for the client: an ES module that re-exports, as they are, the modules of core that
- * cost nothing to evaluate (see eagerModules), and everything else (`export *`) from
- * index.lazy.cjs, CommonJS whose every export is a getter that requires its module of core when
- * first read. esbuild copies a CommonJS module's exports into an object of its own for each ES
- * module that imports it (`__toESM`): the lazy index was that CommonJS module, imported by every
- * module of the client that uses core, and its ~110 accessors were copied 3–4 times at every
- * command (~1 ms of CPU). Now the lazy part is copied once, by this index, and what a list or an
- * exec reads of core (AtelierError, loadConfig, readClientConfig, loadYaml, the routes…) are plain
- * bindings.
+ * cost nothing to evaluate (see eagerModules), and the others' exports from index.lazy.cjs,
+ * CommonJS whose every export is a getter that requires its module of core when first read.
+ * esbuild copies a CommonJS module's exports into an object of its own for each ES module that
+ * imports it (`__toESM`): the lazy index was that CommonJS module, imported by every module of the
+ * client that uses core, and its ~110 accessors were copied 3–4 times at every command (~1 ms of
+ * CPU). Now nothing is copied (see below), and what a list or an exec reads of core (AtelierError,
+ * loadConfig, readClientConfig, loadYaml, the routes…) are plain bindings.
  */
 async function clientIndex(core) {
   const index = join(core, 'index.js');
@@ -176,6 +175,8 @@ async function clientIndex(core) {
     byModule.set(from[0], [...(byModule.get(from[0]) ?? []), name]);
   }
   const esm = [];
+  const lazyNames = [];
+  const requires = [];
   const getters = [];
   for (const [file, names] of byModule) {
     if (eager.has(file)) {
@@ -185,14 +186,21 @@ async function clientIndex(core) {
     // The module as CommonJS (esbuild copies an ES module's exports into a new object at each
     // require()), required once.
     const m = `m_${file.replace(/\W/g, '_')}`;
-    getters.push(`let ${m};`);
+    requires.push(`let ${m};`);
+    lazyNames.push(...names);
     for (const name of names)
-      getters.push(
-        `Object.defineProperty(exports, ${JSON.stringify(name)}, { enumerable: true, get: () => (${m} ??= require(${JSON.stringify(file)})).${name} });`,
-      );
+      getters.push(`  ${name}: { enumerable: true, get: () => (${m} ??= require(${JSON.stringify(file)})).${name} },`);
   }
-  esm.push("export * from './index.lazy.cjs';");
-  return { esm: `${esm.join('\n')}\n`, lazy: `Object.defineProperty(exports, '__esModule', { value: true });\n${getters.join('\n')}\n` };
+  // Named, not `export *`: each importer then reads the lazy object that esbuild's __toESM made of
+  // index.lazy.cjs (once, here), not a copy of it in this module's namespace.
+  esm.push(`export { ${lazyNames.join(', ')} } from './index.lazy.cjs';`);
+  // The getters on the prototype of the module's exports: __toESM copies own properties only, and
+  // its object inherits from the same prototype, so nothing is copied and every getter still answers.
+  const lazy = [
+    ...requires,
+    `module.exports = Object.create(Object.defineProperties({}, {\n  __esModule: { value: true },\n${getters.join('\n')}\n}));`,
+  ];
+  return { esm: `${esm.join('\n')}\n`, lazy: `${lazy.join('\n')}\n` };
 }
 
 /**
