@@ -176,31 +176,44 @@ async function clientIndex(core) {
   }
   const esm = [];
   const lazyNames = [];
-  const requires = [];
-  const getters = [];
+  const loaders = [];
+  const from = [];
   for (const [file, names] of byModule) {
     if (eager.has(file)) {
       esm.push(`export { ${names.join(', ')} } from ${JSON.stringify(file)};`);
       continue;
     }
-    // The module as CommonJS (esbuild copies an ES module's exports into a new object at each
-    // require()), required once.
-    const m = `m_${file.replace(/\W/g, '_')}`;
-    requires.push(`let ${m};`);
+    // A static require() each, for esbuild to bundle; it answers the module as CommonJS (a copy of
+    // its exports at each call): kept once required.
+    loaders.push(`  ${JSON.stringify(file)}: () => require(${JSON.stringify(file)}),`);
     lazyNames.push(...names);
-    for (const name of names)
-      getters.push(`  ${name}: { enumerable: true, get: () => (${m} ??= require(${JSON.stringify(file)})).${name} },`);
+    for (const name of names) from.push(`  ${name}: ${JSON.stringify(file)},`);
   }
   // Named, not `export *`: each importer then reads the lazy object that esbuild's __toESM made of
   // index.lazy.cjs (once, here), not a copy of it in this module's namespace.
   esm.push(`export { ${lazyNames.join(', ')} } from './index.lazy.cjs';`);
-  // The getters on the prototype of the module's exports: __toESM copies own properties only, and
-  // its object inherits from the same prototype, so nothing is copied and every getter still answers.
-  const lazy = [
-    ...requires,
-    `module.exports = Object.create(Object.defineProperties({}, {\n  __esModule: { value: true },\n${getters.join('\n')}\n}));`,
-  ];
-  return { esm: `${esm.join('\n')}\n`, lazy: `${lazy.join('\n')}\n` };
+  // What the lazy object answers comes from its prototype, a proxy that loads the module of the
+  // name read: __toESM copies own properties only (there are none) and its object inherits from the
+  // same prototype. A proxy rather than ~85 getters: nothing is made per name at every command.
+  const lazy = `const load = {
+${loaders.join('\n')}
+};
+const from = {
+${from.join('\n')}
+};
+const loaded = {};
+module.exports = Object.create(
+  new Proxy(
+    {},
+    {
+      get: (_, name) =>
+        name === '__esModule' ||
+        (typeof name === 'string' && Object.hasOwn(from, name) ? (loaded[from[name]] ??= load[from[name]]())[name] : undefined),
+    },
+  ),
+);
+`;
+  return { esm: `${esm.join('\n')}\n`, lazy };
 }
 
 /**
