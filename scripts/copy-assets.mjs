@@ -28,9 +28,11 @@ rmSync('dist/bundle', { recursive: true, force: true });
  * What keeps zod off a client command's path (docs/development.md, "How the CLI starts fast"):
  * building core's zod schemas (the API's, the route table's) was half of a command's start, and
  * the client validates nothing with them (the server does). Two things, in the bundle only:
- * - core's index is a lazy one: each of its exports loads the module of core that defines it when
- *   first read (core/index.js re-exports every module of core, and an ES module's imports are all
- *   evaluated before it, whatever is used of them);
+ * - core's index is a lazy one: each export of a module of core that loads a package (zod) or an
+ *   expensive built-in (crypto) loads that module when first read (core/index.js re-exports every
+ *   module of core, and an ES module's imports are all evaluated before it, whatever is used of
+ *   them); the others (errors, config, the client's configuration, files, yaml, the route table's
+ *   projection…) are re-exported as they are, so a command reads them as plain bindings;
  * - core's route table is its projection without its zod schemas (query, body, response), made here
  *   from the built table itself, so that a path is still written once (src/core/routes.ts).
  */
@@ -39,17 +41,21 @@ function clientPath() {
   return {
     name: 'client-path',
     setup(b) {
-      // As a .cjs file: esbuild takes a .js file of this package (`"type": "module"`) for an ES module.
       b.onResolve({ filter: /(^|\/)core\/index\.js$/ }, (a) =>
         join(a.resolveDir, a.path) === join(core, 'index.js')
-          ? { path: join(core, 'index.lazy.cjs'), namespace: 'client-path' }
+          ? { path: join(core, 'index.client.js'), namespace: 'client-path' }
           : undefined,
       );
-      b.onLoad({ filter: /.*/, namespace: 'client-path' }, async () => ({
-        contents: await lazyIndex(core),
-        loader: 'js',
-        resolveDir: core,
-      }));
+      // The lazy part, required by the index above only.
+      b.onResolve({ filter: /^\.\/index\.lazy\.cjs$/ }, (a) =>
+        a.namespace === 'client-path' ? { path: join(core, 'index.lazy.cjs'), namespace: 'client-path' } : undefined,
+      );
+      let index;
+      b.onLoad({ filter: /.*/, namespace: 'client-path' }, async (a) => {
+        index ??= clientIndex(core);
+        const { esm, lazy } = await index;
+        return { contents: a.path.endsWith('.cjs') ? lazy : esm, loader: 'js', resolveDir: core };
+      });
       b.onLoad({ filter: /\/dist\/core\/routes\.js$/ }, async (a) =>
         a.path === join(core, 'routes.js') ? { contents: await routesProjection(core), loader: 'js', resolveDir: core } : undefined,
       );
@@ -89,19 +95,22 @@ function vendorStubs() {
  * some commands call: each is a stub of those functions here, which requires the built-in when
  * first called. `child_process` (with `net`, `dgram` and their bindings) came with commander, which
  * spawns only executable subcommands (we have none); `crypto` with core's atomic write, which a
- * command reading its context never calls. A command that uses either still gets the real thing.
+ * command reading its context never calls; `module` (with the ES module loader and source maps,
+ * ~0.7 ms) with the CLI's secret store, which needs it only to find the OS keyring's native module.
+ * A command that uses one still gets the real thing.
  * Keyed by the importer's path (its end) and the built-in; the functions are all that importer uses
  * of it (the build fails if one is missing: the stub would answer `undefined`).
  */
 const LAZY_BUILTINS = [
   { importer: '/node_modules/commander/lib/command.js', builtin: 'node:child_process', names: ['spawn'] },
   { importer: '/dist/core/files.js', builtin: 'node:crypto', names: ['randomBytes'] },
+  { importer: '/dist/cli/secrets.js', builtin: 'node:module', names: ['createRequire'] },
 ];
 function lazyBuiltins() {
   return {
     name: 'lazy-builtins',
     setup(b) {
-      b.onResolve({ filter: /^node:(child_process|crypto)$/ }, (a) => {
+      b.onResolve({ filter: new RegExp(`^(${[...new Set(LAZY_BUILTINS.map((l) => l.builtin))].join('|')})$`) }, (a) => {
         // The stub's own require is the real built-in.
         if (a.namespace === 'lazy-builtin') return undefined;
         const lazy = LAZY_BUILTINS.find((l) => a.importer.endsWith(l.importer) && l.builtin === a.path);
@@ -143,18 +152,101 @@ function builtinNamesUsed(source, builtin) {
   return [...new Set(uses.map((m) => m[1]).filter(Boolean))];
 }
 
-/** dist/core/index.js as CommonJS whose every export is a getter that requires its module of core. */
-async function lazyIndex(core) {
+/**
+ * Core's index for the client: an ES module that re-exports, as they are, the modules of core that
+ * cost nothing to evaluate (see eagerModules), and the others' exports from index.lazy.cjs,
+ * CommonJS whose every export is a getter that requires its module of core when first read.
+ * esbuild copies a CommonJS module's exports into an object of its own for each ES module that
+ * imports it (`__toESM`): the lazy index was that CommonJS module, imported by every module of the
+ * client that uses core, and its ~110 accessors were copied 3–4 times at every command (~1 ms of
+ * CPU). Now nothing is copied (see below), and what a list or an exec reads of core (AtelierError,
+ * loadConfig, readClientConfig, loadYaml, the routes…) are plain bindings.
+ */
+async function clientIndex(core) {
   const index = join(core, 'index.js');
   const all = await import(pathToFileURL(index).href);
   const files = [...readFileSync(index, 'utf8').matchAll(/^export [^;]*? from '(\.\/\w+\.js)';$/gms)].map((m) => m[1]);
   const modules = await Promise.all(files.map(async (f) => [f, await import(pathToFileURL(join(core, f)).href)]));
-  const getters = Object.keys(all).map((name) => {
+  const eager = eagerModules(core, files);
+  const byModule = new Map();
+  for (const name of Object.keys(all)) {
     const from = modules.find(([, m]) => name in m && m[name] === all[name]);
     if (!from) throw new Error(`dist/core/index.js exports ${name} from no module of ${files.join(', ')}: check scripts/copy-assets.mjs`);
-    return `  ${name}: { enumerable: true, get: () => require(${JSON.stringify(from[0])}).${name} },`;
-  });
-  return `module.exports = Object.defineProperties({}, {\n  __esModule: { value: true },\n${getters.join('\n')}\n});\n`;
+    byModule.set(from[0], [...(byModule.get(from[0]) ?? []), name]);
+  }
+  const esm = [];
+  const lazyNames = [];
+  const loaders = [];
+  const from = [];
+  for (const [file, names] of byModule) {
+    if (eager.has(file)) {
+      esm.push(`export { ${names.join(', ')} } from ${JSON.stringify(file)};`);
+      continue;
+    }
+    // A static require() each, for esbuild to bundle; it answers the module as CommonJS (a copy of
+    // its exports at each call): kept once required.
+    loaders.push(`  ${JSON.stringify(file)}: () => require(${JSON.stringify(file)}),`);
+    lazyNames.push(...names);
+    for (const name of names) from.push(`  ${name}: ${JSON.stringify(file)},`);
+  }
+  // Named, not `export *`: each importer then reads the lazy object that esbuild's __toESM made of
+  // index.lazy.cjs (once, here), not a copy of it in this module's namespace.
+  esm.push(`export { ${lazyNames.join(', ')} } from './index.lazy.cjs';`);
+  // What the lazy object answers comes from its prototype, a proxy that loads the module of the
+  // name read: __toESM copies own properties only (there are none) and its object inherits from the
+  // same prototype. A proxy rather than ~85 getters: nothing is made per name at every command.
+  const lazy = `const load = {
+${loaders.join('\n')}
+};
+const from = {
+${from.join('\n')}
+};
+const loaded = {};
+module.exports = Object.create(
+  new Proxy(
+    {},
+    {
+      get: (_, name) =>
+        name === '__esModule' ||
+        (typeof name === 'string' && Object.hasOwn(from, name) ? (loaded[from[name]] ??= load[from[name]]())[name] : undefined),
+    },
+  ),
+);
+`;
+  return { esm: `${esm.join('\n')}\n`, lazy };
+}
+
+/**
+ * The modules of core (of `files`) that the client's index re-exports as they are: those whose
+ * static imports are all built-ins a command loads anyway (or one LAZY_BUILTINS stubs for it) and
+ * other such modules of core. A module importing a package (zod) or another built-in (crypto)
+ * stays lazy, and so does every module importing one. routes.js is its projection in the bundle
+ * (routesProjection), which imports nothing.
+ */
+function eagerModules(core, files) {
+  const CHEAP_BUILTINS = new Set(['node:fs', 'node:path', 'node:url', 'node:os']);
+  const imports = (file) =>
+    file === './routes.js'
+      ? []
+      : [...readFileSync(join(core, file), 'utf8').matchAll(/^(?:import|export) (?:(?!type )[^;]*? from )?'([^']+)';$/gms)].map(
+          (m) => m[1],
+        );
+  const memo = new Map();
+  const eager = (file) => {
+    if (!memo.has(file)) {
+      memo.set(file, false);
+      memo.set(
+        file,
+        imports(file).every((spec) =>
+          spec.startsWith('./')
+            ? eager(spec)
+            : CHEAP_BUILTINS.has(spec) || LAZY_BUILTINS.some((l) => l.builtin === spec && join(core, file).endsWith(l.importer)),
+        ),
+      );
+    }
+    return memo.get(file);
+  };
+  return new Set(files.filter(eager));
 }
 
 /** dist/core/routes.js for the client: every export of it, the table without its schemas. */
@@ -198,8 +290,11 @@ const COMMON = {
   external: ['@napi-rs/keyring', 'bufferutil', 'utf-8-validate', 'jsonc-parser'],
   // Every module's `import.meta.url` is the bundle's own URL (all of it sits in dist/bundle, as the
   // chunks did): helpers beside the compiled code are found as `../sandbox/…` from there.
-  define: { 'import.meta.url': '__atelierBundleUrl' },
-  banner: { js: "const __atelierBundleUrl = require('node:url').pathToFileURL(__filename).href;" },
+  // Made when first read: a list or an exec reads none.
+  define: { 'import.meta.url': '__atelierBundle.url' },
+  banner: {
+    js: "let __atelierBundleUrl; const __atelierBundle = { get url() { return (__atelierBundleUrl ??= require('node:url').pathToFileURL(__filename).href); } };",
+  },
   logLevel: 'warning',
 };
 await build({

@@ -1,4 +1,5 @@
-import http from 'node:http';
+// Named imports: a default import of a built-in is wrapped in a copy of all its exports in the bundle (esbuild's __toESM).
+import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { mkdirSync, rmdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type * as OpenIdClient from 'openid-client';
@@ -75,10 +76,10 @@ export function bearerOf(credential: Credential | undefined): string | undefined
   return credential.bearer === 'id' && credential.idToken ? credential.idToken : credential.accessToken;
 }
 
-async function send(target: Target, opts: RequestOptions, payload: Buffer | undefined): Promise<http.IncomingMessage> {
+async function send(target: Target, opts: RequestOptions, payload: Buffer | undefined): Promise<IncomingMessage> {
   const url = new URL(opts.path, target.url);
   // TLS (node:https, node:tls, node:crypto) only loads for a server that speaks it.
-  const lib = url.protocol === 'https:' ? (await import('node:https')).default : http;
+  const requestOf = url.protocol === 'https:' ? (await import('node:https')).request : httpRequest;
   // The channel is kept in the approvals audit (cli, slack, dashboard, api).
   const headers: Record<string, string> = { accept: opts.accept ?? 'application/json', 'x-atelier-channel': 'cli' };
   const bearer = opts.anonymous ? undefined : bearerOf(target.credential);
@@ -89,7 +90,7 @@ async function send(target: Target, opts: RequestOptions, payload: Buffer | unde
     headers['content-length'] = String(payload.length);
   }
   return new Promise((resolve, reject) => {
-    const req = lib.request(url, { method: opts.method, headers }, resolve);
+    const req = requestOf(url, { method: opts.method, headers }, resolve);
     req.on('error', (err: NodeJS.ErrnoException) => reject(unreachable(target, err)));
     req.end(payload);
   });
@@ -109,7 +110,7 @@ function unreachable(target: Target, err: NodeJS.ErrnoException): AtelierError {
  * One HTTP request to the server; returns the response for streaming callers. An OIDC token
  * that expires within a minute is refreshed first, and once more on a 401 TOKEN_EXPIRED.
  */
-export async function request(target: Target, opts: RequestOptions): Promise<http.IncomingMessage> {
+export async function request(target: Target, opts: RequestOptions): Promise<IncomingMessage> {
   const payload = opts.raw ?? (opts.body === undefined ? undefined : Buffer.from(JSON.stringify(opts.body)));
   if (!opts.anonymous && refreshable(target.credential) && expiresWithin(target.credential, 60)) await refresh(target, false);
   const res = await send(target, opts, payload);
@@ -135,10 +136,54 @@ export function serverError(target: Target, status: number, text: string): Ateli
   return errorFrom(target, status, text);
 }
 
-export async function readBody(res: http.IncomingMessage): Promise<Buffer> {
+export async function readBody(res: IncomingMessage): Promise<Buffer> {
   const chunks: Buffer[] = [];
-  for await (const c of res) chunks.push(c as Buffer);
+  for await (const c of chunksOf(res)) chunks.push(c as Buffer);
   return Buffer.concat(chunks);
+}
+
+/**
+ * A response's chunks as they arrive, as `for await (const c of res)` gives them (Node's
+ * createAsyncIterator, which this follows: `read()` on 'readable', the stream's error, "Premature
+ * close" when it closes before its end, the stream destroyed when the loop stops). Not Node's own:
+ * its functions are compiled at their first call in every command (~1 ms of CPU), ours come from
+ * the bundle's code cache.
+ */
+async function* chunksOf(res: IncomingMessage): AsyncGenerator<Buffer | string> {
+  const premature = (): Error => Object.assign(new Error('Premature close'), { code: 'ERR_STREAM_PREMATURE_CLOSE' });
+  let wake: (() => void) | undefined;
+  // A stream that already ended, failed or closed says so at once, as Node's does.
+  let ended = res.readableEnded;
+  let failed: Error | undefined = res.errored ?? (res.destroyed && !ended ? premature() : undefined);
+  const next = (): void => {
+    const w = wake;
+    wake = undefined;
+    w?.();
+  };
+  res.on('readable', next);
+  res.once('end', () => {
+    ended = true;
+    next();
+  });
+  res.once('error', (err) => {
+    failed ??= err;
+    next();
+  });
+  res.once('close', () => {
+    if (!ended) failed ??= premature();
+    next();
+  });
+  try {
+    for (;;) {
+      const chunk = res.destroyed ? null : (res.read() as Buffer | string | null);
+      if (chunk !== null) yield chunk;
+      else if (failed) throw failed;
+      else if (ended) return;
+      else await new Promise<void>((resolve) => (wake = resolve));
+    }
+  } finally {
+    res.destroy();
+  }
 }
 
 function errorCodeOf(text: string): unknown {
@@ -174,7 +219,7 @@ function errorFrom(target: Target, status: number, text: string): AtelierError {
 }
 
 /** Turns a non-2xx response into the server's AtelierError (code, message, details). */
-export async function raiseFor(res: http.IncomingMessage, target?: Target): Promise<void> {
+export async function raiseFor(res: IncomingMessage, target?: Target): Promise<void> {
   const status = res.statusCode ?? 500;
   if (status < 400) return;
   const text = (await readBody(res)).toString('utf8');
@@ -187,10 +232,10 @@ export async function raiseFor(res: http.IncomingMessage, target?: Target): Prom
 }
 
 /** The lines of an NDJSON response, as they arrive (the last one may lack its newline). */
-export async function* ndjsonLines(res: http.IncomingMessage): AsyncGenerator<string> {
+export async function* ndjsonLines(res: IncomingMessage): AsyncGenerator<string> {
   let pending = '';
   res.setEncoding('utf8');
-  for await (const chunk of res) {
+  for await (const chunk of chunksOf(res)) {
     pending += chunk as string;
     let nl: number;
     while ((nl = pending.indexOf('\n')) >= 0) {

@@ -1,18 +1,21 @@
 import { readFileSync } from 'node:fs';
 
-const VERSION = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+/** Read when first needed (`--version` unbundled, `server start`): not at every command's start. */
+let version: string | undefined;
+const cliVersion = (): string =>
+  (version ??= (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version);
 
 /** Exit codes: the command's own for `exec`; 1 for an error; 2 for a usage error. */
 async function main(argv: string[]): Promise<number> {
   if (argv.length === 1 && (argv[0] === '--version' || argv[0] === '-V')) {
-    process.stdout.write(`${VERSION}\n`);
+    process.stdout.write(`${cliVersion()}\n`);
     return 0;
   }
   // Everything heavier than package.json loads only past this point: `--version` stays instant.
   const { CommanderError } = await import('commander');
   const { loadConfig } = await import('../core/index.js');
   const { createProgram, VERSION_FLAGS } = await import('./program.js');
-  const { program, exitCode } = await createProgram(loadConfig(), VERSION, argv);
+  const { program, exitCode } = await createProgram(loadConfig(), cliVersion, argv);
 
   try {
     await program.parseAsync(argv, { from: 'user' });

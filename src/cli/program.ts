@@ -61,7 +61,8 @@ export const NOUNS: readonly { commands: readonly string[]; load(): Promise<Regi
  */
 export async function createProgram(
   config: Config,
-  version: string,
+  /** The CLI's version, or what reads it when a command needs it. */
+  version: string | (() => string),
   argv?: readonly string[],
 ): Promise<{ program: Command; exitCode(): number }> {
   let exitCode = 0;
@@ -87,7 +88,9 @@ export async function createProgram(
 
   const cli: Cli = {
     config,
-    version,
+    get version() {
+      return typeof version === 'string' ? version : version();
+    },
     ctx,
     render,
     Option,
