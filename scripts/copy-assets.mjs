@@ -68,14 +68,14 @@ function clientPath() {
  * of the code) are a second bundle, dist/bundle/vendor.cjs, that bin/atelier compiles (with a code
  * cache of its own) only when a command first reads one of them: the main bundle, which every
  * command reads and deserializes, keeps the CLI, core, the SDK, commander and yaml (a context's
- * config.yaml is read by most commands). Each package our code imports is a stub here,
+ * config.yaml is read by most commands). Each package our code imports is a lazy shim here,
  * `__vendor("name")`, answered by the vendor bundle; within it, packages share one copy each.
  */
 const VENDOR = /^(zod|pg|ws|openid-client|@modelcontextprotocol\/sdk\/[\w/.-]+)$/;
 const vendored = new Set();
-function vendorStubs() {
+function vendorShims() {
   return {
-    name: 'vendor-stubs',
+    name: 'vendor-lazy',
     setup(b) {
       b.onResolve({ filter: VENDOR }, (a) => {
         if (a.importer.includes('/node_modules/')) return undefined;
@@ -92,14 +92,14 @@ function vendorStubs() {
 
 /**
  * Node built-ins that a module of the main bundle requires at its top level for a function only
- * some commands call: each is a stub of those functions here, which requires the built-in when
+ * some commands call: each is a lazy shim of those functions here, which requires the built-in when
  * first called. `child_process` (with `net`, `dgram` and their bindings) came with commander, which
  * spawns only executable subcommands (we have none); `crypto` with core's atomic write, which a
  * command reading its context never calls; `module` (with the ES module loader and source maps,
  * ~0.7 ms) with the CLI's secret store, which needs it only to find the OS keyring's native module.
  * A command that uses one still gets the real thing.
  * Keyed by the importer's path (its end) and the built-in; the functions are all that importer uses
- * of it (the build fails if one is missing: the stub would answer `undefined`).
+ * of it (the build fails if one is missing: the shim would answer `undefined`).
  */
 const LAZY_BUILTINS = [
   { importer: '/node_modules/commander/lib/command.js', builtin: 'node:child_process', names: ['spawn'] },
@@ -111,7 +111,7 @@ function lazyBuiltins() {
     name: 'lazy-builtins',
     setup(b) {
       b.onResolve({ filter: new RegExp(`^(${[...new Set(LAZY_BUILTINS.map((l) => l.builtin))].join('|')})$`) }, (a) => {
-        // The stub's own require is the real built-in.
+        // The shim's own require is the real built-in.
         if (a.namespace === 'lazy-builtin') return undefined;
         const lazy = LAZY_BUILTINS.find((l) => a.importer.endsWith(l.importer) && l.builtin === a.path);
         if (!lazy) return undefined;
@@ -218,7 +218,7 @@ module.exports = Object.create(
 
 /**
  * The modules of core (of `files`) that the client's index re-exports as they are: those whose
- * static imports are all built-ins a command loads anyway (or one LAZY_BUILTINS stubs for it) and
+ * static imports are all built-ins a command loads anyway (or one LAZY_BUILTINS shims for it) and
  * other such modules of core. A module importing a package (zod) or another built-in (crypto)
  * stays lazy, and so does every module importing one. routes.js is its projection in the bundle
  * (routesProjection), which imports nothing.
@@ -303,7 +303,7 @@ await build({
   outfile: 'dist/bundle/main.cjs',
   plugins: [
     clientPath(),
-    vendorStubs(),
+    vendorShims(),
     lazyBuiltins(),
     {
       name: 'server-stays-unbundled',
