@@ -67,7 +67,7 @@ const HELPER_ENV = { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C.UTF-8' };
 
 /**
  * Runs workshops as bubblewrap sandboxes on this host. One sandbox = one detached `bwrap`
- * whose PID 1 idles; work enters it with nsenter (see README, "Architecture").
+ * whose PID 1 idles; work enters it with sandbox-enter (see docs/architecture.md, "Sandboxes").
  */
 export class LocalDriver implements WorkshopDriver {
   readonly name = 'local';
