@@ -232,6 +232,15 @@ for (const rootless of [false, true]) {
       assert.match(missing.err, /no-such-command: command not found/);
       const notExecutable = await run(['/etc/hostname']);
       assert.equal(notExecutable.code, 126);
+      // Searched in the workshop's PATH, not the privileged one.
+      const made = await run([
+        'sh',
+        '-c',
+        'mkdir -p /tmp/bin && printf "#!/bin/sh\\necho found\\n" > /tmp/bin/only-here && chmod +x /tmp/bin/only-here',
+      ]);
+      assert.equal(made.code, 0, made.err);
+      const found = await run(['only-here'], { env: { ...env, PATH: '/tmp/bin:/usr/bin:/bin' } });
+      assert.equal(found.out, 'found\n', found.err);
       // A script without `#!` runs under /bin/sh, as a shell's exec ran it.
       const script = await run(['sh', '-c', 'printf "echo script \\$1\\n" > /tmp/s && chmod +x /tmp/s && exec /tmp/s one']);
       assert.equal(script.out, 'script one\n', script.err);
