@@ -7,9 +7,10 @@
  *                 [--cgroup FILE]... --cwd DIR -- PROGRAM [ARG...]
  *
  * It replaces a chain of five execs (a shell joining the cgroups, nsenter, seccomp-exec, setpriv,
- * a shell applying the environment), ~5 ms of CPU per entry, with one static program of no C
- * library (nolibc.h), so that `atelier exec` costs little more than the command. Each step does
- * what its predecessor in the chain did, in the same order, for the same reasons:
+ * a shell applying the environment), 4.2 ms of CPU per entry of /bin/true against 0.9 ms now
+ * (perf stat), with one static program of no C library (nolibc.h), so that `atelier exec` costs
+ * little more than the command. Each step does what its predecessor in the chain did, in the same
+ * order (the working directory excepted, see 6), for the same reasons:
  *
  *  1. The OOM score (--oom-score-adj), then the cgroups (--cgroup, each a cgroup.procs file that
  *     gets our pid), on the host, before anything else: every later step, and the command, is
@@ -25,8 +26,9 @@
  *     network, PID, and the mount namespace last, which also moves our root and working
  *     directory to the sandbox's root. A target that shares our own mount or PID namespace (a
  *     sandbox gone and its pid reused by a host process) is refused: never a command on the host.
- *     The descriptors are closed with O_CLOEXEC and at once: nothing of the host reaches the
- *     command.
+ *     The descriptors are opened close-on-exec and closed once used: nothing of the host reaches the
+ *     command. A sandbox without the filter's loader (one started before the filter, whose own
+ *     processes run unfiltered) is refused too, once its mount namespace shows it.
  *  3. A fork: setns(CLONE_NEWPID) places only our children in the sandbox's PID namespace. The
  *     parent stays outside, waits, and ends as the child did (its exit code, or the same signal
  *     raised on itself; a stopped child stops it too, as nsenter does), so the caller sees the
@@ -46,14 +48,16 @@
  *     cleared). Rootless, the uid stays (0 of the user namespace, already the server's own uid
  *     on the host) and only the capabilities go. The filter allows these calls.
  *  6. The working directory (--cwd), as the workshop's uid: the same permission checks as the
- *     shell's `cd` had, and no privileged step ever resolves a path the workshop controls.
- *     Failure is exit 126, as before.
+ *     shell's `cd` had, and no privileged step ever resolves a path the workshop controls (nsenter
+ *     -w entered /workspace as root, the PID 1's own directory: the workshop's uid owns it, so it
+ *     makes no difference there). Failure is exit 126, as before.
  *  7. The environment: the workshop's variables arrive as `__ATELIER_ENV_<name>=value` in ours
  *     (never on a command line: any host user reads /proc/PID/cmdline), and become the
  *     command's whole environment only now, after the drop; the rest of ours (the privileged
  *     PATH and LANG) is dropped. Nothing before this point reads a variable (this program reads
  *     none, and runs no other), so a workshop's PATH or LD_PRELOAD never reached a privileged
- *     step. Any name a process may carry passes, the odd ones (`odd-name`) included.
+ *     step. Any name a process may carry passes, the odd ones (`odd-name`) included. PWD is the
+ *     working directory unless the workshop sets it, as the shell that applied them exported it.
  *  8. The command, searched in the workshop's PATH (as the shell did: the default one without
  *     it), a script without `#!` run by /bin/sh; not found is exit 127, not runnable 126.
  *
