@@ -386,6 +386,7 @@ const PINNED_EXPORTS: Record<string, readonly string[]> = {
     'createCgroups',
     'destroyCgroups',
     'diskUsage',
+    'entryOf',
     'execInSandbox',
     'freeBytes',
     'freeze',

@@ -18,6 +18,7 @@ export { diskUsage, freeBytes, isMountPoint, WorkshopDisks } from './disk.js';
 export type { DiskUsage, Runner, WorkshopDisksOptions } from './disk.js';
 export {
   EGRESS_PORT,
+  entryOf,
   execInSandbox,
   isSandboxAlive,
   killSandbox,

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import type { Writable } from 'node:stream';
 import { procsFiles, destroyCgroups, WORKSHOP_OOM_SCORE_ADJ, type CgroupPaths } from './cgroups.js';
 import { HOST_TRUST_BUNDLE, identityFiles, LOGIN_PROFILE, LOGIN_PROFILE_NAME, mountPlan, TRUST_BUNDLE, type MountStep } from './rootfs.js';
-import { installLoader, SECCOMP_EXEC, seccompWrap } from './seccomp.js';
+import { installLoader, sandboxEnterPath, SECCOMP_EXEC, seccompWrap } from './seccomp.js';
 
 /**
  * Inside the workshop, the egress proxy is at 127.0.0.1:EGRESS_PORT (HTTP, CONNECT and SOCKS5 on
@@ -78,9 +78,9 @@ function inCgroups(cgroups: CgroupPaths | null, argv: string[]): string[] {
   return ['/bin/sh', '-c', CGROUP_ENTER, 'sh', String(files.length), ...files, ...argv];
 }
 
-/** No capabilities, an empty bounding set, no_new_privs; as root, also the workshop's own uid. */
-function dropPrivileges(uid: number | null): string[] {
-  const ids = uid === null ? [] : [`--reuid=${uid}`, `--regid=${uid}`, '--clear-groups'];
+/** The workshop's own uid, no capabilities, an empty bounding set, no_new_privs (the sandbox's idle process). */
+function dropPrivileges(uid: number): string[] {
+  const ids = [`--reuid=${uid}`, `--regid=${uid}`, '--clear-groups'];
   return ['/usr/bin/setpriv', ...ids, '--inh-caps=-all', '--bounding-set=-all', '--no-new-privs', '--'];
 }
 
@@ -364,80 +364,83 @@ export interface ExecSpec {
   cwd: string;
   env: Record<string, string>;
   /**
-   * The name the chain's first shell runs under (its `$0`, `sh` by default): seen in the chain's
-   * command line on the host, it lets a driver recognise the chains it marked (an agent
-   * session's, which outlives the server). The workload never sees it.
+   * A mark on the entry's command line on the host (`--label`), by which a driver recognises the
+   * entries it marked (an agent session's, which outlives the server). The workload never sees it.
    */
   label?: string;
 }
 
-const CHDIR_THEN_EXEC = 'cd -- "$1" || exit 126; shift; exec "$@"';
-
 /**
- * Runs a command inside a running sandbox: joins its cgroups, then its namespaces with
- * nsenter, then drops privileges. The process leads its own process group so that the whole
- * tree (inside the sandbox too) can be signalled at once.
- */
-/**
- * `nsenter` options that enter the sandbox's `namespaces`. Rootless: its user namespace first
+ * `nsenter` options that enter the sandbox's `namespaces`, for the server's helpers that enter
+ * some of them only (a port helper, the secrets' mount). Rootless: its user namespace first
  * (nsenter orders it), keeping our uid (0 inside).
  */
 export function nsenterArgs(handle: SandboxHandle, namespaces: string[]): string[] {
   return ['-t', String(handle.pid), ...(handle.rootless ? ['-U', '--preserve-credentials'] : []), ...namespaces];
 }
 
-/** Names the handover below can carry (anything else goes on the command line, as before). */
-const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 /** The workshop's variables travel to the sandbox in the environment under this prefix. */
 const ENV_PREFIX = '__ATELIER_ENV_';
-/**
- * Run after the privilege drop: the variables named in the arguments, handed over as
- * `__ATELIER_ENV_<name>`, become the program's environment (the value is never re-parsed: eval
- * sees only the name, which matched ENV_NAME); the privileged PATH and LANG go; then the program.
- */
-const APPLY_ENV =
-  'n=$1; shift; unset PATH LANG; while [ "$n" -gt 0 ]; do ' +
-  `eval "export $1=\\"\\\${${ENV_PREFIX}$1}\\"; unset ${ENV_PREFIX}$1"; shift; n=$((n-1)); done; exec "$@"`;
 
 /**
- * The command line that runs `spec` inside the sandbox (cgroups, namespaces, privilege drop,
- * workshop environment), for callers that spawn it themselves (a PTY). Run it with
- * `privilegedEnv(spec)`: the workshop's variables (ATELIER_TOKEN, granted secrets…) are handed
- * over in the environment, never on the command line, which every host user can read in
- * /proc/PID/cmdline.
+ * The command line that runs `spec` inside the sandbox, for callers that spawn it themselves (a
+ * PTY, an SSH channel, an agent session's holder): one program, sandbox-enter, joins the
+ * workshop's cgroups, enters its namespaces, installs the system-call filter, drops privileges,
+ * moves to the working directory, applies the workshop's environment and runs the command, in
+ * that order (sandbox-enter.c says why). Run it with `privilegedEnv(spec)`: the workshop's
+ * variables (ATELIER_TOKEN, granted secrets…) are handed over in the environment, never on the
+ * command line, which every host user can read in /proc/PID/cmdline.
+ *
+ * The first options are in a fixed order, `--target PID [--label NAME]`: `entryOf` reads them.
  */
 export function sandboxArgv(handle: SandboxHandle, spec: ExecSpec): string[] {
-  // The cgroup namespace only as root: a rootless sandbox has none of its own.
-  const ns = ['/usr/bin/nsenter', ...nsenterArgs(handle, ['-m', '-p', '-n', '-i', '-u', ...(handle.rootless ? [] : ['-C'])])];
-  // The sandbox's PID 1 sits in /workspace: `-w` starts there with no extra shell to cd.
-  const inWorkspace = spec.cwd === '/workspace';
-  if (inWorkspace) ns.push('-w');
-  // The system-call filter first, while still privileged: no process of the workshop's uid ever
-  // runs without it (nothing entered with nsenter inherits the filter of the sandbox's init).
-  ns.push('--', ...seccompWrap(dropPrivileges(handle.rootless ? null : handle.uid)));
-  // The workshop's environment is applied only after the privilege drop: everything before
-  // runs privileged with a fixed environment (no PATH or LD_PRELOAD of the workshop's choosing;
-  // the handed-over variables all carry the prefix, which nothing privileged reads).
-  const names = Object.keys(spec.env).filter((k) => ENV_NAME.test(k));
-  ns.push('/bin/sh', '-c', APPLY_ENV, spec.label ?? 'sh', String(names.length), ...names);
-  if (!inWorkspace) ns.push('/bin/sh', '-c', CHDIR_THEN_EXEC, 'sh', spec.cwd);
-  // Names a shell cannot carry (`odd-name`) are set last by env, on its command line as before.
-  const odd = Object.entries(spec.env).filter(([k]) => !ENV_NAME.test(k));
-  if (odd.length === 0) ns.push(...spec.command);
-  // env would take a program name containing '=' for one more assignment.
-  else if (spec.command[0]!.includes('='))
-    ns.push('/usr/bin/env', ...odd.map(([k, v]) => `${k}=${v}`), '/bin/sh', '-c', 'exec "$@"', 'sh', ...spec.command);
-  else ns.push('/usr/bin/env', ...odd.map(([k, v]) => `${k}=${v}`), ...spec.command);
-  return inCgroups(handle.cgroups, ns);
+  const argv = [sandboxEnterPath(), '--target', String(handle.pid)];
+  if (spec.label !== undefined) argv.push('--label', spec.label);
+  // Rootless: the user namespace's uid 0 (the server's own uid on the host) with no capabilities.
+  argv.push(...(handle.rootless ? ['--rootless'] : ['--uid', String(handle.uid)]));
+  // Every process run in a workshop is the OOM killer's first choice, rootless too (no cgroups to join then).
+  argv.push('--oom-score-adj', String(WORKSHOP_OOM_SCORE_ADJ));
+  for (const file of handle.cgroups ? procsFiles(handle.cgroups) : []) argv.push('--cgroup', file);
+  argv.push('--cwd', spec.cwd, '--', ...spec.command);
+  return argv;
 }
 
-/** The environment to run `sandboxArgv(handle, spec)` with: the fixed privileged one plus the handover. */
+/**
+ * The environment to run `sandboxArgv(handle, spec)` with: the fixed privileged one plus the
+ * handover. Every variable of the workshop, whatever its name (`odd-name` too), is carried as
+ * `__ATELIER_ENV_<name>`, which nothing privileged reads; sandbox-enter makes them the program's
+ * whole environment after the privilege drop. An empty name cannot be carried and is left out.
+ */
 export function privilegedEnv(spec?: ExecSpec): Record<string, string> {
   const env: Record<string, string> = { ...PRIVILEGED_ENV };
-  for (const [k, v] of Object.entries(spec?.env ?? {})) if (ENV_NAME.test(k)) env[`${ENV_PREFIX}${k}`] = v;
+  for (const [k, v] of Object.entries(spec?.env ?? {})) if (k !== '') env[`${ENV_PREFIX}${k}`] = v;
   return env;
 }
 
+/** How a server before sandbox-enter marked an agent session's chain: the label as `$0` of `sh -c APPLY_ENV LABEL …`. */
+const LEGACY_APPLY_ENV_START = 'n=$1; shift; unset PATH LANG;';
+
+/**
+ * The sandbox a host process enters (its PID 1's host pid) and the entry's label, read from the
+ * process's command line; undefined for any other process. For finding a previous server's
+ * entries again: `sandbox-enter --target PID [--label NAME] …` (sandboxArgv), and `nsenter -t PID
+ * …`, which the server's helpers still use and every entry used before sandbox-enter (whose
+ * label, then, was the `$0` of its environment step: only the first such step counts, since the
+ * workshop's own command comes after it and could carry the label too).
+ */
+export function entryOf(argv: string[]): { target: number; label: string | undefined } | undefined {
+  const target = Number(argv[2]);
+  if (!/^[1-9][0-9]*$/.test(argv[2] ?? '')) return undefined;
+  if (argv[0]?.endsWith('/sandbox-enter') && argv[1] === '--target') return { target, label: argv[3] === '--label' ? argv[4] : undefined };
+  if (!argv[0]?.endsWith('nsenter') || argv[1] !== '-t') return undefined;
+  const step = argv.findIndex((a, i) => argv[i - 1] === '-c' && a.startsWith(LEGACY_APPLY_ENV_START));
+  return { target, label: step > 0 ? argv[step + 1] : undefined };
+}
+
+/**
+ * Runs a command inside a running sandbox (sandboxArgv). It leads its own process group, so that
+ * the whole tree (inside the sandbox too) can be signalled at once.
+ */
 export function execInSandbox(handle: SandboxHandle, spec: ExecSpec): ChildProcess {
   const argv = sandboxArgv(handle, spec);
   return spawn(argv[0]!, argv.slice(1), { detached: true, stdio: ['pipe', 'pipe', 'pipe'], env: privilegedEnv(spec) });

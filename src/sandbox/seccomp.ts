@@ -1,5 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { chmodSync, copyFileSync, existsSync, renameSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ERRNO, PROFILE, type ArgRule, type SeccompProfile } from './seccompProfile.js';
 import { X86_64_SYSCALLS } from './seccompSyscalls.js';
@@ -22,6 +23,14 @@ export function seccompLoaderPath(): string {
   const candidates = [new URL('../sandbox/seccomp-exec', import.meta.url), new URL('../../dist/sandbox/seccomp-exec', import.meta.url)];
   const found = candidates.find((u) => existsSync(u)) ?? candidates[0]!;
   return fileURLToPath(found);
+}
+
+/**
+ * The program that enters a running sandbox with the filter (sandbox-enter.c, built beside the
+ * loader with the same filter): run from the host, so used where it was built.
+ */
+export function sandboxEnterPath(): string {
+  return join(dirname(seccompLoaderPath()), 'sandbox-enter');
 }
 
 /**
@@ -236,6 +245,11 @@ export function checkSeccomp(): SeccompSummary {
   if (!existsSync(loader)) {
     throw new Error(
       `the system-call filter loader is not built (${loader}): run \`npm run build\` (it needs a C compiler: apt-get install gcc libc6-dev)`,
+    );
+  }
+  if (!existsSync(sandboxEnterPath())) {
+    throw new Error(
+      `the sandbox entry is not built (${sandboxEnterPath()}): run \`npm run build\` (it needs a C compiler: apt-get install gcc libc6-dev)`,
     );
   }
   try {

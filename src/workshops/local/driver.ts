@@ -14,6 +14,7 @@ import {
   freeBytes,
   WorkshopDisks,
   destroyCgroups,
+  entryOf,
   execInSandbox,
   freeze,
   isFrozen,
@@ -66,7 +67,7 @@ const HELPER_ENV = { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C.UTF-8' };
 
 /**
  * Runs workshops as bubblewrap sandboxes on this host. One sandbox = one detached `bwrap`
- * whose PID 1 idles; work enters it with nsenter (see README, "Architecture").
+ * whose PID 1 idles; work enters it with sandbox-enter (see docs/architecture.md, "Sandboxes").
  */
 export class LocalDriver implements WorkshopDriver {
   readonly name = 'local';
@@ -292,14 +293,11 @@ export class LocalDriver implements WorkshopDriver {
    * report (it was killed mid-exec): each exec leads its own process group, host side included.
    */
   killOrphanExecs(handle: SandboxHandle): number {
-    const orphans = findProcesses(
-      (argv) =>
-        !!argv[0]?.endsWith('nsenter') &&
-        argv[1] === '-t' &&
-        argv[2] === String(handle.pid) &&
-        // An agent session's chain (marked by `enter(…, { outlivesServer })`) outlives the server by design.
-        !outlivesServer(argv),
-    );
+    const orphans = findProcesses((argv) => {
+      const entry = entryOf(argv);
+      // An agent session's entry (marked by `enter(…, { outlivesServer })`) outlives the server by design.
+      return entry?.target === handle.pid && entry.label !== OUTLIVES_SERVER_LABEL;
+    });
     for (const pid of orphans) {
       try {
         process.kill(-pid, 'SIGKILL');
@@ -372,19 +370,6 @@ function findProcesses(match: (argv: string[], pid: number) => boolean): number[
   }
   return out;
 }
-
-/**
- * Whether a chain's command line carries the mark of `enter(…, { outlivesServer: true })`: the
- * label as `$0` of the chain's own environment step (sandboxArgv's `sh -c APPLY_ENV LABEL …`).
- * Only the first such step counts: it is ours and comes before the workshop's own command, which
- * could otherwise carry the label itself (`sh -c 'sleep 1e9' atelier-outlives-server`).
- */
-function outlivesServer(argv: string[]): boolean {
-  const step = argv.findIndex((a, i) => argv[i - 1] === '-c' && a.startsWith(APPLY_ENV_START));
-  return step > 0 && argv[step + 1] === OUTLIVES_SERVER_LABEL;
-}
-/** How sandboxArgv's environment step begins (src/sandbox/launcher.ts, APPLY_ENV). */
-const APPLY_ENV_START = 'n=$1; shift; unset PATH LANG;';
 
 /**
  * Removes a workshop's files whatever the agent made of them: trees deeper than PATH_MAX
