@@ -9,7 +9,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 # openjdk-17-jre-headless: the wiremock simulator runs the WireMock jar on the system Java.
 # openssh-client and openssh-sftp-server: `atelier config-ssh` (ssh-keygen), sftp into workshops; make and g++ build node-pty.
-# gcc and libc6-dev build the system-call filter's loader (src/sandbox/seccomp-exec.c, static).
+# gcc and libc6-dev build the system-call filter's loader and the sandbox entry (src/sandbox/seccomp-exec.c, sandbox-enter.c; static, no C library).
 # awscli: the AWS CLI inside workshops, pointed at their localstack simulator (docs/simulators.md).
 # ripgrep: the sandbox-runtime peer (`srt`) of bench 1 refuses to start without `rg`.
 # chromium: Debian's browser, driven by playwright-core in the dashboard's end-to-end test (never a downloaded one).
