@@ -45,7 +45,7 @@ export function openPodStream(
         ws.terminate();
       });
     });
-    ws.once('error', (err) => reject(new PodStreamError(0, `${what}: ${err.message}`)));
+    ws.on('error', (err) => reject(new PodStreamError(0, `${what}: ${err.message}`)));
     ws.once('open', () => {
       ws.removeAllListeners('error');
       resolve(ws);
