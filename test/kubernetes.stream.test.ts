@@ -41,6 +41,13 @@ describe(
       await cp.namespace(NS);
       await makePod(POD);
       await makePod('never-scheduled', 'no-such-scheduler');
+      // A stopped pod: kwok completes a Job's pods (its pod-complete stage): the job controller's pod ends Succeeded.
+      await cp.client.request('POST', `/apis/batch/v1/namespaces/${NS}/jobs`, {
+        apiVersion: 'batch/v1',
+        kind: 'Job',
+        metadata: { name: 'done' },
+        spec: { template: { spec: { restartPolicy: 'Never', containers: [{ name: 'main', image: 'atelier.invalid/stream:test' }] } } },
+      });
     });
     after(async () => {
       await cp?.stop();
@@ -184,13 +191,25 @@ describe(
       }
     });
 
-    it('refusals are clear: an unknown pod (404), a pod not on a node (400), a forbidden identity (403), a bad token (401)', async () => {
+    it('refusals are clear: an unknown pod (404), a pod not running yet, a completed pod, a forbidden identity (403), a bad token (401)', async () => {
       const missing = await exec(['true'], undefined, { pod: 'no-such-pod' });
       assert.equal(missing.code, 125);
       assert.match(missing.stderr, /pods\/exec atelier-stream\/no-such-pod: 404 Not Found: .*not found/);
       const pending = await exec(['true'], undefined, { pod: 'never-scheduled' });
       assert.equal(pending.code, 125);
-      assert.match(pending.stderr, /400 Bad Request: .*(host|node)/);
+      assert.match(pending.stderr, /pods\/exec atelier-stream\/never-scheduled: the pod is not running yet \(phase Pending\)/);
+      type PodList = { items: (KubeObject & { status: { phase: string } })[] };
+      let done = '';
+      await cp!.until("the Job's pod has Succeeded", async () => {
+        const pods = await cp!.client.request<PodList>('GET', `/api/v1/namespaces/${NS}/pods`, undefined, {
+          query: { labelSelector: 'job-name=done' },
+        });
+        done = pods.items.find((p) => p.status.phase === 'Succeeded')?.metadata.name ?? '';
+        return done !== '';
+      });
+      const stopped = await exec(['true'], undefined, { pod: done });
+      assert.equal(stopped.code, 125);
+      assert.match(stopped.stderr, /the pod has completed \(phase Succeeded\)/);
       // A token of the namespace's default service account: authenticated, no RBAC grant.
       const token = (
         await cp!.client.request<{ status: { token: string } }>('POST', `/api/v1/namespaces/${NS}/serviceaccounts/default/token`, {
@@ -206,7 +225,7 @@ describe(
       };
       const forbidden = await exec(['true'], undefined, { kubeconfig: withToken(token) });
       assert.equal(forbidden.code, 125);
-      assert.match(forbidden.stderr, /403 Forbidden: .*needs `create` on pods\/exec in namespace atelier-stream/);
+      assert.match(forbidden.stderr, /403 Forbidden: .*needs `get` on pods in namespace atelier-stream/);
       const bad = await exec(['true'], undefined, { kubeconfig: withToken('not-a-token') });
       assert.equal(bad.code, 125);
       assert.match(bad.stderr, /401 Unauthorized/);
@@ -266,10 +285,16 @@ describe(
 
     it('port-forward: a port nothing listens on and an unknown pod are clear errors', async () => {
       // Port 1 goes to a loopback port where nothing listens (test/helpers/k8s.ts).
+      // stdin stays open: its end would close the connection before kwok's answer (no half-close).
       const { argv, env } = forwardEntry(1);
-      const r = await run(argv, env, Buffer.from('hello'));
-      assert.equal(r.code, 1);
-      assert.match(r.stderr, /pods\/portforward atelier-stream\/stream-pod port 1: .*(failed to dial|connection refused)/);
+      const child = spawn(argv[0]!, argv.slice(1), { env, stdio: ['pipe', 'ignore', 'pipe'] });
+      let stderr = '';
+      child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+      child.stdin.write('hello');
+      const code = await new Promise<number | null>((resolve) => child.once('close', resolve));
+      child.stdin.destroy();
+      assert.equal(code, 1);
+      assert.match(stderr, /pods\/portforward atelier-stream\/stream-pod port 1: .*(failed to dial|connection refused)/);
       const missing = portForwardEntry({ kubeconfig: cp!.kubeconfig, namespace: NS, pod: 'no-such-pod' }, 8080);
       missing.argv[1] = join(DIST, 'portForwardMain.js');
       const m = await run(missing.argv, missing.env);

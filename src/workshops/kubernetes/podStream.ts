@@ -1,10 +1,13 @@
 import WebSocket from 'ws';
-import type { KubeConnection } from './client.js';
+import { KubeApiError, KubeClient, type KubeConnection, type KubeObject } from './client.js';
 
 /**
  * Opens a pod's streaming subresource (`exec`, `portforward`) as a WebSocket through the API
  * server, authenticated as the kubeconfig says, and turns a refusal into a message that says what
  * is wrong: the API server answers a refused upgrade with a plain HTTP status and a `Status` body.
+ * The pod is read first, as kubectl does: the API server hands an exec or a port-forward to the
+ * node whatever the pod's phase, and a completed pod's kubelet answers with a runtime error that
+ * names no phase; a pod that is not Running is refused here, saying which phase it is in.
  */
 
 /** What a streaming subresource answered when it refused the upgrade. */
@@ -19,7 +22,7 @@ export class PodStreamError extends Error {
   }
 }
 
-export function openPodStream(
+export async function openPodStream(
   connection: KubeConnection,
   namespace: string,
   pod: string,
@@ -27,6 +30,7 @@ export function openPodStream(
   query: [string, string][],
   protocols: string[],
 ): Promise<WebSocket> {
+  await assertRunning(connection, namespace, pod, subresource);
   const { server, ca, cert, key, token } = connection;
   const url = new URL(`/api/v1/namespaces/${encodeURIComponent(namespace)}/pods/${encodeURIComponent(pod)}/${subresource}`, server);
   url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
@@ -51,6 +55,34 @@ export function openPodStream(
       resolve(ws);
     });
   });
+}
+
+async function assertRunning(connection: KubeConnection, namespace: string, pod: string, subresource: string): Promise<void> {
+  const what = `pods/${subresource} ${namespace}/${pod}`;
+  const client = new KubeClient(connection);
+  let phase: string | undefined;
+  try {
+    const p = await client.request<KubeObject & { status?: { phase?: string } }>(
+      'GET',
+      `/api/v1/namespaces/${encodeURIComponent(namespace)}/pods/${encodeURIComponent(pod)}`,
+    );
+    phase = p.status?.phase;
+  } catch (err) {
+    if (!(err instanceof KubeApiError)) throw err;
+    const text = JSON.stringify({ message: err.message.replace(/^GET \S+: \d+ \S+: /, '') });
+    const reason =
+      err.status === 403
+        ? refusal(403, text, namespace, subresource).replace(/`create` on pods\/\w+/, '`get` on pods')
+        : refusal(err.status, text, namespace, subresource);
+    throw new PodStreamError(err.status, `${what}: ${reason}`);
+  } finally {
+    client.close();
+  }
+  if (phase === 'Succeeded' || phase === 'Failed') {
+    throw new PodStreamError(400, `${what}: the pod has completed (phase ${phase}): nothing runs in it any more; start the workshop again`);
+  }
+  if (phase !== 'Running')
+    throw new PodStreamError(400, `${what}: the pod is not running yet (phase ${phase ?? 'unknown'}): wait until the workshop is Running`);
 }
 
 /** The API server's reason, and what to do about it. */
