@@ -69,7 +69,12 @@ export class ControlPlane {
     /** This control plane's files: certificates, kubeconfig, etcd's data, the logs. */
     readonly dir: string,
     readonly kubeconfig: string,
-    readonly ports: { etcd: number; etcdPeer: number; apiserver: number; kwok: number },
+    /**
+     * `forward`: where kwok sends every `pods/portforward` connection (any pod, any port but 1):
+     * a test listens there on 127.0.0.1 as the pod's server. `unreachable`: where port 1 goes,
+     * nothing listens (a dial that fails).
+     */
+    readonly ports: { etcd: number; etcdPeer: number; apiserver: number; kwok: number; forward: number; unreachable: number },
   ) {
     this.client = new KubeClient(readKubeconfig(kubeconfig));
   }
@@ -83,7 +88,14 @@ export class ControlPlane {
     const build = controlPlaneBuild();
     const dir = mkdtempSync('/tmp/atelier-k8s-');
     mkdirSync(join(dir, 'logs'));
-    const ports = { etcd: await freePort(), etcdPeer: await freePort(), apiserver: await freePort(), kwok: await freePort() };
+    const ports = {
+      etcd: await freePort(),
+      etcdPeer: await freePort(),
+      apiserver: await freePort(),
+      kwok: await freePort(),
+      forward: await freePort(),
+      unreachable: await freePort(),
+    };
     makeCertificates(dir);
     const kubeconfig = writeKubeconfig(dir, ports.apiserver);
     const cp = new ControlPlane(build, dir, kubeconfig, ports);
@@ -135,6 +147,12 @@ export class ControlPlane {
       `--kubelet-client-key=${file('admin.key')}`,
       '--kubelet-preferred-address-types=InternalIP',
       '--profiling=false',
+      // The audit log of the streaming requests only (their URL carries the exec's command):
+      // a test reads what the API server recorded of them.
+      `--audit-policy-file=${writeAuditPolicy(dir)}`,
+      `--audit-log-path=${this.auditLog}`,
+      '--audit-log-format=json',
+      '--audit-log-maxbackup=1',
     ]);
     await this.launch('etcd');
     await this.launch('kube-apiserver');
@@ -152,7 +170,7 @@ export class ControlPlane {
       `--root-ca-file=${file('ca.crt')}`,
     ]);
     this.define('kube-scheduler', [bin('kube-scheduler'), kc, '--bind-address=127.0.0.1', '--secure-port=0', '--leader-elect=false']);
-    writeKwokConfig(dir, build);
+    writeKwokConfig(dir, build, ports);
     this.define('kwok', [
       bin('kwok'),
       kc,
@@ -289,6 +307,11 @@ export class ControlPlane {
     for (const name of [...this.components.keys()].reverse()) await this.stopComponent(name);
     this.client.close();
     rmSync(this.dir, { recursive: true, force: true });
+  }
+
+  /** The API server's audit log: one JSON event per line, for pods/exec and pods/portforward only (Metadata level: the request URI). */
+  get auditLog(): string {
+    return join(this.dir, 'logs', 'audit.log');
   }
 
   /** The last lines of each component's log (for a failure's message). */
@@ -448,6 +471,24 @@ function makeCertificates(dir: string): void {
   openssl(dir, ['rsa', '-in', 'sa.key', '-pubout', '-out', 'sa.pub']);
 }
 
+function writeAuditPolicy(dir: string): string {
+  const path = join(dir, 'audit-policy.yaml');
+  writeFileSync(
+    path,
+    [
+      'apiVersion: audit.k8s.io/v1',
+      'kind: Policy',
+      'omitStages: [RequestReceived]',
+      'rules:',
+      '- level: Metadata',
+      '  resources: [{ group: "", resources: ["pods/exec", "pods/portforward"] }]',
+      '- level: None',
+      '',
+    ].join('\n'),
+  );
+  return path;
+}
+
 function writeKubeconfig(dir: string, port: number): string {
   const path = join(dir, 'kubeconfig');
   writeFileSync(
@@ -473,10 +514,12 @@ function writeKubeconfig(dir: string, port: number): string {
 
 /**
  * kwok's configuration: the stages (node initialize and heartbeat, pod create → ready → delete)
- * from the pinned module, and a ClusterExec that serves `pods/exec` for every pod by running the
- * command on this host (in `exec/`), as kwok does: it tests the API path, not a container.
+ * from the pinned module, a ClusterExec that serves `pods/exec` for every pod by running the
+ * command on this host (in `exec/`), as kwok does: it tests the API path, not a container; and a
+ * ClusterPortForward that serves `pods/portforward` for every pod by dialing 127.0.0.1 on
+ * `ports.forward` (port 1 on `ports.unreachable`, where nothing listens).
  */
-function writeKwokConfig(dir: string, build: string): void {
+function writeKwokConfig(dir: string, build: string, ports: { forward: number; unreachable: number }): void {
   const stages = readdirSync(join(build, 'stages'))
     .sort()
     .map((f) => readFileSync(join(build, 'stages', f), 'utf8').trim());
@@ -491,7 +534,18 @@ function writeKwokConfig(dir: string, build: string): void {
     '  - local:',
     `      workDir: ${join(dir, 'exec')}`,
   ].join('\n');
-  writeFileSync(join(dir, 'kwok.yaml'), [...stages, exec].join('\n---\n') + '\n');
+  const forward = [
+    'apiVersion: kwok.x-k8s.io/v1alpha1',
+    'kind: ClusterPortForward',
+    'metadata:',
+    '  name: dial-on-host',
+    'spec:',
+    '  forwards:',
+    '  - ports: [1]',
+    `    target: { address: 127.0.0.1, port: ${ports.unreachable} }`,
+    `  - target: { address: 127.0.0.1, port: ${ports.forward} }`,
+  ].join('\n');
+  writeFileSync(join(dir, 'kwok.yaml'), [...stages, exec, forward].join('\n---\n') + '\n');
 }
 
 /** What a tool printed and how it exited. */

@@ -4,8 +4,8 @@ import type { KubeClient } from './client.js';
 /**
  * Runs a command in a pod's container through the API server's `pods/exec` subresource over a
  * WebSocket (the `v5.channel.k8s.io` protocol: each binary message starts with its channel, 1
- * stdout, 2 stderr, 3 the closing Status). No stdin, no TTY: a PTY through the same path is
- * what docs/kubernetes.md lists as left.
+ * stdout, 2 stderr, 3 the closing Status). One-shot, no stdin, no TTY: execStream.ts streams
+ * (stdin, TTY, resize, the environment handed over) and podExecMain.ts runs it as a program.
  */
 
 export interface PodExecResult {
