@@ -2,7 +2,7 @@
  * Commands in a workshop: the environment they start from, starting them under the workshop's
  * lock, collecting their output, and killing them.
  */
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { constants as osConstants } from 'node:os';
 import { posix } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
@@ -154,27 +154,6 @@ export class WorkshopExecs {
     timeoutSeconds?: number,
   ): Promise<RunningExec> {
     return this.shared.locked(id, async () => this.spawn(await this.shared.runnable(id, access), command, cwd, env, stdin, timeoutSeconds));
-  }
-
-  /** Before freezing: every command this server started there has entered the workshop's freezer cgroup (or ended). */
-  async waitExecsEntered(row: WorkshopRow): Promise<void> {
-    const freezer = row.sandbox?.cgroups?.freezer;
-    const execs = this.running.get(row.id);
-    if (!freezer || !execs) return;
-    const suffix = `:freezer:${freezer.replace(/^\/sys\/fs\/cgroup\/freezer/, '')}`;
-    const deadline = Date.now() + 1000;
-    for (const exec of execs) {
-      while (Date.now() < deadline) {
-        let groups: string;
-        try {
-          groups = readFileSync(`/proc/${exec.pid}/cgroup`, 'utf8');
-        } catch {
-          break; // ended
-        }
-        if (groups.split('\n').some((l) => l.endsWith(suffix))) break;
-        await new Promise((r) => setTimeout(r, 1));
-      }
-    }
   }
 
   /**

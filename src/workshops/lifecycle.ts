@@ -474,7 +474,6 @@ export class WorkshopLifecycle {
           'UNSUPPORTED',
           'suspend needs the cgroup freezer, which this server does not have: run the server as root (its start-up lines list what is missing)',
         );
-      await this.execs.waitExecsEntered(row);
       await this.driver.suspend(row.sandbox);
       stopped = true;
       return this.shared.view(await this.shared.setStatus(id, 'Suspended', null));

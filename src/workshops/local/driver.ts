@@ -62,6 +62,11 @@ export interface DiskSettings {
  */
 const OUTLIVES_SERVER_LABEL = 'atelier-outlives-server';
 
+/** One sandbox's key among the driver's maps: its first process, which a reused pid never matches. */
+function sandboxKey(handle: SandboxHandle): string {
+  return `${handle.pid}:${handle.startTime}`;
+}
+
 /** The fixed environment of a helper entering only the network namespace (never the workshop's). */
 const HELPER_ENV = { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C.UTF-8' };
 
@@ -77,6 +82,8 @@ export class LocalDriver implements WorkshopDriver {
   readonly diskNote: string | null;
   /** Why workshops have no cgroups, so nothing measures what they use (null: they have). */
   private readonly cgroupNote: string | null;
+  /** The commands `exec` started, per sandbox, until they end (see `entered`). */
+  private readonly execs = new Map<string, Set<ChildProcess>>();
 
   constructor(
     private readonly dataDir: string,
@@ -227,6 +234,7 @@ export class LocalDriver implements WorkshopDriver {
 
   async suspend(handle: SandboxHandle): Promise<void> {
     if (!handle.cgroups) throw new Error('no freezer');
+    await this.entered(handle);
     if (!(await freeze(handle.cgroups))) {
       // Never leave it half-frozen: every later exec would hang.
       await thaw(handle.cgroups);
@@ -240,7 +248,43 @@ export class LocalDriver implements WorkshopDriver {
   }
 
   exec(handle: SandboxHandle, spec: ExecSpec): ChildProcess {
-    return execInSandbox(handle, spec);
+    const child = execInSandbox(handle, spec);
+    // Until it ends, a suspend first waits for it to be in the freezer cgroup (entered, below).
+    const key = sandboxKey(handle);
+    const set = this.execs.get(key) ?? new Set<ChildProcess>();
+    this.execs.set(key, set);
+    set.add(child);
+    child.once('exit', () => {
+      set.delete(child);
+      if (set.size === 0 && this.execs.get(key) === set) this.execs.delete(key);
+    });
+    child.once('error', () => set.delete(child));
+    return child;
+  }
+
+  /**
+   * Before a freeze: every command `exec` started in the sandbox has entered its freezer cgroup
+   * (or ended), at most 1 s. A command still on its way in (sandbox-enter joins the cgroups first
+   * thing) would otherwise escape the freeze and run on while the workshop is Suspended.
+   */
+  private async entered(handle: SandboxHandle): Promise<void> {
+    const freezer = handle.cgroups?.freezer;
+    const execs = this.execs.get(sandboxKey(handle));
+    if (!freezer || !execs) return;
+    const suffix = `:freezer:${freezer.replace(/^\/sys\/fs\/cgroup\/freezer/, '')}`;
+    const deadline = Date.now() + 1000;
+    for (const exec of execs) {
+      while (Date.now() < deadline) {
+        let groups: string;
+        try {
+          groups = readFileSync(`/proc/${exec.pid}/cgroup`, 'utf8');
+        } catch {
+          break; // ended
+        }
+        if (groups.split('\n').some((l) => l.endsWith(suffix))) break;
+        await new Promise((r) => setTimeout(r, 1));
+      }
+    }
   }
 
   enter(handle: SandboxHandle, spec: EnterSpec): SandboxEntry {
