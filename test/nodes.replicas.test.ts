@@ -279,6 +279,43 @@ describe('nodes: three servers on one PostgreSQL are one installation', () => {
     assert.equal(r.status, 401);
   });
 
+  it("on the relay's fast path, a refused caller gets the owner's answer, a node header is never taken, an exec gives the owner's bytes", async () => {
+    // Node b has relayed to a before: it knows where on-a runs, and serves these requests before
+    // Fastify's lifecycle (src/server/app.ts, relayFast). What it refuses, it refuses as the owner does.
+    const path = `/v1/workshops/${onA.id}/exec`;
+    const ask = async (s: TestServer, headers: Record<string, string>): Promise<{ status: number; type: string | null; text: string }> => {
+      const r = await fetch(`${s.url}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', accept: 'application/json', ...headers },
+        body: JSON.stringify({ command: ['sh', '-c', 'echo fast; echo path >&2'] }),
+      });
+      return { status: r.status, type: r.headers.get('content-type'), text: await r.text() };
+    };
+    const withoutId = (text: string): unknown => ({ ...(JSON.parse(text) as object), requestId: undefined });
+    assert.equal((await b.exec(onA.id, ['true'])).exitCode, 0);
+    for (const [headers, status] of [
+      [{ authorization: 'Bearer atl_not-a-token-of-this-installation' }, 401],
+      [{ authorization: `Bearer ${a.token}`, 'x-atelier-tenant': 'no-such-tenant' }, 403],
+    ] as const) {
+      const viaOwner = await ask(a, headers);
+      const viaB = await ask(b, headers);
+      assert.equal(viaOwner.status, status, viaOwner.text);
+      assert.equal(viaB.status, status, viaB.text);
+      assert.deepEqual(withoutId(viaB.text), withoutId(viaOwner.text));
+    }
+    // A node header beside a valid token: never relayed from there, refused as any unsigned node request.
+    const nodes = (await a.api<{ items: Node[] }>('GET', '/v1/nodes')).body.items;
+    const unsigned = await ask(b, { authorization: `Bearer ${a.token}`, 'x-atelier-node': nodes.find((n) => n.name === 'node-a')!.id });
+    assert.equal(unsigned.status, 401, unsigned.text);
+    assert.match(unsigned.text, /node-to-node request refused/);
+    // Accepted: the owner's answer, byte for byte.
+    const viaOwner = await ask(a, { authorization: `Bearer ${a.token}` });
+    const viaB = await ask(b, { authorization: `Bearer ${a.token}` });
+    assert.equal(viaOwner.status, 200, viaOwner.text);
+    assert.deepEqual(viaB, viaOwner);
+    assert.match(viaB.text, /"stdout":"fast\\n"/);
+  });
+
   it('a request relayed to a node that does not run the workshop is refused, naming the node that does', async () => {
     // Signed with node b's own key (unsealed here with the installation's master key), as node b
     // would sign it, but sent to node c for a workshop node a runs.

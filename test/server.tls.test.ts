@@ -11,6 +11,7 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import { redirectToHttps, serveHttps, type HttpsListener } from '../src/server/tls.js';
 import { freePort } from './terminals.helpers.js';
 import { makeSelfSigned } from './helpers/tls.js';
+import { TestServer } from './helpers/server.js';
 
 // The server's HTTPS (src/server/tls.ts) on real sockets: the listener starts once the files are
 // there, swaps in replaced files without a restart (a renewal), keeps the last good pair when the
@@ -122,5 +123,57 @@ describe('server HTTPS: files loaded when they appear, reloaded when replaced; r
       .find((i) => i && i.family === 'IPv4' && !i.internal)?.address;
     assert.ok(other, 'this machine has a non-loopback IPv4 address to come from');
     assert.deepEqual(await get(other), { status: 308, location: `https://atelier.test:${tlsPort}/hello?x=1` });
+  });
+});
+
+describe('a real server with --tls: plain HTTP from another machine is redirected before its credentials are read', () => {
+  let dir: string;
+  let server: TestServer;
+
+  before(async () => {
+    dir = mkdtempSync('/tmp/atelier-server-tls-real-');
+    const { cert, key } = makeSelfSigned(dir, 'atelier.test');
+    server = await TestServer.start({
+      args: ['--listen', '0.0.0.0:0'],
+      env: { ATELIER_TLS_CERT: cert, ATELIER_TLS_KEY: key, ATELIER_TLS_LISTEN: `127.0.0.1:${await freePort()}` },
+    });
+  });
+  after(async () => {
+    await server?.dispose();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('answers 308 to a workshop route from another address whatever its token (the hook runs first: nothing authenticated, nothing relayed to another node in clear)', async () => {
+    const port = Number(new URL(server.url).port);
+    const ask = (host: string, token: string): Promise<{ status: number; location?: string }> =>
+      new Promise((resolve, reject) => {
+        const r = request(
+          {
+            host,
+            port,
+            method: 'GET',
+            path: '/v1/workshops/ws-00000000',
+            headers: { host: `atelier.test:${port}`, authorization: `Bearer ${token}` },
+          },
+          (res) => {
+            res.resume();
+            resolve({ status: res.statusCode ?? 0, location: res.headers.location });
+          },
+        );
+        r.on('error', reject);
+        r.end();
+      });
+    const other = Object.values(networkInterfaces())
+      .flat()
+      .find((i) => i && i.family === 'IPv4' && !i.internal)?.address;
+    assert.ok(other, 'this machine has a non-loopback IPv4 address to come from');
+    for (const token of ['atl_not-a-token', server.token]) {
+      const r = await ask(other, token);
+      assert.equal(r.status, 308, `from ${other} with ${token === server.token ? 'a valid' : 'a bad'} token`);
+      assert.match(r.location ?? '', /^https:\/\/atelier\.test:\d+\/v1\/workshops\/ws-00000000$/);
+    }
+    // From this machine the plain listener serves, and authenticates.
+    assert.equal((await ask('127.0.0.1', 'atl_not-a-token')).status, 401);
+    assert.equal((await ask('127.0.0.1', server.token)).status, 404);
   });
 });

@@ -56,6 +56,12 @@ export interface AppDeps {
   trustProxy?: string[];
   /** Routes of other areas (the embedded issuer, the auth relay), registered with the rest. */
   extraRoutes?: ((app: FastifyInstance) => void)[];
+  /**
+   * Hooks that answer a request before anything reads its credentials or relays it (the plain
+   * listener's redirect to HTTPS under `--tls`): registered before the authentication hook, so
+   * that they run first (Fastify runs `onRequest` hooks in their order of registration).
+   */
+  firstHooks?: ((app: FastifyInstance) => void)[];
   approvals?: ApprovalService;
   slack?: SlackNotifier;
   /** Signs and checks the dashboard links of the Teams cards (derived from the master key). */
@@ -263,6 +269,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     return node;
   };
 
+  for (const register of deps.firstHooks ?? []) register(app);
   app.addHook('onRequest', async (request, reply) => {
     void reply.header('x-request-id', String(request.id));
     if (deps.starting?.()) {

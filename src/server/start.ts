@@ -530,10 +530,12 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       version: opts.version,
       trustProxy: config.trustProxy,
       cluster: new Cluster(nodes),
+      // Plain HTTP from another machine is redirected before its token is read or its request
+      // relayed to another node: never served in clear, on this node or through it.
+      firstHooks: config.tls ? [(a: FastifyInstance) => redirectToHttps(a, () => https?.port())] : [],
       extraRoutes: [
         ...identity.routes,
         (a) => acmeChallengeRoutes(a, join(dataDir, 'acme-challenge')),
-        ...(config.tls ? [(a: FastifyInstance) => redirectToHttps(a, () => https?.port())] : []),
         (a) =>
           actionRoutes(a, {
             actions,
