@@ -279,9 +279,8 @@ describe('nodes: three servers on one PostgreSQL are one installation', () => {
     assert.equal(r.status, 401);
   });
 
-  it("on the relay's fast path, a refused caller gets the owner's answer, a node header is never taken, an exec gives the owner's bytes", async () => {
-    // Node b has relayed to a before: it knows where on-a runs, and serves these requests before
-    // Fastify's lifecycle (src/server/app.ts, relayFast). What it refuses, it refuses as the owner does.
+  it("through a non-owner node, a refused caller gets the owner's answer, a node header is never taken, an exec gives the owner's bytes", async () => {
+    // Node b has relayed to a before (it knows where on-a runs): what it refuses, it refuses as the owner does.
     const path = `/v1/workshops/${onA.id}/exec`;
     const ask = async (s: TestServer, headers: Record<string, string>): Promise<{ status: number; type: string | null; text: string }> => {
       const r = await fetch(`${s.url}${path}`, {
