@@ -13,7 +13,7 @@ import { ATELIER_BIN, goalLine, heading, line, statLine, summarize, timedSpawn, 
 
 /** The CLI measured (the server is always this checkout's). */
 const CLI = process.env.ATELIER_BENCH_CLI || ATELIER_BIN;
-const RUNS = 20;
+const RUNS = 60;
 const WARMUP = 2;
 const GOAL_VERSION_MS = 100;
 /** `workshops list` within this of `node -e 0` (medians), and `exec ID -- true` within the next. */
