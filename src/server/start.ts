@@ -1,6 +1,7 @@
 import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { randomBytes } from 'node:crypto';
+import { isIPv6 } from 'node:net';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { pino } from 'pino';
 import {
@@ -116,6 +117,16 @@ function lockDataDir(dataDir: string): () => void {
   throw new Error(`could not take the lock ${path}: another server is starting on ${dataDir}`);
 }
 
+/**
+ * An IPv6 address written without brackets before its port (`http://fd00::5:7878`), as a pod's
+ * `http://$(POD_IP):7878` reads on an IPv6 cluster (the Helm chart's `--advertise-url`: the
+ * variable cannot add brackets): the URL with them. The last `:digits` is taken as the port.
+ */
+function bracketIpv6(value: string): string | undefined {
+  const m = /^(https?:\/\/)([0-9A-Fa-f:.]+):(\d{1,5})(\/.*)?$/.exec(value);
+  return m && isIPv6(m[2]!) ? `${m[1]}[${m[2]}]:${m[3]}${m[4] ?? ''}` : undefined;
+}
+
 /** `--public-url` (or `--advertise-url`): an http(s) URL without a trailing slash. */
 function publicUrlOf(value: string | undefined, flag = '--public-url'): string | undefined {
   if (value === undefined) return undefined;
@@ -123,7 +134,12 @@ function publicUrlOf(value: string | undefined, flag = '--public-url'): string |
   try {
     u = new URL(value);
   } catch {
-    throw new Error(`${flag} must be a URL such as https://atelier.example.com, got "${value}"`);
+    const bracketed = bracketIpv6(value);
+    if (bracketed === undefined)
+      throw new Error(
+        `${flag} must be a URL such as https://atelier.example.com (an IPv6 address in brackets: http://[fd00::5]:7878), got "${value}"`,
+      );
+    u = new URL(bracketed);
   }
   if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error(`${flag} must be http:// or https://, got "${value}"`);
   return u.toString().replace(/\/+$/, '');
@@ -278,6 +294,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
   const dataDir = opts.dataDir ?? config.dataDir;
   const listen = parseListen(opts.listen ?? config.listen);
   const publicUrlFlag = publicUrlOf(opts.publicUrl);
+  const advertiseUrl = publicUrlOf(opts.advertiseUrl, '--advertise-url');
   const databaseUrl = opts.databaseUrl ?? config.databaseUrl;
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   // 0711 as root: the embedded PostgreSQL (user `postgres`) must traverse to DATA_DIR/pg;
@@ -347,7 +364,6 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       // Made below, before the node joins (the first heartbeat).
       publish: (): Promise<void> => workshops.publishDisks(),
     });
-    const advertiseUrl = publicUrlOf(opts.advertiseUrl, '--advertise-url');
     // The installation's periodic jobs run on one node of those sharing this database (src/db/leader.ts).
     const leadership = lead(databaseUrl ?? embedded!.connectionString, {
       onChange: (leader) =>
