@@ -88,19 +88,7 @@ describe('the Workshop resource: kubectl and the CLI in step, one leader of two 
       return crd.status?.conditions?.some((c) => c.type === 'Established' && c.status === 'True') ?? false;
     });
     // The servers act as the chart's ServiceAccount, with the chart's Roles: nothing more.
-    const rbac = await run(helmBin, [
-      'template',
-      'atelier',
-      CHART,
-      '--namespace',
-      NS,
-      '--show-only',
-      'templates/serviceaccount.yaml',
-      '--show-only',
-      'templates/rbac.yaml',
-      ...CONTROLLER_VALUES,
-      ...AGENT_SANDBOX_APIS.flatMap((v) => ['--api-versions', v]),
-    ]);
+    const rbac = await render('templates/serviceaccount.yaml', 'templates/rbac.yaml');
     assert.equal(rbac.code, 0, rbac.stderr);
     const made = await kubectl(['apply', '-f', '-'], rbac.stdout);
     assert.equal(made.code, 0, made.stderr);
@@ -121,17 +109,7 @@ describe('the Workshop resource: kubectl and the CLI in step, one leader of two 
     );
     // The controller's variables as the chart sets them on its Deployment; only the kubeconfig
     // differs (the servers are not pods here: the ServiceAccount's token above, not `in-cluster`).
-    const deployment = await run(helmBin, [
-      'template',
-      'atelier',
-      CHART,
-      '--namespace',
-      NS,
-      '--show-only',
-      'templates/deployment.yaml',
-      ...CONTROLLER_VALUES,
-      ...AGENT_SANDBOX_APIS.flatMap((v) => ['--api-versions', v]),
-    ]);
+    const deployment = await render('templates/deployment.yaml');
     assert.equal(deployment.code, 0, deployment.stderr);
     const rendered = parse(deployment.stdout) as {
       spec: { template: { spec: { containers: { env: { name: string; value?: string }[] }[] } } };
@@ -171,6 +149,19 @@ describe('the Workshop resource: kubectl and the CLI in step, one leader of two 
   }
   function run(bin: string, args: string[], input?: string): Promise<ToolRun> {
     return runTool(bin, args, { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: home, KUBECONFIG: cp!.kubeconfig }, input);
+  }
+  /** The chart's `templates` as helm renders them with the controller on (no cluster read). */
+  function render(...templates: string[]): Promise<ToolRun> {
+    return run(helmBin, [
+      'template',
+      'atelier',
+      CHART,
+      '--namespace',
+      NS,
+      ...templates.flatMap((t) => ['--show-only', t]),
+      ...CONTROLLER_VALUES,
+      ...AGENT_SANDBOX_APIS.flatMap((v) => ['--api-versions', v]),
+    ]);
   }
   const apply = async (name: string, simulators: { name: string }[] = []): Promise<void> => {
     const manifest = JSON.stringify({
