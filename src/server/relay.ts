@@ -2,7 +2,7 @@ import http, { type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttp
 import https from 'node:https';
 import type { Socket } from 'node:net';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { AtelierError } from '../core/index.js';
+import { AtelierError, isErrorCode } from '../core/index.js';
 import type { Principal } from '../identity/index.js';
 import { relaySpliced } from '../relay/index.js';
 import { NODE_HEADERS, type NodeRegistry } from './nodes.js';
@@ -56,7 +56,22 @@ export class Cluster {
     return this.nodes.id;
   }
 
-  private target(nodeId: string, what: string): URL {
+  /**
+   * A JSON request of this node's own to node `nodeId`'s API (not a caller's: a controller that
+   * acts where a workshop runs), as `principal`, signed as a relayed request is; the parsed
+   * answer, or the node's AtelierError. `what` names what runs there, for the errors of a node
+   * that is gone.
+   */
+  call<T>(nodeId: string, principal: Principal, opts: { what: string; method: string; path: string; body?: unknown }): Promise<T> {
+    return callNode<T>(this, nodeId, principal, opts);
+  }
+
+  isLive(nodeId: string): boolean {
+    return this.nodes.isLive(nodeId);
+  }
+
+  /** Node `nodeId`'s address, or why nothing can be asked of it now (removed, or silent). */
+  targetOf(nodeId: string, what: string): URL {
     const address = this.nodes.addressOf(nodeId);
     const { name, heartbeatAt, removedAt } = this.nodes.describe(nodeId);
     if (removedAt !== null)
@@ -85,7 +100,7 @@ export class Cluster {
     principal: Principal,
     opts: { what: string; placement?: string; body?: Buffer; url?: string },
   ): Promise<void> {
-    const base = this.target(nodeId, opts.what);
+    const base = this.targetOf(nodeId, opts.what);
     const raw = request.raw;
     // `url`: the request's own with the workshop's id for the name it may give (resolved here,
     // and signed: the owner has nothing to look up again).
@@ -112,6 +127,54 @@ export class Cluster {
     }
     relayHttp(raw, url, reply.raw, base, headers, String(request.id), body);
   }
+}
+
+/** Cluster.call. */
+async function callNode<T>(
+  cluster: Cluster,
+  nodeId: string,
+  principal: Principal,
+  opts: { what: string; method: string; path: string; body?: unknown },
+): Promise<T> {
+  const base = cluster.targetOf(nodeId, opts.what);
+  const payload = opts.body === undefined ? undefined : Buffer.from(JSON.stringify(opts.body));
+  const signed = await cluster.nodes.sign(
+    nodeId,
+    opts.method,
+    opts.path,
+    principal,
+    undefined,
+    payload && cluster.nodes.checksBodies(nodeId) ? payload : undefined,
+  );
+  const headers: OutgoingHttpHeaders = { ...signed, accept: 'application/json' };
+  if (payload) Object.assign(headers, { 'content-type': 'application/json', 'content-length': String(payload.length) });
+  const { status, text } = await new Promise<{ status: number; text: string }>((resolve, reject) => {
+    const mod = base.protocol === 'https:' ? https : http;
+    const req = mod.request(
+      { ...endpoint(base), path: opts.path, method: opts.method, headers, agent: agents[base.protocol === 'https:' ? 'https:' : 'http:'] },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 502, text: Buffer.concat(chunks).toString('utf8') }));
+        res.on('error', (err) => reject(unreachable(err)));
+      },
+    );
+    req.setTimeout(300_000, () => req.destroy(new Error('no answer within 5 minutes')));
+    req.on('error', (err) => reject(unreachable(err)));
+    req.end(payload);
+  });
+  let parsed: { code?: unknown; message?: string } | undefined;
+  try {
+    parsed = text ? (JSON.parse(text) as typeof parsed) : undefined;
+  } catch {
+    parsed = undefined;
+  }
+  if (status >= 400)
+    throw new AtelierError(
+      isErrorCode(parsed?.code) ? parsed.code : 'UNAVAILABLE',
+      parsed?.message ?? `node ${cluster.nodes.describe(nodeId).name} answered ${status}: ${text.slice(0, 200)}`,
+    );
+  return parsed as T;
 }
 
 /** The most of a JSON body a relaying node reads whole to sign it (the server's own body limit). */

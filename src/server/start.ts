@@ -534,6 +534,8 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       origin: () => publicOrigin.value,
     });
     let https: HttpsListener | undefined;
+    // The relay between nodes: the API's, and the Workshop controller's requests where a workshop runs.
+    const cluster = new Cluster(nodes);
     const app = buildApp({
       starting: () => starting.value,
       browser: { sessions: browserSessions, csrfKey, origin: () => publicOrigin.value },
@@ -545,7 +547,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
       logger,
       version: opts.version,
       trustProxy: config.trustProxy,
-      cluster: new Cluster(nodes),
+      cluster,
       // Plain HTTP from another machine is redirected before its token is read or its request
       // relayed to another node: never served in clear, on this node or through it.
       firstHooks: config.tls ? [(a: FastifyInstance) => redirectToHttps(a, () => https?.port())] : [],
@@ -644,7 +646,7 @@ export async function startServer(opts: StartOptions, config: Config = loadConfi
 
     // In progress (docs/kubernetes.md): the `Workshop` resource, kept in step by the replica holding its Lease.
     if (config.kubeWorkshops) {
-      const controller = startWorkshopResource(pool, workshops, config.kubeWorkshops, nodeId, logger, nodes);
+      const controller = startWorkshopResource(pool, workshops, config.kubeWorkshops, nodeId, logger, cluster);
       // Runs before workshops.close (cleanups run in reverse): the lease is released for another replica at once.
       cleanups.push(() => controller.close());
     }

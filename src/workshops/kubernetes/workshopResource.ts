@@ -1,13 +1,5 @@
 import { readFileSync } from 'node:fs';
-import {
-  AtelierError,
-  CreateWorkshopRequest,
-  describeZodError,
-  isErrorCode,
-  type Config,
-  type SimulatorRequest,
-  type WorkshopStatus,
-} from '../../core/index.js';
+import { CreateWorkshopRequest, describeZodError, type Config, type SimulatorRequest, type WorkshopStatus } from '../../core/index.js';
 import { queryRows, type Pool } from '../../db/index.js';
 import type { Principal, Role } from '../../identity/index.js';
 import type { WorkshopService } from '../service.js';
@@ -80,22 +72,15 @@ export interface WorkshopObject extends KubeObject {
 }
 
 /**
- * The installation's other nodes (the server's NodeRegistry): a workshop runs on one node, and
- * what must happen where it runs (a delete, a simulator) is asked of that node through its API,
- * with the controller's principal signed by this node, as the API relays any request.
+ * The installation's other nodes (the server's Cluster, src/server/relay.ts): a workshop runs on
+ * one node, and what must happen where it runs (a delete, a simulator) is asked of that node
+ * through its API, with the controller's principal signed by this node, as the API relays any
+ * request.
  */
 export interface NodeRelay {
-  addressOf(nodeId: string): string | undefined;
+  /** False for a node that missed its heartbeats (its workshops are NodeUnreachable). */
   isLive(nodeId: string): boolean;
-  checksBodies(nodeId: string): boolean;
-  sign(
-    target: string,
-    method: string,
-    url: string,
-    principal: Principal,
-    placement?: string,
-    body?: Buffer,
-  ): Promise<Record<string, string>>;
+  call<T>(nodeId: string, principal: Principal, opts: { what: string; method: string; path: string; body?: unknown }): Promise<T>;
 }
 
 interface Row {
@@ -561,44 +546,8 @@ export class WorkshopResourceController {
 
   /** `local` when the workshop runs on this node, else the same through the API of its node. */
   private async onNode<T>(row: Row, actor: Principal, local: () => Promise<T>, method: string, path: string, body?: unknown): Promise<T> {
-    const relay = this.relay;
-    if (row.node_id === this.identity || !relay) return local();
-    const address = relay.addressOf(row.node_id);
-    if (!address || !relay.isLive(row.node_id))
-      throw new AtelierError(
-        'UNAVAILABLE',
-        `workshop ${row.id} runs on node ${row.node_id}, which does not answer: tried again at the next pass`,
-      );
-    const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
-    const signed = await relay.sign(
-      row.node_id,
-      method,
-      path,
-      actor,
-      undefined,
-      payload && relay.checksBodies(row.node_id) ? payload : undefined,
-    );
-    const res = await fetch(new URL(path, address), {
-      method,
-      headers: { ...signed, accept: 'application/json', ...(payload ? { 'content-type': 'application/json' } : {}) },
-      ...(payload ? { body: payload } : {}),
-      signal: AbortSignal.timeout(300_000),
-    });
-    const text = await res.text();
-    let parsed: { code?: unknown; message?: string; error?: { code?: unknown; message?: string } } | undefined;
-    try {
-      parsed = text ? (JSON.parse(text) as typeof parsed) : undefined;
-    } catch {
-      parsed = undefined;
-    }
-    if (!res.ok) {
-      const e = parsed?.error ?? parsed;
-      throw new AtelierError(
-        isErrorCode(e?.code) ? e.code : 'UNAVAILABLE',
-        e?.message ?? `node ${row.node_id} answered ${res.status}: ${text.slice(0, 200)}`,
-      );
-    }
-    return parsed as T;
+    if (row.node_id === this.identity || !this.relay) return local();
+    return this.relay.call<T>(row.node_id, actor, { what: `workshop ${row.id}`, method, path, body });
   }
 
   private async writeStatus(name: string, change: (s: WorkshopStatusBlock) => void): Promise<void> {
